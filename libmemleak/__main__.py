@@ -1,0 +1,5 @@
+import sys
+
+from libmemleak.cli import main
+
+sys.exit(main())

@@ -1,0 +1,79 @@
+"""Snapshot -> per-stack changes since the previous report.  Pure functions.
+
+A stack's change is its live bytes/blocks now minus what the previous report
+covered (the baseline kept in the segment).  Entries whose backtraces are the
+same once addresses are made module-relative are merged: the program may
+hold several entries for one stack (after a dlclose, or when its index
+grew), and users care about call sites, not entries."""
+
+from dataclasses import dataclass
+
+from libmemleak.modmap import ModuleMap
+
+
+@dataclass(frozen=True)
+class StackDelta:
+    key: tuple          # (kind, ((module path or None, offset), ...))
+    stack: object       # a representative segment.Stack
+    modules: tuple      # segment.Module or None, per frame of `stack`
+    bytes: int          # change in live bytes since the previous report
+    blocks: int
+    live_bytes: int     # live now
+    live_blocks: int
+
+
+@dataclass(frozen=True)
+class Totals:
+    live_bytes: int
+    live_blocks: int
+    change_bytes: int
+    change_blocks: int
+    alloc_count: int
+    alloc_bytes: int
+    stacks: int
+
+
+def canonical_frames(stack, modmap):
+    mods = tuple(modmap.find(a, stack.map_epoch) for a in stack.frames)
+    key = tuple((m.path, a - m.base) if m else (None, a) for m, a in zip(mods, stack.frames))
+    return key, mods
+
+
+def diff_snapshot(snapshot):
+    """List of StackDelta, largest byte change first; unchanged stacks left out."""
+    modmap = ModuleMap(snapshot.modules)
+    merged = {}
+    for pos, sid in enumerate(snapshot.ids):
+        stack = snapshot.stacks[sid]
+        live_b, live_k = snapshot.live_bytes[pos], snapshot.live_blocks[pos]
+        db = live_b - snapshot.reported_bytes[pos]
+        dk = live_k - snapshot.reported_blocks[pos]
+        if not (db or dk or live_b or live_k):
+            continue
+        frames_key, mods = canonical_frames(stack, modmap)
+        key = (stack.kind, frames_key)
+        prev = merged.get(key)
+        if prev is None:
+            merged[key] = [stack, mods, db, dk, live_b, live_k]
+        else:
+            prev[2] += db
+            prev[3] += dk
+            prev[4] += live_b
+            prev[5] += live_k
+    deltas = [StackDelta(key, v[0], v[1], v[2], v[3], v[4], v[5])
+              for key, v in merged.items() if v[2] or v[3]]
+    deltas.sort(key=lambda d: (-d.bytes, -d.blocks, _sortable(d.key)))
+    return deltas
+
+
+def _sortable(key):
+    kind, frames = key
+    return (kind, tuple((path or "", off) for path, off in frames))
+
+
+def totals(snapshot):
+    live_b = sum(snapshot.live_bytes)
+    live_k = sum(snapshot.live_blocks)
+    return Totals(live_b, live_k, live_b - sum(snapshot.reported_bytes),
+                  live_k - sum(snapshot.reported_blocks), sum(snapshot.alloc_count),
+                  sum(snapshot.alloc_bytes), len(snapshot.ids))

@@ -1,0 +1,172 @@
+"""The .memlog report format (spec/memlog.md): write one, and read one back.
+
+    +63360 +12
+    <TAB>FUNCTION<TAB>(MODULE)<TAB>FILE:LINE
+    <TAB>/usr/lib/libfoo.so+0x1a2b
+
+Entries are written largest byte change first; `#` header lines are
+`# key: value`.  The reader is strict about what it needs and tolerant of
+what it does not know, and says where a file is broken."""
+
+import errno
+import os
+import secrets
+from dataclasses import dataclass, field
+
+from libmemleak.symbols import Frame
+
+INLINED_MARK = " [inlined]"
+
+
+class MemlogError(Exception):
+    """A .memlog file that cannot be read; the message names file and line."""
+
+
+@dataclass
+class Entry:
+    bytes: int
+    blocks: int | None
+    frames: list                    # of Frame (read back: module/file may be None)
+    extra: list = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    header: dict                    # key -> value (strings), in file order
+    entries: list
+
+
+def report_name(prog, pid, seq):
+    return f"{prog}-{pid}-{seq}.memlog"
+
+
+def format_frame(frame):
+    if frame.function is None:
+        if frame.module is None:
+            return f"\t{frame.offset:#x}"
+        return f"\t{frame.module}+{frame.offset:#x}"
+    name = frame.function + (INLINED_MARK if frame.inlined else "")
+    text = f"\t{name}\t({frame.module})"
+    if frame.file:
+        text += f"\t{frame.file}:{frame.line}" if frame.line else f"\t{frame.file}"
+    return text
+
+
+def render(header, entries):
+    """header: iterable of (key, value); entries: iterable of Entry."""
+    lines = [f"# {key}: {value}" for key, value in header]
+    for e in entries:
+        first = f"{e.bytes:+d}"
+        if e.blocks is not None:
+            first += f" {e.blocks:+d}"
+        lines.append(" ".join([first, *e.extra]))
+        lines.extend(format_frame(f) for f in e.frames)
+    return "\n".join(lines) + "\n"
+
+
+def write_report(directory, name, text):
+    """Write `text` as directory/name, complete or not at all: under a fresh
+    temporary name (owner-only, exclusive create, no symlink followed), then
+    renamed into place.  rename() replaces a symlink planted at `name`
+    without following it, so no other file can be written through it."""
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600, dir_fd=dir_fd)
+        try:
+            data = text.encode("utf-8", "surrogateescape")
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        except OSError:
+            os.close(fd)
+            _unlink_quietly(tmp, dir_fd)
+            raise
+        os.close(fd)
+        try:
+            os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except OSError:
+            _unlink_quietly(tmp, dir_fd)
+            raise
+    finally:
+        os.close(dir_fd)
+    return os.path.join(directory, name)
+
+
+def _unlink_quietly(name, dir_fd):
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno != errno.ENOENT:
+            pass
+
+
+def _parse_frame(text, where):
+    parts = text.split("\t")
+    if len(parts) == 1:
+        token = parts[0]
+        if "+0x" in token:
+            module, _, off = token.rpartition("+0x")
+            try:
+                return Frame(None, module, int(off, 16))
+            except ValueError:
+                pass
+        try:
+            return Frame(None, None, int(token, 16) if token.startswith("0x") else int(token))
+        except ValueError:
+            return Frame(token, None, 0)  # a bare module path, as the original MTrace wrote
+    function = parts[0]
+    inlined = function.endswith(INLINED_MARK)
+    if inlined:
+        function = function[: -len(INLINED_MARK)]
+    module = parts[1]
+    if module.startswith("(") and module.endswith(")"):
+        module = module[1:-1]
+    file = line = None
+    if len(parts) > 2 and parts[2]:
+        file, sep, num = parts[2].rpartition(":")
+        if sep and num.isdigit():
+            line = int(num)
+        else:
+            file = parts[2]
+    return Frame(function, module, 0, file, line, inlined)
+
+
+def parse(text, source="<report>"):
+    header, entries = {}, []
+    current = None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        where = f"{source}:{lineno}"
+        if not line:
+            continue
+        if line.startswith("#"):
+            key, sep, value = line[1:].strip().partition(":")
+            if sep and current is None:
+                header[key.strip()] = value.strip()
+            continue
+        if line.startswith("\t"):
+            if current is None:
+                raise MemlogError(f"{where}: frame line before any entry")
+            current.frames.append(_parse_frame(line[1:], where))
+            continue
+        fields = line.split(" ")
+        try:
+            if fields[0][:1] not in "+-":
+                raise ValueError
+            nbytes = int(fields[0])
+            blocks = int(fields[1]) if len(fields) > 1 and fields[1][:1] in "+-" else None
+        except ValueError:
+            raise MemlogError(f"{where}: expected an entry like '+1024 +2', got {line[:60]!r}") from None
+        current = Entry(nbytes, blocks, [], fields[2 if blocks is not None else 1:])
+        entries.append(current)
+    return Report(header, entries)
+
+
+def read(path):
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise MemlogError(f"{path}: {e.strerror}") from None
+    return parse(data.decode("utf-8", "surrogateescape"), path)

@@ -1,0 +1,21 @@
+"""Address -> loaded module, as it was when a stack was recorded.  A module
+that was unloaded (dlclose) keeps its entry, and another may later occupy
+the same addresses, so the answer depends on the stack's map epoch."""
+
+import bisect
+
+
+class ModuleMap:
+    def __init__(self, modules):
+        self._modules = sorted(modules, key=lambda m: m.lo)
+        self._los = [m.lo for m in self._modules]
+        self._widest = max((m.hi - m.lo for m in self._modules), default=0)
+
+    def find(self, address, epoch):
+        i = bisect.bisect_right(self._los, address) - 1
+        while i >= 0 and address - self._los[i] < self._widest:
+            m = self._modules[i]
+            if m.lo <= address < m.hi and m.valid_at(epoch):
+                return m
+            i -= 1
+        return None

@@ -1,0 +1,232 @@
+"""The reporter: a Python process outside the traced program.  It waits for
+a report request (signal, mtrace, muntrace, exit), snapshots the segment,
+diffs it against the previous report, symbolizes and writes the .memlog.
+It also notices by itself when the program dies (final report) or execs
+another image (it then leaves quietly: the new image has its own reporter).
+
+The program starts it with the segment on fd 3 and a pidfd of the program
+on fd 4 (see native/control.c for how, and why that is safe).  Everything
+else it needs is in the segment, including the baseline of the next report,
+so a reporter that dies can be replaced without losing anything."""
+
+import datetime
+import os
+import select
+import sys
+import time
+
+from libmemleak import __version__
+from libmemleak.diff import diff_snapshot, totals
+from libmemleak.memlog import Entry, render, report_name, write_report
+from libmemleak.segment import Segment, SegmentError, futex_wait, futex_wake
+from libmemleak.symbols import Symbolizer
+
+SEGMENT_FD, PIDFD = 3, 4
+POLL_SECONDS = 0.2
+EXEC_CHECK_SECONDS = 1.0
+REASON_FIELDS = (("exit", "exit_requests", "seen_exit"),
+                 ("muntrace", "muntrace_requests", "seen_muntrace"),
+                 ("mtrace", "mtrace_requests", "seen_mtrace"),
+                 ("signal", "signal_requests", "seen_signal"))
+SELF_LIBRARY = "libmtrace.so"
+
+
+def say(message):
+    """One line on stderr (the program's), prefixed like the hook library's."""
+    try:
+        os.write(2, f"libmemleak: {message}\n".encode("utf-8", "replace"))
+    except OSError:
+        pass
+
+
+class ProgramWatch:
+    """Is the traced program still running this image?"""
+
+    def __init__(self, pid, segment_inode):
+        self.pid = pid
+        self.inode = segment_inode
+        self.poll = None
+        try:
+            os.fstat(PIDFD)
+            self.poll = select.poll()
+            self.poll.register(PIDFD, select.POLLIN)
+        except OSError:
+            pass
+        self._next_exec_check = 0.0
+
+    def dead(self):
+        if self.poll is not None:
+            return bool(self.poll.poll(0))
+        try:
+            with open(f"/proc/{self.pid}/stat", "rb") as f:
+                state = f.read().rpartition(b")")[2].split()[0]
+            return state in (b"Z", b"X")
+        except (OSError, IndexError):
+            return True
+
+    def exec_happened(self):
+        """After exec the segment is no longer mapped in the process."""
+        now = time.monotonic()
+        if now < self._next_exec_check:
+            return False
+        self._next_exec_check = now + EXEC_CHECK_SECONDS
+        try:
+            with open(f"/proc/{self.pid}/maps", "rb") as f:
+                maps = f.read()
+        except OSError:
+            return False  # gone: dead() tells
+        return f" {self.inode} ".encode() not in maps
+
+
+class Reporter:
+    def __init__(self, segment):
+        self.seg = segment
+        self.h = segment.header
+        self.symbolizer = Symbolizer()
+        self.warned = set()
+        self.watch = ProgramWatch(self.h.pid, os.fstat(SEGMENT_FD).st_ino)
+
+    # -- the loop -----------------------------------------------------------
+
+    def run(self):
+        h = self.h
+        h.reporter_pid = os.getpid()
+        request_addr = self.seg.field_address("request_seq")
+        try:
+            while True:
+                request = h.request_seq
+                if request != h.done_seq:
+                    if self.handle(request) == "exit":
+                        return 0
+                    continue
+                if self.watch.dead():
+                    self.final_report()
+                    return 0
+                if self.watch.exec_happened():
+                    return 0
+                futex_wait(request_addr, request, POLL_SECONDS)
+        finally:
+            if h.reporter_pid == os.getpid():
+                h.reporter_pid = 0
+
+    def reason(self):
+        h = self.h
+        found = None
+        for name, asked, seen in REASON_FIELDS:
+            if getattr(h, asked) != getattr(h, seen):
+                found = found or name
+                setattr(h, seen, getattr(h, asked))
+        return found or "request"
+
+    def handle(self, request):
+        reason = self.reason()
+        self.report(reason)
+        self.h.done_seq = request
+        futex_wake(self.seg.field_address("done_seq"))
+        return reason
+
+    def final_report(self):
+        """The program died without asking (exit handlers skipped, a signal,
+        SIGKILL, OOM kill): write what the segment holds."""
+        h = self.h
+        if h.request_seq != h.done_seq:
+            self.handle(h.request_seq)
+        elif h.collecting:
+            self.report("death")
+
+    # -- one report ---------------------------------------------------------
+
+    def report(self, reason):
+        try:
+            self._report(reason)
+        except OSError as e:
+            self.h.report_errors += 1
+            where = getattr(e, "filename", None) or self.seg.take_snapshot().report_dir
+            key = (type(e), e.errno, where)
+            if key not in self.warned:
+                self.warned.add(key)
+                say(f"cannot write a report in {where}: {e.strerror}; "
+                    "the data is kept for the next report")
+        except Exception as e:  # a reporter bug must not surface as a traceback
+            self.h.report_errors += 1
+            tb = e.__traceback__
+            while tb.tb_next:
+                tb = tb.tb_next
+            say(f"reporter error {type(e).__name__}: {e} "
+                f"(at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}); please report this")
+            if os.environ.get("MEMLEAK_DEBUG"):
+                raise
+
+    def _report(self, reason):
+        snap = self.seg.take_snapshot()
+        deltas = diff_snapshot(snap)
+        sums = totals(snap)
+        entries = [Entry(d.bytes, d.blocks, self.frames(d)) for d in deltas]
+        seq = self.h.report_seq + 1
+        prog = os.path.basename(snap.exe) or "unknown"
+        header = self.header_lines(snap, sums, seq, reason)
+        write_report(snap.report_dir, report_name(prog, snap.pid, seq), render(header, entries))
+        self.seg.commit_baseline(snap)
+        self.h.report_seq = seq
+
+    def frames(self, delta):
+        out = []
+        for module, address in zip(delta.modules, delta.stack.frames):
+            if module is not None and module.path.endswith("/" + SELF_LIBRARY):
+                continue  # our own hooks (e.g. dlopen) are not the program's frames
+            out.extend(self.symbolizer.frames_for(module, address))
+        return out
+
+    def header_lines(self, snap, sums, seq, reason):
+        when = datetime.datetime.fromtimestamp(snap.taken_ns / 1e9).astimezone()
+        lines = [
+            ("libmemleak", __version__),
+            ("program", snap.exe),
+            ("pid", snap.pid),
+        ]
+        if snap.parent_pid:
+            lines.append(("parent-pid", snap.parent_pid))
+        lines += [
+            ("seq", seq),
+            ("time", when.isoformat(timespec="milliseconds")),
+            ("reason", reason),
+            ("live-bytes", sums.live_bytes),
+            ("live-blocks", sums.live_blocks),
+            ("change-bytes", f"{sums.change_bytes:+d}"),
+            ("change-blocks", f"{sums.change_blocks:+d}"),
+            ("allocated-bytes", sums.alloc_bytes),
+            ("allocations", sums.alloc_count),
+            ("stacks", sums.stacks),
+            ("depth", snap.depth),
+        ]
+        lines += process_status(snap.pid)
+        for name, value in snap.health.items():
+            if value:
+                lines.append((name.replace("_", "-"), value))
+        if snap.corrupt_stacks:
+            lines.append(("corrupt-stacks", snap.corrupt_stacks))
+        for problem in self.symbolizer.problems():
+            lines.append(("symbols-unreadable", problem))
+        return lines
+
+
+def process_status(pid):
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+    except OSError:
+        return []
+    out = []
+    for key, name in (("VmRSS", "vm-rss"), ("VmHWM", "vm-hwm")):
+        if key in fields:
+            out.append((name, fields[key].strip()))
+    return out
+
+
+def main():
+    try:
+        segment = Segment.from_fd(SEGMENT_FD)
+    except (OSError, SegmentError, ValueError) as e:
+        say(f"reporter cannot read the segment: {e}")
+        return 1
+    return Reporter(segment).run()

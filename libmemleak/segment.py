@@ -1,0 +1,253 @@
+"""Map a traced process's shared-memory segment, validate it, and turn it
+into plain immutable snapshots.  Nothing else in the package touches raw
+memory.  The segment is written by a program that may be corrupting its own
+memory, so every count and offset is checked before use."""
+
+import mmap
+import os
+import time
+
+import cffi
+from dataclasses import dataclass, field
+
+from libmemleak.layout import CONST, HEADER_SIZE, MODULE_SIZE, STACK_SIZE, ffi, stack_word
+
+KIND_NAMES = {CONST["MLK_KIND_MALLOC"]: "malloc", CONST["MLK_KIND_NEW"]: "new",
+              CONST["MLK_KIND_MMAP"]: "mmap"}
+
+_W = STACK_SIZE // 8
+_W_HASH = stack_word("hash")
+_W_STATE = stack_word("state")  # state:u32 | depth:u16 | kind:u16
+_W_FRAMES = stack_word("frames_off")
+_W_EPOCHS = stack_word("map_epoch")  # map_epoch:u32 | unload_epoch:u32
+_W_LIVE_BYTES = stack_word("live_bytes")
+_W_LIVE_BLOCKS = stack_word("live_blocks")
+_W_ALLOC_COUNT = stack_word("alloc_count")
+_W_ALLOC_BYTES = stack_word("alloc_bytes")
+_W_REP_BYTES = stack_word("reported_bytes")
+_W_REP_BLOCKS = stack_word("reported_blocks")
+
+HEALTH_FIELDS = ("dropped_stacks", "dropped_blocks", "unknown_frees", "truncated_stacks")
+
+
+class SegmentError(Exception):
+    """The segment is not a libmemleak segment, or is damaged."""
+
+
+@dataclass(frozen=True)
+class Module:
+    index: int
+    path: str
+    base: int
+    lo: int
+    hi: int
+    load_epoch: int
+    unload_epoch: int
+    build_id: str
+
+    def valid_at(self, epoch):
+        return self.load_epoch <= epoch and (self.unload_epoch == 0 or self.unload_epoch > epoch)
+
+
+@dataclass(frozen=True)
+class Stack:
+    """One distinct backtrace: immutable once the program publishes it."""
+    id: int
+    kind: str
+    frames: tuple
+    map_epoch: int
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    pid: int
+    parent_pid: int
+    exe: str
+    report_dir: str
+    taken_ns: int
+    start_time_ns: int
+    depth: int
+    collecting: bool
+    health: dict
+    modules: tuple
+    stacks: dict            # id -> Stack, for every id in `ids`
+    ids: list               # ready stacks, in id order
+    live_bytes: list        # per id in `ids`
+    live_blocks: list
+    alloc_count: list
+    alloc_bytes: list
+    reported_bytes: list    # the baseline: what the previous report covered
+    reported_blocks: list
+    corrupt_stacks: int = 0
+    notes: list = field(default_factory=list)
+
+
+class Segment:
+    """A mapped segment.  Use `Segment.from_fd` (the reporter's inherited
+    descriptor) or `Segment.from_path` (e.g. /proc/PID/fd/N)."""
+
+    def __init__(self, fd, writable=True):
+        try:
+            size = os.fstat(fd).st_size
+        except OSError as e:
+            raise SegmentError(f"cannot stat the segment: {e}") from None
+        if size < HEADER_SIZE:
+            raise SegmentError(f"segment too small ({size} bytes)")
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+        self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, prot)
+        self._size = size
+        self.writable = writable
+        self._buf = ffi.from_buffer(self._map)
+        self.header = ffi.cast("struct mlk_header *", self._buf)
+        self._validate_header()
+        h = self.header
+        whole = memoryview(self._map)
+        self._stack_words = whole[h.stacks_off:h.stacks_off + h.stacks_cap * STACK_SIZE].cast("q")
+        self._frames = whole[h.frames_off:h.frames_off + h.frames_cap * 8].cast("Q")
+        self._strings = whole[h.strings_off:h.strings_off + h.strings_cap]
+        self._stack_cache = {}
+
+    @classmethod
+    def from_fd(cls, fd, writable=True):
+        return cls(fd, writable)
+
+    @classmethod
+    def from_path(cls, path, writable=False):
+        fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+        try:
+            return cls(fd, writable)
+        finally:
+            os.close(fd)
+
+    def _validate_header(self):
+        h = self.header
+        if h.magic != CONST["MLK_MAGIC"]:
+            raise SegmentError("not a libmemleak segment (bad magic)")
+        if h.layout_version != CONST["MLK_LAYOUT_VERSION"] or h.header_size != HEADER_SIZE:
+            raise SegmentError(
+                f"segment layout version {h.layout_version} (header {h.header_size} bytes) "
+                f"does not match this libmemleak (version {CONST['MLK_LAYOUT_VERSION']}, "
+                f"header {HEADER_SIZE} bytes): use the same installation for both")
+        if h.segment_size > self._size:
+            raise SegmentError("segment header claims more bytes than the segment has")
+        for off, cap, elem in ((h.stacks_off, h.stacks_cap, STACK_SIZE),
+                               (h.frames_off, h.frames_cap, 8),
+                               (h.modules_off, h.modules_cap, MODULE_SIZE),
+                               (h.strings_off, h.strings_cap, 1)):
+            if off < HEADER_SIZE or off % 8 or off + cap * elem > self._size:
+                raise SegmentError("segment tables lie outside the segment")
+
+    # -- small readers -----------------------------------------------------
+
+    def _string(self, off, length):
+        used = min(self.header.strings_used, self.header.strings_cap)
+        if off + length > used:
+            return "?"
+        return bytes(self._strings[off:off + length]).decode("utf-8", "surrogateescape")
+
+    def modules(self):
+        h = self.header
+        n = min(h.modules_used, h.modules_cap)
+        raw = ffi.cast("struct mlk_module *", ffi.cast("char *", self._buf) + h.modules_off)
+        out = []
+        for i in range(n):
+            m = raw[i]
+            bid_len = min(m.build_id_len, CONST["MLK_BUILD_ID_MAX"])
+            out.append(Module(i, self._string(m.path_off, m.path_len), m.base, m.lo, m.hi,
+                              m.load_epoch, m.unload_epoch,
+                              bytes(ffi.buffer(m.build_id, bid_len)).hex()))
+        return tuple(out)
+
+    @property
+    def pid(self):
+        return self.header.pid
+
+    # -- the snapshot ------------------------------------------------------
+
+    def take_snapshot(self):
+        """Read every published stack and its counters, without stopping the
+        program.  Counters of different stacks are read a few microseconds
+        apart; each report's baseline is exactly what the previous report
+        read, so the reports of a process still add up exactly."""
+        h = self.header
+        taken = time.time_ns()
+        n = min(h.stacks_used, h.stacks_cap)
+        words = self._stack_words[:n * _W]
+        states = words[_W_STATE::_W].tolist()
+        cols = {name: words[w::_W].tolist() for name, w in (
+            ("live_bytes", _W_LIVE_BYTES), ("live_blocks", _W_LIVE_BLOCKS),
+            ("alloc_count", _W_ALLOC_COUNT), ("alloc_bytes", _W_ALLOC_BYTES),
+            ("reported_bytes", _W_REP_BYTES), ("reported_blocks", _W_REP_BLOCKS))}
+        ready = CONST["MLK_STACK_READY"]
+        ids, stacks, corrupt = [], {}, 0
+        frames_used = min(h.frames_used, h.frames_cap)
+        for i, st in enumerate(states):
+            if st & 0xffffffff != ready:
+                continue
+            stack = self._stack_cache.get(i)
+            if stack is None:
+                depth = (st >> 32) & 0xffff
+                kind = (st >> 48) & 0xffff
+                off = words[i * _W + _W_FRAMES]
+                if depth > CONST["MLK_MAX_DEPTH"] or off < 0 or off + depth > frames_used:
+                    corrupt += 1
+                    continue
+                epochs = words[i * _W + _W_EPOCHS]
+                stack = Stack(i, KIND_NAMES.get(kind, f"kind{kind}"),
+                              tuple(self._frames[off:off + depth].tolist()), epochs & 0xffffffff)
+                self._stack_cache[i] = stack
+            ids.append(i)
+            stacks[i] = stack
+        sel = {name: [col[i] for i in ids] for name, col in cols.items()}
+        return Snapshot(
+            pid=h.pid, parent_pid=h.parent_pid,
+            exe=self._string(h.exe_off, h.exe_len), report_dir=self._string(h.dir_off, h.dir_len),
+            taken_ns=taken, start_time_ns=h.start_time_ns, depth=h.depth,
+            collecting=bool(h.collecting),
+            health={name: getattr(h, name) for name in HEALTH_FIELDS},
+            modules=self.modules(), stacks=stacks, ids=ids, corrupt_stacks=corrupt, **sel)
+
+    def commit_baseline(self, snapshot):
+        """Record that a report now covers `snapshot`: the next report is the
+        change from here.  Called only after the report file is in place."""
+        words = self._stack_words
+        for i, b, k, rb, rk in zip(snapshot.ids, snapshot.live_bytes, snapshot.live_blocks,
+                                    snapshot.reported_bytes, snapshot.reported_blocks):
+            if b != rb:
+                words[i * _W + _W_REP_BYTES] = b
+            if k != rk:
+                words[i * _W + _W_REP_BLOCKS] = k
+
+    def field_address(self, name):
+        return int(ffi.cast("uintptr_t", ffi.addressof(self.header, name)))
+
+    def close(self):
+        self.header = self._buf = None
+        for view in ("_stack_words", "_frames", "_strings"):
+            getattr(self, view).release()
+        try:
+            self._map.close()
+        except BufferError:  # a caller still holds a view; the mapping goes with it
+            pass
+
+
+# -- waiting on the segment's futex words ----------------------------------
+
+_sys = cffi.FFI()
+_sys.cdef("long syscall(long number, ...); struct mlk_timespec { long tv_sec; long tv_nsec; };")
+_libc = _sys.dlopen(None)
+_SYS_FUTEX, _FUTEX_WAIT, _FUTEX_WAKE = 202, 0, 1
+
+
+def futex_wait(address, expected, timeout):
+    """Sleep until the u32 at `address` is woken or no longer `expected`, or
+    `timeout` seconds pass.  cffi releases the GIL for the call."""
+    ts = _sys.new("struct mlk_timespec *", (int(timeout), int((timeout % 1) * 1e9)))
+    _libc.syscall(_sys.cast("long", _SYS_FUTEX), _sys.cast("long", address),
+                  _sys.cast("long", _FUTEX_WAIT), _sys.cast("long", expected),
+                  _sys.cast("long", int(_sys.cast("uintptr_t", ts))))
+
+
+def futex_wake(address):
+    _libc.syscall(_sys.cast("long", _SYS_FUTEX), _sys.cast("long", address),
+                  _sys.cast("long", _FUTEX_WAKE), _sys.cast("long", 0x7fffffff))

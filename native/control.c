@@ -1,0 +1,530 @@
+/* Configuration, triggers, fork/exit handling and starting the reporter.
+ *
+ * The reporter is a Python process that reads the segment and writes the
+ * reports.  How it is started, and why that is safe for the program:
+ *
+ *  - It is started without the program's help, from our constructor (or at
+ *    the first mtrace(), or lazily in a forked child), by two raw clone()
+ *    calls: the first child is created with no exit signal, so the program
+ *    never gets a SIGCHLD for it, and an ordinary wait()/waitpid(-1) never
+ *    sees it (only __WCLONE/__WALL waits do, and we reap it ourselves at
+ *    once).  That child forks the reporter and exits, so the reporter is
+ *    re-parented away from the program: it cannot be reaped, signalled as a
+ *    child, or counted by the program.
+ *  - Between clone and exec only raw system calls run (no malloc, no locks,
+ *    no atfork handlers), so this is safe in a multi-threaded program and in
+ *    a signal handler.
+ *  - The reporter gets its own session (setsid), so a Ctrl-C or a signal to
+ *    the program's process group does not kill it before the final report.
+ *    Its stdin and stdout are /dev/null; it keeps stderr for its one-line
+ *    errors; every other descriptor of the program is closed in it, so it
+ *    holds no pipe or socket of the program open.
+ *  - It runs without LD_PRELOAD (so it is not traced) and with
+ *    MEMLEAK_REPORTER=1 (so that even a system-wide preload stays inert).
+ *  - It needs only two descriptors: the segment (fd 3) and a pidfd of the
+ *    program (fd 4) to notice its death.  Everything else it reads from the
+ *    segment, so a reporter that dies can be replaced by a new one without
+ *    losing anything: the baseline of the next report lives in the segment.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mlk.h"
+
+volatile int mlk_collecting;
+volatile int mlk_ever_collected;
+
+static struct {
+    int collect_at_load;
+    uint32_t depth;
+    int signal;        /* 0 = no report signal */
+    int exit_timeout_ms;
+    char dir[4096];
+} config = {1, 16, SIGUSR1, 60000, ""};
+
+static int init_state;  /* 0 = not yet, 1 = running, 2 = done */
+static int inert;       /* we are the reporter, or something made tracing impossible */
+
+/* Prepared once at start, so that spawning needs no allocation. */
+static char python_path[4096];
+static char main_script[4096];
+static char *spawn_argv[4];
+static char **spawn_envp;
+static uint64_t spawned_at_ns;
+static int warned_spawn, warned_timeout;
+
+extern char **environ;
+
+/* ---- configuration ------------------------------------------------------ */
+
+static int parse_uint(const char *s, size_t n, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (n == 0 || n > 18)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    *out = v;
+    return 1;
+}
+
+static int parse_signal(const char *s, size_t n)
+{
+    static const struct {
+        const char *name;
+        int sig;
+    } names[] = {{"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"HUP", SIGHUP},   {"ALRM", SIGALRM},
+                 {"PROF", SIGPROF}, {"WINCH", SIGWINCH}, {"URG", SIGURG}, {"IO", SIGIO},
+                 {"PWR", SIGPWR},   {"VTALRM", SIGVTALRM}, {"TERM", SIGTERM}, {"INT", SIGINT},
+                 {"QUIT", SIGQUIT}, {"CONT", SIGCONT}, {"NONE", 0}};
+    uint64_t num;
+    if (parse_uint(s, n, &num))
+        return num < 65 ? (int)num : -1;
+    if (n > 3 && strncasecmp(s, "SIG", 3) == 0)
+        s += 3, n -= 3;
+    if (n > 6 && strncasecmp(s, "RTMIN+", 6) == 0 && parse_uint(s + 6, n - 6, &num) &&
+        (int)num <= SIGRTMAX - SIGRTMIN)
+        return SIGRTMIN + (int)num;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strlen(names[i].name) == n && strncasecmp(s, names[i].name, n) == 0)
+            return names[i].sig;
+    return -1;
+}
+
+static void bad_option(const char *opt, size_t n, const char *why)
+{
+    char buf[256];
+    if (n > sizeof buf - 1)
+        n = sizeof buf - 1;
+    memcpy(buf, opt, n);
+    buf[n] = 0;
+    mlk_warn("MEMLEAK_CONFIG: ignoring '", buf, why);
+}
+
+static void parse_config(const char *cfg, const char *cwd)
+{
+    if (!cfg) {
+        config.collect_at_load = 1;
+        return;
+    }
+    config.collect_at_load = 0;
+    const char *p = cfg;
+    while (*p) {
+        const char *end = p;
+        while (*end && *end != ',')
+            end++;
+        size_t n = (size_t)(end - p);
+        const char *eq = memchr(p, '=', n);
+        size_t key = eq ? (size_t)(eq - p) : n;
+        const char *val = eq ? eq + 1 : NULL;
+        size_t vn = eq ? (size_t)(end - val) : 0;
+        uint64_t num;
+#define KEY(s) (key == sizeof(s) - 1 && strncmp(p, s, key) == 0)
+        if (n == 0) {
+        } else if (KEY("mtraceinit") && !val) {
+            config.collect_at_load = 1;
+        } else if (KEY("depth") && val) {
+            if (parse_uint(val, vn, &num) && num >= 1 && num <= MLK_MAX_DEPTH)
+                config.depth = (uint32_t)num;
+            else
+                bad_option(p, n, "': depth must be 1 to 64; using 16");
+        } else if (KEY("dir") && val && vn > 0) {
+            size_t used = 0;
+            if (val[0] != '/') {
+                used = strlen(cwd);
+                if (used + 1 < sizeof config.dir) {
+                    memcpy(config.dir, cwd, used);
+                    config.dir[used++] = '/';
+                }
+            }
+            if (used + vn < sizeof config.dir) {
+                memcpy(config.dir + used, val, vn);
+                config.dir[used + vn] = 0;
+            } else {
+                bad_option(p, n, "': path too long; reports go to the working directory");
+                config.dir[0] = 0;
+            }
+        } else if (KEY("signal") && val) {
+            int sig = parse_signal(val, vn);
+            if (sig < 0 || sig == SIGKILL || sig == SIGSTOP)
+                bad_option(p, n, "': not a signal name; using USR1");
+            else
+                config.signal = sig;
+        } else if (KEY("exit_timeout") && val) {
+            if (parse_uint(val, vn, &num) && num <= 86400)
+                config.exit_timeout_ms = (int)num * 1000;
+            else
+                bad_option(p, n, "': exit_timeout takes seconds (0 to 86400)");
+        } else {
+            bad_option(p, n, "': unknown option (known: mtraceinit, depth=N, dir=PATH, "
+                             "signal=NAME, exit_timeout=SECONDS)");
+        }
+#undef KEY
+        p = *end ? end + 1 : end;
+    }
+}
+
+/* ---- the reporter ------------------------------------------------------- */
+
+static int mentions_us(const char *entry, size_t n)
+{
+    const char *me = "libmtrace.so";
+    size_t m = strlen(me);
+    return n >= m && memcmp(entry + n - m, me, m) == 0;
+}
+
+/* Environment for the reporter: ours minus our library in LD_PRELOAD, plus
+ * MEMLEAK_REPORTER=1.  Built once with the real malloc (guard set). */
+static void prepare_spawn(void)
+{
+    Dl_info info;
+    const char *self = NULL;
+    if (dladdr((void *)&mlk_init, &info) && info.dli_fname)
+        self = info.dli_fname;
+    const char *py = secure_getenv("MEMLEAK_PYTHON");
+#ifdef MLK_PYTHON
+    if (!py || !*py)
+        py = MLK_PYTHON;
+#endif
+    if (!py || !*py)
+        py = "/usr/bin/python3";
+    snprintf(python_path, sizeof python_path, "%s", py);
+    if (self) {
+        const char *slash = strrchr(self, '/');
+        int dirlen = slash ? (int)(slash - self) : 1;
+        snprintf(main_script, sizeof main_script, "%.*s/_reporter_main.py", dirlen, slash ? self : ".");
+    }
+    spawn_argv[0] = python_path;
+    spawn_argv[1] = "-E";
+    spawn_argv[2] = main_script;
+    spawn_argv[3] = NULL;
+
+    size_t n = 0;
+    for (char **e = environ; e && *e; e++)
+        n++;
+    spawn_envp = malloc((n + 2) * sizeof *spawn_envp);
+    if (!spawn_envp)
+        return;
+    size_t k = 0;
+    for (char **e = environ; e && *e; e++) {
+        if (strncmp(*e, "MEMLEAK_REPORTER=", 17) == 0)
+            continue;
+        if (strncmp(*e, "LD_PRELOAD=", 11) != 0) {
+            spawn_envp[k++] = *e;
+            continue;
+        }
+        const char *v = *e + 11;
+        size_t len = strlen(v);
+        char *out = malloc(11 + len + 1);
+        if (!out)
+            continue;
+        memcpy(out, "LD_PRELOAD=", 11);
+        size_t o = 11;
+        const char *q = v;
+        while (*q) {
+            const char *s = q;
+            while (*q && *q != ':' && *q != ' ')
+                q++;
+            if (q > s && !mentions_us(s, (size_t)(q - s))) {
+                if (o > 11)
+                    out[o++] = ':';
+                memcpy(out + o, s, (size_t)(q - s));
+                o += (size_t)(q - s);
+            }
+            while (*q == ':' || *q == ' ')
+                q++;
+        }
+        out[o] = 0;
+        if (o > 11)
+            spawn_envp[k++] = out;
+    }
+    spawn_envp[k++] = "MEMLEAK_REPORTER=1";
+    spawn_envp[k] = NULL;
+}
+
+static long raw(long n, long a, long b, long c) { return mlk_syscall6(n, a, b, c, 0, 0, 0); }
+
+/* Runs in the grandchild: only raw system calls from here on. */
+static __attribute__((noreturn)) void exec_reporter(int seg_fd, int pidfd)
+{
+    raw(SYS_setsid, 0, 0, 0);
+    int s = (int)raw(SYS_fcntl, seg_fd, F_DUPFD, 10);
+    int p = pidfd >= 0 ? (int)raw(SYS_fcntl, pidfd, F_DUPFD, 10) : -1;
+    raw(SYS_dup2, s, 3, 0);
+    if (p >= 0)
+        raw(SYS_dup2, p, 4, 0);
+    int null = (int)raw(SYS_open, (long)"/dev/null", O_RDWR, 0);
+    if (null >= 0) {
+        raw(SYS_dup2, null, 0, 0);
+        raw(SYS_dup2, null, 1, 0);
+    }
+    int first_to_close = p >= 0 ? 5 : 4;
+    if (raw(SYS_close_range, first_to_close, ~0u, 0) < 0)
+        for (int fd = first_to_close; fd < 65536; fd++)
+            raw(SYS_close, fd, 0, 0);
+    uint64_t empty = 0;
+    mlk_syscall6(SYS_rt_sigprocmask, SIG_SETMASK, (long)&empty, 0, 8, 0, 0);
+    /* From here on the program can tell whether its reporter is alive. */
+    __atomic_store_n(&mlk_seg->reporter_pid, mlk_getpid(), __ATOMIC_RELEASE);
+    raw(SYS_execve, (long)spawn_argv[0], (long)spawn_argv, (long)spawn_envp);
+    /* exec failed: tell the program, so that it does not wait for us. */
+    __atomic_store_n(&mlk_seg->reporter_pid, -1, __ATOMIC_RELEASE);
+    mlk_futex_wake(&mlk_seg->done_seq);
+    for (;;)
+        raw(SYS_exit_group, 127, 0, 0);
+}
+
+/* Async-signal-safe: may run in our signal handler. */
+static void spawn_reporter(void)
+{
+    if (!mlk_seg || !spawn_envp || !main_script[0])
+        return;
+    spawned_at_ns = mlk_now_ns(CLOCK_MONOTONIC);
+    mlk_seg->reporter_pid = 0;
+    int pidfd = (int)raw(SYS_pidfd_open, mlk_getpid(), 0, 0);
+    long child = mlk_syscall6(SYS_clone, 0 /* no exit signal */, 0, 0, 0, 0, 0);
+    if (child == 0) {
+        long grandchild = mlk_syscall6(SYS_clone, SIGCHLD, 0, 0, 0, 0, 0);
+        if (grandchild == 0)
+            exec_reporter(mlk_seg_fd, pidfd);
+        for (;;)
+            raw(SYS_exit_group, 0, 0, 0);
+    }
+    if (child > 0)
+        mlk_syscall6(SYS_wait4, child, 0, __WCLONE, 0, 0, 0);
+    if (pidfd >= 0)
+        raw(SYS_close, pidfd, 0, 0);
+    if (child < 0) {
+        mlk_seg->reporter_pid = -1;
+    }
+}
+
+/* Is pid a live process (not a zombie nobody reaped)?  Raw calls only. */
+static int process_alive(int pid)
+{
+    char path[40] = "/proc/";
+    mlk_fmt_u64(path + 6, (uint64_t)pid);
+    size_t n = mlk_strlen(path);
+    memcpy(path + n, "/stat", 6);
+    int fd = (int)raw(SYS_open, (long)path, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return raw(SYS_kill, pid, 0, 0) != -ESRCH;
+    char buf[512];
+    long got = raw(SYS_read, fd, (long)buf, sizeof buf - 1);
+    raw(SYS_close, fd, 0, 0);
+    if (got <= 0)
+        return 0;
+    buf[got] = 0;
+    /* "pid (comm) S ...": the state follows the last ')'. */
+    char *close = NULL;
+    for (char *c = buf; *c; c++)
+        if (*c == ')')
+            close = c;
+    return close && close[1] == ' ' && close[2] != 'Z' && close[2] != 'X';
+}
+
+/* 1 when a reporter is running or being started, 0 when there is none. */
+static int reporter_alive(void)
+{
+    int pid = __atomic_load_n(&mlk_seg->reporter_pid, __ATOMIC_ACQUIRE);
+    if (pid > 0)
+        return process_alive(pid);
+    /* Between our clone and the grandchild publishing its pid: a moment. */
+    return pid == 0 && spawned_at_ns && mlk_now_ns(CLOCK_MONOTONIC) - spawned_at_ns < 2000000000ull;
+}
+
+static void ensure_reporter(void)
+{
+    if (reporter_alive())
+        return;
+    int failed = __atomic_load_n(&mlk_seg->reporter_pid, __ATOMIC_ACQUIRE) < 0;
+    if (failed && !__atomic_exchange_n(&warned_spawn, 1, __ATOMIC_RELAXED))
+        mlk_warn("could not start the reporter (", python_path,
+                 " -E .../_reporter_main.py); the program runs on, but no report is written "
+                 "until one starts");
+    spawn_reporter();
+}
+
+void mlk_request_report(uint32_t *reason_counter, int wait)
+{
+    struct mlk_header *h = mlk_seg;
+    if (!h || inert)
+        return;
+    __atomic_add_fetch(reason_counter, 1, __ATOMIC_RELEASE);
+    uint32_t mine = __atomic_add_fetch(&h->request_seq, 1, __ATOMIC_ACQ_REL);
+    mlk_futex_wake(&h->request_seq);
+    ensure_reporter();
+    if (!wait)
+        return;
+    uint64_t deadline = mlk_now_ns(CLOCK_MONOTONIC) + (uint64_t)config.exit_timeout_ms * 1000000ull;
+    int respawned = 0;
+    for (;;) {
+        uint32_t done = __atomic_load_n(&h->done_seq, __ATOMIC_ACQUIRE);
+        if ((int32_t)(done - mine) >= 0)
+            return;
+        if (mlk_now_ns(CLOCK_MONOTONIC) > deadline)
+            break;
+        if (__atomic_load_n(&h->reporter_pid, __ATOMIC_ACQUIRE) < 0)
+            return; /* no reporter can be started: already said so */
+        if (!reporter_alive()) {
+            if (respawned++ >= 2)
+                break;
+            spawn_reporter();
+        }
+        mlk_futex_wait(&h->done_seq, done, 100);
+    }
+    if (!__atomic_exchange_n(&warned_timeout, 1, __ATOMIC_RELAXED))
+        mlk_warn("the reporter did not finish a report in time; the program goes on ",
+                 "(it will still write it if it can)", "");
+}
+
+/* ---- triggers ----------------------------------------------------------- */
+
+static void on_report_signal(int sig)
+{
+    (void)sig;
+    int saved = errno;
+    if (mlk_collecting && mlk_seg && mlk_seg->pid == mlk_getpid())
+        mlk_request_report(&mlk_seg->signal_requests, 0);
+    errno = saved;
+}
+
+int mlk_start_collecting(void)
+{
+    if (inert)
+        return -1;
+    if (!mlk_seg) {
+        if (mlk_segment_create(config.depth, config.dir) != 0) {
+            mlk_warn("cannot create the shared memory segment; not tracing", "", "");
+            inert = 1;
+            return -1;
+        }
+        mlk_modules_scan();
+    }
+    __atomic_store_n(&mlk_seg->collecting, 1, __ATOMIC_RELEASE);
+    mlk_ever_collected = 1;
+    mlk_collecting = 1;
+    if (!reporter_alive())
+        spawn_reporter();
+    return 0;
+}
+
+void mlk_stop_collecting(void)
+{
+    mlk_collecting = 0;
+    if (mlk_seg)
+        __atomic_store_n(&mlk_seg->collecting, 0, __ATOMIC_RELEASE);
+}
+
+void mlk_after_dl_change(void)
+{
+    if (mlk_seg)
+        mlk_modules_scan();
+}
+
+/* ---- fork --------------------------------------------------------------- */
+
+static void fork_prepare(void)
+{
+    mlk_in_hook++;
+    mlk_modules_lock_for_fork(1);
+    mlk_stacks_lock_for_fork(1);
+    mlk_addrs_lock_for_fork(1);
+    if (mlk_ever_collected)
+        mlk_segment_fork_prepare();
+}
+
+static void fork_parent(void)
+{
+    mlk_segment_fork_parent();
+    mlk_addrs_lock_for_fork(0);
+    mlk_stacks_lock_for_fork(0);
+    mlk_modules_lock_for_fork(0);
+    mlk_in_hook--;
+}
+
+static void fork_child(void)
+{
+    if (mlk_ever_collected && mlk_segment_fork_child() != 0) {
+        /* Without a segment of its own the child must not touch the
+         * parent's: stop recording in it. */
+        mlk_collecting = 0;
+        mlk_ever_collected = 0;
+        inert = 1;
+        mlk_seg = NULL;
+        mlk_warn("fork: cannot copy the segment; the child is not traced", "", "");
+    }
+    spawned_at_ns = 0;
+    mlk_addrs_lock_for_fork(0);
+    mlk_stacks_lock_for_fork(0);
+    mlk_modules_lock_for_fork(0);
+    mlk_in_hook--;
+    /* The child's reporter starts at its first report request or its exit:
+     * most children exec at once, and a reporter per fork would be waste. */
+}
+
+/* ---- start and exit ----------------------------------------------------- */
+
+void mlk_init(void)
+{
+    if (__atomic_load_n(&init_state, __ATOMIC_ACQUIRE) == 2)
+        return;
+    int expected = 0;
+    if (!__atomic_compare_exchange_n(&init_state, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return; /* another thread is initialising; it will finish */
+    int was = mlk_in_hook;
+    mlk_in_hook = 1;
+    mlk_modules_set_self((void *)&mlk_init);
+    if (secure_getenv("MEMLEAK_REPORTER")) {
+        inert = 1;
+    } else {
+        char cwd[4096];
+        if (!getcwd(cwd, sizeof cwd))
+            strcpy(cwd, "/");
+        snprintf(config.dir, sizeof config.dir, "%s", cwd);
+        parse_config(secure_getenv("MEMLEAK_CONFIG"), cwd);
+        prepare_spawn();
+        pthread_atfork(fork_prepare, fork_parent, fork_child);
+        if (config.signal) {
+            struct sigaction sa;
+            memset(&sa, 0, sizeof sa);
+            sa.sa_handler = on_report_signal;
+            sa.sa_flags = SA_RESTART;
+            sigemptyset(&sa.sa_mask);
+            sigaction(config.signal, &sa, NULL);
+        }
+        if (config.collect_at_load)
+            mlk_start_collecting();
+    }
+    mlk_in_hook = was;
+    __atomic_store_n(&init_state, 2, __ATOMIC_RELEASE);
+}
+
+__attribute__((constructor)) static void mlk_constructor(void) { mlk_init(); }
+
+/* Runs at exit() and return from main, after the program's own atexit
+ * handlers and static destructors (our library was initialised before
+ * the program, so it is finalised after it). */
+__attribute__((destructor)) static void mlk_destructor(void)
+{
+    if (!mlk_seg || inert || !mlk_collecting || mlk_seg->pid != mlk_getpid())
+        return;
+    int was = mlk_in_hook;
+    mlk_in_hook = 1;
+    mlk_request_report(&mlk_seg->exit_requests, 1);
+    mlk_in_hook = was;
+}

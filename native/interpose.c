@@ -1,0 +1,478 @@
+/* The exported allocator symbols.  Each calls the real function and then
+ * records the event; nothing else lives here but the recursion guard and
+ * the bootstrap path used while the real functions are being looked up.
+ *
+ * Order matters for correctness under threads: a free is recorded *before*
+ * the real free (after it, another thread could be handed the same address
+ * and record it first), an allocation *after* the real allocation. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "mlk.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+__thread int mlk_in_hook __attribute__((tls_model("initial-exec")));
+
+static struct {
+    void *(*malloc)(size_t);
+    void (*free)(void *);
+    void *(*calloc)(size_t, size_t);
+    void *(*realloc)(void *, size_t);
+    int (*posix_memalign)(void **, size_t, size_t);
+    void *(*aligned_alloc)(size_t, size_t);
+    void *(*memalign)(size_t, size_t);
+    void *(*valloc)(size_t);
+    void *(*pvalloc)(size_t);
+    void *(*mmap)(void *, size_t, int, int, int, off_t);
+    int (*munmap)(void *, size_t);
+    void *(*mremap)(void *, size_t, size_t, int, ...);
+    void *(*dlopen)(const char *, int);
+    int (*dlclose)(void *);
+} real;
+
+/* ---- bootstrap: allocations made while dlsym runs ----------------------- */
+static char boot_arena[64 * 1024] __attribute__((aligned(64)));
+static size_t boot_used;
+static int resolving;
+
+static int is_boot(const void *p)
+{
+    return (const char *)p >= boot_arena && (const char *)p < boot_arena + sizeof boot_arena;
+}
+
+static void *boot_alloc(size_t size, size_t align)
+{
+    if (align < 16)
+        align = 16;
+    size_t start = (boot_used + 16 + align - 1) & ~(align - 1);
+    if (start + size > sizeof boot_arena)
+        return NULL;
+    ((size_t *)(boot_arena + start))[-1] = size; /* for realloc */
+    boot_used = start + size;
+    return boot_arena + start; /* static, hence zeroed: fine for calloc */
+}
+
+static void resolve(void)
+{
+    resolving = 1;
+#define GET(name) *(void **)&real.name = dlsym(RTLD_NEXT, #name)
+    GET(malloc);
+    GET(free);
+    GET(calloc);
+    GET(realloc);
+    GET(posix_memalign);
+    GET(aligned_alloc);
+    GET(memalign);
+    GET(valloc);
+    GET(pvalloc);
+    GET(mmap);
+    GET(munmap);
+    GET(mremap);
+    GET(dlopen);
+    GET(dlclose);
+#undef GET
+    resolving = 0;
+}
+
+#define READY() (MLK_LIKELY(real.free != NULL) || (ensure_real(), real.free != NULL))
+static void ensure_real(void)
+{
+    if (!resolving)
+        resolve();
+}
+
+/* The guard: record only when collecting and not inside our own code. */
+#define RECORDING() (MLK_LIKELY(!mlk_in_hook) && mlk_collecting)
+#define BEGIN_HOOK() int saved_errno_ = errno; mlk_in_hook = 1
+#define END_HOOK() mlk_in_hook = 0; errno = saved_errno_
+
+static inline void after_alloc(void *p, size_t size, int kind)
+{
+    if (p && RECORDING()) {
+        BEGIN_HOOK();
+        mlk_record_alloc(p, size, kind);
+        END_HOOK();
+    }
+}
+
+static inline void before_free(void *p)
+{
+    if (p && !mlk_in_hook && mlk_ever_collected) {
+        BEGIN_HOOK();
+        mlk_record_free(p);
+        END_HOOK();
+    }
+}
+
+/* ---- malloc family ------------------------------------------------------ */
+
+EXPORT void *malloc(size_t size)
+{
+    if (!READY())
+        return boot_alloc(size, 16);
+    void *p = real.malloc(size);
+    after_alloc(p, size, MLK_KIND_MALLOC);
+    return p;
+}
+
+EXPORT void free(void *p)
+{
+    if (!p || is_boot(p))
+        return;
+    if (!READY())
+        return; /* cannot happen: only boot pointers exist before resolution */
+    before_free(p);
+    real.free(p);
+}
+
+EXPORT void *calloc(size_t n, size_t size)
+{
+    if (!READY()) {
+        size_t total;
+        if (__builtin_mul_overflow(n, size, &total))
+            return NULL;
+        return boot_alloc(total, 16);
+    }
+    void *p = real.calloc(n, size);
+    after_alloc(p, n * size, MLK_KIND_MALLOC);
+    return p;
+}
+
+static void *realloc_impl(void *old, size_t size)
+{
+    if (!old) {
+        void *p = real.malloc(size);
+        after_alloc(p, size, MLK_KIND_MALLOC);
+        return p;
+    }
+    if (is_boot(old)) {
+        void *p = real.malloc(size);
+        if (p) {
+            size_t had = ((size_t *)old)[-1];
+            memcpy(p, old, had < size ? had : size);
+        }
+        after_alloc(p, size, MLK_KIND_MALLOC);
+        return p;
+    }
+    /* Forget the old block first (see the top of this file); put it back if
+     * the real realloc fails and leaves it in place. */
+    uint32_t stack = MLK_NO_STACK;
+    uint64_t old_size = 0;
+    int had = 0;
+    if (!mlk_in_hook && mlk_ever_collected) {
+        BEGIN_HOOK();
+        had = mlk_addr_remove((uint64_t)old, &stack, &old_size);
+        if (!had && mlk_collecting)
+            __atomic_add_fetch(&mlk_seg->unknown_frees, 1, __ATOMIC_RELAXED);
+        END_HOOK();
+    }
+    void *p = real.realloc(old, size);
+    if (p)
+        after_alloc(p, size, MLK_KIND_MALLOC);
+    else if (size != 0 && had) {
+        BEGIN_HOOK();
+        mlk_addr_insert((uint64_t)old, stack, old_size);
+        /* not a new allocation: undo the count that insert adds */
+        __atomic_sub_fetch(&mlk_stacks()[stack].alloc_count, 1, __ATOMIC_RELAXED);
+        __atomic_sub_fetch(&mlk_stacks()[stack].alloc_bytes, old_size, __ATOMIC_RELAXED);
+        END_HOOK();
+    }
+    return p;
+}
+
+EXPORT void *realloc(void *old, size_t size)
+{
+    if (!READY()) {
+        void *p = boot_alloc(size, 16);
+        if (p && old)
+            memcpy(p, old, ((size_t *)old)[-1] < size ? ((size_t *)old)[-1] : size);
+        return p;
+    }
+    return realloc_impl(old, size);
+}
+
+EXPORT void *reallocarray(void *old, size_t n, size_t size)
+{
+    size_t total;
+    if (__builtin_mul_overflow(n, size, &total)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return realloc(old, total);
+}
+
+EXPORT int posix_memalign(void **out, size_t align, size_t size)
+{
+    if (!READY()) {
+        void *p = boot_alloc(size, align);
+        if (!p)
+            return ENOMEM;
+        *out = p;
+        return 0;
+    }
+    int r = real.posix_memalign(out, align, size);
+    if (r == 0)
+        after_alloc(*out, size, MLK_KIND_MALLOC);
+    return r;
+}
+
+#define ALIGNED_HOOK(name, params, call, size_expr)                                                \
+    EXPORT void *name params                                                                       \
+    {                                                                                              \
+        if (!READY())                                                                              \
+            return NULL;                                                                           \
+        void *p = real.call;                                                                       \
+        after_alloc(p, size_expr, MLK_KIND_MALLOC);                                                \
+        return p;                                                                                  \
+    }
+
+ALIGNED_HOOK(aligned_alloc, (size_t align, size_t size), aligned_alloc(align, size), size)
+ALIGNED_HOOK(memalign, (size_t align, size_t size), memalign(align, size), size)
+ALIGNED_HOOK(valloc, (size_t size), valloc(size), size)
+/* pvalloc allocates whole pages: that is what the program holds. */
+ALIGNED_HOOK(pvalloc, (size_t size), pvalloc(size),
+             size ? (size + (size_t)getpagesize() - 1) & ~((size_t)getpagesize() - 1)
+                  : (size_t)getpagesize())
+
+/* ---- mappings ----------------------------------------------------------- */
+
+static size_t page_round(size_t len)
+{
+    size_t page = 4096;
+    return (len + page - 1) & ~(page - 1);
+}
+
+static void *raw_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    long r = mlk_syscall6(SYS_mmap, (long)addr, (long)len, prot, flags, fd, off);
+    if (r < 0 && r > -4096) {
+        errno = (int)-r;
+        return MAP_FAILED;
+    }
+    return (void *)r;
+}
+
+EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    void *p = real.mmap ? real.mmap(addr, len, prot, flags, fd, off)
+                        : raw_mmap(addr, len, prot, flags, fd, off);
+    if (p == MAP_FAILED || mlk_in_hook || !mlk_ever_collected)
+        return p;
+    BEGIN_HOOK();
+    if ((flags & MAP_ANONYMOUS) && mlk_collecting)
+        mlk_record_mmap(p, page_round(len)); /* replaces what was there */
+    else if (flags & MAP_FIXED)
+        mlk_record_munmap(p, page_round(len));
+    END_HOOK();
+    return p;
+}
+
+EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+    __attribute__((alias("mmap")));
+
+EXPORT int munmap(void *addr, size_t len)
+{
+    int r = real.munmap ? real.munmap(addr, len)
+                        : (int)mlk_syscall6(SYS_munmap, (long)addr, (long)len, 0, 0, 0, 0);
+    if (r == 0 && !mlk_in_hook && mlk_ever_collected) {
+        BEGIN_HOOK();
+        mlk_record_munmap(addr, page_round(len));
+        END_HOOK();
+    }
+    return r;
+}
+
+EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
+{
+    void *target = NULL;
+    if (flags & MREMAP_FIXED) {
+        va_list ap;
+        va_start(ap, flags);
+        target = va_arg(ap, void *);
+        va_end(ap);
+    }
+    if (!READY())
+        return MAP_FAILED;
+    void *p = real.mremap(old, old_len, new_len, flags, target);
+    if (p == MAP_FAILED || mlk_in_hook || !mlk_ever_collected)
+        return p;
+    BEGIN_HOOK();
+    /* Like realloc: the old range is freed, the new one is a new block of
+     * the caller of mremap — but only for mappings we were tracking. */
+    int tracked = mlk_region_tracked((uint64_t)old, page_round(old_len)) != 0;
+    if (tracked || (flags & MREMAP_FIXED))
+        mlk_record_munmap(old, page_round(old_len));
+    if (tracked && mlk_collecting)
+        mlk_record_mmap(p, page_round(new_len));
+    else if (flags & MREMAP_FIXED)
+        mlk_record_munmap(p, page_round(new_len));
+    END_HOOK();
+    return p;
+}
+
+/* ---- the dynamic loader ------------------------------------------------- */
+
+EXPORT void *dlopen(const char *file, int mode)
+{
+    if (!READY())
+        return NULL;
+    void *h = real.dlopen(file, mode);
+    if (h && !mlk_in_hook) {
+        BEGIN_HOOK();
+        mlk_after_dl_change();
+        END_HOOK();
+    }
+    return h;
+}
+
+EXPORT int dlclose(void *handle)
+{
+    if (!READY())
+        return -1;
+    int r = real.dlclose(handle);
+    if (!mlk_in_hook) {
+        BEGIN_HOOK();
+        mlk_after_dl_change();
+        END_HOOK();
+    }
+    return r;
+}
+
+/* ---- C++ operators -------------------------------------------------------
+ * Ours come first in symbol lookup.  Each delegates to the next definition
+ * (libstdc++'s, which implements the new-handler loop and throws bad_alloc)
+ * with the guard set, so its inner malloc is not counted a second time.  The
+ * guard is a cleanup variable, so it is also reset when bad_alloc unwinds
+ * through us (this file is compiled with -fexceptions). */
+
+static void clear_guard(int *unused)
+{
+    (void)unused;
+    mlk_in_hook = 0;
+}
+
+static void *next_symbol(const char *mangled)
+{
+    void *f = dlsym(RTLD_NEXT, mangled);
+    if (!f) {
+        /* libstdc++ loaded later with RTLD_LOCAL (a C program's C++ plugin). */
+        void *lib = real.dlopen ? real.dlopen("libstdc++.so.6", RTLD_NOW | RTLD_NOLOAD) : NULL;
+        if (lib)
+            f = dlsym(lib, mangled);
+    }
+    return f;
+}
+
+typedef void *(*new_fn)();
+typedef void (*delete_fn)();
+
+static void *fallback_new(size_t size)
+{
+    void *p = real.malloc(size ? size : 1);
+    if (!p) {
+        mlk_warn("operator new: out of memory and no C++ runtime to throw bad_alloc", "", "");
+        abort();
+    }
+    return p;
+}
+
+#define NEW_HOOK(mangled, kind, params, args)                                                      \
+    EXPORT void *mangled params                                                                    \
+    {                                                                                              \
+        static new_fn next;                                                                        \
+        if (!READY())                                                                              \
+            return boot_alloc(size, 16);                                                           \
+        if (MLK_UNLIKELY(!next))                                                                   \
+            next = (new_fn)next_symbol(#mangled);                                                  \
+        void *p;                                                                                   \
+        if (mlk_in_hook) {                                                                         \
+            p = next ? next args : fallback_new(size);                                             \
+        } else {                                                                                   \
+            int guard __attribute__((cleanup(clear_guard))) = 0;                                   \
+            (void)guard;                                                                           \
+            mlk_in_hook = 1;                                                                       \
+            p = next ? next args : fallback_new(size);                                             \
+        }                                                                                          \
+        after_alloc(p, size, kind);                                                                \
+        return p;                                                                                  \
+    }
+
+typedef struct nothrow_t nothrow_t;
+/* align_val_t is an enum of size_t: passed as a size_t. */
+NEW_HOOK(_Znwm, MLK_KIND_NEW, (size_t size), (size))
+NEW_HOOK(_Znam, MLK_KIND_NEW, (size_t size), (size))
+NEW_HOOK(_ZnwmRKSt9nothrow_t, MLK_KIND_NEW, (size_t size, const nothrow_t *nt), (size, nt))
+NEW_HOOK(_ZnamRKSt9nothrow_t, MLK_KIND_NEW, (size_t size, const nothrow_t *nt), (size, nt))
+NEW_HOOK(_ZnwmSt11align_val_t, MLK_KIND_NEW, (size_t size, size_t al), (size, al))
+NEW_HOOK(_ZnamSt11align_val_t, MLK_KIND_NEW, (size_t size, size_t al), (size, al))
+NEW_HOOK(_ZnwmSt11align_val_tRKSt9nothrow_t, MLK_KIND_NEW, (size_t size, size_t al, const nothrow_t *nt),
+         (size, al, nt))
+NEW_HOOK(_ZnamSt11align_val_tRKSt9nothrow_t, MLK_KIND_NEW, (size_t size, size_t al, const nothrow_t *nt),
+         (size, al, nt))
+
+#define DELETE_HOOK(mangled, params, args)                                                         \
+    EXPORT void mangled params                                                                     \
+    {                                                                                              \
+        static delete_fn next;                                                                     \
+        if (!p || is_boot(p))                                                                      \
+            return;                                                                                \
+        if (!READY())                                                                              \
+            return;                                                                                \
+        if (MLK_UNLIKELY(!next))                                                                   \
+            next = (delete_fn)next_symbol(#mangled);                                               \
+        before_free(p);                                                                            \
+        if (!next) {                                                                               \
+            real.free(p);                                                                          \
+        } else if (mlk_in_hook) {                                                                  \
+            next args;                                                                             \
+        } else {                                                                                   \
+            mlk_in_hook = 1;                                                                       \
+            next args;                                                                             \
+            mlk_in_hook = 0;                                                                       \
+        }                                                                                          \
+    }
+
+DELETE_HOOK(_ZdlPv, (void *p), (p))
+DELETE_HOOK(_ZdaPv, (void *p), (p))
+DELETE_HOOK(_ZdlPvm, (void *p, size_t n), (p, n))
+DELETE_HOOK(_ZdaPvm, (void *p, size_t n), (p, n))
+DELETE_HOOK(_ZdlPvRKSt9nothrow_t, (void *p, const nothrow_t *nt), (p, nt))
+DELETE_HOOK(_ZdaPvRKSt9nothrow_t, (void *p, const nothrow_t *nt), (p, nt))
+DELETE_HOOK(_ZdlPvSt11align_val_t, (void *p, size_t al), (p, al))
+DELETE_HOOK(_ZdaPvSt11align_val_t, (void *p, size_t al), (p, al))
+DELETE_HOOK(_ZdlPvmSt11align_val_t, (void *p, size_t n, size_t al), (p, n, al))
+DELETE_HOOK(_ZdaPvmSt11align_val_t, (void *p, size_t n, size_t al), (p, n, al))
+DELETE_HOOK(_ZdlPvSt11align_val_tRKSt9nothrow_t, (void *p, size_t al, const nothrow_t *nt), (p, al, nt))
+DELETE_HOOK(_ZdaPvSt11align_val_tRKSt9nothrow_t, (void *p, size_t al, const nothrow_t *nt), (p, al, nt))
+
+/* ---- glibc's <mcheck.h> API: the program controls reporting ------------- */
+
+EXPORT void mtrace(void)
+{
+    BEGIN_HOOK();
+    mlk_init();
+    if (!mlk_collecting)
+        mlk_start_collecting();
+    else if (mlk_seg)
+        mlk_request_report(&mlk_seg->mtrace_requests, 1);
+    END_HOOK();
+}
+
+EXPORT void muntrace(void)
+{
+    BEGIN_HOOK();
+    if (mlk_collecting && mlk_seg) {
+        mlk_stop_collecting();
+        mlk_request_report(&mlk_seg->muntrace_requests, 1);
+    }
+    END_HOOK();
+}

@@ -1,0 +1,104 @@
+/* Internal interfaces between the C modules of libmtrace.so.
+ * Each module's section lists what its neighbours may call; nothing else is
+ * shared.  Nothing here may call malloc: this code runs inside malloc. */
+#ifndef MLK_H
+#define MLK_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "shm_layout.h"
+
+#define MLK_HIDDEN __attribute__((visibility("hidden")))
+#define MLK_LIKELY(x) __builtin_expect(!!(x), 1)
+#define MLK_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* ---- rt.c: raw system calls and diagnostics, usable anywhere ---------- */
+MLK_HIDDEN long mlk_syscall6(long n, long a, long b, long c, long d, long e, long f);
+MLK_HIDDEN void *mlk_map_anon(size_t len);     /* NULL on failure */
+MLK_HIDDEN void mlk_unmap(void *p, size_t len);
+MLK_HIDDEN int mlk_getpid(void);
+MLK_HIDDEN void mlk_futex_wake(uint32_t *word);
+MLK_HIDDEN int mlk_futex_wait(uint32_t *word, uint32_t expected, int timeout_ms);
+MLK_HIDDEN uint64_t mlk_now_ns(int clock);
+/* One line on stderr: "libmemleak: " + the message; no stdio, no malloc. */
+MLK_HIDDEN void mlk_warn(const char *a, const char *b, const char *c);
+MLK_HIDDEN size_t mlk_strlen(const char *s);
+MLK_HIDDEN void mlk_fmt_u64(char *buf, uint64_t v);  /* buf >= 21 bytes */
+
+/* A spinlock that never sleeps in the kernel: held for a few instructions. */
+typedef struct { volatile int held; } mlk_lock_t;
+MLK_HIDDEN void mlk_lock(mlk_lock_t *l);
+MLK_HIDDEN void mlk_unlock(mlk_lock_t *l);
+
+/* ---- segment.c: the shared memory ------------------------------------- */
+extern MLK_HIDDEN struct mlk_header *mlk_seg;  /* NULL until created */
+extern MLK_HIDDEN int mlk_seg_fd;
+MLK_HIDDEN int mlk_segment_create(uint32_t depth, const char *dir);
+/* fork(): prepare copies the segment (our locks held), child maps the copy. */
+MLK_HIDDEN void mlk_segment_fork_prepare(void);
+MLK_HIDDEN void mlk_segment_fork_parent(void);
+MLK_HIDDEN int mlk_segment_fork_child(void);
+MLK_HIDDEN struct mlk_stack *mlk_stacks(void);
+MLK_HIDDEN uint64_t *mlk_frames(void);
+MLK_HIDDEN struct mlk_module *mlk_modules(void);
+MLK_HIDDEN char *mlk_strings(void);
+/* Append a string; returns its offset or UINT32_MAX when full. */
+MLK_HIDDEN uint32_t mlk_string_add(const char *s, uint32_t len);
+
+/* ---- modules.c: the loaded-module map --------------------------------- */
+MLK_HIDDEN void mlk_modules_scan(void);          /* sync with dl_iterate_phdr */
+MLK_HIDDEN int mlk_modules_cover(const uint64_t *ips, int n); /* all ips known? */
+MLK_HIDDEN void mlk_modules_set_self(const void *any_address_in_libmtrace);
+MLK_HIDDEN int mlk_is_self_address(uint64_t ip);
+MLK_HIDDEN void mlk_modules_fork_child(void);
+MLK_HIDDEN void mlk_modules_lock_for_fork(int acquire);
+
+/* ---- unwind.c: the backtrace of the current thread -------------------- */
+/* Fills ips with up to max return addresses of the caller of the allocator
+ * (our own frames skipped), innermost first; returns how many.  *truncated
+ * is set when more frames existed than max. */
+MLK_HIDDEN int mlk_backtrace(uint64_t *ips, int max, int *truncated);
+
+/* ---- stacks.c: backtrace -> stack id in the shared table --------------- */
+#define MLK_NO_STACK UINT32_MAX
+MLK_HIDDEN uint32_t mlk_stack_intern(const uint64_t *ips, int depth, int kind);
+MLK_HIDDEN void mlk_stack_count_alloc(uint32_t id, uint64_t bytes); /* one new block */
+/* Change live bytes/blocks only (frees, partial unmaps, region splits). */
+MLK_HIDDEN void mlk_stack_account(uint32_t id, int64_t bytes, int64_t blocks);
+MLK_HIDDEN void mlk_stacks_lock_for_fork(int acquire);
+
+/* ---- addrs.c: live block -> (stack, size), private to the process ------ */
+/* Returns 0 if the block could not be tracked (table memory exhausted). */
+MLK_HIDDEN int mlk_addr_insert(uint64_t addr, uint32_t stack, uint64_t size);
+/* Removes the block; returns 1 and fills stack/size if it was tracked. */
+MLK_HIDDEN int mlk_addr_remove(uint64_t addr, uint32_t *stack, uint64_t *size);
+MLK_HIDDEN void mlk_addrs_lock_for_fork(int acquire);
+/* Anonymous mappings: an interval map, since munmap may cut any part. */
+MLK_HIDDEN int mlk_region_insert(uint64_t start, uint64_t len, uint32_t stack);
+/* Forget [start, start+len): accounts the removed bytes and pieces. */
+MLK_HIDDEN void mlk_region_remove(uint64_t start, uint64_t len);
+/* Bytes of [start, start+len) that are tracked regions. */
+MLK_HIDDEN uint64_t mlk_region_tracked(uint64_t start, uint64_t len);
+
+/* ---- record.c: what the hooks call ------------------------------------ */
+MLK_HIDDEN void mlk_record_alloc(void *p, size_t size, int kind);
+MLK_HIDDEN void mlk_record_free(void *p);
+MLK_HIDDEN void mlk_record_mmap(void *p, size_t len);
+MLK_HIDDEN void mlk_record_munmap(void *p, size_t len);
+
+/* ---- control.c: configuration, triggers, the reporter ----------------- */
+extern MLK_HIDDEN volatile int mlk_collecting;  /* mirror of mlk_seg->collecting */
+extern MLK_HIDDEN volatile int mlk_ever_collected;
+MLK_HIDDEN void mlk_init(void);                  /* idempotent */
+MLK_HIDDEN void mlk_request_report(uint32_t *reason_counter, int wait);
+MLK_HIDDEN void mlk_after_dl_change(void);
+MLK_HIDDEN int mlk_start_collecting(void);
+MLK_HIDDEN void mlk_stop_collecting(void);
+
+/* Thread-local recursion guard: set while this thread runs our own code, so
+ * that allocations made by the code we call are passed straight through. */
+extern __thread int mlk_in_hook __attribute__((tls_model("initial-exec")));
+
+#endif

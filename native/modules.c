@@ -1,0 +1,222 @@
+/* The loaded-module map, kept in the segment so that the reporter can turn
+ * addresses into (module, offset) even after a dlclose or the program's death.
+ *
+ * The map is synchronised with the dynamic loader by mlk_modules_scan(): at
+ * start, after each dlopen/dlclose we see, and whenever a new backtrace holds
+ * an address outside every known module (which catches libraries the loader
+ * maps for itself, such as NSS modules).  A private sorted array of the live
+ * ranges answers "is this address known?" without touching the segment. */
+#define _GNU_SOURCE
+#include <elf.h>
+#include <link.h>
+#include <string.h>
+#include <sys/syscall.h>
+
+#include "mlk.h"
+
+struct live_range {
+    uint64_t lo, hi;
+    uint32_t module;  /* index into the segment's module array */
+};
+
+#define MAX_LIVE 8192
+static struct live_range *live;  /* sorted by lo; mmap'd once */
+static uint32_t live_count;
+static mlk_lock_t modules_lock;
+static uint64_t self_lo, self_hi;
+static const void *self_probe;
+
+struct scan_state {
+    struct live_range *seen;
+    uint32_t seen_count;
+};
+
+static int same_module(const struct mlk_module *m, uint64_t base, uint64_t lo, uint64_t hi)
+{
+    return m->base == base && m->lo == lo && m->hi == hi;
+}
+
+static void read_build_id(struct dl_phdr_info *info, struct mlk_module *m)
+{
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_NOTE)
+            continue;
+        const char *p = (const char *)(info->dlpi_addr + ph->p_vaddr);
+        const char *end = p + ph->p_memsz;
+        while (p + sizeof(ElfW(Nhdr)) <= end) {
+            const ElfW(Nhdr) *nh = (const ElfW(Nhdr) *)p;
+            const char *name = p + sizeof *nh;
+            const char *desc = name + ((nh->n_namesz + 3) & ~3u);
+            if (desc + nh->n_descsz > end)
+                break;
+            if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 && memcmp(name, "GNU", 4) == 0) {
+                uint32_t n = nh->n_descsz < MLK_BUILD_ID_MAX ? nh->n_descsz : MLK_BUILD_ID_MAX;
+                memcpy(m->build_id, desc, n);
+                m->build_id_len = n;
+                return;
+            }
+            p = desc + ((nh->n_descsz + 3) & ~3u);
+        }
+    }
+}
+
+static uint32_t add_module(struct dl_phdr_info *info, uint64_t lo, uint64_t hi)
+{
+    struct mlk_header *h = mlk_seg;
+    uint64_t idx = h->modules_used;
+    if (idx >= h->modules_cap)
+        return UINT32_MAX;
+    struct mlk_module *m = &mlk_modules()[idx];
+    memset(m, 0, sizeof *m);
+    m->base = info->dlpi_addr;
+    m->lo = lo;
+    m->hi = hi;
+    const char *path = info->dlpi_name;
+    if (!path || !path[0]) /* the main program */
+        path = mlk_strings() + h->exe_off;
+    m->path_len = (uint32_t)mlk_strlen(path);
+    m->path_off = mlk_string_add(path, m->path_len);
+    if (m->path_off == UINT32_MAX)
+        m->path_len = 0, m->path_off = 0;
+    read_build_id(info, m);
+    m->load_epoch = h->map_epoch;
+    __atomic_store_n(&h->modules_used, idx + 1, __ATOMIC_RELEASE);
+    return (uint32_t)idx;
+}
+
+static int scan_one(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    struct scan_state *st = arg;
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        uint64_t a = info->dlpi_addr + ph->p_vaddr;
+        if (a < lo)
+            lo = a;
+        if (a + ph->p_memsz > hi)
+            hi = a + ph->p_memsz;
+    }
+    if (lo >= hi || st->seen_count >= MAX_LIVE)
+        return 0;
+    st->seen[st->seen_count].lo = lo;
+    st->seen[st->seen_count].hi = hi;
+    st->seen[st->seen_count].module = UINT32_MAX;
+    /* Known and still loaded? */
+    struct mlk_module *mods = mlk_modules();
+    for (uint32_t i = 0; i < live_count; i++) {
+        struct mlk_module *m = &mods[live[i].module];
+        if (same_module(m, info->dlpi_addr, lo, hi)) {
+            st->seen[st->seen_count].module = live[i].module;
+            break;
+        }
+    }
+    if (st->seen[st->seen_count].module == UINT32_MAX)
+        st->seen[st->seen_count].module = add_module(info, lo, hi);
+    if (st->seen[st->seen_count].module != UINT32_MAX)
+        st->seen_count++;
+    return 0;
+}
+
+static void sort_ranges(struct live_range *r, uint32_t n)
+{
+    for (uint32_t i = 1; i < n; i++) { /* insertion sort: n is small, mostly sorted */
+        struct live_range x = r[i];
+        uint32_t j = i;
+        while (j > 0 && r[j - 1].lo > x.lo) {
+            r[j] = r[j - 1];
+            j--;
+        }
+        r[j] = x;
+    }
+}
+
+void mlk_modules_scan(void)
+{
+    if (!mlk_seg)
+        return;
+    static struct live_range *seen;
+    mlk_lock(&modules_lock);
+    if (!live) {
+        live = mlk_map_anon(MAX_LIVE * sizeof *live);
+        seen = mlk_map_anon(MAX_LIVE * sizeof *seen);
+        if (!live || !seen) {
+            mlk_unlock(&modules_lock);
+            return;
+        }
+    }
+    struct mlk_header *h = mlk_seg;
+    struct scan_state st = {seen, 0};
+    /* Each scan opens a new epoch.  A module is valid for a stack recorded at
+     * epoch E when load_epoch <= E < unload_epoch (or it was never unloaded);
+     * stacks read the epoch only after the scan that covers their frames. */
+    uint32_t next_epoch = h->map_epoch + 1;
+    __atomic_store_n(&h->map_epoch, next_epoch, __ATOMIC_RELEASE);
+    dl_iterate_phdr(scan_one, &st);
+    /* Modules we knew that the loader no longer lists were unloaded. */
+    struct mlk_module *mods = mlk_modules();
+    for (uint32_t i = 0; i < live_count; i++) {
+        int still = 0;
+        for (uint32_t j = 0; j < st.seen_count; j++)
+            if (seen[j].module == live[i].module) {
+                still = 1;
+                break;
+            }
+        if (!still) {
+            mods[live[i].module].unload_epoch = next_epoch;
+            __atomic_add_fetch(&h->unload_epoch, 1, __ATOMIC_RELEASE);
+        }
+    }
+    sort_ranges(seen, st.seen_count);
+    memcpy(live, seen, st.seen_count * sizeof *live);
+    __atomic_store_n(&live_count, st.seen_count, __ATOMIC_RELEASE);
+    if (self_probe && !self_hi)
+        for (uint32_t i = 0; i < live_count; i++)
+            if ((uint64_t)self_probe >= live[i].lo && (uint64_t)self_probe < live[i].hi) {
+                self_lo = live[i].lo;
+                self_hi = live[i].hi;
+            }
+    mlk_unlock(&modules_lock);
+}
+
+/* Unsynchronised read of the live ranges: a scan only ever replaces the
+ * array contents under the lock, and a stale answer merely causes one more
+ * scan, so taking the lock on this path is not worth it. */
+static int known(uint64_t ip)
+{
+    uint32_t n = __atomic_load_n(&live_count, __ATOMIC_ACQUIRE);
+    uint32_t a = 0, b = n;
+    while (a < b) {
+        uint32_t m = (a + b) / 2;
+        if (live[m].hi <= ip)
+            a = m + 1;
+        else
+            b = m;
+    }
+    return a < n && ip >= live[a].lo && ip < live[a].hi;
+}
+
+int mlk_modules_cover(const uint64_t *ips, int n)
+{
+    if (!live)
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (!known(ips[i]))
+            return 0;
+    return 1;
+}
+
+void mlk_modules_set_self(const void *p) { self_probe = p; }
+
+int mlk_is_self_address(uint64_t ip) { return ip >= self_lo && ip < self_hi; }
+
+void mlk_modules_lock_for_fork(int acquire)
+{
+    if (acquire)
+        mlk_lock(&modules_lock);
+    else
+        mlk_unlock(&modules_lock);
+}

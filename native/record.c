@@ -1,0 +1,58 @@
+/* What the allocator hooks call: capture a backtrace, intern it, and keep
+ * the per-block and per-stack books.  Runs with the thread's recursion guard
+ * set, so anything called from here passes straight through the hooks. */
+#define _GNU_SOURCE
+#include "mlk.h"
+
+static int warned_stacks, warned_blocks;
+
+static uint32_t current_stack(int kind)
+{
+    uint64_t ips[MLK_MAX_DEPTH];
+    int truncated = 0;
+    int depth = mlk_backtrace(ips, (int)mlk_seg->depth, &truncated);
+    if (truncated)
+        __atomic_add_fetch(&mlk_seg->truncated_stacks, 1, __ATOMIC_RELAXED);
+    uint32_t id = mlk_stack_intern(ips, depth, kind);
+    if (MLK_UNLIKELY(id == MLK_NO_STACK)) {
+        __atomic_add_fetch(&mlk_seg->dropped_stacks, 1, __ATOMIC_RELAXED);
+        if (!__atomic_exchange_n(&warned_stacks, 1, __ATOMIC_RELAXED))
+            mlk_warn("the stack table is full; further new call stacks are not recorded ",
+                     "(the reports count them as dropped)", "");
+    }
+    return id;
+}
+
+static void dropped_block(void)
+{
+    __atomic_add_fetch(&mlk_seg->dropped_blocks, 1, __ATOMIC_RELAXED);
+    if (!__atomic_exchange_n(&warned_blocks, 1, __ATOMIC_RELAXED))
+        mlk_warn("cannot track more live blocks (out of memory for the address table); ",
+                 "the reports count the blocks not tracked", "");
+}
+
+void mlk_record_alloc(void *p, size_t size, int kind)
+{
+    if (!p)
+        return;
+    uint32_t id = current_stack(kind);
+    if (id != MLK_NO_STACK && !mlk_addr_insert((uint64_t)p, id, size))
+        dropped_block();
+}
+
+void mlk_record_free(void *p)
+{
+    uint32_t stack;
+    uint64_t size;
+    if (!mlk_addr_remove((uint64_t)p, &stack, &size) && mlk_collecting)
+        __atomic_add_fetch(&mlk_seg->unknown_frees, 1, __ATOMIC_RELAXED);
+}
+
+void mlk_record_mmap(void *p, size_t len)
+{
+    uint32_t id = current_stack(MLK_KIND_MMAP);
+    if (id != MLK_NO_STACK && !mlk_region_insert((uint64_t)p, len, id))
+        dropped_block();
+}
+
+void mlk_record_munmap(void *p, size_t len) { mlk_region_remove((uint64_t)p, len); }

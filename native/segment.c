@@ -1,0 +1,201 @@
+/* The shared-memory segment: a memfd, so it has no name anyone could guess,
+ * open or plant a symlink at; only this process and the reporter it hands
+ * the descriptor to can map it.  The file is sized for the largest tables we
+ * allow but stays sparse, so only the pages actually written cost memory. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+
+#include "mlk.h"
+
+struct mlk_header *mlk_seg;
+int mlk_seg_fd = -1;
+
+#define STACKS_CAP (1ull << 22)  /* 4M distinct stacks: 384 MiB if all used */
+#define FRAMES_CAP (1ull << 26)  /* 64M frames: 512 MiB if all used */
+#define MODULES_CAP 8192ull
+#define STRINGS_CAP (4ull << 20)
+
+/* Descriptors we keep stay clear of the low numbers programs assume free. */
+#define MLK_FD_FLOOR 700
+
+static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
+
+static int make_memfd(uint64_t size)
+{
+    int fd = (int)mlk_syscall6(SYS_memfd_create, (long)"libmemleak", MFD_CLOEXEC, 0, 0, 0, 0);
+    if (fd < 0)
+        return -1;
+    if (mlk_syscall6(SYS_ftruncate, fd, (long)size, 0, 0, 0, 0) < 0) {
+        mlk_syscall6(SYS_close, fd, 0, 0, 0, 0, 0);
+        return -1;
+    }
+    int high = (int)mlk_syscall6(SYS_fcntl, fd, F_DUPFD_CLOEXEC, MLK_FD_FLOOR, 0, 0, 0);
+    if (high >= 0) {
+        mlk_syscall6(SYS_close, fd, 0, 0, 0, 0, 0);
+        fd = high;
+    }
+    return fd;
+}
+
+int mlk_segment_create(uint32_t depth, const char *dir)
+{
+    uint64_t off = align_up(sizeof(struct mlk_header), 4096);
+    uint64_t stacks_off = off;
+    off = align_up(off + STACKS_CAP * sizeof(struct mlk_stack), 4096);
+    uint64_t frames_off = off;
+    off = align_up(off + FRAMES_CAP * sizeof(uint64_t), 4096);
+    uint64_t modules_off = off;
+    off = align_up(off + MODULES_CAP * sizeof(struct mlk_module), 4096);
+    uint64_t strings_off = off;
+    uint64_t size = align_up(off + STRINGS_CAP, 4096);
+
+    int fd = make_memfd(size);
+    if (fd < 0)
+        return -1;
+    long addr = mlk_syscall6(SYS_mmap, 0, (long)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (addr < 0 && addr > -4096) {
+        mlk_syscall6(SYS_close, fd, 0, 0, 0, 0, 0);
+        return -1;
+    }
+    struct mlk_header *h = (struct mlk_header *)addr;
+    h->layout_version = MLK_LAYOUT_VERSION;
+    h->header_size = sizeof *h;
+    h->segment_size = size;
+    h->stacks_off = stacks_off;
+    h->frames_off = frames_off;
+    h->modules_off = modules_off;
+    h->strings_off = strings_off;
+    h->stacks_cap = STACKS_CAP;
+    h->frames_cap = FRAMES_CAP;
+    h->modules_cap = MODULES_CAP;
+    h->strings_cap = STRINGS_CAP;
+    h->pid = mlk_getpid();
+    h->depth = depth;
+    h->start_time_ns = mlk_now_ns(CLOCK_REALTIME);
+    h->seg_fd = (uint32_t)fd;
+    mlk_seg = h;
+    mlk_seg_fd = fd;
+
+    char exe[4096];
+    long n = mlk_syscall6(SYS_readlink, (long)"/proc/self/exe", (long)exe, sizeof exe - 1, 0, 0, 0);
+    if (n < 0)
+        n = 0;
+    h->exe_off = mlk_string_add(exe, (uint32_t)n);
+    h->exe_len = (uint32_t)n;
+    h->dir_len = (uint32_t)mlk_strlen(dir);
+    h->dir_off = mlk_string_add(dir, h->dir_len);
+    __atomic_store_n(&h->magic, MLK_MAGIC, __ATOMIC_RELEASE);
+    return 0;
+}
+
+struct mlk_stack *mlk_stacks(void) { return (struct mlk_stack *)((char *)mlk_seg + mlk_seg->stacks_off); }
+uint64_t *mlk_frames(void) { return (uint64_t *)((char *)mlk_seg + mlk_seg->frames_off); }
+struct mlk_module *mlk_modules(void) { return (struct mlk_module *)((char *)mlk_seg + mlk_seg->modules_off); }
+char *mlk_strings(void) { return (char *)mlk_seg + mlk_seg->strings_off; }
+
+/* Callers serialise (the module lock, or single-threaded set-up). */
+uint32_t mlk_string_add(const char *s, uint32_t len)
+{
+    uint64_t used = mlk_seg->strings_used;
+    if (used + len + 1 > mlk_seg->strings_cap)
+        return UINT32_MAX;
+    char *dst = mlk_strings() + used;
+    memcpy(dst, s, len);
+    dst[len] = 0;
+    __atomic_store_n(&mlk_seg->strings_used, used + len + 1, __ATOMIC_RELEASE);
+    return (uint32_t)used;
+}
+
+static int copy_range(int fd, const void *src, uint64_t off, uint64_t len)
+{
+    while (len) {
+        long w = mlk_syscall6(SYS_pwrite64, fd, (long)src, (long)len, (long)off, 0, 0);
+        if (w == -EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        src = (const char *)src + w;
+        off += (uint64_t)w;
+        len -= (uint64_t)w;
+    }
+    return 0;
+}
+
+/* fork() support.  The segment is MAP_SHARED, so without care the child
+ * would go on writing into the parent's counters.  In the prepare handler
+ * (all our locks held, so no counter is being changed) the parent copies
+ * what is in use into a fresh memfd; the child maps that copy over the old
+ * segment at the same address, so every pointer into it stays valid. */
+static int fork_copy_fd = -1;
+
+void mlk_segment_fork_prepare(void)
+{
+    struct mlk_header *h = mlk_seg;
+    fork_copy_fd = -1;
+    if (!h)
+        return;
+    int fd = make_memfd(h->segment_size);
+    if (fd < 0)
+        return;
+    if (copy_range(fd, h, 0, h->header_size) == 0 &&
+        copy_range(fd, mlk_stacks(), h->stacks_off, h->stacks_used * sizeof(struct mlk_stack)) == 0 &&
+        copy_range(fd, mlk_frames(), h->frames_off, h->frames_used * sizeof(uint64_t)) == 0 &&
+        copy_range(fd, mlk_modules(), h->modules_off, h->modules_used * sizeof(struct mlk_module)) == 0 &&
+        copy_range(fd, mlk_strings(), h->strings_off, h->strings_used) == 0)
+        fork_copy_fd = fd;
+    else
+        mlk_syscall6(SYS_close, fd, 0, 0, 0, 0, 0);
+}
+
+void mlk_segment_fork_parent(void)
+{
+    if (fork_copy_fd >= 0)
+        mlk_syscall6(SYS_close, fork_copy_fd, 0, 0, 0, 0, 0);
+    fork_copy_fd = -1;
+}
+
+/* Returns -1 when the child could not get its own segment: it must then stop
+ * recording, or it would corrupt the parent's numbers. */
+int mlk_segment_fork_child(void)
+{
+    struct mlk_header *h = mlk_seg;
+    if (!h)
+        return 0;
+    int fd = fork_copy_fd;
+    fork_copy_fd = -1;
+    if (fd < 0)
+        return -1;
+    long addr = mlk_syscall6(SYS_mmap, (long)h, (long)h->segment_size, PROT_READ | PROT_WRITE,
+                             MAP_SHARED | MAP_FIXED, fd, 0);
+    if (addr != (long)h) {
+        mlk_syscall6(SYS_close, fd, 0, 0, 0, 0, 0);
+        return -1;
+    }
+    if (mlk_seg_fd >= 0)
+        mlk_syscall6(SYS_close, mlk_seg_fd, 0, 0, 0, 0, 0);
+    mlk_seg_fd = fd;
+    /* The child's first report holds everything live in it, inherited
+     * blocks included: forget what the parent's reporter had reported. */
+    struct mlk_stack *st = mlk_stacks();
+    for (uint64_t i = 0; i < h->stacks_used; i++) {
+        st[i].reported_bytes = 0;
+        st[i].reported_blocks = 0;
+    }
+    h->parent_pid = h->pid;
+    h->pid = mlk_getpid();
+    h->reporter_pid = 0;
+    h->request_seq = h->done_seq = 0;
+    h->signal_requests = h->mtrace_requests = h->muntrace_requests = 0;
+    h->exit_requests = 0;
+    h->seen_signal = h->seen_mtrace = h->seen_muntrace = h->seen_exit = 0;
+    h->seg_fd = (uint32_t)fd;
+    h->report_seq = 0;
+    h->report_errors = 0;
+    h->start_time_ns = mlk_now_ns(CLOCK_REALTIME);
+    return 0;
+}

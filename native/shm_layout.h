@@ -1,0 +1,123 @@
+/* The shared-memory segment of one traced process: the only definition.
+ *
+ * The C hook library includes this file; the Python reporter hands the same
+ * text to cffi's ffi.cdef() (after dropping the lines that start with '#' but
+ * are not '#define').  So: plain structs, fixed-width types, '#define'
+ * constants as plain decimal or hex numbers, no other preprocessor logic.
+ *
+ * Who writes what:
+ *   - the traced program writes everything except the fields marked
+ *     "reporter";
+ *   - the reporter writes only the fields marked "reporter".
+ * Arrays are append-only; an element becomes visible to readers when its
+ * `state` (stacks) or the array's `*_used` count (modules, strings) is stored
+ * with release semantics after the element is complete.
+ *
+ * Layout of the segment (offsets in struct mlk_header):
+ *   header | stacks[stacks_cap] | frames[frames_cap] | modules[modules_cap]
+ *   | strings[strings_cap]
+ * The file is sparse (memfd): untouched capacity costs no memory.
+ */
+
+#define MLK_MAGIC 0x314b4c4d454d4c4b
+#define MLK_LAYOUT_VERSION 1
+#define MLK_MAX_DEPTH 64
+#define MLK_BUILD_ID_MAX 32
+
+/* struct mlk_stack.kind: which allocator family made the blocks. */
+#define MLK_KIND_MALLOC 0
+#define MLK_KIND_NEW 1
+#define MLK_KIND_MMAP 2
+
+/* struct mlk_stack.state */
+#define MLK_STACK_EMPTY 0
+#define MLK_STACK_READY 1
+
+/* One distinct allocation backtrace and what is live from it. 96 bytes. */
+struct mlk_stack {
+    uint64_t hash;          /* of kind, unload_epoch and frames */
+    uint32_t state;         /* MLK_STACK_*; READY once the fields below are final */
+    uint16_t depth;         /* number of frames */
+    uint16_t kind;          /* MLK_KIND_* */
+    uint64_t frames_off;    /* index of the first frame in the frames array */
+    uint32_t map_epoch;     /* module-map epoch when the stack was first seen */
+    uint32_t unload_epoch;  /* module unloads seen before the stack was first seen */
+    int64_t live_bytes;     /* allocations minus frees (atomic) */
+    int64_t live_blocks;
+    uint64_t alloc_count;   /* allocations ever made from this stack */
+    uint64_t alloc_bytes;
+    int64_t reported_bytes;  /* reporter: live_bytes as of the last report */
+    int64_t reported_blocks; /* reporter: live_blocks as of the last report */
+    uint64_t reserved[2];
+};
+
+/* One loaded ELF object.  Entries are never removed: an unloaded object keeps
+ * its entry with unload_epoch set, so stacks recorded while it was mapped can
+ * still be symbolized after dlclose. */
+struct mlk_module {
+    uint64_t base;          /* load bias (dlpi_addr): file vaddr + base = address */
+    uint64_t lo;            /* lowest mapped address of its PT_LOAD segments */
+    uint64_t hi;            /* one past the highest */
+    uint32_t load_epoch;    /* map epoch at which it was seen loaded */
+    uint32_t unload_epoch;  /* map epoch at which it was seen gone; 0 = loaded */
+    uint32_t path_off;      /* path in the strings array */
+    uint32_t path_len;
+    uint32_t build_id_len;
+    uint32_t reserved;
+    uint8_t build_id[32];   /* MLK_BUILD_ID_MAX */
+};
+
+struct mlk_header {
+    uint64_t magic;             /* MLK_MAGIC */
+    uint32_t layout_version;    /* MLK_LAYOUT_VERSION */
+    uint32_t header_size;       /* sizeof(struct mlk_header) */
+    uint64_t segment_size;      /* bytes of the whole segment */
+
+    uint64_t stacks_off;        /* byte offsets from the segment start */
+    uint64_t frames_off;
+    uint64_t modules_off;
+    uint64_t strings_off;
+    uint64_t stacks_cap;        /* element capacities */
+    uint64_t frames_cap;
+    uint64_t modules_cap;
+    uint64_t strings_cap;
+    uint64_t stacks_used;       /* elements handed out (atomic) */
+    uint64_t frames_used;
+    uint64_t modules_used;
+    uint64_t strings_used;
+
+    int32_t pid;                /* the traced process */
+    int32_t parent_pid;         /* pid of the process it was forked from, or 0 */
+    int32_t reporter_pid;       /* reporter: its pid while it runs, else 0 */
+    uint32_t depth;             /* configured backtrace depth */
+    uint64_t start_time_ns;     /* CLOCK_REALTIME when this segment was made */
+    uint32_t exe_off;           /* path of /proc/self/exe, in strings */
+    uint32_t exe_len;
+    uint32_t dir_off;           /* directory reports go to, in strings */
+    uint32_t dir_len;
+
+    /* Control.  request_seq and done_seq are futex words. */
+    uint32_t collecting;        /* 1 while allocations are recorded */
+    uint32_t request_seq;       /* bumped for each report request */
+    uint32_t done_seq;          /* reporter: request_seq covered by the last report */
+    uint32_t signal_requests;   /* count of each kind of request; the reporter */
+    uint32_t mtrace_requests;   /* compares them to tell the report's reason */
+    uint32_t muntrace_requests;
+    uint32_t exit_requests;
+    uint32_t seg_fd;            /* the segment's descriptor number in the process */
+    uint32_t seen_signal;       /* reporter: the request counts above as of */
+    uint32_t seen_mtrace;       /* its last report, to tell the next one's reason */
+    uint32_t seen_muntrace;
+    uint32_t seen_exit;
+    uint32_t report_seq;        /* reporter: SEQ of the last report written */
+    uint32_t report_errors;     /* reporter: reports that could not be written */
+    uint32_t map_epoch;         /* bumped on each module load/unload seen */
+    uint32_t unload_epoch;      /* bumped on each module unload seen */
+
+    /* Health counters: the report prints them so nothing is lost silently. */
+    uint64_t dropped_stacks;    /* allocations not attributed: stack table full */
+    uint64_t dropped_blocks;    /* allocations not tracked: address table full */
+    uint64_t unknown_frees;     /* frees of pointers never seen allocated */
+    uint64_t truncated_stacks;  /* backtraces cut at the configured depth */
+    uint64_t reserved[8];
+};

@@ -1,0 +1,78 @@
+"""Build: compiles native/*.c into libmemleak/libmtrace.so (a plain shared
+library for LD_PRELOAD, not a Python extension) and ships the layout header
+beside it, so that the hook library and the reporter read the same file."""
+
+import glob
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+
+from setuptools import Command, Distribution, setup
+from setuptools.command.build_py import build_py
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+CFLAGS = ["-O2", "-g", "-fPIC", "-std=gnu11", "-fvisibility=hidden",
+          # the C++ operator hooks must let bad_alloc unwind through them
+          "-fexceptions", "-fno-omit-frame-pointer",
+          "-Wall", "-Wextra", "-Wno-unused-parameter"]
+LDFLAGS = ["-shared", "-Wl,-z,now", "-Wl,-z,noexecstack", "-Wl,--no-undefined"]
+LIBS = ["-ldl", "-lpthread", "-lgcc_s"]
+
+
+def build_native(out_dir, python=sys.executable):
+    sources = sorted(glob.glob(os.path.join(HERE, "native", "*.c")))
+    cc = shlex.split(os.environ.get("CC", "cc"))
+    target = os.path.join(out_dir, "libmtrace.so")
+    cmd = [*cc, *CFLAGS, f'-DMLK_PYTHON="{python}"', *sources, "-o", target, *LDFLAGS, *LIBS]
+    print(" ".join(shlex.quote(c) for c in cmd))
+    subprocess.check_call(cmd)
+    shutil.copy(os.path.join(HERE, "native", "shm_layout.h"), os.path.join(out_dir, "shm_layout.h"))
+    return target
+
+
+class BuildWithNative(build_py):
+    def run(self):
+        super().run()
+        out = os.path.join(self.build_lib, "libmemleak")
+        os.makedirs(out, exist_ok=True)
+        build_native(out)
+
+
+class BuildNativeInPlace(Command):
+    """`python setup.py build_native`: compile libmtrace.so into the source
+    tree's libmemleak/, for working on the code without reinstalling."""
+    user_options = []
+
+    def initialize_options(self):
+        pass
+
+    def finalize_options(self):
+        pass
+
+    def run(self):
+        build_native(os.path.join(HERE, "libmemleak"))
+
+
+class BinaryDistribution(Distribution):
+    def has_ext_modules(self):
+        return True  # the wheel holds a compiled library: platform-specific
+
+
+setup(
+    name="libmemleak",
+    version="0.1.0",
+    description="Find what a running native program leaks, while it runs",
+    long_description=open(os.path.join(HERE, "README.rst"), encoding="utf-8").read(),
+    long_description_content_type="text/x-rst",
+    license="MIT",
+    python_requires=">=3.10",
+    packages=["libmemleak", "libmemleak.symbols"],
+    package_data={"libmemleak": ["examples/*.c"]},
+    install_requires=["cffi>=1.15", "pyelftools>=0.29", "sortedcontainers>=2.4"],
+    entry_points={"console_scripts": ["libmemleak = libmemleak.cli:main"]},
+    cmdclass={"build_py": BuildWithNative, "build_native": BuildNativeInPlace},
+    distclass=BinaryDistribution,
+)
