@@ -61,18 +61,19 @@ class BinaryDistribution(Distribution):
         return True  # the wheel holds a compiled library: platform-specific
 
 
-setup(
-    name="libmemleak",
-    version="0.1.0",
-    description="Find what a running native program leaks, while it runs",
-    long_description=open(os.path.join(HERE, "README.rst"), encoding="utf-8").read(),
-    long_description_content_type="text/x-rst",
-    license="MIT",
-    python_requires=">=3.10",
-    packages=["libmemleak", "libmemleak.symbols"],
-    package_data={"libmemleak": ["examples/*.c"]},
-    install_requires=["cffi>=1.15", "pyelftools>=0.29", "sortedcontainers>=2.4"],
-    entry_points={"console_scripts": ["libmemleak = libmemleak.cli:main"]},
-    cmdclass={"build_py": BuildWithNative, "build_native": BuildNativeInPlace},
-    distclass=BinaryDistribution,
-)
+if __name__ == "__main__":  # importable by the tests, for build_native()
+    setup(
+        name="libmemleak",
+        version="0.1.0",
+        description="Find what a running native program leaks, while it runs",
+        long_description=open(os.path.join(HERE, "README.rst"), encoding="utf-8").read(),
+        long_description_content_type="text/x-rst",
+        license="MIT",
+        python_requires=">=3.10",
+        packages=["libmemleak", "libmemleak.symbols"],
+        package_data={"libmemleak": ["examples/*.c"]},
+        install_requires=["cffi>=1.15", "pyelftools>=0.29", "sortedcontainers>=2.4"],
+        entry_points={"console_scripts": ["libmemleak = libmemleak.cli:main"]},
+        cmdclass={"build_py": BuildWithNative, "build_native": BuildNativeInPlace},
+        distclass=BinaryDistribution,
+    )

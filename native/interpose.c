@@ -456,13 +456,19 @@ DELETE_HOOK(_ZdaPvSt11align_val_tRKSt9nothrow_t, (void *p, size_t al, const noth
 
 /* ---- glibc's <mcheck.h> API: the program controls reporting ------------- */
 
+/* The program's first mtrace() means "start": it starts collection, or does
+ * nothing when collection already runs (MEMLEAK_CONFIG unset or mtraceinit),
+ * so the program gets the same reports either way.  Later calls report, or
+ * restart collection after a muntrace(). */
 EXPORT void mtrace(void)
 {
+    static int calls;
     BEGIN_HOOK();
     mlk_init();
+    int first = __atomic_fetch_add(&calls, 1, __ATOMIC_RELAXED) == 0;
     if (!mlk_collecting)
         mlk_start_collecting();
-    else if (mlk_seg)
+    else if (!first && mlk_seg)
         mlk_request_report(&mlk_seg->mtrace_requests, 1);
     END_HOOK();
 }

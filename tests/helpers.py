@@ -1,0 +1,135 @@
+"""Shared test machinery: compile real programs, run them under the real
+preload library, stop them at checkpoints, and read their real reports."""
+
+import hashlib
+import os
+import signal
+import subprocess
+import time
+
+from libmemleak import memlog, preload_path
+from libmemleak.cli import traced_environment
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROGRAMS = os.path.join(HERE, "programs")
+BUILD = os.environ.get("MEMLEAK_TEST_BUILD", "/tmp/libmemleak-test-build")
+REPORT_TIMEOUT = 20.0
+
+
+def compile_program(source, *flags, name=None):
+    """Compile tests/programs/SOURCE (cached by content and flags)."""
+    path = os.path.join(PROGRAMS, source)
+    with open(path, "rb") as f:
+        digest = hashlib.sha1(f.read() + repr(flags).encode()).hexdigest()[:12]
+    with open(os.path.join(PROGRAMS, "checkpoint.h"), "rb") as f:
+        digest += hashlib.sha1(f.read()).hexdigest()[:4]
+    base = name or os.path.splitext(source)[0]
+    out_dir = os.path.join(BUILD, digest)
+    out = os.path.join(out_dir, base)
+    if not os.path.exists(out):
+        os.makedirs(out_dir, exist_ok=True)
+        cc = "g++" if source.endswith(".cc") else "gcc"
+        std = [] if source.endswith(".cc") else ["-std=gnu11"]
+        subprocess.run([cc, *std, "-g", "-O0", *flags, path, "-o", out + ".tmp", "-lpthread"],
+                       check=True)
+        os.replace(out + ".tmp", out)
+    return out
+
+
+def env_for(config=None, extra=None):
+    env = traced_environment()
+    env.pop("MEMLEAK_CONFIG", None)
+    if config is not None:
+        env["MEMLEAK_CONFIG"] = config
+    env.update(extra or {})
+    return env
+
+
+def report_path(directory, prog, pid, seq):
+    return os.path.join(directory, memlog.report_name(prog, pid, seq))
+
+
+def wait_for_file(path, timeout=REPORT_TIMEOUT):
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no report {path} after {timeout}s")
+        time.sleep(0.01)
+    return path
+
+
+def reports_of(directory, prog, pid):
+    """All reports of one process, in seq order (checks seq has no gaps)."""
+    out, seq = [], 1
+    while os.path.exists(report_path(directory, prog, pid, seq)):
+        out.append(memlog.read(report_path(directory, prog, pid, seq)))
+        seq += 1
+    names = [n for n in os.listdir(directory) if n.startswith(f"{prog}-{pid}-") and n.endswith(".memlog")]
+    assert len(names) == len(out), f"gap in report numbers: {sorted(names)}"
+    return out
+
+
+def by_site(report):
+    """first-frame function -> (bytes, blocks), summed over the report."""
+    sites = {}
+    for e in report.entries:
+        name = e.frames[0].function if e.frames and e.frames[0].function else "?"
+        b, k = sites.get(name, (0, 0))
+        sites[name] = (b + e.bytes, k + (e.blocks or 0))
+    return sites
+
+
+def by_stack(report):
+    """frames tuple -> (bytes, blocks), to add reports together exactly."""
+    out = {}
+    for e in report.entries:
+        key = tuple((f.function, f.module, f.offset) for f in e.frames)
+        b, k = out.get(key, (0, 0))
+        out[key] = (b + e.bytes, k + (e.blocks or 0))
+    return out
+
+
+def add_reports(reports):
+    total = {}
+    for r in reports:
+        for key, (b, k) in by_stack(r).items():
+            tb, tk = total.get(key, (0, 0))
+            total[key] = (tb + b, tk + k)
+    return {key: v for key, v in total.items() if v != (0, 0)}
+
+
+class Traced:
+    """A program running under the tracer, driven through its checkpoints."""
+
+    def __init__(self, argv, cwd, config=None, env=None, stdin=True):
+        self.cwd = str(cwd)
+        self.prog = os.path.basename(argv[0])
+        self.proc = subprocess.Popen(argv, cwd=self.cwd, env=env_for(config, env),
+                                     stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.pid = self.proc.pid
+
+    def expect(self, name):
+        line = self.proc.stdout.readline().decode()
+        assert line == f"checkpoint {name}\n", f"expected checkpoint {name}, got {line!r}"
+
+    def resume(self):
+        self.proc.stdin.write(b"\n")
+        self.proc.stdin.flush()
+
+    def signal_report(self, seq, sig=signal.SIGUSR1):
+        """Send the report signal and wait for report `seq`."""
+        self.proc.send_signal(sig)
+        return memlog.read(wait_for_file(report_path(self.cwd, self.prog, self.pid, seq)))
+
+    def finish(self, timeout=60):
+        out, err = self.proc.communicate(timeout=timeout)
+        self.stdout, self.stderr = out.decode(), err.decode()
+        return self.proc.returncode
+
+    def reports(self):
+        return reports_of(self.cwd, self.prog, self.pid)
+
+
+def lib_exists():
+    return os.path.exists(preload_path())
