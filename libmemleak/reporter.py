@@ -64,10 +64,10 @@ class ProgramWatch:
         except (OSError, IndexError):
             return True
 
-    def exec_happened(self):
+    def exec_happened(self, urgent=False):
         """After exec the segment is no longer mapped in the process."""
         now = time.monotonic()
-        if now < self._next_exec_check:
+        if now < self._next_exec_check and not urgent:
             return False
         self._next_exec_check = now + EXEC_CHECK_SECONDS
         try:
@@ -100,9 +100,10 @@ class Reporter:
                         return 0
                     continue
                 if self.watch.dead():
-                    self.final_report()
+                    if not h.exec_pending:  # else its last act was to exec
+                        self.final_report()
                     return 0
-                if self.watch.exec_happened():
+                if self.watch.exec_happened(urgent=bool(h.exec_pending)):
                     return 0
                 futex_wait(request_addr, request, POLL_SECONDS)
         finally:

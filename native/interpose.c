@@ -482,3 +482,89 @@ EXPORT void muntrace(void)
     }
     END_HOOK();
 }
+
+/* ---- exec: the image is about to be replaced ------------------------------
+ * The old image's reporter must not take the new image's exit for its own
+ * death, so each exec entry point marks the segment first (and clears the
+ * mark if the call fails).  glibc's exec variants call execve internally,
+ * not through the PLT, so each exported one is hooked. */
+
+static void exec_mark(int pending)
+{
+    if (mlk_seg && mlk_seg->pid == mlk_getpid())
+        __atomic_store_n(&mlk_seg->exec_pending, (uint32_t)pending, __ATOMIC_RELEASE);
+}
+
+#define EXEC_HOOK(name, params, args)                                                              \
+    EXPORT int name params                                                                         \
+    {                                                                                              \
+        static int (*next) params;                                                                 \
+        if (!next)                                                                                 \
+            *(void **)&next = dlsym(RTLD_NEXT, #name);                                             \
+        if (!next) {                                                                               \
+            errno = ENOSYS;                                                                        \
+            return -1;                                                                             \
+        }                                                                                          \
+        exec_mark(1);                                                                              \
+        int r = next args;                                                                         \
+        int saved = errno;                                                                         \
+        exec_mark(0);                                                                              \
+        errno = saved;                                                                             \
+        return r;                                                                                  \
+    }
+
+EXEC_HOOK(execve, (const char *path, char *const argv[], char *const envp[]), (path, argv, envp))
+EXEC_HOOK(execv, (const char *path, char *const argv[]), (path, argv))
+EXEC_HOOK(execvp, (const char *file, char *const argv[]), (file, argv))
+EXEC_HOOK(execvpe, (const char *file, char *const argv[], char *const envp[]), (file, argv, envp))
+EXEC_HOOK(fexecve, (int fd, char *const argv[], char *const envp[]), (fd, argv, envp))
+EXEC_HOOK(execveat, (int dirfd, const char *path, char *const argv[], char *const envp[], int flags),
+          (dirfd, path, argv, envp, flags))
+
+/* The list forms: collect the arguments, then go through the vector forms. */
+#define MAX_EXEC_ARGS 4096
+static int collect_args(const char *arg0, va_list ap, char **argv, char ***envp_out)
+{
+    int n = 0;
+    argv[n++] = (char *)arg0;
+    while (argv[n - 1] && n < MAX_EXEC_ARGS)
+        argv[n++] = va_arg(ap, char *);
+    if (argv[n - 1]) {
+        errno = E2BIG;
+        return -1;
+    }
+    if (envp_out)
+        *envp_out = va_arg(ap, char **);
+    return 0;
+}
+
+EXPORT int execl(const char *path, const char *arg, ...)
+{
+    char *argv[MAX_EXEC_ARGS];
+    va_list ap;
+    va_start(ap, arg);
+    int ok = collect_args(arg, ap, argv, NULL);
+    va_end(ap);
+    return ok < 0 ? -1 : execv(path, argv);
+}
+
+EXPORT int execlp(const char *file, const char *arg, ...)
+{
+    char *argv[MAX_EXEC_ARGS];
+    va_list ap;
+    va_start(ap, arg);
+    int ok = collect_args(arg, ap, argv, NULL);
+    va_end(ap);
+    return ok < 0 ? -1 : execvp(file, argv);
+}
+
+EXPORT int execle(const char *path, const char *arg, ...)
+{
+    char *argv[MAX_EXEC_ARGS];
+    char **envp;
+    va_list ap;
+    va_start(ap, arg);
+    int ok = collect_args(arg, ap, argv, &envp);
+    va_end(ap);
+    return ok < 0 ? -1 : execve(path, argv, envp);
+}

@@ -133,3 +133,32 @@ class Traced:
 
 def lib_exists():
     return os.path.exists(preload_path())
+
+
+def reporters_of(traced_pid):
+    """Pids of reporter processes watching `traced_pid` (their fd 4 is a
+    pidfd of it: /proc/R/fdinfo/4 says 'Pid: N')."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if b"_reporter_main.py" not in f.read():
+                    continue
+            with open(f"/proc/{entry}/fdinfo/4") as f:
+                if f"Pid:\t{traced_pid}\n" in f.read():
+                    out.append(int(entry))
+        except OSError:
+            continue
+    return out
+
+
+def wait_for_reporter(traced_pid, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = reporters_of(traced_pid)
+        if found:
+            return found[0]
+        time.sleep(0.02)
+    raise AssertionError(f"no reporter for pid {traced_pid}")

@@ -1,0 +1,135 @@
+"""Program lifecycle under the tracer: dlopen/dlclose, death without exit
+handlers, exec, a reporter that dies, a report directory that refuses."""
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from helpers import (PROGRAMS, Traced, by_site, compile_program, report_path, reporters_of,
+                     reports_of, wait_for_file, wait_for_reporter)
+from libmemleak import memlog
+
+
+def build_plugin():
+    out = compile_program("host.c", "-ldl")
+    plugin = os.path.join(os.path.dirname(out), "plugin.so")
+    if not os.path.exists(plugin):
+        subprocess.run(["gcc", "-g", "-O0", "-shared", "-fPIC", os.path.join(PROGRAMS, "plugin.c"),
+                        "-o", plugin], check=True)
+    return out, plugin
+
+
+def test_plugin_closed_before_the_report_is_still_named(workdir):
+    host, plugin = build_plugin()
+    t = Traced([host, plugin], workdir)
+    t.expect("closed")
+    report = t.signal_report(1)
+    t.resume()
+    assert t.finish() == 0, t.stderr
+    assert by_site(report)["plugin_leak"] == (1554, 2)  # two calls, from two lines of main
+    entries = [e for e in report.entries if e.frames[0].function == "plugin_leak"]
+    assert len(entries) == 2
+    for entry in entries:
+        assert entry.frames[0].module == plugin
+        assert [f.function for f in entry.frames[:3]] == ["plugin_leak", "plugin_entry", "main"]
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "abort", "_exit"])
+def test_death_without_exit_handlers_still_gives_the_final_report(workdir, how):
+    prog = compile_program("spin.c")
+    t = Traced([prog] + ([how] if how != "SIGKILL" else []), workdir)
+    t.expect("ready")
+    time.sleep(0.6)  # let the reporter start: it is the one that must notice
+    if how == "SIGKILL":
+        t.proc.kill()
+    else:
+        t.resume()
+    t.finish()
+    report = memlog.read(wait_for_file(report_path(str(workdir), "spin", t.pid, 1)))
+    assert report.header["reason"] == "death"
+    assert by_site(report)["site_spin"] == (6060, 1)
+
+
+def test_exec_starts_a_new_traced_image_and_the_old_reporter_leaves(workdir):
+    prog = compile_program("spin.c")
+    target = compile_program("mtrace_api.c")
+    t = Traced([prog, "exec", target], workdir)
+    t.expect("ready")
+    time.sleep(0.6)
+    t.resume()
+    assert t.finish() == 0, t.stderr
+    assert t.stdout.endswith("sync 1 1\n")
+    time.sleep(1.5)  # the old reporter checks for exec once a second
+    # the exec'd image reports under the same pid; the pre-exec image wrote nothing
+    assert len(reports_of(str(workdir), "mtrace_api", t.pid)) == 2
+    assert not [n for n in os.listdir(workdir) if n.startswith("spin-")]
+    assert reporters_of(t.pid) == []  # nobody left behind
+
+
+def test_reporter_is_invisible_to_the_program(workdir):
+    """Not the program's child, not in its process group or session."""
+    prog = compile_program("blocked.c")
+    t = Traced([prog], workdir)
+    t.expect("blocked")
+    reporter = wait_for_reporter(t.pid)
+    with open(f"/proc/{reporter}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    ppid, pgrp, session = int(fields[1]), int(fields[2]), int(fields[3])
+    assert ppid != t.pid
+    assert pgrp != os.getpgid(t.pid) and session != os.getsid(t.pid)
+    assert sorted(int(fd) for fd in os.listdir(f"/proc/{reporter}/fd")) == [0, 1, 2, 3, 4]
+    with open(f"/proc/{reporter}/environ", "rb") as f:
+        env = f.read().split(b"\0")
+    assert not [v for v in env if v.startswith(b"LD_PRELOAD=") and b"libmtrace" in v]
+    t.resume()
+    assert t.finish() == 0
+
+
+def test_a_killed_reporter_is_replaced_and_loses_nothing(workdir):
+    prog = compile_program("blocked.c")
+    t = Traced([prog], workdir)
+    t.expect("blocked")
+    first = t.signal_report(1)
+    os.kill(wait_for_reporter(t.pid), signal.SIGKILL)
+    time.sleep(0.2)
+    second = t.signal_report(2)  # a new reporter starts at this request
+    t.resume()
+    assert t.finish() == 0, t.stderr
+    assert by_site(first)["site_blocked"] == (4242, 1)
+    assert second.header["change-bytes"] == "+0"  # the baseline survived the reporter
+    assert second.header["live-bytes"] == first.header["live-bytes"]
+
+
+def test_unwritable_report_directory_warns_once_and_keeps_the_data(workdir):
+    if os.geteuid() == 0:
+        # root ignores permissions: make the directory vanish instead
+        target = workdir / "gone"
+        target.mkdir()
+        config = f"mtraceinit,dir={target}"
+        broken = lambda: target.rmdir()  # noqa: E731
+        fixed = lambda: target.mkdir()  # noqa: E731
+    else:
+        target = workdir / "ro"
+        target.mkdir()
+        config = f"mtraceinit,dir={target}"
+        broken = lambda: target.chmod(0o500)  # noqa: E731
+        fixed = lambda: target.chmod(0o700)  # noqa: E731
+    prog = compile_program("blocked.c")
+    t = Traced([prog], workdir, config=config)
+    t.expect("blocked")
+    broken()
+    t.proc.send_signal(signal.SIGUSR1)
+    time.sleep(1.0)
+    t.proc.send_signal(signal.SIGUSR1)
+    time.sleep(1.0)
+    fixed()
+    t.resume()
+    assert t.finish() == 0
+    lines = [line for line in t.stderr.splitlines() if "cannot write a report" in line]
+    assert len(lines) == 1, t.stderr
+    reports = reports_of(str(target), "blocked", t.pid)
+    assert len(reports) == 1 and reports[0].header["seq"] == "1"
+    assert by_site(reports[0])["site_blocked"] == (4242, 1)  # nothing was lost
