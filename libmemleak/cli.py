@@ -57,6 +57,7 @@ def traced_environment(env=None):
     env["LD_PRELOAD"] = ":".join([lib, *existing])
     env["MEMLEAK_PYTHON"] = sys.executable
     env.pop("MEMLEAK_REPORTER", None)
+    env.pop("MEMLEAK_ROOT_PID", None)  # the traced program is a new root
     return env
 
 
@@ -79,7 +80,9 @@ def cmd_run(args):
     try:
         # exec, not a child: the program keeps this pid (the reports are named
         # after it) and its exit status is the command's.
-        os.execve(program, argv, traced_environment())
+        env = traced_environment()
+        env["MEMLEAK_ROOT_PID"] = str(os.getpid())  # the program keeps this pid
+        os.execve(program, argv, env)
     except OSError as e:
         return fail(f"run: {program}: {e.strerror}", 126)
 

@@ -24,6 +24,8 @@ from libmemleak.symbols import Symbolizer
 SEGMENT_FD, PIDFD = 3, 4
 POLL_SECONDS = 0.2
 EXEC_CHECK_SECONDS = 1.0
+WARM_SLICE_SECONDS = 0.05   # idle symbolization per wake-up, so requests wait little
+DEFAULT_SYMBOL_BUDGET = 15.0
 REASON_FIELDS = (("exit", "exit_requests", "seen_exit"),
                  ("muntrace", "muntrace_requests", "seen_muntrace"),
                  ("mtrace", "mtrace_requests", "seen_mtrace"),
@@ -84,6 +86,9 @@ class Reporter:
         self.h = segment.header
         self.symbolizer = Symbolizer()
         self.warned = set()
+        self.budget = _float_env("MEMLEAK_SYMBOL_BUDGET", DEFAULT_SYMBOL_BUDGET)
+        self.warmed = set()      # stack ids whose frames are symbolized
+        self.warm_seen = -1      # stacks_used at the last warm-up
         self.watch = ProgramWatch(self.h.pid, os.fstat(SEGMENT_FD).st_ino)
 
     # -- the loop -----------------------------------------------------------
@@ -105,10 +110,37 @@ class Reporter:
                     return 0
                 if self.watch.exec_happened(urgent=bool(h.exec_pending)):
                     return 0
-                futex_wait(request_addr, request, POLL_SECONDS)
+                if not self.warm():
+                    futex_wait(request_addr, request, POLL_SECONDS)
         finally:
             if h.reporter_pid == os.getpid():
                 h.reporter_pid = 0
+
+    def warm(self):
+        """Symbolize stacks while idle, a slice at a time, so that a report
+        request finds most frames cached.  Returns True if there is more."""
+        h = self.h
+        if h.stacks_used == self.warm_seen:
+            return False
+        self.warm_seen = h.stacks_used
+        snap = self.seg.take_snapshot()
+        pending = [i for i in snap.ids if i not in self.warmed]
+        if not pending:
+            return False
+        from libmemleak.diff import canonical_frames
+        from libmemleak.modmap import ModuleMap
+        modmap = ModuleMap(snap.modules)
+        stop = time.monotonic() + WARM_SLICE_SECONDS
+        for i in pending:
+            if time.monotonic() > stop:
+                self.warm_seen = -1  # come back for the rest
+                return True
+            stack = snap.stacks[i]
+            _, mods = canonical_frames(stack, modmap)
+            for module, address in zip(mods, stack.frames):
+                self.symbolizer.frames_for(module, address)
+            self.warmed.add(i)
+        return False
 
     def reason(self):
         h = self.h
@@ -162,7 +194,10 @@ class Reporter:
         snap = self.seg.take_snapshot()
         deltas = diff_snapshot(snap)
         sums = totals(snap)
+        self.symbolizer.deadline = time.monotonic() + self.budget
+        self.symbolizer.skipped = 0
         entries = [Entry(d.bytes, d.blocks, self.frames(d)) for d in deltas]
+        self.symbolizer.deadline = None
         seq = self.h.report_seq + 1
         prog = os.path.basename(snap.exe) or "unknown"
         header = self.header_lines(snap, sums, seq, reason)
@@ -206,9 +241,21 @@ class Reporter:
                 lines.append((name.replace("_", "-"), value))
         if snap.corrupt_stacks:
             lines.append(("corrupt-stacks", snap.corrupt_stacks))
+        if self.symbolizer.skipped:
+            lines.append(("symbolization", f"partial: {self.symbolizer.skipped} frames without "
+                                           f"file:line after the {self.budget:g}s budget "
+                                           "(MEMLEAK_SYMBOL_BUDGET)"))
         for problem in self.symbolizer.problems():
             lines.append(("symbols-unreadable", problem))
         return lines
+
+
+def _float_env(name, default):
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        say(f"{name} must be a number of seconds; using {default:g}")
+        return default
 
 
 def process_status(pid):
@@ -230,4 +277,12 @@ def main():
     except (OSError, SegmentError, ValueError) as e:
         say(f"reporter cannot read the segment: {e}")
         return 1
-    return Reporter(segment).run()
+    profile = os.environ.get("MEMLEAK_PROFILE_REPORTER")  # a file for cProfile stats
+    if not profile:
+        return Reporter(segment).run()
+    import cProfile
+    profiler = cProfile.Profile()
+    try:
+        return profiler.runcall(Reporter(segment).run)
+    finally:
+        profiler.dump_stats(f"{profile}.{os.getpid()}")

@@ -54,6 +54,13 @@ static struct {
 } config = {1, 16, SIGUSR1, 60000, ""};
 
 static int init_state;  /* 0 = not yet, 1 = running, 2 = done */
+/* The root is the process the user started (its pid is MEMLEAK_ROOT_PID,
+ * set by the first traced process for its descendants, or by `libmemleak
+ * run`).  It starts its reporter at once and waits at exit for its report.
+ * Descendants (forked or exec'd) start a reporter only when one is needed
+ * and never wait at exit: their data is safe in the segment the reporter
+ * inherits, so builds and shell scripts do not crawl under the tracer. */
+static int is_root;
 static int inert;       /* we are the reporter, or something made tracing impossible */
 
 /* Prepared once at start, so that spawning needs no allocation. */
@@ -418,7 +425,7 @@ int mlk_start_collecting(void)
     __atomic_store_n(&mlk_seg->collecting, 1, __ATOMIC_RELEASE);
     mlk_ever_collected = 1;
     mlk_collecting = 1;
-    if (!reporter_alive())
+    if (is_root && !reporter_alive())
         spawn_reporter();
     return 0;
 }
@@ -469,6 +476,7 @@ static void fork_child(void)
         mlk_warn("fork: cannot copy the segment; the child is not traced", "", "");
     }
     spawned_at_ns = 0;
+    is_root = 0;
     mlk_addrs_lock_for_fork(0);
     mlk_stacks_lock_for_fork(0);
     mlk_modules_lock_for_fork(0);
@@ -478,6 +486,19 @@ static void fork_child(void)
 }
 
 /* ---- start and exit ----------------------------------------------------- */
+
+static void decide_root(void)
+{
+    char pid[24];
+    mlk_fmt_u64(pid, (uint64_t)mlk_getpid());
+    const char *root = secure_getenv("MEMLEAK_ROOT_PID");
+    if (!root || !*root) {
+        is_root = 1;
+        setenv("MEMLEAK_ROOT_PID", pid, 1); /* inherited by descendants */
+    } else {
+        is_root = strcmp(root, pid) == 0;
+    }
+}
 
 void mlk_init(void)
 {
@@ -497,6 +518,7 @@ void mlk_init(void)
             strcpy(cwd, "/");
         snprintf(config.dir, sizeof config.dir, "%s", cwd);
         parse_config(secure_getenv("MEMLEAK_CONFIG"), cwd);
+        decide_root();
         prepare_spawn();
         pthread_atfork(fork_prepare, fork_parent, fork_child);
         if (config.signal) {
@@ -525,6 +547,6 @@ __attribute__((destructor)) static void mlk_destructor(void)
         return;
     int was = mlk_in_hook;
     mlk_in_hook = 1;
-    mlk_request_report(&mlk_seg->exit_requests, 1);
+    mlk_request_report(&mlk_seg->exit_requests, is_root);
     mlk_in_hook = was;
 }

@@ -137,8 +137,15 @@ def test_fork_child_has_its_own_reports_with_inherited_blocks(workdir):
     assert t.finish() == 0, t.stderr
     parent = t.reports()
     assert len(parent) == 1
-    names = [n for n in os.listdir(workdir) if n.endswith(".memlog")]
-    child_pids = {int(n.split("-")[1]) for n in names} - {t.pid}
+    # A child writes its report after it has gone (it does not make its exit
+    # wait): wait for that file.
+    deadline = time.monotonic() + 20
+    while True:
+        names = [n for n in os.listdir(workdir) if n.endswith(".memlog")]
+        child_pids = {int(n.split("-")[1]) for n in names} - {t.pid}
+        if child_pids or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
     assert len(child_pids) == 1, names
     child = reports_of(str(workdir), "forker", child_pids.pop())
     assert len(child) == 1
@@ -244,12 +251,13 @@ def test_run_command_keeps_output_and_exit_status(workdir):
     code = "import sys; print(sum(range(10))); x = [bytes(1000) for _ in range(100)]; sys.exit(3)"
     env = dict(os.environ, PYTHONPATH=os.path.dirname(PACKAGE_DIR))
     env.pop("LD_PRELOAD", None)
-    r = subprocess.run([sys.executable, "-m", "libmemleak", "run", "--", "python3", "-c", code],
+    python = os.path.realpath(sys.executable)  # the interpreter itself, not a wrapper script
+    r = subprocess.run([sys.executable, "-m", "libmemleak", "run", "--", python, "-c", code],
                        cwd=workdir, capture_output=True, text=True, timeout=120, env=env)
-    bare = subprocess.run(["python3", "-c", code], capture_output=True, text=True)
+    bare = subprocess.run([python, "-c", code], capture_output=True, text=True)
     assert (r.returncode, r.stdout, r.stderr) == (bare.returncode, bare.stdout, bare.stderr) == (3, "45\n", "")
     names = [n for n in os.listdir(workdir) if n.endswith(".memlog")]
-    assert len(names) == 1 and names[0].startswith("python3")
+    assert len(names) == 1 and names[0].startswith(os.path.basename(python) + f"-")
     report = memlog.read(os.path.join(workdir, names[0]))
     assert report.header["reason"] == "exit"
     assert int(report.header["live-bytes"]) > 0

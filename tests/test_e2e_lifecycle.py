@@ -80,7 +80,19 @@ def test_reporter_is_invisible_to_the_program(workdir):
     ppid, pgrp, session = int(fields[1]), int(fields[2]), int(fields[3])
     assert ppid != t.pid
     assert pgrp != os.getpgid(t.pid) and session != os.getsid(t.pid)
-    assert sorted(int(fd) for fd in os.listdir(f"/proc/{reporter}/fd")) == [0, 1, 2, 3, 4]
+    def links(pid):
+        out = {}
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                out[int(fd)] = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                pass
+        return out
+    mine, program = links(reporter), links(t.pid)
+    assert mine[0] == mine[1] == "/dev/null"
+    assert mine[2] == program[2]  # stderr is kept on purpose, for one-line errors
+    shared = {v for k, v in mine.items() if k != 2} & set(program.values())
+    assert not {v for v in shared if v.startswith(("pipe:", "socket:"))}, shared
     with open(f"/proc/{reporter}/environ", "rb") as f:
         env = f.read().split(b"\0")
     assert not [v for v in env if v.startswith(b"LD_PRELOAD=") and b"libmtrace" in v]

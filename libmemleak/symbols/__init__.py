@@ -1,9 +1,12 @@
 """Addresses -> frames (function, module, file:line).  Knows nothing about
 reports: it answers for one (module, offset) at a time and caches."""
 
+import time
 from dataclasses import dataclass
 
+from libmemleak.symbols.debugfile import find_debug_file
 from libmemleak.symbols.demangle import demangle
+from libmemleak.symbols.dwarf import DwarfIndex
 from libmemleak.symbols.elf import ElfIndex
 
 
@@ -17,18 +20,43 @@ class Frame:
     inlined: bool = False
 
 
+class _ModuleSymbols:
+    """Symbol tables and, where found, DWARF of one module (built lazily)."""
+
+    def __init__(self, path, build_id, debug_dirs):
+        self.path = path
+        self.elf = ElfIndex(path)
+        self._build_id = build_id
+        self._debug_dirs = debug_dirs
+        self._dwarf = None
+        self.debug_file = None
+
+    @property
+    def dwarf(self):
+        if self._dwarf is None:
+            self.debug_file = find_debug_file(self.path, self._build_id or None, self._debug_dirs)
+            self._dwarf = DwarfIndex(self.debug_file) if self.debug_file else False
+        return self._dwarf
+
+
 class Symbolizer:
-    """Caches one index per ELF file and one Frame per return address."""
+    """Caches one index per module and one answer per return address."""
 
-    def __init__(self):
-        self._elves = {}
+    def __init__(self, debug_dirs=None):
+        self._modules = {}
         self._frames = {}
+        self._debug_dirs = debug_dirs
+        # After this time.monotonic() value, answer from symbol tables only
+        # (fast) and do not cache, so a later report can still do better.
+        self.deadline = None
+        self.skipped = 0
 
-    def elf(self, path):
-        idx = self._elves.get(path)
-        if idx is None:
-            idx = self._elves[path] = ElfIndex(path)
-        return idx
+    def module(self, path, build_id=""):
+        key = (path, build_id)
+        m = self._modules.get(key)
+        if m is None:
+            m = self._modules[key] = _ModuleSymbols(path, build_id, self._debug_dirs)
+        return m
 
     def frames_for(self, module, address):
         """Frames (innermost first) for one return address in `module`
@@ -41,13 +69,34 @@ class Symbolizer:
         if module is None:
             result = (Frame(None, None, address),)
         else:
-            offset = address - module.base
-            # A return address points after the call: look up the call itself.
-            name = self.elf(module.path).function_at(offset - 1)
-            result = (Frame(demangle(name) if name else None, module.path, offset),)
+            late = self.deadline is not None and time.monotonic() > self.deadline
+            result = self._lookup(module, address - module.base, use_dwarf=not late)
+            if late:
+                self.skipped += 1
+                return result
         self._frames[key] = result
         return result
 
+    def _lookup(self, module, offset, use_dwarf=True):
+        syms = self.module(module.path, module.build_id)
+        # A return address points after the call: look up the call itself.
+        pc = offset - 1
+        symtab_name = syms.elf.function_at(pc)
+        symtab_name = demangle(symtab_name) if symtab_name else None
+        dwarf = syms.dwarf if use_dwarf else None
+        locations = dwarf.locate(pc) if dwarf else []
+        if not locations:
+            return (Frame(symtab_name, module.path, offset) if symtab_name
+                    else Frame(None, module.path, offset),)
+        frames = []
+        for loc in locations:
+            name = loc.function
+            if not loc.inlined and symtab_name and (not name or "(" not in name):
+                name = symtab_name if not name or symtab_name.startswith(name) else name
+            frames.append(Frame(name or symtab_name, module.path, offset, loc.file, loc.line,
+                                loc.inlined))
+        return tuple(frames)
+
     def problems(self):
         """One line per ELF file that could not be read."""
-        return [f"{path}: {idx.error}" for path, idx in self._elves.items() if idx.error]
+        return [f"{m.path}: {m.elf.error}" for m in self._modules.values() if m.elf.error]
