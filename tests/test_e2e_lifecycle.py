@@ -35,6 +35,7 @@ def test_plugin_closed_before_the_report_is_still_named(workdir):
     for entry in entries:
         assert entry.frames[0].module == plugin
         assert [f.function for f in entry.frames[:3]] == ["plugin_leak", "plugin_entry", "main"]
+        assert (os.path.basename(entry.frames[0].file), entry.frames[0].line) == ("plugin.c", 4)
 
 
 @pytest.mark.parametrize("how", ["SIGKILL", "abort", "_exit"])

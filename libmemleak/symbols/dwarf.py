@@ -173,7 +173,18 @@ def _attr_int(die, name):
     return a.value if a is not None and isinstance(a.value, int) else None
 
 
+# An unnamed class or struct with a member function is, in practice, a lambda's closure type.
+_ANONYMOUS = {"DW_TAG_namespace": "(anonymous namespace)", "DW_TAG_class_type": "{lambda}",
+              "DW_TAG_structure_type": "{lambda}"}
+_NAMED_SCOPES = ("DW_TAG_namespace", "DW_TAG_class_type", "DW_TAG_structure_type",
+                 "DW_TAG_union_type", "DW_TAG_subprogram")
+
+
 def _die_name(die, hops=0):
+    """The function's name as a debugger prints it: the demangled linkage
+    name when there is one; otherwise its name qualified by the enclosing
+    namespaces, classes and functions (lambdas and local classes get no
+    linkage name from gcc when inlined)."""
     for attr in ("DW_AT_linkage_name", "DW_AT_MIPS_linkage_name"):
         if attr in die.attributes:
             return demangle(_s(die.attributes[attr].value))
@@ -183,7 +194,22 @@ def _die_name(die, hops=0):
                 return _die_name(die.get_DIE_from_attribute(ref), hops + 1)
             except _PARSE_ERRORS:
                 pass
-    return _attr_str(die, "DW_AT_name")
+    name = _attr_str(die, "DW_AT_name")
+    if name is None or die.cu["version"] < 2:
+        return name
+    parts = [name]
+    try:
+        parent = die.get_parent()
+        while parent is not None and len(parts) < 16:
+            if parent.tag in _NAMED_SCOPES:
+                if parent.tag == "DW_TAG_subprogram":
+                    parts.append(_die_name(parent, hops + 1) or "?")
+                    break
+                parts.append(_attr_str(parent, "DW_AT_name") or _ANONYMOUS.get(parent.tag, "{anonymous}"))
+            parent = parent.get_parent()
+    except _PARSE_ERRORS:
+        return name
+    return "::".join(reversed(parts))
 
 
 def _die_ranges(dwarf, die):
