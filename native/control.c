@@ -171,6 +171,13 @@ static void parse_config(const char *cfg, const char *cwd)
                 bad_option(p, n, "': not a signal name; using USR1");
             else
                 config.signal = sig;
+        } else if (KEY("unwind") && val) {
+            if (vn == 6 && strncmp(val, "libgcc", 6) == 0)
+                mlk_unwind_mode = MLK_UNWIND_LIBGCC;
+            else if (vn == 4 && strncmp(val, "fast", 4) == 0)
+                mlk_unwind_mode = MLK_UNWIND_FAST;
+            else
+                bad_option(p, n, "': unwind is 'fast' or 'libgcc'; using fast");
         } else if (KEY("exit_timeout") && val) {
             if (parse_uint(val, vn, &num) && num <= 86400)
                 config.exit_timeout_ms = (int)num * 1000;
@@ -178,7 +185,7 @@ static void parse_config(const char *cfg, const char *cwd)
                 bad_option(p, n, "': exit_timeout takes seconds (0 to 86400)");
         } else {
             bad_option(p, n, "': unknown option (known: mtraceinit, depth=N, dir=PATH, "
-                             "signal=NAME, exit_timeout=SECONDS)");
+                             "signal=NAME, unwind=fast|libgcc, exit_timeout=SECONDS)");
         }
 #undef KEY
         p = *end ? end + 1 : end;
@@ -421,6 +428,7 @@ int mlk_start_collecting(void)
             return -1;
         }
         mlk_modules_scan();
+        mlk_unwind_init();
     }
     __atomic_store_n(&mlk_seg->collecting, 1, __ATOMIC_RELEASE);
     mlk_ever_collected = 1;

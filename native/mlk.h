@@ -60,6 +60,10 @@ MLK_HIDDEN void mlk_modules_lock_for_fork(int acquire);
  * (our own frames skipped), innermost first; returns how many.  *truncated
  * is set when more frames existed than max. */
 MLK_HIDDEN int mlk_backtrace(uint64_t *ips, int max, int *truncated);
+MLK_HIDDEN void mlk_unwind_init(void);  /* before the first mlk_backtrace */
+#define MLK_UNWIND_FAST 0
+#define MLK_UNWIND_LIBGCC 1
+extern MLK_HIDDEN int mlk_unwind_mode;
 
 /* ---- stacks.c: backtrace -> stack id in the shared table --------------- */
 #define MLK_NO_STACK UINT32_MAX
