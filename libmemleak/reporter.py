@@ -236,6 +236,7 @@ class Reporter:
             ("depth", snap.depth),
         ]
         lines += process_status(snap.pid)
+        lines += [("reporter-" + k, v) for k, v in process_status("self") if k == "vm-hwm"]
         for name, value in snap.health.items():
             if value:
                 lines.append((name.replace("_", "-"), value))

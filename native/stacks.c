@@ -23,6 +23,17 @@ struct stack_index {
 static struct stack_index *current_index;
 static mlk_lock_t grow_lock;
 
+/* A private copy of each entry's key.  Lookups compare against it instead of
+ * the shared entry, whose cache line the counters of other threads keep
+ * dirty: reading it there cost more than the whole rest of a lookup. */
+struct stack_key {
+    uint64_t hash;
+    uint64_t frames_off;
+    uint32_t depth;
+    uint32_t kind;
+};
+static struct stack_key *keys;
+
 static inline uint64_t mix64(uint64_t x)
 {
     x ^= x >> 33;
@@ -49,12 +60,11 @@ static struct stack_index *new_index(uint64_t cap)
     return ix;
 }
 
-static int same_stack(const struct mlk_stack *e, uint64_t hash, const uint64_t *ips, int depth, int kind)
+static int same_stack(uint32_t id, uint64_t hash, const uint64_t *ips, int depth, int kind)
 {
-    if (__atomic_load_n(&e->state, __ATOMIC_ACQUIRE) != MLK_STACK_READY)
-        return 0;
-    return e->hash == hash && e->depth == depth && e->kind == kind &&
-           memcmp(mlk_frames() + e->frames_off, ips, (size_t)depth * sizeof *ips) == 0;
+    const struct stack_key *k = &keys[id];
+    return k->hash == hash && k->depth == (uint32_t)depth && k->kind == (uint32_t)kind &&
+           memcmp(mlk_frames() + k->frames_off, ips, (size_t)depth * sizeof *ips) == 0;
 }
 
 /* Put an existing entry into an index (used while growing). */
@@ -81,7 +91,7 @@ static void maybe_grow(struct stack_index *ix)
                 n = mlk_seg->stacks_cap;
             for (uint64_t id = 0; id < n; id++)
                 if (__atomic_load_n(&st[id].state, __ATOMIC_ACQUIRE) == MLK_STACK_READY)
-                    index_put(bigger, (uint32_t)id, st[id].hash);
+                    index_put(bigger, (uint32_t)id, keys[id].hash);
             __atomic_store_n(&current_index, bigger, __ATOMIC_RELEASE);
         }
     }
@@ -107,6 +117,7 @@ static uint32_t create_entry(uint64_t hash, const uint64_t *ips, int depth, int 
     e->frames_off = off;
     e->map_epoch = __atomic_load_n(&h->map_epoch, __ATOMIC_ACQUIRE);
     e->unload_epoch = unload_epoch;
+    keys[id] = (struct stack_key){hash, off, (uint32_t)depth, (uint32_t)kind};
     __atomic_store_n(&e->state, MLK_STACK_READY, __ATOMIC_RELEASE);
     return (uint32_t)id;
 }
@@ -116,7 +127,9 @@ uint32_t mlk_stack_intern(const uint64_t *ips, int depth, int kind)
     struct stack_index *ix = __atomic_load_n(&current_index, __ATOMIC_ACQUIRE);
     if (MLK_UNLIKELY(!ix)) {
         mlk_lock(&grow_lock);
-        if (!current_index)
+        if (!keys)
+            keys = mlk_map_anon(mlk_seg->stacks_cap * sizeof *keys); /* sparse until used */
+        if (!current_index && keys)
             __atomic_store_n(&current_index, new_index(1u << 14), __ATOMIC_RELEASE);
         mlk_unlock(&grow_lock);
         ix = __atomic_load_n(&current_index, __ATOMIC_ACQUIRE);
@@ -125,7 +138,6 @@ uint32_t mlk_stack_intern(const uint64_t *ips, int depth, int kind)
     }
     uint32_t unload_epoch = __atomic_load_n(&mlk_seg->unload_epoch, __ATOMIC_ACQUIRE);
     uint64_t hash = hash_stack(ips, depth, kind, unload_epoch);
-    struct mlk_stack *st = mlk_stacks();
     uint32_t created = MLK_NO_STACK;
     for (uint64_t i = hash & ix->mask;; i = (i + 1) & ix->mask) {
         uint32_t slot = __atomic_load_n(&ix->slots[i], __ATOMIC_ACQUIRE);
@@ -147,7 +159,7 @@ uint32_t mlk_stack_intern(const uint64_t *ips, int depth, int kind)
             }
             /* Lost the race for this slot: look at what won it. */
         }
-        if (slot && same_stack(&st[slot - 1], hash, ips, depth, kind))
+        if (slot && same_stack(slot - 1, hash, ips, depth, kind))
             return slot - 1; /* our created entry, if any, stays unused */
         if (ix->used > ix->mask) /* cannot happen while growth works; never spin */
             return created;

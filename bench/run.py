@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""libmemleak benchmark: real programs run bare, under libmemleak, under
+heaptrack and (where not too slow) under valgrind memcheck, interleaved in
+the same run (A B C D A B C D ...).  Inputs are generated here; nothing is
+downloaded.  Prints and writes a table of median wall time, ratio to bare
+and peak RSS (program, and for libmemleak its reporter).
+
+    python bench/run.py                 # all workloads, 3 rounds
+    python bench/run.py --rounds 5 --only churn sqlite3
+    python bench/run.py --no-valgrind --out bench/out/results.rst
+"""
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+from libmemleak import preload_path  # noqa: E402
+
+
+# -- inputs -------------------------------------------------------------------
+
+def gen_sqlite(out):
+    path = os.path.join(out, "sqlite.sql")
+    if not os.path.exists(path):
+        rnd = random.Random(1)
+        with open(path, "w") as f:
+            f.write("create table t(id integer, name text, grp integer, val real);\nbegin;\n")
+            for i in range(150_000):
+                f.write(f"insert into t values({i}, 'name{rnd.randrange(10**6)}', {i % 977}, {rnd.random()});\n")
+            f.write("commit;\ncreate index t_grp on t(grp);\n")
+            f.write("select grp, count(*), avg(val) from t group by grp order by 2 desc limit 3;\n")
+            f.write("select count(*) from t a join t b on a.grp = b.grp and b.id = a.id + 977 where a.id < 50000;\n")
+    return path
+
+
+def gen_json(out):
+    path = os.path.join(out, "data.json")
+    if not os.path.exists(path):
+        rnd = random.Random(2)
+        items = [{"id": i, "name": f"user{rnd.randrange(10**6)}", "tags": [f"t{rnd.randrange(50)}" for _ in range(5)],
+                  "score": rnd.random(), "nested": {"a": i % 13, "b": str(i)}} for i in range(190_000)]
+        with open(path, "w") as f:
+            json.dump(items, f)
+    return path
+
+
+def gen_c(out):
+    path = os.path.join(out, "big.c")
+    if not os.path.exists(path):
+        with open(path, "w") as f:
+            f.write("#include <string.h>\nstruct s { int a; double b; char c[16]; };\n")
+            for i in range(1500):
+                f.write(f"int f{i}(struct s *p, int n) {{ int acc = {i};\n"
+                        f"  for (int k = 0; k < n; k++) {{ acc += p[k].a * {i % 7 + 1} + (int)p[k].b;\n"
+                        f"    if (acc > {1000 + i}) acc ^= (int)strlen(p[k].c); }}\n"
+                        f"  return acc + (n > {i % 10} ? f{max(i - 1, 0)}(p, n - 1) : 0); }}\n")
+    return path
+
+
+def gen_python(out):
+    path = os.path.join(out, "dicts.py")
+    with open(path, "w") as f:
+        f.write("d = {f'key{i}': str(i) for i in range(2_000_000)}\n"
+                "b = [bytes(1024) for _ in range(200_000)]\n"
+                "print(len(d), len(b))\n")
+    return path
+
+
+def gen_churn(out):
+    exe = os.path.join(out, "churn")
+    src = os.path.join(HERE, "programs", "churn.cc")
+    if not os.path.exists(exe) or os.path.getmtime(exe) < os.path.getmtime(src):
+        subprocess.run(["g++", "-O2", "-g", "-pthread", src, "-o", exe], check=True)
+    return exe
+
+
+def gen_measure(out):
+    exe = os.path.join(out, "measure")
+    src = os.path.join(HERE, "programs", "measure.c")
+    if not os.path.exists(exe) or os.path.getmtime(exe) < os.path.getmtime(src):
+        subprocess.run(["gcc", "-O2", src, "-o", exe], check=True)
+    return exe
+
+
+def workloads(out):
+    cc1 = subprocess.run(["gcc", "-print-prog-name=cc1"], capture_output=True, text=True).stdout.strip()
+    return {
+        "sqlite3": (["sqlite3", ":memory:"], gen_sqlite(out), True),
+        "jq": (["jq", "-c", "map(select(.score > 0.5)) | length", gen_json(out)], None, False),
+        "cc1": ([cc1, "-O2", "-quiet", gen_c(out), "-o", os.path.join(out, "big.s")], None, False),
+        "python3": ([os.path.realpath(sys.executable), gen_python(out)], None, False),
+        "churn": ([gen_churn(out), "10000000"], None, False),
+    }
+
+
+# -- running --------------------------------------------------------------------
+
+def run_once(tool, argv, stdin_path, out):
+    """Returns (wall seconds, peak RSS of the program in KiB, reporter peak KiB or None)."""
+    work = os.path.join(out, "run-" + tool)
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    cmd = list(argv)
+    if tool == "libmemleak":
+        env["LD_PRELOAD"] = preload_path()
+        env["MEMLEAK_PYTHON"] = sys.executable
+        env.pop("MEMLEAK_ROOT_PID", None)
+    elif tool == "libmemleak-libgcc":
+        env["LD_PRELOAD"] = preload_path()
+        env["MEMLEAK_PYTHON"] = sys.executable
+        env["MEMLEAK_CONFIG"] = "mtraceinit,unwind=libgcc"
+    elif tool == "heaptrack":
+        cmd = ["heaptrack", "-o", os.path.join(work, "ht"), *argv]
+    elif tool == "valgrind":
+        cmd = ["valgrind", "--tool=memcheck", "--leak-check=full", "--log-file=" + os.path.join(work, "vg.log"), *argv]
+    stdin = open(stdin_path) if stdin_path else subprocess.DEVNULL
+    result = os.path.join(work, "measure.out")
+    subprocess.run([gen_measure(out), result, *cmd], cwd=work, env=env, stdin=stdin,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    if stdin_path:
+        stdin.close()
+    wall_s, rss_kb, code = open(result).read().split()
+    wall, maxrss = float(wall_s), int(rss_kb)
+    if code != "0":
+        raise RuntimeError(f"{tool}: {' '.join(cmd)} exited with {code}")
+    reporter = None
+    if tool.startswith("libmemleak"):
+        reports = [n for n in os.listdir(work) if n.endswith(".memlog")]
+        if reports:
+            text = open(os.path.join(work, sorted(reports)[-1])).read()
+            m = re.search(r"^# reporter-vm-hwm: (\d+) kB", text, re.M)
+            reporter = int(m.group(1)) if m else None
+    return wall, maxrss, reporter
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", nargs="*", help="workload names")
+    ap.add_argument("--no-valgrind", action="store_true")
+    ap.add_argument("--libgcc", action="store_true", help="also run libmemleak with unwind=libgcc")
+    ap.add_argument("--out", default=os.path.join(HERE, "out", "results.rst"))
+    args = ap.parse_args()
+    out = os.path.join(HERE, "out")
+    os.makedirs(out, exist_ok=True)
+    if not os.path.exists(preload_path()):
+        sys.exit("libmtrace.so is missing: pip install . (or python setup.py build_native)")
+    tools = ["bare", "libmemleak"] + (["libmemleak-libgcc"] if args.libgcc else [])
+    for name in ("heaptrack", "valgrind"):
+        if name == "valgrind" and args.no_valgrind:
+            continue
+        if shutil.which(name):
+            tools.append(name)
+        else:
+            print(f"({name} is not installed: skipped; apt-get install {name})")
+    wl = workloads(out)
+    names = args.only or list(wl)
+    results = {}
+    for rnd in range(args.rounds):
+        for name in names:
+            argv, stdin_path, valgrind_ok = wl[name]
+            for tool in tools:
+                if tool == "valgrind" and not valgrind_ok:
+                    continue
+                if tool == "valgrind" and rnd > 0:
+                    continue  # one valgrind round: it is slow and steady
+                wall, rss, rep = run_once(tool, argv, stdin_path, out)
+                results.setdefault((name, tool), []).append((wall, rss, rep))
+                print(f"round {rnd + 1} {name:8} {tool:18} {wall:7.2f}s  rss {rss / 1024:7.1f} MiB"
+                      + (f"  reporter {rep / 1024:.1f} MiB" if rep else ""), flush=True)
+    lines = ["=========  ==================  ========  ========  ===========  ============",
+             "workload   tool                median s  x bare    rss MiB      reporter MiB",
+             "=========  ==================  ========  ========  ===========  ============"]
+    for name in names:
+        bare = statistics.median(w for w, _, _ in results[(name, "bare")])
+        for tool in tools:
+            rows = results.get((name, tool))
+            if not rows:
+                continue
+            med = statistics.median(w for w, _, _ in rows)
+            rss = max(r for _, r, _ in rows) / 1024
+            reps = [r for _, _, r in rows if r]
+            rep = f"{max(reps) / 1024:.0f}" if reps else ""
+            lines.append(f"{name:9}  {tool:18}  {med:8.2f}  {med / bare:8.2f}  {rss:11.1f}  {rep:>12}")
+    lines.append(lines[0])
+    table = "\n".join(lines)
+    print("\n" + table)
+    with open(args.out, "w") as f:
+        f.write(table + "\n")
+    print(f"\nwritten to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
