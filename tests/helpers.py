@@ -122,6 +122,16 @@ class Traced:
         self.proc.send_signal(sig)
         return memlog.read(wait_for_file(report_path(self.cwd, self.prog, self.pid, seq)))
 
+    def reports_at(self, *checkpoints):
+        """At each checkpoint in turn: take a signal report, then let the
+        program go on.  Returns those reports (seq 1, 2, ...)."""
+        taken = []
+        for seq, name in enumerate(checkpoints, 1):
+            self.expect(name)
+            taken.append(self.signal_report(seq))
+            self.resume()
+        return taken
+
     def finish(self, timeout=60):
         out, err = self.proc.communicate(timeout=timeout)
         self.stdout, self.stderr = out.decode(), err.decode()

@@ -19,12 +19,7 @@ PAGE = 4096
 def test_every_c_allocator_first_incremental_and_final_reports(workdir):
     prog = compile_program("allocators.c")
     t = Traced([prog], workdir)
-    t.expect("allocated")
-    first = t.signal_report(1)
-    t.resume()
-    t.expect("changed")
-    second = t.signal_report(2)
-    t.resume()
+    first, second = t.reports_at("allocated", "changed")
     assert t.finish() == 0, t.stderr
     assert t.stderr == ""
     reports = t.reports()
@@ -80,11 +75,7 @@ def test_every_c_allocator_first_incremental_and_final_reports(workdir):
 def test_frames_name_functions_and_modules_in_a_pie_executable(workdir):
     prog = compile_program("allocators.c")
     t = Traced([prog], workdir)
-    t.expect("allocated")
-    first = t.signal_report(1)
-    t.resume()
-    t.expect("changed")
-    t.resume()
+    first, _ = t.reports_at("allocated", "changed")
     t.finish()
     entry = next(e for e in first.entries if e.frames[0].function == "site_calloc")
     assert [f.function for f in entry.frames[:2]] == ["site_calloc", "main"]
@@ -96,12 +87,7 @@ def test_frames_name_functions_and_modules_in_a_pie_executable(workdir):
 def test_cxx_operators_templates_and_bad_alloc(workdir):
     prog = compile_program("cxx.cc")
     t = Traced([prog], workdir)
-    t.expect("allocated")
-    first = t.signal_report(1)
-    t.resume()
-    t.expect("freed")
-    second = t.signal_report(2)
-    t.resume()
+    first, second = t.reports_at("allocated", "freed")
     assert t.finish() == 0, t.stderr
     s1 = by_site(first)
     assert s1["site_new()"] == (16, 2)

@@ -1,7 +1,5 @@
 """The fast .eh_frame unwinder must give exactly the stacks libgcc gives."""
 
-import signal
-
 import pytest
 
 from helpers import Traced, by_stack, compile_program
@@ -9,14 +7,9 @@ from helpers import Traced, by_stack, compile_program
 
 def stacks(workdir, prog, config, checkpoints):
     t = Traced([prog], workdir, config=config)
-    report = None
-    for i, name in enumerate(checkpoints):
-        t.expect(name)
-        if i == 0:
-            report = t.signal_report(1)
-        t.resume()
+    report = t.reports_at(*checkpoints)[0]
     assert t.finish() == 0, t.stderr
-    return {key: v for key, v in by_stack(report).items()}
+    return by_stack(report)
 
 
 @pytest.mark.parametrize("source, flags, checkpoints", [

@@ -1,0 +1,76 @@
+"""The libmemleak command: refusals are one clear line and a non-zero exit."""
+
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from libmemleak import PACKAGE_DIR
+
+PROGRAM = "int main(void) { return 0; }\n"
+
+
+def cli(*args, cwd=None):
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(PACKAGE_DIR))
+    env.pop("LD_PRELOAD", None)
+    return subprocess.run([sys.executable, "-m", "libmemleak", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def one_error_line(r):
+    assert r.returncode != 0
+    assert r.stdout == ""
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("libmemleak: "), r.stderr
+    assert "Traceback" not in r.stderr
+    return lines[0]
+
+
+def test_static_program_is_refused(tmp_path):
+    src = tmp_path / "s.c"
+    src.write_text(PROGRAM)
+    exe = tmp_path / "static"
+    built = subprocess.run(["gcc", "-static", str(src), "-o", str(exe)], capture_output=True)
+    if built.returncode != 0:
+        pytest.skip("no static libc to build a static program with")
+    assert "statically linked" in one_error_line(cli("run", str(exe)))
+
+
+def test_setuid_program_is_refused(tmp_path):
+    src = tmp_path / "s.c"
+    src.write_text(PROGRAM)
+    exe = tmp_path / "suid"
+    subprocess.run(["gcc", str(src), "-o", str(exe)], check=True)
+    os.chmod(exe, 0o4755)
+    if not os.stat(exe).st_mode & stat.S_ISUID:
+        pytest.skip("this filesystem drops the setuid bit")
+    assert "setuid" in one_error_line(cli("run", str(exe)))
+
+
+def test_non_elf_file_is_refused(tmp_path):
+    f = tmp_path / "data.bin"
+    f.write_bytes(b"\x00\x01binary junk")
+    f.chmod(0o755)
+    assert "not an ELF executable" in one_error_line(cli("run", str(f)))
+
+
+def test_missing_program_and_missing_argument():
+    assert "command not found" in one_error_line(cli("run", "no-such-program-xyz"))
+    assert "name the program" in one_error_line(cli("run"))
+
+
+def test_preload_path_prints_the_library():
+    r = cli("preload-path")
+    assert r.returncode == 0 and r.stdout.strip().endswith("/libmtrace.so")
+    assert os.path.exists(r.stdout.strip())
+
+
+def test_script_is_traced_through_its_interpreter(tmp_path):
+    script = tmp_path / "s.sh"
+    script.write_text("#!/bin/sh\necho hello\n")
+    script.chmod(0o755)
+    r = cli("run", str(script), cwd=tmp_path)
+    assert (r.returncode, r.stdout) == (0, "hello\n")
+    assert [n for n in os.listdir(tmp_path) if n.endswith(".memlog")]
