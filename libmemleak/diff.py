@@ -39,9 +39,13 @@ def canonical_frames(stack, modmap):
     return key, mods
 
 
-def diff_snapshot(snapshot):
-    """List of StackDelta, largest byte change first; unchanged stacks left out."""
+def diff_snapshot(snapshot, key_cache=None):
+    """List of StackDelta, largest byte change first; unchanged stacks left out.
+    key_cache (stack id -> (frames key, modules)) may be kept across reports
+    of one process: a stack's frames and their modules never change."""
     modmap = ModuleMap(snapshot.modules)
+    if key_cache is None:
+        key_cache = {}
     merged = {}
     for pos, sid in enumerate(snapshot.ids):
         stack = snapshot.stacks[sid]
@@ -50,7 +54,10 @@ def diff_snapshot(snapshot):
         dk = live_k - snapshot.reported_blocks[pos]
         if not (db or dk or live_b or live_k):
             continue
-        frames_key, mods = canonical_frames(stack, modmap)
+        cached = key_cache.get(sid)
+        if cached is None:
+            cached = key_cache[sid] = canonical_frames(stack, modmap)
+        frames_key, mods = cached
         key = (stack.kind, frames_key)
         prev = merged.get(key)
         if prev is None:

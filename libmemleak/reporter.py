@@ -16,7 +16,8 @@ import sys
 import time
 
 from libmemleak import __version__
-from libmemleak.diff import diff_snapshot, totals
+from libmemleak.diff import canonical_frames, diff_snapshot, totals
+from libmemleak.modmap import ModuleMap
 from libmemleak.memlog import Entry, render, report_name, write_report
 from libmemleak.segment import Segment, SegmentError, futex_wait, futex_wake
 from libmemleak.symbols import Symbolizer
@@ -88,6 +89,7 @@ class Reporter:
         self.warned = set()
         self.budget = _float_env("MEMLEAK_SYMBOL_BUDGET", DEFAULT_SYMBOL_BUDGET)
         self.warmed = set()      # stack ids whose frames are symbolized
+        self.keys = {}           # stack id -> resolved frames (diff_snapshot's cache)
         self.warm_seen = -1      # stacks_used at the last warm-up
         self.watch = ProgramWatch(self.h.pid, os.fstat(SEGMENT_FD).st_ino)
 
@@ -127,8 +129,6 @@ class Reporter:
         pending = [i for i in snap.ids if i not in self.warmed]
         if not pending:
             return False
-        from libmemleak.diff import canonical_frames
-        from libmemleak.modmap import ModuleMap
         modmap = ModuleMap(snap.modules)
         stop = time.monotonic() + WARM_SLICE_SECONDS
         for i in pending:
@@ -136,7 +136,9 @@ class Reporter:
                 self.warm_seen = -1  # come back for the rest
                 return True
             stack = snap.stacks[i]
-            _, mods = canonical_frames(stack, modmap)
+            if i not in self.keys:
+                self.keys[i] = canonical_frames(stack, modmap)
+            _, mods = self.keys[i]
             for module, address in zip(mods, stack.frames):
                 self.symbolizer.frames_for(module, address)
             self.warmed.add(i)
@@ -192,7 +194,7 @@ class Reporter:
 
     def _report(self, reason):
         snap = self.seg.take_snapshot()
-        deltas = diff_snapshot(snap)
+        deltas = diff_snapshot(snap, self.keys)
         sums = totals(snap)
         self.symbolizer.deadline = time.monotonic() + self.budget
         self.symbolizer.skipped = 0

@@ -56,6 +56,8 @@ class _Unit:
             self._find_functions(cu.get_top_DIE())
         except _PARSE_ERRORS:
             pass
+        self._functions.sort(key=lambda f: f[0])
+        self._function_los = [f[0] for f in self._functions]
 
     # -- .debug_line -------------------------------------------------------
 
@@ -146,7 +148,10 @@ class _Unit:
     def chain_at(self, addr):
         """Scopes containing addr, innermost first, up to the physical function."""
         found = []
-        for lo, hi, die in self._functions:
+        # Function ranges do not overlap: the candidate is the last one
+        # starting at or below addr (a few more back for split functions).
+        i = bisect.bisect_right(self._function_los, addr) - 1
+        for lo, hi, die in self._functions[max(i - 3, 0):i + 1][::-1]:
             if lo <= addr < hi:
                 found = [s for s in self._function_scopes(die) if s.lo <= addr < s.hi]
                 break
