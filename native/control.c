@@ -423,7 +423,8 @@ int mlk_start_collecting(void)
         return -1;
     if (!mlk_seg) {
         if (mlk_segment_create(config.depth, config.dir) != 0) {
-            mlk_warn("cannot create the shared memory segment; not tracing", "", "");
+            mlk_warn("cannot create the shared memory segment (memfd, or RLIMIT_FSIZE below ",
+                     "its ~1 GiB sparse size); this process is not traced", "");
             inert = 1;
             return -1;
         }

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 
@@ -25,12 +26,35 @@ int mlk_seg_fd = -1;
 
 static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
 
+/* Sizing the memfd counts against RLIMIT_FSIZE, and going past the soft
+ * limit would kill the program with SIGXFSZ.  Raise the soft limit to the
+ * hard one just for the ftruncate; if even the hard limit is too small, do
+ * without a segment (the caller says so once). */
+static int size_memfd(int fd, uint64_t size)
+{
+    struct rlimit lim;
+    int raised = 0;
+    if (mlk_syscall6(SYS_getrlimit, RLIMIT_FSIZE, (long)&lim, 0, 0, 0, 0) == 0 &&
+        lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < size) {
+        if (lim.rlim_max != RLIM_INFINITY && lim.rlim_max < size)
+            return -1;
+        struct rlimit up = {lim.rlim_max, lim.rlim_max};
+        if (mlk_syscall6(SYS_setrlimit, RLIMIT_FSIZE, (long)&up, 0, 0, 0, 0) != 0)
+            return -1;
+        raised = 1;
+    }
+    long r = mlk_syscall6(SYS_ftruncate, fd, (long)size, 0, 0, 0, 0);
+    if (raised)
+        mlk_syscall6(SYS_setrlimit, RLIMIT_FSIZE, (long)&lim, 0, 0, 0, 0);
+    return r < 0 ? -1 : 0;
+}
+
 static int make_memfd(uint64_t size)
 {
     int fd = (int)mlk_syscall6(SYS_memfd_create, (long)"libmemleak", MFD_CLOEXEC, 0, 0, 0, 0);
     if (fd < 0)
         return -1;
-    if (mlk_syscall6(SYS_ftruncate, fd, (long)size, 0, 0, 0, 0) < 0) {
+    if (size_memfd(fd, size) != 0) {
         mlk_syscall6(SYS_close, fd, 0, 0, 0, 0, 0);
         return -1;
     }
@@ -111,19 +135,11 @@ uint32_t mlk_string_add(const char *s, uint32_t len)
     return (uint32_t)used;
 }
 
-static int copy_range(int fd, const void *src, uint64_t off, uint64_t len)
+/* Through a mapping, not write(): writes to a file count against
+ * RLIMIT_FSIZE (SIGXFSZ), stores into a mapping do not. */
+static void copy_range(char *dst_base, const void *src, uint64_t off, uint64_t len)
 {
-    while (len) {
-        long w = mlk_syscall6(SYS_pwrite64, fd, (long)src, (long)len, (long)off, 0, 0);
-        if (w == -EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        src = (const char *)src + w;
-        off += (uint64_t)w;
-        len -= (uint64_t)w;
-    }
-    return 0;
+    memcpy(dst_base + off, src, len);
 }
 
 /* fork() support.  The segment is MAP_SHARED, so without care the child
@@ -142,14 +158,19 @@ void mlk_segment_fork_prepare(void)
     int fd = make_memfd(h->segment_size);
     if (fd < 0)
         return;
-    if (copy_range(fd, h, 0, h->header_size) == 0 &&
-        copy_range(fd, mlk_stacks(), h->stacks_off, h->stacks_used * sizeof(struct mlk_stack)) == 0 &&
-        copy_range(fd, mlk_frames(), h->frames_off, h->frames_used * sizeof(uint64_t)) == 0 &&
-        copy_range(fd, mlk_modules(), h->modules_off, h->modules_used * sizeof(struct mlk_module)) == 0 &&
-        copy_range(fd, mlk_strings(), h->strings_off, h->strings_used) == 0)
-        fork_copy_fd = fd;
-    else
+    long dst = mlk_syscall6(SYS_mmap, 0, (long)h->segment_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (dst < 0 && dst > -4096) {
         mlk_syscall6(SYS_close, fd, 0, 0, 0, 0, 0);
+        return;
+    }
+    char *base = (char *)dst;
+    copy_range(base, h, 0, h->header_size);
+    copy_range(base, mlk_stacks(), h->stacks_off, h->stacks_used * sizeof(struct mlk_stack));
+    copy_range(base, mlk_frames(), h->frames_off, h->frames_used * sizeof(uint64_t));
+    copy_range(base, mlk_modules(), h->modules_off, h->modules_used * sizeof(struct mlk_module));
+    copy_range(base, mlk_strings(), h->strings_off, h->strings_used);
+    mlk_syscall6(SYS_munmap, dst, (long)h->segment_size, 0, 0, 0, 0);
+    fork_copy_fd = fd;
 }
 
 void mlk_segment_fork_parent(void)

@@ -264,11 +264,18 @@ static int run_cfa(const uint8_t *p, const uint8_t *end, const struct cie *cie, 
         }
         switch (op) {
         case 0x00: break; /* nop */
-        case 0x02: loc += *p++ * cie->code_align; if (loc > pc) return RULE_OK; break;
-        case 0x03: { uint16_t d; memcpy(&d, p, 2); p += 2; loc += d * cie->code_align;
-                     if (loc > pc) return RULE_OK; break; }
-        case 0x04: { uint32_t d; memcpy(&d, p, 4); p += 4; loc += d * cie->code_align;
-                     if (loc > pc) return RULE_OK; break; }
+        case 0x02: /* advance_loc1 */
+        case 0x03: /* advance_loc2 */
+        case 0x04: { /* advance_loc4 */
+            uint32_t delta = 0;
+            size_t width = op == 0x02 ? 1 : op == 0x03 ? 2 : 4;
+            memcpy(&delta, p, width); /* little-endian */
+            p += width;
+            loc += delta * cie->code_align;
+            if (loc > pc)
+                return RULE_OK;
+            break;
+        }
         case 0x05: /* offset_extended */
             reg = uleb(&p);
             off = (int64_t)uleb(&p) * cie->data_align;
@@ -326,7 +333,10 @@ static int run_cfa(const uint8_t *p, const uint8_t *end, const struct cie *cie, 
         case 0x14: /* val_offset */
         case 0x15: /* val_offset_sf */
             reg = uleb(&p);
-            if (op == 0x14) (void)uleb(&p); else (void)sleb(&p);
+            if (op == 0x14)
+                (void)uleb(&p);
+            else
+                (void)sleb(&p);
             if (reg == REG_RBP || reg == REG_RA) return RULE_UNKNOWN;
             break;
         case 0x2e: (void)uleb(&p); break; /* GNU_args_size */

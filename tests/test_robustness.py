@@ -1,0 +1,82 @@
+"""Faults around the traced program: it must run on unaffected."""
+
+import os
+import resource
+import signal
+import subprocess
+import time
+
+import pytest
+
+from helpers import Traced, add_reports, by_site, compile_program, env_for, reports_of
+
+
+def test_missing_python_is_one_line_and_the_program_runs_on(workdir):
+    prog = compile_program("mtrace_api.c")
+    r = subprocess.run([prog], cwd=workdir, capture_output=True, text=True, timeout=60,
+                       env=env_for(extra={"MEMLEAK_PYTHON": "/nonexistent/python3"}))
+    assert (r.returncode, r.stdout) == (0, "sync 0 0\n")  # no report could be written
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and "could not start the reporter" in lines[0], r.stderr
+    assert not [n for n in os.listdir(workdir) if "memlog" in n]
+
+
+@pytest.mark.parametrize("hard, message", [
+    (100, "cannot create the shared memory segment"),   # cannot trace at all
+    (resource.RLIM_INFINITY, "cannot write a report"),  # traced; the reports cannot be written
+])
+def test_file_size_limit_is_one_line_and_never_kills_the_program(workdir, hard, message):
+    """RLIMIT_FSIZE: sizing the segment or writing past it would raise SIGXFSZ."""
+    prog = compile_program("mtrace_api.c")
+
+    def tiny_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100, hard))
+
+    r = subprocess.run([prog], cwd=workdir, capture_output=True, text=True, timeout=60,
+                       env=env_for(), preexec_fn=tiny_files)
+    assert (r.returncode, r.stdout) == (0, "sync 0 0\n")
+    lines = [line for line in r.stderr.splitlines() if line]
+    assert len(lines) == 1 and message in lines[0], r.stderr
+    assert os.listdir(workdir) == []  # neither a partial report nor a temporary file
+
+
+def test_stress_threads_signals_and_fork_keep_exact_totals(workdir):
+    prog = compile_program("stress.c")
+    t = Traced([prog], workdir)
+    t.expect("start")
+    t.resume()
+    sent = 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = t.proc.stdout.readline() if _readable(t.proc.stdout) else b""
+        if line:
+            assert line == b"checkpoint done\n"
+            break
+        t.proc.send_signal(signal.SIGUSR1)
+        sent += 1
+        time.sleep(0.003)
+    else:
+        raise AssertionError("stress program did not finish")
+    final_seq = len(t.reports()) + 1
+    # wait for the reporter to catch up on the signals, then take one more
+    time.sleep(1.0)
+    final_seq = len(t.reports()) + 1
+    last = t.signal_report(final_seq)
+    t.resume()
+    assert t.finish() == 0, t.stderr
+    assert sent > 10
+    reports = t.reports()
+    total = add_reports(reports[:final_seq])
+    sites = {}
+    for frames, (b, k) in total.items():
+        b0, k0 = sites.get(frames[0][0], (0, 0))
+        sites[frames[0][0]] = (b0 + b, k0 + k)
+    assert sites["site_stress_keep"] == (6 * 100 * 48, 6 * 100)
+    assert "site_stress_churn" not in sites   # every churn block was freed
+    assert "site_stress_child" not in sites   # children's blocks are theirs, not ours
+    assert int(last.header["live-bytes"]) == sum(b for b, _ in total.values())
+
+
+def _readable(stream):
+    import select
+    return bool(select.select([stream], [], [], 0)[0])
