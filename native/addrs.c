@@ -97,7 +97,7 @@ static void erase(struct shard *s, uint64_t i)
     s->used--;
 }
 
-int mlk_addr_insert(uint64_t addr, uint32_t stack, uint64_t size)
+int mlk_addr_insert(uint64_t addr, uint32_t stack, uint64_t size, int is_new)
 {
     if (size >= MAX_BLOCK_SIZE || stack >= (1u << STACK_BITS))
         return 0;
@@ -119,7 +119,10 @@ int mlk_addr_insert(uint64_t addr, uint32_t stack, uint64_t size)
     }
     s->slots[i].addr = addr;
     s->slots[i].meta = size << STACK_BITS | stack;
-    mlk_stack_count_alloc(stack, size);
+    if (is_new)
+        mlk_stack_count_alloc(stack, size);
+    else
+        mlk_stack_account(stack, (int64_t)size, 1);
     mlk_unlock(&s->lock);
     return 1;
 }

@@ -180,10 +180,7 @@ static void *realloc_impl(void *old, size_t size)
         after_alloc(p, size, MLK_KIND_MALLOC);
     else if (size != 0 && had) {
         BEGIN_HOOK();
-        mlk_addr_insert((uint64_t)old, stack, old_size);
-        /* not a new allocation: undo the count that insert adds */
-        __atomic_sub_fetch(&mlk_stacks()[stack].alloc_count, 1, __ATOMIC_RELAXED);
-        __atomic_sub_fetch(&mlk_stacks()[stack].alloc_bytes, old_size, __ATOMIC_RELAXED);
+        mlk_addr_insert((uint64_t)old, stack, old_size, 0); /* still the same block */
         END_HOOK();
     }
     return p;

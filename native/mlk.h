@@ -52,7 +52,6 @@ MLK_HIDDEN void mlk_modules_scan(void);          /* sync with dl_iterate_phdr */
 MLK_HIDDEN int mlk_modules_cover(const uint64_t *ips, int n); /* all ips known? */
 MLK_HIDDEN void mlk_modules_set_self(const void *any_address_in_libmtrace);
 MLK_HIDDEN int mlk_is_self_address(uint64_t ip);
-MLK_HIDDEN void mlk_modules_fork_child(void);
 MLK_HIDDEN void mlk_modules_lock_for_fork(int acquire);
 
 /* ---- unwind.c: the backtrace of the current thread -------------------- */
@@ -74,8 +73,10 @@ MLK_HIDDEN void mlk_stack_account(uint32_t id, int64_t bytes, int64_t blocks);
 MLK_HIDDEN void mlk_stacks_lock_for_fork(int acquire);
 
 /* ---- addrs.c: live block -> (stack, size), private to the process ------ */
-/* Returns 0 if the block could not be tracked (table memory exhausted). */
-MLK_HIDDEN int mlk_addr_insert(uint64_t addr, uint32_t stack, uint64_t size);
+/* Returns 0 if the block could not be tracked (table memory exhausted).
+ * is_new: a new allocation (counted in the stack's totals), or 0 for a block
+ * put back after a failed realloc (only live bytes/blocks change). */
+MLK_HIDDEN int mlk_addr_insert(uint64_t addr, uint32_t stack, uint64_t size, int is_new);
 /* Removes the block; returns 1 and fills stack/size if it was tracked. */
 MLK_HIDDEN int mlk_addr_remove(uint64_t addr, uint32_t *stack, uint64_t *size);
 MLK_HIDDEN void mlk_addrs_lock_for_fork(int acquire);

@@ -36,7 +36,7 @@ void mlk_record_alloc(void *p, size_t size, int kind)
     if (!p)
         return;
     uint32_t id = current_stack(kind);
-    if (id != MLK_NO_STACK && !mlk_addr_insert((uint64_t)p, id, size))
+    if (id != MLK_NO_STACK && !mlk_addr_insert((uint64_t)p, id, size, 1))
         dropped_block();
 }
 

@@ -3,7 +3,6 @@
  * the descriptor to can map it.  The file is sized for the largest tables we
  * allow but stays sparse, so only the pages actually written cost memory. */
 #define _GNU_SOURCE
-#include <errno.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>

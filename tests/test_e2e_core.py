@@ -36,6 +36,8 @@ def test_every_c_allocator_first_incremental_and_final_reports(workdir):
     for site, want in expected1.items():
         assert s1.get(site) == want, (site, s1.get(site))
     assert "site_file_mmap" not in s1  # a file mapping is not an allocation
+    assert s1["site_realloc_keep"] == (77, 1)  # a failed realloc leaves the block where it was
+    assert "site_realloc_fails" not in s1
     assert first.header["reason"] == "signal"
     assert first.header["seq"] == "1" and first.header["pid"] == str(t.pid)
     assert int(first.header["live-bytes"]) == sum(e.bytes for e in first.entries)

@@ -27,6 +27,8 @@ SITE void *site_mremap(void *p) { return mremap(p, 4096, 5 * 4096, MREMAP_MAYMOV
 SITE void *site_mmap_small(void) { return mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0); }
 SITE void *site_file_mmap(void) { return mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, 0, 0); }
 SITE void site_free_one(void *p) { free(p); }
+SITE void *site_realloc_keep(void) { return malloc(77); }
+SITE void *site_realloc_fails(void *p) { return realloc(p, (size_t)1 << 62); } /* NULL: p stays */
 
 int main(void)
 {
@@ -42,6 +44,9 @@ int main(void)
     char *m = site_mmap();
     void *small = site_mmap_small();
     site_file_mmap(); /* not anonymous: not an allocation */
+    void *kept = hold(site_realloc_keep());
+    if (site_realloc_fails(kept) != NULL)
+        return 3;
     checkpoint("allocated");
 
     site_free_one(keep[0]);            /* one of site_malloc's blocks */
