@@ -565,3 +565,49 @@ EXPORT int execle(const char *path, const char *arg, ...)
     va_end(ap);
     return ok < 0 ? -1 : execve(path, argv, envp);
 }
+
+/* ---- our descriptor: programs that close or reuse every fd ----------------
+ * Daemons close every descriptor; that would take the segment's memfd, and a
+ * reporter started later could not be handed it.  So before the program
+ * closes or overwrites our descriptor, it is moved out of the way; when a
+ * whole range up to the top is closed, a reporter is started first instead
+ * (it holds the segment from then on). */
+
+static void protect_segment_fd(int lo, int hi)
+{
+    if (mlk_seg_fd < lo || mlk_seg_fd > hi || mlk_in_hook)
+        return;
+    BEGIN_HOOK();
+    mlk_segment_fd_threatened(lo, hi);
+    END_HOOK();
+}
+
+#define FD_HOOK(ret, name, params, args, lo, hi)                                                   \
+    EXPORT ret name params                                                                         \
+    {                                                                                              \
+        static ret (*next) params;                                                                 \
+        if (!next)                                                                                 \
+            *(void **)&next = dlsym(RTLD_NEXT, #name);                                             \
+        if (!next) {                                                                               \
+            errno = ENOSYS;                                                                        \
+            return (ret)-1;                                                                        \
+        }                                                                                          \
+        protect_segment_fd(lo, hi);                                                                \
+        return next args;                                                                          \
+    }
+
+FD_HOOK(int, close, (int fd), (fd), fd, fd)
+FD_HOOK(int, dup2, (int oldfd, int newfd), (oldfd, newfd), newfd, newfd)
+FD_HOOK(int, dup3, (int oldfd, int newfd, int flags), (oldfd, newfd, flags), newfd, newfd)
+FD_HOOK(int, close_range, (unsigned first, unsigned last, int flags), (first, last, flags),
+        (int)(first > 0x7fffffffu ? 0x7fffffff : first), (int)(last > 0x7fffffffu ? 0x7fffffff : last))
+
+EXPORT void closefrom(int lowfd)
+{
+    static void (*next)(int);
+    if (!next)
+        *(void **)&next = dlsym(RTLD_NEXT, "closefrom");
+    protect_segment_fd(lowfd < 0 ? 0 : lowfd, 0x7fffffff);
+    if (next)
+        next(lowfd);
+}

@@ -99,6 +99,9 @@ extern MLK_HIDDEN volatile int mlk_ever_collected;
 MLK_HIDDEN void mlk_init(void);                  /* idempotent */
 MLK_HIDDEN void mlk_request_report(uint32_t *reason_counter, int wait);
 MLK_HIDDEN void mlk_after_dl_change(void);
+/* The program is about to close or overwrite descriptors lo..hi, which
+ * include the segment's: keep the segment reachable. */
+MLK_HIDDEN void mlk_segment_fd_threatened(int lo, int hi);
 MLK_HIDDEN int mlk_start_collecting(void);
 MLK_HIDDEN void mlk_stop_collecting(void);
 

@@ -8,7 +8,9 @@ import time
 
 import pytest
 
-from helpers import Traced, add_reports, by_site, compile_program, env_for, reports_of
+from helpers import (Traced, add_reports, by_site, compile_program, env_for, report_path,
+                     reports_of, wait_for_file)
+from libmemleak import memlog
 
 
 def test_missing_python_is_one_line_and_the_program_runs_on(workdir):
@@ -80,3 +82,25 @@ def test_stress_threads_signals_and_fork_keep_exact_totals(workdir):
 def _readable(stream):
     import select
     return bool(select.select([stream], [], [], 0)[0])
+
+
+def test_daemon_that_closes_every_descriptor_still_reports(workdir):
+    prog = compile_program("daemon.c")
+    pidfile = workdir / "daemon.pid"
+    r = subprocess.run([prog, str(pidfile)], cwd=workdir, env=env_for(), timeout=60,
+                       capture_output=True)
+    assert r.returncode == 0
+    deadline = time.monotonic() + 10
+    while not (pidfile.exists() and pidfile.read_text().endswith("\n")):
+        assert time.monotonic() < deadline, "daemon did not start"
+        time.sleep(0.02)
+    pid = int(pidfile.read_text())
+    try:
+        os.kill(pid, signal.SIGUSR1)
+        report = memlog.read(wait_for_file(report_path(str(workdir), "daemon", pid, 1)))
+        assert by_site(report)["site_daemon"] == (5150, 1)
+        assert report.header["reason"] == "signal"
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    final = memlog.read(wait_for_file(report_path(str(workdir), "daemon", pid, 2)))
+    assert final.header["reason"] == "death"
