@@ -104,3 +104,18 @@ def test_daemon_that_closes_every_descriptor_still_reports(workdir):
         os.kill(pid, signal.SIGTERM)
     final = memlog.read(wait_for_file(report_path(str(workdir), "daemon", pid, 2)))
     assert final.header["reason"] == "death"
+
+
+@pytest.mark.parametrize("unwind", ["fast", "libgcc"])
+def test_exceptions_longjmp_coroutines_and_every_way_of_spawning(workdir, unwind):
+    prog = compile_program("oddflow.cc", "-O1")
+    t = Traced([prog], workdir, config=f"mtraceinit,unwind={unwind}")
+    report = t.reports_at("done")[0]
+    assert t.finish() == 0, t.stderr
+    sites = by_site(report)
+    assert sites["site_after_throw()"] == (111, 1)
+    assert sites["site_longjmp_inner()"] == (222, 1)
+    assert sites["site_coroutine_alloc()"] == (333, 1)
+    assert "site_throwing(int)" not in sites  # the strings were freed while unwinding
+    co = next(e for e in report.entries if e.frames[0].function == "site_coroutine_alloc()")
+    assert "coroutine()" in [f.function for f in co.frames]

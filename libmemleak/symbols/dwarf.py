@@ -278,14 +278,14 @@ class DwarfIndex:
             if not self._aranges:
                 self._ranges = self._build_ranges()
         if self._aranges:
+            # A unit missing from .debug_aranges is rare (hand-written
+            # assembly); finding it would mean parsing every unit's top DIE
+            # (18 s for glibc's debug file), so such an address keeps its
+            # symbol-table name instead.
             try:
-                off = self._aranges.cu_offset_at_addr(addr)
-                if off is not None:
-                    return off
+                return self._aranges.cu_offset_at_addr(addr)
             except _PARSE_ERRORS:
-                pass
-            if self._ranges is None:  # aranges may not cover every unit
-                self._ranges = self._build_ranges()
+                return None
         i = bisect.bisect_right(self._ranges, (addr, float("inf"), 0)) - 1
         while i >= 0:
             lo, hi, off = self._ranges[i]
