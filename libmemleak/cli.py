@@ -30,7 +30,7 @@ def check_traceable(path):
             if st.st_mode & (stat.S_ISUID | stat.S_ISGID):
                 return (f"{path} is setuid/setgid: the dynamic loader ignores LD_PRELOAD for it, "
                         "so it cannot be traced")
-            if not has_interpreter(f, head):
+            if not has_interpreter(f):
                 return (f"{path} is statically linked: there is no dynamic loader to preload "
                         "the tracer into (rebuild it without -static)")
     except OSError as e:
@@ -38,7 +38,7 @@ def check_traceable(path):
     return None
 
 
-def has_interpreter(f, head):
+def has_interpreter(f):
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
     try:

@@ -8,7 +8,6 @@ Entries are written largest byte change first; `#` header lines are
 `# key: value`.  The reader is strict about what it needs and tolerant of
 what it does not know, and says where a file is broken."""
 
-import errno
 import os
 import secrets
 from dataclasses import dataclass, field
@@ -97,12 +96,11 @@ def write_report(directory, name, text):
 def _unlink_quietly(name, dir_fd):
     try:
         os.unlink(name, dir_fd=dir_fd)
-    except OSError as e:
-        if e.errno != errno.ENOENT:
-            pass
+    except OSError:
+        pass  # the write error being raised is the one worth reporting
 
 
-def _parse_frame(text, where):
+def _parse_frame(text):
     parts = text.split("\t")
     if len(parts) == 1:
         token = parts[0]
@@ -148,7 +146,7 @@ def parse(text, source="<report>"):
         if line.startswith("\t"):
             if current is None:
                 raise MemlogError(f"{where}: frame line before any entry")
-            current.frames.append(_parse_frame(line[1:], where))
+            current.frames.append(_parse_frame(line[1:]))
             continue
         fields = line.split(" ")
         try:

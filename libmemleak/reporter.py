@@ -12,7 +12,6 @@ so a reporter that dies can be replaced without losing anything."""
 import datetime
 import os
 import select
-import sys
 import time
 
 from libmemleak import __version__

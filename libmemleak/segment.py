@@ -158,10 +158,6 @@ class Segment:
                               bytes(ffi.buffer(m.build_id, bid_len)).hex()))
         return tuple(out)
 
-    @property
-    def pid(self):
-        return self.header.pid
-
     # -- the snapshot ------------------------------------------------------
 
     def take_snapshot(self):

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from helpers import (Traced, add_reports, by_site, by_stack, compile_program, env_for,
+from helpers import (Traced, add_reports, by_site, compile_program, env_for,
                      report_path, reports_of, wait_for_file)
 from libmemleak import PACKAGE_DIR, memlog
 
@@ -245,7 +245,7 @@ def test_run_command_keeps_output_and_exit_status(workdir):
     bare = subprocess.run([python, "-c", code], capture_output=True, text=True)
     assert (r.returncode, r.stdout, r.stderr) == (bare.returncode, bare.stdout, bare.stderr) == (3, "45\n", "")
     names = [n for n in os.listdir(workdir) if n.endswith(".memlog")]
-    assert len(names) == 1 and names[0].startswith(os.path.basename(python) + f"-")
+    assert len(names) == 1 and names[0].startswith(os.path.basename(python) + "-")
     report = memlog.read(os.path.join(workdir, names[0]))
     assert report.header["reason"] == "exit"
     assert int(report.header["live-bytes"]) > 0

@@ -5,7 +5,6 @@ import os
 import subprocess
 import time
 
-import pytest
 
 from helpers import env_for
 

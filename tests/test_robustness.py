@@ -9,7 +9,7 @@ import time
 import pytest
 
 from helpers import (Traced, add_reports, by_site, compile_program, env_for, report_path,
-                     reports_of, wait_for_file)
+                     wait_for_file)
 from libmemleak import memlog
 
 
@@ -59,7 +59,6 @@ def test_stress_threads_signals_and_fork_keep_exact_totals(workdir):
         time.sleep(0.003)
     else:
         raise AssertionError("stress program did not finish")
-    final_seq = len(t.reports()) + 1
     # wait for the reporter to catch up on the signals, then take one more
     time.sleep(1.0)
     final_seq = len(t.reports()) + 1

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from helpers import PROGRAMS, BUILD, Traced, wait_for_file, report_path
+from helpers import PROGRAMS, Traced, report_path
 from libmemleak import memlog
 
 SOURCE = os.path.join(PROGRAMS, "symbolize.cc")
