@@ -450,22 +450,9 @@ void mlk_segment_fd_threatened(int lo, int hi)
 {
     if (!mlk_seg || mlk_seg->pid != mlk_getpid())
         return;
-    /* Move it above the range if there is room, else below it. */
-    int moved = -1;
-    if (hi < 0x7ffffff0)
-        moved = (int)raw(SYS_fcntl, mlk_seg_fd, F_DUPFD_CLOEXEC, hi + 1);
-    if (moved < 0 && lo > 3)
-        moved = (int)raw(SYS_fcntl, mlk_seg_fd, F_DUPFD_CLOEXEC, 3);
-    if (moved >= 0 && (moved < lo || moved > hi)) {
-        /* The program closes the old number itself, right after we return. */
-        mlk_seg_fd = moved;
-        mlk_seg->seg_fd = (uint32_t)moved;
-        return;
-    }
-    if (moved >= 0)
-        raw(SYS_close, moved, 0, 0);
-    /* Everything is being closed: a reporter started now keeps the segment. */
-    if (!reporter_alive())
+    /* If it cannot be moved, everything is being closed: a reporter started
+     * now keeps the segment. */
+    if (mlk_segment_move_fd(lo, hi) != 0 && !reporter_alive())
         spawn_reporter();
 }
 

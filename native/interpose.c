@@ -170,9 +170,7 @@ static void *realloc_impl(void *old, size_t size)
     int had = 0;
     if (!mlk_in_hook && mlk_ever_collected) {
         BEGIN_HOOK();
-        had = mlk_addr_remove((uint64_t)old, &stack, &old_size);
-        if (!had && mlk_collecting)
-            __atomic_add_fetch(&mlk_seg->unknown_frees, 1, __ATOMIC_RELAXED);
+        had = mlk_record_take(old, &stack, &old_size);
         END_HOOK();
     }
     void *p = real.realloc(old, size);
@@ -180,7 +178,7 @@ static void *realloc_impl(void *old, size_t size)
         after_alloc(p, size, MLK_KIND_MALLOC);
     else if (size != 0 && had) {
         BEGIN_HOOK();
-        mlk_addr_insert((uint64_t)old, stack, old_size, 0); /* still the same block */
+        mlk_record_put_back(old, stack, old_size);
         END_HOOK();
     }
     return p;
@@ -492,13 +490,15 @@ static void exec_mark(int pending)
         __atomic_store_n(&mlk_seg->exec_pending, (uint32_t)pending, __ATOMIC_RELEASE);
 }
 
+/* The next definition of `name`, looked up once (for hooks added after
+ * start-up, outside the `real` table). */
+#define LAZY_NEXT(var, name) (var ? var : (*(void **)&var = dlsym(RTLD_NEXT, name), var))
+
 #define EXEC_HOOK(name, params, args)                                                              \
     EXPORT int name params                                                                         \
     {                                                                                              \
         static int (*next) params;                                                                 \
-        if (!next)                                                                                 \
-            *(void **)&next = dlsym(RTLD_NEXT, #name);                                             \
-        if (!next) {                                                                               \
+        if (!LAZY_NEXT(next, #name)) {                                                             \
             errno = ENOSYS;                                                                        \
             return -1;                                                                             \
         }                                                                                          \
@@ -586,9 +586,7 @@ static void protect_segment_fd(int lo, int hi)
     EXPORT ret name params                                                                         \
     {                                                                                              \
         static ret (*next) params;                                                                 \
-        if (!next)                                                                                 \
-            *(void **)&next = dlsym(RTLD_NEXT, #name);                                             \
-        if (!next) {                                                                               \
+        if (!LAZY_NEXT(next, #name)) {                                                             \
             errno = ENOSYS;                                                                        \
             return (ret)-1;                                                                        \
         }                                                                                          \
@@ -605,9 +603,7 @@ FD_HOOK(int, close_range, (unsigned first, unsigned last, int flags), (first, la
 EXPORT void closefrom(int lowfd)
 {
     static void (*next)(int);
-    if (!next)
-        *(void **)&next = dlsym(RTLD_NEXT, "closefrom");
     protect_segment_fd(lowfd < 0 ? 0 : lowfd, 0x7fffffff);
-    if (next)
+    if (LAZY_NEXT(next, "closefrom"))
         next(lowfd);
 }

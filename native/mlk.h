@@ -40,6 +40,7 @@ MLK_HIDDEN int mlk_segment_create(uint32_t depth, const char *dir);
 MLK_HIDDEN void mlk_segment_fork_prepare(void);
 MLK_HIDDEN void mlk_segment_fork_parent(void);
 MLK_HIDDEN int mlk_segment_fork_child(void);
+MLK_HIDDEN int mlk_segment_move_fd(int lo, int hi); /* 0 = now outside lo..hi */
 MLK_HIDDEN struct mlk_stack *mlk_stacks(void);
 MLK_HIDDEN uint64_t *mlk_frames(void);
 MLK_HIDDEN struct mlk_module *mlk_modules(void);
@@ -90,6 +91,10 @@ MLK_HIDDEN uint64_t mlk_region_tracked(uint64_t start, uint64_t len);
 /* ---- record.c: what the hooks call ------------------------------------ */
 MLK_HIDDEN void mlk_record_alloc(void *p, size_t size, int kind);
 MLK_HIDDEN void mlk_record_free(void *p);
+/* realloc: forget p's block but return its stack and size (1 if tracked) ... */
+MLK_HIDDEN int mlk_record_take(void *p, uint32_t *stack, uint64_t *size);
+/* ... and put it back unchanged when the real realloc fails. */
+MLK_HIDDEN void mlk_record_put_back(void *p, uint32_t stack, uint64_t size);
 MLK_HIDDEN void mlk_record_mmap(void *p, size_t len);
 MLK_HIDDEN void mlk_record_munmap(void *p, size_t len);
 

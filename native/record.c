@@ -40,12 +40,26 @@ void mlk_record_alloc(void *p, size_t size, int kind)
         dropped_block();
 }
 
+int mlk_record_take(void *p, uint32_t *stack, uint64_t *size)
+{
+    if (mlk_addr_remove((uint64_t)p, stack, size))
+        return 1;
+    if (mlk_collecting)
+        __atomic_add_fetch(&mlk_seg->unknown_frees, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
 void mlk_record_free(void *p)
 {
     uint32_t stack;
     uint64_t size;
-    if (!mlk_addr_remove((uint64_t)p, &stack, &size) && mlk_collecting)
-        __atomic_add_fetch(&mlk_seg->unknown_frees, 1, __ATOMIC_RELAXED);
+    mlk_record_take(p, &stack, &size);
+}
+
+void mlk_record_put_back(void *p, uint32_t stack, uint64_t size)
+{
+    if (!mlk_addr_insert((uint64_t)p, stack, size, 0))
+        dropped_block();
 }
 
 void mlk_record_mmap(void *p, size_t len)

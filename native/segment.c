@@ -116,6 +116,27 @@ int mlk_segment_create(uint32_t depth, const char *dir)
     return 0;
 }
 
+/* Give the segment's descriptor a number outside lo..hi (above if there is
+ * room, else below).  The program closes the old number itself right after.
+ * Returns -1 when no such number could be had. */
+int mlk_segment_move_fd(int lo, int hi)
+{
+    int moved = -1;
+    if (hi < 0x7ffffff0)
+        moved = (int)mlk_syscall6(SYS_fcntl, mlk_seg_fd, F_DUPFD_CLOEXEC, hi + 1, 0, 0, 0);
+    if (moved < 0 && lo > 3)
+        moved = (int)mlk_syscall6(SYS_fcntl, mlk_seg_fd, F_DUPFD_CLOEXEC, 3, 0, 0, 0);
+    if (moved < 0)
+        return -1;
+    if (moved >= lo && moved <= hi) {
+        mlk_syscall6(SYS_close, moved, 0, 0, 0, 0, 0);
+        return -1;
+    }
+    mlk_seg_fd = moved;
+    mlk_seg->seg_fd = (uint32_t)moved;
+    return 0;
+}
+
 struct mlk_stack *mlk_stacks(void) { return (struct mlk_stack *)((char *)mlk_seg + mlk_seg->stacks_off); }
 uint64_t *mlk_frames(void) { return (uint64_t *)((char *)mlk_seg + mlk_seg->frames_off); }
 struct mlk_module *mlk_modules(void) { return (struct mlk_module *)((char *)mlk_seg + mlk_seg->modules_off); }

@@ -446,7 +446,7 @@ static __attribute__((noinline)) int fast_backtrace(uint64_t *ips, int max, int 
     int n = 0;
     *truncated = 0;
     for (int steps = 0; steps < 256; steps++) {
-        if (!mlk_is_self_address(ip) || n > 0) {
+        if (n > 0 || !mlk_is_self_address(ip)) { /* skip our frames at the top only */
             if (n >= max) {
                 *truncated = 1;
                 return n;
