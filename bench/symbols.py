@@ -63,17 +63,19 @@ def main():
             if name.endswith(".memlog"):
                 os.unlink(os.path.join(out, name))
         p = subprocess.Popen([exe], cwd=out, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        p.stdout.readline()
-        t0 = time.monotonic()
-        p.send_signal(signal.SIGUSR1)
-        firsts.append(wait_for(os.path.join(out, f"many-{p.pid}-1.memlog"), t0))
-        p.stdin.write(b"x")
-        p.stdin.flush()
-        p.stdout.readline()
-        t0 = time.monotonic()
-        p.send_signal(signal.SIGUSR1)
-        laters.append(wait_for(os.path.join(out, f"many-{p.pid}-2.memlog"), t0))
-        p.stdin.write(b"x")
+
+        def timed_report(seq):
+            """Wait for the program's round, signal it, time until report `seq`."""
+            p.stdout.readline()
+            t0 = time.monotonic()
+            p.send_signal(signal.SIGUSR1)
+            elapsed = wait_for(os.path.join(out, f"many-{p.pid}-{seq}.memlog"), t0)
+            p.stdin.write(b"x")
+            p.stdin.flush()
+            return elapsed
+
+        firsts.append(timed_report(1))
+        laters.append(timed_report(2))
         p.stdin.close()
         p.wait()
         text = open(os.path.join(out, f"many-{p.pid}-1.memlog")).read()
