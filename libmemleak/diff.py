@@ -36,12 +36,13 @@ class Totals:
 def canonical_frames(stack, modmap):
     mods = tuple(modmap.find(a, stack.map_epoch) for a in stack.frames)
     key = tuple((m.path, a - m.base) if m else (None, a) for m, a in zip(mods, stack.frames))
-    return key, mods
+    sortable = (stack.kind, tuple((path or "", off) for path, off in key))
+    return key, mods, sortable
 
 
 def diff_snapshot(snapshot, key_cache=None):
     """List of StackDelta, largest byte change first; unchanged stacks left out.
-    key_cache (stack id -> (frames key, modules)) may be kept across reports
+    key_cache (stack id -> canonical_frames(...)) may be kept across reports
     of one process: a stack's frames and their modules never change."""
     modmap = ModuleMap(snapshot.modules)
     if key_cache is None:
@@ -57,25 +58,19 @@ def diff_snapshot(snapshot, key_cache=None):
         cached = key_cache.get(sid)
         if cached is None:
             cached = key_cache[sid] = canonical_frames(stack, modmap)
-        frames_key, mods = cached
+        frames_key, mods, sortable = cached
         key = (stack.kind, frames_key)
         prev = merged.get(key)
         if prev is None:
-            merged[key] = [stack, mods, db, dk, live_b, live_k]
+            merged[key] = [stack, mods, db, dk, live_b, live_k, sortable]
         else:
             prev[2] += db
             prev[3] += dk
             prev[4] += live_b
             prev[5] += live_k
-    deltas = [StackDelta(key, v[0], v[1], v[2], v[3], v[4], v[5])
-              for key, v in merged.items() if v[2] or v[3]]
-    deltas.sort(key=lambda d: (-d.bytes, -d.blocks, _sortable(d.key)))
-    return deltas
-
-
-def _sortable(key):
-    kind, frames = key
-    return (kind, tuple((path or "", off) for path, off in frames))
+    chosen = [(key, v) for key, v in merged.items() if v[2] or v[3]]
+    chosen.sort(key=lambda kv: (-kv[1][2], -kv[1][3], kv[1][6]))
+    return [StackDelta(key, v[0], v[1], v[2], v[3], v[4], v[5]) for key, v in chosen]
 
 
 def totals(snapshot):

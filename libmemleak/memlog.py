@@ -27,6 +27,7 @@ class Entry:
     blocks: int | None
     frames: list                    # of Frame (read back: module/file may be None)
     extra: list = field(default_factory=list)
+    frames_text: str | None = None  # the frame lines already rendered (a writer's cache)
 
 
 @dataclass
@@ -51,6 +52,10 @@ def format_frame(frame):
     return text
 
 
+def render_frames(frames):
+    return "\n".join(format_frame(f) for f in frames)
+
+
 def render(header, entries):
     """header: iterable of (key, value); entries: iterable of Entry."""
     lines = [f"# {key}: {value}" for key, value in header]
@@ -58,8 +63,10 @@ def render(header, entries):
         first = f"{e.bytes:+d}"
         if e.blocks is not None:
             first += f" {e.blocks:+d}"
-        lines.append(" ".join([first, *e.extra]))
-        lines.extend(format_frame(f) for f in e.frames)
+        lines.append(" ".join([first, *e.extra]) if e.extra else first)
+        text = render_frames(e.frames) if e.frames_text is None else e.frames_text
+        if text:
+            lines.append(text)
     return "\n".join(lines) + "\n"
 
 

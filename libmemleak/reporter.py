@@ -10,6 +10,7 @@ else it needs is in the segment, including the baseline of the next report,
 so a reporter that dies can be replaced without losing anything."""
 
 import datetime
+import gc
 import os
 import select
 import time
@@ -17,7 +18,7 @@ import time
 from libmemleak import __version__
 from libmemleak.diff import canonical_frames, diff_snapshot, totals
 from libmemleak.modmap import ModuleMap
-from libmemleak.memlog import Entry, render, report_name, write_report
+from libmemleak.memlog import Entry, render, render_frames, report_name, write_report
 from libmemleak.segment import Segment, SegmentError, futex_wait, futex_wake
 from libmemleak.symbols import Symbolizer
 
@@ -87,9 +88,11 @@ class Reporter:
         self.symbolizer = Symbolizer()
         self.warned = set()
         self.budget = _float_env("MEMLEAK_SYMBOL_BUDGET", DEFAULT_SYMBOL_BUDGET)
-        self.warmed = set()      # stack ids whose frames are symbolized
         self.keys = {}           # stack id -> resolved frames (diff_snapshot's cache)
-        self.warm_seen = -1      # stacks_used at the last warm-up
+        self.warm_next = 0       # the first stack id idle warm-up has not looked at
+        self.warm_queue = []     # stacks waiting to be symbolized while idle
+        self.warm_modmap = None
+        self.texts = {}          # stack key -> its rendered frame lines (fully symbolized)
         self.watch = ProgramWatch(self.h.pid, os.fstat(SEGMENT_FD).st_ino)
 
     # -- the loop -----------------------------------------------------------
@@ -118,29 +121,28 @@ class Reporter:
                 h.reporter_pid = 0
 
     def warm(self):
-        """Symbolize stacks while idle, a slice at a time, so that a report
-        request finds most frames cached.  Returns True if there is more."""
-        h = self.h
-        if h.stacks_used == self.warm_seen:
-            return False
-        self.warm_seen = h.stacks_used
-        snap = self.seg.take_snapshot()
-        pending = [i for i in snap.ids if i not in self.warmed]
-        if not pending:
-            return False
-        modmap = ModuleMap(snap.modules)
+        """Symbolize new stacks while idle, a slice at a time, so that a
+        report request finds most frames cached.  Returns True if there is
+        more to do."""
+        if not self.warm_queue:
+            if self.h.stacks_used <= self.warm_next:
+                return False
+            new, self.warm_next = self.seg.stacks_since(self.warm_next)
+            if not new:
+                return False
+            self.warm_queue.extend(new)
+            self.warm_modmap = ModuleMap(self.seg.modules())
         stop = time.monotonic() + WARM_SLICE_SECONDS
-        for i in pending:
+        while self.warm_queue:
             if time.monotonic() > stop:
-                self.warm_seen = -1  # come back for the rest
                 return True
-            stack = snap.stacks[i]
-            if i not in self.keys:
-                self.keys[i] = canonical_frames(stack, modmap)
-            _, mods = self.keys[i]
-            for module, address in zip(mods, stack.frames):
+            stack = self.warm_queue.pop()
+            cached = self.keys.get(stack.id)
+            if cached is None:
+                cached = self.keys[stack.id] = canonical_frames(stack, self.warm_modmap)
+            for module, address in zip(cached[1], stack.frames):
                 self.symbolizer.frames_for(module, address)
-            self.warmed.add(i)
+        settle_memory()
         return False
 
     def reason(self):
@@ -197,7 +199,7 @@ class Reporter:
         sums = totals(snap)
         self.symbolizer.deadline = time.monotonic() + self.budget
         self.symbolizer.skipped = 0
-        entries = [Entry(d.bytes, d.blocks, self.frames(d)) for d in deltas]
+        entries = [self.entry(d) for d in deltas]
         self.symbolizer.deadline = None
         seq = self.h.report_seq + 1
         prog = os.path.basename(snap.exe) or "unknown"
@@ -205,6 +207,18 @@ class Reporter:
         write_report(snap.report_dir, report_name(prog, snap.pid, seq), render(header, entries))
         self.seg.commit_baseline(snap)
         self.h.report_seq = seq
+        settle_memory()
+
+    def entry(self, delta):
+        text = self.texts.get(delta.key)
+        if text is not None:
+            return Entry(delta.bytes, delta.blocks, [], frames_text=text)
+        skipped = self.symbolizer.skipped
+        e = Entry(delta.bytes, delta.blocks, self.frames(delta))
+        if self.symbolizer.skipped == skipped:  # complete: worth keeping as text
+            self.texts[delta.key] = render_frames(e.frames)
+            e.frames_text = self.texts[delta.key]
+        return e
 
     def frames(self, delta):
         out = []
@@ -250,6 +264,15 @@ class Reporter:
         for problem in self.symbolizer.problems():
             lines.append(("symbols-unreadable", problem))
         return lines
+
+
+def settle_memory():
+    """Move what the caches hold out of the cyclic garbage collector's
+    sight.  Symbol caches are hundreds of thousands of long-lived objects
+    without cycles; a full collection scanning them in the middle of a
+    report took 0.1 s (of 0.18 s) for 5,000 stacks."""
+    gc.collect(0)
+    gc.freeze()
 
 
 def _float_env(name, default):

@@ -174,26 +174,7 @@ class Segment:
             ("live_bytes", _W_LIVE_BYTES), ("live_blocks", _W_LIVE_BLOCKS),
             ("alloc_count", _W_ALLOC_COUNT), ("alloc_bytes", _W_ALLOC_BYTES),
             ("reported_bytes", _W_REP_BYTES), ("reported_blocks", _W_REP_BLOCKS))}
-        ready = CONST["MLK_STACK_READY"]
-        ids, stacks, corrupt = [], {}, 0
-        frames_used = min(h.frames_used, h.frames_cap)
-        for i, st in enumerate(states):
-            if st & 0xffffffff != ready:
-                continue
-            stack = self._stack_cache.get(i)
-            if stack is None:
-                depth = (st >> 32) & 0xffff
-                kind = (st >> 48) & 0xffff
-                off = words[i * _W + _W_FRAMES]
-                if depth > CONST["MLK_MAX_DEPTH"] or off < 0 or off + depth > frames_used:
-                    corrupt += 1
-                    continue
-                epochs = words[i * _W + _W_EPOCHS]
-                stack = Stack(i, KIND_NAMES.get(kind, f"kind{kind}"),
-                              tuple(self._frames[off:off + depth].tolist()), epochs & 0xffffffff)
-                self._stack_cache[i] = stack
-            ids.append(i)
-            stacks[i] = stack
+        ids, stacks, corrupt = self._read_stacks(words, states, 0)
         sel = {name: [col[i] for i in ids] for name, col in cols.items()}
         return Snapshot(
             pid=h.pid, parent_pid=h.parent_pid,
@@ -202,6 +183,51 @@ class Segment:
             collecting=bool(h.collecting),
             health={name: getattr(h, name) for name in HEALTH_FIELDS},
             modules=self.modules(), stacks=stacks, ids=ids, corrupt_stacks=corrupt, **sel)
+
+    def _read_stacks(self, words, states, first):
+        """Ready stacks among ids first.. (states[k] is id first+k)."""
+        ready = CONST["MLK_STACK_READY"]
+        h = self.header
+        ids, stacks, corrupt = [], {}, 0
+        frames_used = min(h.frames_used, h.frames_cap)
+        cache = self._stack_cache
+        for i, st in enumerate(states, first):
+            if st & 0xffffffff != ready:
+                continue
+            stack = cache.get(i)
+            if stack is None:
+                depth = (st >> 32) & 0xffff
+                kind = (st >> 48) & 0xffff
+                off = words[(i - first) * _W + _W_FRAMES]
+                if depth > CONST["MLK_MAX_DEPTH"] or off < 0 or off + depth > frames_used:
+                    corrupt += 1
+                    continue
+                epochs = words[(i - first) * _W + _W_EPOCHS]
+                stack = Stack(i, KIND_NAMES.get(kind, f"kind{kind}"),
+                              tuple(self._frames[off:off + depth].tolist()), epochs & 0xffffffff)
+                cache[i] = stack
+            ids.append(i)
+            stacks[i] = stack
+        return ids, stacks, corrupt
+
+    def stacks_since(self, first):
+        """(ready stacks with id >= first, in id order; the id to ask from
+        next time).  Stacks are immutable once ready, so a reader that keeps
+        them only needs the new ones; a stack not yet ready is asked again."""
+        h = self.header
+        n = min(h.stacks_used, h.stacks_cap)
+        if first >= n:
+            return [], first
+        words = self._stack_words[first * _W:n * _W]
+        states = words[_W_STATE::_W].tolist()
+        ids, stacks, _ = self._read_stacks(words, states, first)
+        ready = CONST["MLK_STACK_READY"]
+        nxt = n
+        for k, st in enumerate(states):
+            if st & 0xffffffff != ready:
+                nxt = first + k  # still being published: look again from here
+                break
+        return [stacks[i] for i in ids if i < nxt], nxt
 
     def commit_baseline(self, snapshot):
         """Record that a report now covers `snapshot`: the next report is the

@@ -1,23 +1,29 @@
-"""Call sites from DWARF (pyelftools): the function that contains an address,
+"""Call sites from DWARF: the function that contains an address,
 the chain of functions inlined at it, and file:line for each.
 
 Work is lazy and per compile unit: .debug_aranges (or, without it, the top
 DIE of each unit) says which unit holds an address, and only that unit's
 line table and function scopes are decoded, once.  Broken DWARF makes a
-unit answer nothing; it never raises."""
+unit answer nothing; it never raises.
+
+DIEs are read by symbols/dies.py (fast, only the attributes used here);
+pyelftools provides the sections and line-program headers."""
 
 import bisect
 import os
+import struct
 from dataclasses import dataclass
 
 from elftools.common.exceptions import DWARFError, ELFError
 from elftools.elf.elffile import ELFFile
 
+from libmemleak.symbols import dies
 from libmemleak.symbols.demangle import demangle
 from libmemleak.symbols.lines import decode_rows
 
-_PARSE_ERRORS = (DWARFError, ELFError, KeyError, IndexError, ValueError, AttributeError,
-                 AssertionError, TypeError, OSError, UnicodeDecodeError)
+_PARSE_ERRORS = (DWARFError, ELFError, dies.DieError, RecursionError, struct.error, KeyError,
+                 IndexError, ValueError, AttributeError, AssertionError, TypeError, OSError,
+                 UnicodeDecodeError)
 
 
 @dataclass(frozen=True)
@@ -42,18 +48,21 @@ class _Scope:
 class _Unit:
     """What one compile unit knows: its line table and function scopes."""
 
-    def __init__(self, dwarf, cu):
+    def __init__(self, index, unit, cu):
         self.addrs, self.rows = [], []  # rows: (file, line) or None at a sequence end
-        self._dwarf = dwarf
+        self.unit = unit
+        self._index = index
         self._files = []
-        self._functions = []   # (lo, hi, DIE) of the unit's function definitions
+        self._functions = []   # (lo, hi, Die) of the unit's function definitions
         self._scopes = {}      # function DIE offset -> its scopes, walked on demand
+        self._file_base = 0 if unit.version >= 5 else 1
         try:
-            self._load_lines(dwarf, cu)
+            self._load_lines(index._dwarf, cu)
         except _PARSE_ERRORS:
             self.addrs, self.rows = [], []
         try:
-            self._find_functions(cu.get_top_DIE())
+            if unit.top is not None:
+                self._find_functions(unit.top)
         except _PARSE_ERRORS:
             pass
         self._functions.sort(key=lambda f: f[0])
@@ -66,7 +75,7 @@ class _Unit:
         if lp is None:
             return
         version = lp.header["version"]
-        comp_dir = _attr_str(cu.get_top_DIE(), "DW_AT_comp_dir") or ""
+        comp_dir = self.unit.top.attrs.get(dies.AT_comp_dir, "") if self.unit.top else ""
         dirs = [_s(d) for d in lp.header["include_directory"]]
         if version < 5:
             dirs = [comp_dir] + dirs
@@ -92,10 +101,6 @@ class _Unit:
         self.addrs = [r[0] for r in rows]
         self.rows = [r[1] for r in rows]
 
-    def file_name(self, index, version_base):
-        i = index - version_base
-        return self._files[i] if 0 <= i < len(self._files) else None
-
     def line_at(self, addr):
         i = bisect.bisect_right(self.addrs, addr) - 1
         if i < 0:
@@ -106,21 +111,22 @@ class _Unit:
 
     def _find_functions(self, die):
         """Function definitions at unit level and in namespaces; their
-        subtrees are skipped here (pyelftools jumps over them by
-        DW_AT_sibling) and walked only when an address falls inside."""
-        for child in die.iter_children():
-            if child.tag == "DW_TAG_subprogram":
-                for lo, hi in _die_ranges(self._dwarf, child):
+        subtrees are jumped over here (by DW_AT_sibling) and walked only
+        when an address falls inside."""
+        for child in self.unit.children(die):
+            if child.tag == dies.TAG_subprogram:
+                for lo, hi in self.unit.ranges(child):
                     self._functions.append((lo, hi, child))
-            elif child.tag == "DW_TAG_namespace" and child.has_children:
+            elif child.tag == dies.TAG_namespace and child.has_children:
                 self._find_functions(child)
 
     def _function_scopes(self, die):
         scopes = self._scopes.get(die.offset)
         if scopes is None:
             scopes = []
-            for lo, hi in _die_ranges(self._dwarf, die):
-                scopes.append(_Scope(lo, hi, 0, _die_name(die), False, None, None))
+            name = self._index.name_of(self.unit, die)
+            for lo, hi in self.unit.ranges(die):
+                scopes.append(_Scope(lo, hi, 0, name, False, None, None))
             try:
                 self._walk(die, 1, scopes)
             except _PARSE_ERRORS:
@@ -129,21 +135,25 @@ class _Unit:
         return scopes
 
     def _walk(self, die, depth, out):
-        for child in die.iter_children():
+        unit = self.unit
+        for child in unit.children(die):
             tag = child.tag
-            if tag == "DW_TAG_inlined_subroutine":
-                for lo, hi in _die_ranges(self._dwarf, child):
-                    out.append(_Scope(lo, hi, depth, _die_name(child), True,
-                                      self._call_file(child), _attr_int(child, "DW_AT_call_line")))
-            if child.has_children and tag in ("DW_TAG_inlined_subroutine", "DW_TAG_lexical_block"):
+            if tag == dies.TAG_inlined_subroutine:
+                ranges = unit.ranges(child)
+                if ranges:
+                    name = self._index.name_of(unit, child)
+                    call_file = self._file(child.attrs.get(dies.AT_call_file))
+                    call_line = child.attrs.get(dies.AT_call_line)
+                    for lo, hi in ranges:
+                        out.append(_Scope(lo, hi, depth, name, True, call_file, call_line))
+            if child.has_children and tag in (dies.TAG_inlined_subroutine, dies.TAG_lexical_block):
                 self._walk(child, depth + 1, out)
 
-    def _call_file(self, die):
-        index = _attr_int(die, "DW_AT_call_file")
-        if index is None:
+    def _file(self, index):
+        if not isinstance(index, int):
             return None
-        version = die.cu["version"]
-        return self.file_name(index, 0 if version >= 5 else 1)
+        i = index - self._file_base
+        return self._files[i] if 0 <= i < len(self._files) else None
 
     def chain_at(self, addr):
         """Scopes containing addr, innermost first, up to the physical function."""
@@ -168,84 +178,11 @@ def _s(value):
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else (value or "")
 
 
-def _attr_str(die, name):
-    a = die.attributes.get(name)
-    return _s(a.value) if a is not None else None
-
-
-def _attr_int(die, name):
-    a = die.attributes.get(name)
-    return a.value if a is not None and isinstance(a.value, int) else None
-
-
 # An unnamed class or struct with a member function is, in practice, a lambda's closure type.
-_ANONYMOUS = {"DW_TAG_namespace": "(anonymous namespace)", "DW_TAG_class_type": "{lambda}",
-              "DW_TAG_structure_type": "{lambda}"}
-_NAMED_SCOPES = ("DW_TAG_namespace", "DW_TAG_class_type", "DW_TAG_structure_type",
-                 "DW_TAG_union_type", "DW_TAG_subprogram")
-
-
-def _die_name(die, hops=0):
-    """The function's name as a debugger prints it: the demangled linkage
-    name when there is one; otherwise its name qualified by the enclosing
-    namespaces, classes and functions (lambdas and local classes get no
-    linkage name from gcc when inlined)."""
-    for attr in ("DW_AT_linkage_name", "DW_AT_MIPS_linkage_name"):
-        if attr in die.attributes:
-            return demangle(_s(die.attributes[attr].value))
-    for ref in ("DW_AT_abstract_origin", "DW_AT_specification"):
-        if ref in die.attributes and hops < 8:
-            try:
-                return _die_name(die.get_DIE_from_attribute(ref), hops + 1)
-            except _PARSE_ERRORS:
-                pass
-    name = _attr_str(die, "DW_AT_name")
-    if name is None or die.cu["version"] < 2:
-        return name
-    parts = [name]
-    try:
-        parent = die.get_parent()
-        while parent is not None and len(parts) < 16:
-            if parent.tag in _NAMED_SCOPES:
-                if parent.tag == "DW_TAG_subprogram":
-                    parts.append(_die_name(parent, hops + 1) or "?")
-                    break
-                parts.append(_attr_str(parent, "DW_AT_name") or _ANONYMOUS.get(parent.tag, "{anonymous}"))
-            parent = parent.get_parent()
-    except _PARSE_ERRORS:
-        return name
-    return "::".join(reversed(parts))
-
-
-def _die_ranges(dwarf, die):
-    attrs = die.attributes
-    if "DW_AT_low_pc" in attrs and "DW_AT_high_pc" in attrs:
-        lo = attrs["DW_AT_low_pc"].value
-        high = attrs["DW_AT_high_pc"]
-        hi = high.value if high.form == "DW_FORM_addr" else lo + high.value
-        return [(lo, hi)]
-    if "DW_AT_ranges" in attrs:
-        rl = dwarf.range_lists()
-        if rl is None:
-            return []
-        base = _cu_base(die.cu)
-        out = []
-        for entry in rl.get_range_list_at_offset(attrs["DW_AT_ranges"].value, cu=die.cu):
-            kind = type(entry).__name__
-            if kind == "BaseAddressEntry":
-                base = entry.base_address
-            elif hasattr(entry, "begin_offset"):
-                absolute = getattr(entry, "is_absolute", False)
-                add = 0 if absolute else base
-                out.append((entry.begin_offset + add, entry.end_offset + add))
-        return out
-    return []
-
-
-def _cu_base(cu):
-    top = cu.get_top_DIE()
-    low = top.attributes.get("DW_AT_low_pc")
-    return low.value if low is not None else 0
+_ANONYMOUS = {dies.TAG_namespace: "(anonymous namespace)", dies.TAG_class_type: "{lambda}",
+              dies.TAG_structure_type: "{lambda}"}
+_NAMED_SCOPES = (dies.TAG_namespace, dies.TAG_class_type, dies.TAG_structure_type,
+                 dies.TAG_union_type, dies.TAG_subprogram)
 
 
 class DwarfIndex:
@@ -254,9 +191,10 @@ class DwarfIndex:
     def __init__(self, path):
         self.path = path
         self.error = None
-        self._units = {}
-        self._ranges = None  # sorted [(lo, hi, cu_offset)]
-        self._aranges = None
+        self._units = {}       # unit offset -> _Unit (or None when unreadable)
+        self._readers = {}     # unit offset -> dies.Unit, also for units only names come from
+        self._ranges = None    # sorted [(lo, hi, unit offset)]
+        self._unit_starts = None
         try:
             self._file = open(path, "rb")
             self._elf = ELFFile(self._file)
@@ -265,27 +203,25 @@ class DwarfIndex:
             self._dwarf = self._elf.get_dwarf_info()
             if not self._dwarf.has_debug_info:
                 raise ELFError("no .debug_info")
+            self._sections = dies.Sections.from_pyelftools(self._dwarf)
         except _PARSE_ERRORS as e:
             self.error = f"{type(e).__name__}: {e}"
             self._dwarf = None
 
     def _unit_offset(self, addr):
-        if self._aranges is None and self._ranges is None:
+        if self._ranges is None:
+            self._ranges = []
             try:
-                self._aranges = self._dwarf.get_aranges() or False
+                sec = self._dwarf.debug_aranges_sec
+                if sec is not None:
+                    self._ranges = dies.parse_aranges(bytes(sec.stream.getbuffer()))
             except _PARSE_ERRORS:
-                self._aranges = False
-            if not self._aranges:
-                self._ranges = self._build_ranges()
-        if self._aranges:
-            # A unit missing from .debug_aranges is rare (hand-written
-            # assembly); finding it would mean parsing every unit's top DIE
-            # (18 s for glibc's debug file), so such an address keeps its
-            # symbol-table name instead.
-            try:
-                return self._aranges.cu_offset_at_addr(addr)
-            except _PARSE_ERRORS:
-                return None
+                self._ranges = []
+            if not self._ranges:
+                # Without .debug_aranges each unit's top DIE says what it covers.
+                # (A unit missing from a present .debug_aranges is rare --
+                # hand-written assembly -- and keeps its symbol-table name.)
+                self._ranges = self._top_die_ranges()
         i = bisect.bisect_right(self._ranges, (addr, float("inf"), 0)) - 1
         while i >= 0:
             lo, hi, off = self._ranges[i]
@@ -296,30 +232,79 @@ class DwarfIndex:
                 break
         return None
 
-    def _build_ranges(self):
+    def _top_die_ranges(self):
         out = []
-        try:
-            for cu in self._dwarf.iter_CUs():
+        for off in dies.unit_offsets(self._sections.info):
+            unit = self._reader(off)
+            if unit is not None and unit.top is not None:
                 try:
-                    for lo, hi in _die_ranges(self._dwarf, cu.get_top_DIE()):
-                        out.append((lo, hi, cu.cu_offset))
+                    out.extend((lo, hi, off) for lo, hi in unit.ranges(unit.top))
                 except _PARSE_ERRORS:
                     continue
-        except _PARSE_ERRORS:
-            pass
         out.sort()
         return out
 
-    def _unit(self, offset):
-        unit = self._units.get(offset)
-        if unit is None:
+    def _reader(self, offset):
+        if offset not in self._readers:
             try:
-                cu = self._dwarf.get_CU_at(offset)
-                unit = _Unit(self._dwarf, cu)
+                self._readers[offset] = dies.Unit(self._sections, offset)
             except _PARSE_ERRORS:
-                unit = None
-            self._units[offset] = unit
-        return unit
+                self._readers[offset] = None
+        return self._readers[offset]
+
+    def _unit(self, offset):
+        if offset not in self._units:
+            unit = self._reader(offset)
+            try:
+                self._units[offset] = _Unit(self, unit, self._dwarf.get_CU_at(offset)) if unit else None
+            except _PARSE_ERRORS:
+                self._units[offset] = None
+        return self._units[offset]
+
+    def _reader_holding(self, offset):
+        """The unit whose bytes hold the DIE at `offset` (DW_FORM_ref_addr)."""
+        if self._unit_starts is None:
+            self._unit_starts = dies.unit_offsets(self._sections.info)
+        i = bisect.bisect_right(self._unit_starts, offset) - 1
+        return self._reader(self._unit_starts[i]) if i >= 0 else None
+
+    def name_of(self, unit, die, hops=0):
+        """The function's name as a debugger prints it: the demangled linkage
+        name when there is one; otherwise its name qualified by the enclosing
+        namespaces, classes and functions (lambdas and local classes get no
+        linkage name from gcc when inlined)."""
+        try:
+            return self._name_of(unit, die, hops)
+        except _PARSE_ERRORS:
+            return None
+
+    def _name_of(self, unit, die, hops):
+        a = die.attrs
+        linkage = a.get(dies.AT_linkage_name) or a.get(dies.AT_MIPS_linkage_name)
+        if isinstance(linkage, str):
+            return demangle(linkage)
+        for ref in (dies.AT_abstract_origin, dies.AT_specification):
+            target = a.get(ref)
+            if isinstance(target, int) and hops < 8:
+                owner = unit if unit.offset <= target < unit.end else self._reader_holding(target)
+                other = owner.die(target) if owner is not None else None
+                if other is not None:
+                    return self._name_of(owner, other, hops + 1)
+        name = a.get(dies.AT_name)
+        if not isinstance(name, str):
+            return None
+        parts = [name]
+        for parent in unit.parents(die):
+            if parent.tag in _NAMED_SCOPES:
+                if parent.tag == dies.TAG_subprogram:
+                    parts.append(self.name_of(unit, parent, hops + 1) or "?")
+                    break
+                pname = parent.attrs.get(dies.AT_name)
+                parts.append(pname if isinstance(pname, str)
+                             else _ANONYMOUS.get(parent.tag, "{anonymous}"))
+            if len(parts) >= 16:
+                break
+        return "::".join(reversed(parts))
 
     def locate(self, addr):
         if self._dwarf is None:

@@ -1,0 +1,594 @@
+"""A small, fast reader of DWARF debugging information entries (DIEs),
+versions 2 to 5, for the few attributes symbolization needs.
+
+pyelftools builds every attribute of every DIE through its generic
+`construct` parser: about 100 µs per DIE, which made the first report of a
+program with a few thousand functions take seconds.  Here each abbreviation
+is compiled once into a list of steps -- "skip N bytes" for fixed-size
+attributes nobody asked for, "decode" for the wanted ones -- so a DIE costs
+a few microseconds.  Everything else (unit headers, sections, compression)
+still comes from pyelftools.
+
+Input is hostile: any malformed byte sequence raises DieError (or IndexError
+from a read past the end), which callers turn into "no answer"."""
+
+import struct
+
+# Tags
+TAG_class_type, TAG_lexical_block, TAG_compile_unit = 0x02, 0x0b, 0x11
+TAG_structure_type, TAG_union_type, TAG_inlined_subroutine = 0x13, 0x17, 0x1d
+TAG_subprogram, TAG_namespace, TAG_partial_unit = 0x2e, 0x39, 0x3c
+
+# Attributes
+AT_sibling, AT_name, AT_stmt_list, AT_low_pc, AT_high_pc = 0x01, 0x03, 0x10, 0x11, 0x12
+AT_comp_dir, AT_abstract_origin, AT_specification, AT_ranges = 0x1b, 0x31, 0x47, 0x55
+AT_call_file, AT_call_line, AT_linkage_name = 0x58, 0x59, 0x6e
+AT_str_offsets_base, AT_addr_base, AT_rnglists_base = 0x72, 0x73, 0x74
+AT_MIPS_linkage_name = 0x2007
+WANTED = frozenset((AT_sibling, AT_name, AT_low_pc, AT_high_pc, AT_abstract_origin,
+                    AT_specification, AT_ranges, AT_call_file, AT_call_line, AT_linkage_name,
+                    AT_MIPS_linkage_name, AT_comp_dir, AT_stmt_list, AT_str_offsets_base,
+                    AT_addr_base, AT_rnglists_base))
+# A high_pc of a constant form is an offset from low_pc (DWARF 4+); kept apart.
+AT_high_pc_offset = -AT_high_pc
+
+# Forms
+F_addr, F_block2, F_block4, F_data2, F_data4, F_data8 = 0x01, 0x03, 0x04, 0x05, 0x06, 0x07
+F_string, F_block, F_block1, F_data1, F_flag, F_sdata = 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d
+F_strp, F_udata, F_ref_addr, F_ref1, F_ref2, F_ref4 = 0x0e, 0x0f, 0x10, 0x11, 0x12, 0x13
+F_ref8, F_ref_udata, F_indirect, F_sec_offset, F_exprloc = 0x14, 0x15, 0x16, 0x17, 0x18
+F_flag_present, F_strx, F_addrx, F_ref_sup4, F_strp_sup = 0x19, 0x1a, 0x1b, 0x1c, 0x1d
+F_data16, F_line_strp, F_ref_sig8, F_implicit_const = 0x1e, 0x1f, 0x20, 0x21
+F_loclistx, F_rnglistx, F_ref_sup8 = 0x22, 0x23, 0x24
+F_strx1, F_strx2, F_strx3, F_strx4 = 0x25, 0x26, 0x27, 0x28
+F_addrx1, F_addrx2, F_addrx3, F_addrx4 = 0x29, 0x2a, 0x2b, 0x2c
+F_GNU_addr_index, F_GNU_str_index, F_GNU_ref_alt, F_GNU_strp_alt = 0x1f01, 0x1f02, 0x1f20, 0x1f21
+
+_CONSTANT_FORMS = frozenset((F_data1, F_data2, F_data4, F_data8, F_sdata, F_udata,
+                             F_implicit_const))
+_U16, _U32, _U64 = struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<Q")
+
+
+class DieError(Exception):
+    """The DWARF is malformed."""
+
+
+def uleb(data, pos):
+    b = data[pos]
+    if b < 0x80:
+        return b, pos + 1
+    result, shift = b & 0x7f, 7
+    while True:
+        pos += 1
+        b = data[pos]
+        result |= (b & 0x7f) << shift
+        if b < 0x80:
+            return result, pos + 1
+        shift += 7
+        if shift > 70:
+            raise DieError("LEB128 number too long")
+
+
+def sleb(data, pos):
+    result, shift = 0, 0
+    while True:
+        b = data[pos]
+        pos += 1
+        result |= (b & 0x7f) << shift
+        shift += 7
+        if b < 0x80:
+            if b & 0x40:
+                result -= 1 << shift
+            return result, pos
+        if shift > 70:
+            raise DieError("LEB128 number too long")
+
+
+class Sections:
+    """The raw bytes of the DWARF sections one reader needs (missing ones empty)."""
+
+    def __init__(self, info, abbrev, str_=b"", line_str=b"", str_offsets=b"", addr=b"",
+                 rnglists=b"", ranges=b""):
+        self.info, self.abbrev, self.str, self.line_str = info, abbrev, str_, line_str
+        self.str_offsets, self.addr, self.rnglists, self.ranges = str_offsets, addr, rnglists, ranges
+
+    @classmethod
+    def from_pyelftools(cls, dwarf):
+        def raw(name):
+            sec = getattr(dwarf, name, None)
+            if sec is None:
+                return b""
+            return bytes(sec.stream.getbuffer()) if hasattr(sec.stream, "getbuffer") else (
+                sec.stream.seek(0) or sec.stream.read())
+        return cls(raw("debug_info_sec"), raw("debug_abbrev_sec"), raw("debug_str_sec"),
+                   raw("debug_line_str_sec"), raw("debug_str_offsets_sec"), raw("debug_addr_sec"),
+                   raw("debug_rnglists_sec"), raw("debug_ranges_sec"))
+
+
+class Die:
+    __slots__ = ("offset", "tag", "has_children", "attrs", "end", "parent")
+
+    def __init__(self, offset, tag, has_children, attrs, end, parent):
+        self.offset = offset          # in .debug_info
+        self.tag = tag
+        self.has_children = has_children
+        self.attrs = attrs            # attribute code -> value (refs made absolute)
+        self.end = end                # where the next DIE (first child or sibling) starts
+        self.parent = parent          # offset of the parent DIE, or None if not known
+
+
+def cstring(data, pos):
+    end = data.find(b"\0", pos)
+    if end < 0:
+        raise DieError("unterminated string")
+    return data[pos:end].decode("utf-8", "replace")
+
+
+class Unit:
+    """One compile unit: its header, abbreviations and the bases its
+    indexed forms (DWARF 5 strx/addrx/rnglistx) are relative to."""
+
+    def __init__(self, sections, offset):
+        self.sec = sections
+        self.offset = offset
+        info = sections.info
+        length = _U32.unpack_from(info, offset)[0]
+        pos = offset + 4
+        self.offset_size = 4
+        if length == 0xffffffff:
+            length = _U64.unpack_from(info, pos)[0]
+            pos += 8
+            self.offset_size = 8
+        elif length >= 0xfffffff0:
+            raise DieError("reserved unit length")
+        self.end = pos + length
+        if self.end > len(info):
+            raise DieError("unit runs past the end of .debug_info")
+        self.version = _U16.unpack_from(info, pos)[0]
+        pos += 2
+        if not 2 <= self.version <= 5:
+            raise DieError(f"DWARF version {self.version}")
+        if self.version >= 5:
+            unit_type = info[pos]
+            self.address_size = info[pos + 1]
+            abbrev_off = self._offset(info, pos + 2)
+            pos += 2 + self.offset_size
+            if unit_type in (0x02, 0x06):  # type and split type units carry a signature + offset
+                pos += 8 + self.offset_size
+            elif unit_type in (0x04, 0x05):  # skeleton and split compile units: a DWO id
+                pos += 8
+        else:
+            abbrev_off = self._offset(info, pos)
+            self.address_size = info[pos + self.offset_size]
+            pos += self.offset_size + 1
+        if self.address_size not in (4, 8):
+            raise DieError(f"address size {self.address_size}")
+        self.ref_addr_size = self.address_size if self.version == 2 else self.offset_size
+        self.first_die = pos
+        self.abbrevs = _parse_abbrevs(sections.abbrev, abbrev_off, self)
+        self.str_offsets_base = 8 if self.offset_size == 4 else 16
+        self.addr_base = 8
+        self.rnglists_base = None
+        self._dies = {}
+        top = self.die(self.first_die)
+        if top is not None:
+            a = top.attrs
+            self.str_offsets_base = a.get(AT_str_offsets_base, self.str_offsets_base)
+            self.addr_base = a.get(AT_addr_base, self.addr_base)
+            self.rnglists_base = a.get(AT_rnglists_base)
+            self._dies.clear()  # indexed values in the top DIE may have used the defaults
+        self.top = self.die(self.first_die)
+
+    def _offset(self, data, pos):
+        return (_U32 if self.offset_size == 4 else _U64).unpack_from(data, pos)[0]
+
+    # -- indexed values (DWARF 5) ------------------------------------------
+
+    def str_index(self, index):
+        s = self.sec.str_offsets
+        pos = self.str_offsets_base + index * self.offset_size
+        return cstring(self.sec.str, self._offset(s, pos))
+
+    def addr_index(self, index):
+        pos = self.addr_base + index * self.address_size
+        return (_U32 if self.address_size == 4 else _U64).unpack_from(self.sec.addr, pos)[0]
+
+    # -- DIEs --------------------------------------------------------------
+
+    def die(self, offset, parent=None):
+        """The DIE at `offset` (None for a null entry).  Cached."""
+        d = self._dies.get(offset)
+        if d is not None:
+            if d.parent is None and parent is not None:
+                d.parent = parent
+            return d
+        info = self.sec.info
+        code, pos = uleb(info, offset)
+        if code == 0:
+            return None
+        ab = self.abbrevs.get(code)
+        if ab is None:
+            raise DieError(f"unknown abbreviation {code} at 0x{offset:x}")
+        tag, has_children, steps = ab
+        attrs = {}
+        for step in steps:
+            if step.__class__ is int:
+                pos += step
+            else:
+                at, form, const = step
+                value, pos = self._value(info, pos, form, const)
+                attrs[at] = value
+        if pos > self.end:
+            raise DieError(f"DIE at 0x{offset:x} runs past its unit")
+        hi = attrs.pop(AT_high_pc_offset, None)
+        if hi is not None and AT_low_pc in attrs:
+            attrs[AT_high_pc] = attrs[AT_low_pc] + hi
+        d = Die(offset, tag, has_children, attrs, pos, parent)
+        self._dies[offset] = d
+        return d
+
+    def _value(self, info, pos, form, const):
+        if form == F_strp or form == F_line_strp:
+            off = self._offset(info, pos)
+            sec = self.sec.str if form == F_strp else self.sec.line_str
+            return cstring(sec, off), pos + self.offset_size
+        if form == F_ref4:
+            return self.offset + _U32.unpack_from(info, pos)[0], pos + 4
+        if form == F_addr:
+            if self.address_size == 8:
+                return _U64.unpack_from(info, pos)[0], pos + 8
+            return _U32.unpack_from(info, pos)[0], pos + 4
+        if form == F_data1 or form == F_flag or form == F_ref1:
+            v = info[pos]
+            return (self.offset + v if form == F_ref1 else v), pos + 1
+        if form == F_data2 or form == F_ref2:
+            v = _U16.unpack_from(info, pos)[0]
+            return (self.offset + v if form == F_ref2 else v), pos + 2
+        if form == F_data4:
+            return _U32.unpack_from(info, pos)[0], pos + 4
+        if form == F_data8 or form == F_ref8:
+            v = _U64.unpack_from(info, pos)[0]
+            return (self.offset + v if form == F_ref8 else v), pos + 8
+        if form == F_udata or form == F_ref_udata:
+            v, pos = uleb(info, pos)
+            return (self.offset + v if form == F_ref_udata else v), pos
+        if form == F_sdata:
+            return sleb(info, pos)
+        if form == F_implicit_const:
+            return const, pos
+        if form == F_flag_present:
+            return 1, pos
+        if form == F_string:
+            end = info.find(b"\0", pos)
+            if end < 0:
+                raise DieError("unterminated string")
+            return info[pos:end].decode("utf-8", "replace"), end + 1
+        if form == F_sec_offset:
+            return self._offset(info, pos), pos + self.offset_size
+        if form == F_ref_addr:
+            n = self.ref_addr_size
+            return (_U32 if n == 4 else _U64).unpack_from(info, pos)[0], pos + n
+        if F_strx1 <= form <= F_strx4 or form in (F_strx, F_GNU_str_index):
+            index, pos = self._index(info, pos, form, F_strx1)
+            return self.str_index(index), pos
+        if F_addrx1 <= form <= F_addrx4 or form in (F_addrx, F_GNU_addr_index):
+            index, pos = self._index(info, pos, form, F_addrx1)
+            return self.addr_index(index), pos
+        if form == F_rnglistx or form == F_loclistx:
+            v, pos = uleb(info, pos)
+            return ("index", v), pos
+        if form == F_indirect:
+            real, pos = uleb(info, pos)
+            if real == F_indirect:
+                raise DieError("indirect form of an indirect form")
+            const = None
+            if real == F_implicit_const:
+                raise DieError("implicit_const through indirect")
+            return self._value(info, pos, real, const)
+        size = _skip_size(form, self, info, pos)
+        return None, pos + size
+
+    @staticmethod
+    def _index(info, pos, form, first):
+        if form < first or form > first + 3:
+            return uleb(info, pos)
+        n = form - first + 1
+        return int.from_bytes(info[pos:pos + n], "little"), pos + n
+
+    def children(self, die):
+        """The children of `die`, in order.  A child's subtree is jumped over
+        by DW_AT_sibling when it has one, else parsed through."""
+        if not die.has_children:
+            return
+        pos = die.end
+        end = self.end
+        depth_guard = 0
+        while pos < end:
+            child = self.die(pos, die.offset)
+            if child is None:
+                return
+            yield child
+            pos = self._after(child)
+            depth_guard += 1
+            if depth_guard > 10_000_000:
+                raise DieError("too many DIEs")
+
+    def _after(self, die):
+        """Offset just past `die` and its whole subtree."""
+        if not die.has_children:
+            return die.end
+        sib = die.attrs.get(AT_sibling)
+        if sib is not None and die.end <= sib <= self.end:
+            return sib
+        pos, depth, info = die.end, 1, self.sec.info
+        abbrevs = self.abbrevs
+        while depth:
+            if pos >= self.end:
+                raise DieError("children run past the unit")
+            code, p = uleb(info, pos)
+            if code == 0:
+                depth -= 1
+                pos = p
+                continue
+            d = self.die(pos)
+            if abbrevs[code][1]:
+                s = d.attrs.get(AT_sibling)
+                if s is not None and d.end <= s <= self.end:
+                    pos = s
+                    continue
+                depth += 1
+            pos = d.end
+        return pos
+
+    def parents(self, die):
+        """The DIEs enclosing `die`, innermost first: by the parent links
+        that walking down left, else found by descending from the top."""
+        out = []
+        while die.parent is not None and len(out) < 1000:
+            die = self.die(die.parent)
+            out.append(die)
+        if die.offset != self.first_die:
+            out.extend(self.ancestors(die.offset))
+        return out
+
+    def ancestors(self, target):
+        """The DIEs enclosing the DIE at `target`, innermost first, found by
+        descending from the top and jumping over subtrees that end before it."""
+        path = []
+        die = self.top
+        while die is not None and die.offset != target:
+            path.append(die)
+            nxt = None
+            for child in self.children(die):
+                if child.offset == target:
+                    return path[::-1]
+                after = self._after(child)
+                if child.offset < target < after:
+                    nxt = child
+                    break
+                if child.offset > target:
+                    break
+            die = nxt
+        return path[::-1] if die is not None else []
+
+    # -- ranges --------------------------------------------------------------
+
+    def ranges(self, die):
+        """[(lo, hi), ...] covered by `die` (from low/high_pc or DW_AT_ranges)."""
+        a = die.attrs
+        lo = a.get(AT_low_pc)
+        if lo is not None and AT_high_pc in a:
+            return [(lo, a[AT_high_pc])]
+        r = a.get(AT_ranges)
+        if r is None:
+            return []
+        base = self.top.attrs.get(AT_low_pc, 0) if self.top is not None else 0
+        if self.version >= 5:
+            if isinstance(r, tuple):  # rnglistx
+                if self.rnglists_base is None:
+                    return []
+                pos = self.rnglists_base + r[1] * self.offset_size
+                r = self.rnglists_base + self._offset(self.sec.rnglists, pos)
+            return self._rnglist(r, base)
+        return self._ranges_v4(r, base)
+
+    def _ranges_v4(self, pos, base):
+        data, out = self.sec.ranges, []
+        fmt = _U64 if self.address_size == 8 else _U32
+        n = self.address_size
+        all_ones = (1 << (8 * n)) - 1
+        for _ in range(100_000):
+            lo = fmt.unpack_from(data, pos)[0]
+            hi = fmt.unpack_from(data, pos + n)[0]
+            pos += 2 * n
+            if lo == 0 and hi == 0:
+                return out
+            if lo == all_ones:
+                base = hi
+            else:
+                out.append((base + lo, base + hi))
+        raise DieError("range list too long")
+
+    def _rnglist(self, pos, base):
+        data, out = self.sec.rnglists, []
+        fmt = _U64 if self.address_size == 8 else _U32
+        n = self.address_size
+        for _ in range(100_000):
+            kind = data[pos]
+            pos += 1
+            if kind == 0:  # end_of_list
+                return out
+            if kind == 1:  # base_addressx
+                i, pos = uleb(data, pos)
+                base = self.addr_index(i)
+            elif kind == 2:  # startx_endx
+                i, pos = uleb(data, pos)
+                j, pos = uleb(data, pos)
+                out.append((self.addr_index(i), self.addr_index(j)))
+            elif kind == 3:  # startx_length
+                i, pos = uleb(data, pos)
+                length, pos = uleb(data, pos)
+                start = self.addr_index(i)
+                out.append((start, start + length))
+            elif kind == 4:  # offset_pair
+                a, pos = uleb(data, pos)
+                b, pos = uleb(data, pos)
+                out.append((base + a, base + b))
+            elif kind == 5:  # base_address
+                base = fmt.unpack_from(data, pos)[0]
+                pos += n
+            elif kind == 6:  # start_end
+                a = fmt.unpack_from(data, pos)[0]
+                b = fmt.unpack_from(data, pos + n)[0]
+                pos += 2 * n
+                out.append((a, b))
+            elif kind == 7:  # start_length
+                a = fmt.unpack_from(data, pos)[0]
+                length, pos = uleb(data, pos + n)
+                out.append((a, a + length))
+            else:
+                raise DieError(f"range list entry kind {kind}")
+        raise DieError("range list too long")
+
+
+_FIXED = {F_data1: 1, F_ref1: 1, F_flag: 1, F_strx1: 1, F_addrx1: 1,
+          F_data2: 2, F_ref2: 2, F_strx2: 2, F_addrx2: 2, F_strx3: 3, F_addrx3: 3,
+          F_data4: 4, F_ref4: 4, F_strx4: 4, F_addrx4: 4, F_ref_sup4: 4,
+          F_data8: 8, F_ref8: 8, F_ref_sig8: 8, F_ref_sup8: 8, F_data16: 16,
+          F_flag_present: 0, F_implicit_const: 0}
+
+
+def _fixed_size(form, unit):
+    """Bytes an attribute of `form` takes, when that does not depend on its content."""
+    if form in _FIXED:
+        return _FIXED[form]
+    if form == F_addr:
+        return unit.address_size
+    if form in (F_strp, F_line_strp, F_sec_offset, F_strp_sup, F_GNU_ref_alt, F_GNU_strp_alt):
+        return unit.offset_size
+    if form == F_ref_addr:
+        return unit.ref_addr_size
+    return None
+
+
+def _skip_size(form, unit, info, pos):
+    """Bytes taken by a variable-size attribute nobody asked for."""
+    fixed = _fixed_size(form, unit)
+    if fixed is not None:
+        return fixed
+    if form in (F_udata, F_sdata, F_ref_udata, F_strx, F_addrx, F_loclistx, F_rnglistx,
+                F_GNU_addr_index, F_GNU_str_index):
+        return uleb(info, pos)[1] - pos
+    if form == F_string:
+        end = info.find(b"\0", pos)
+        if end < 0:
+            raise DieError("unterminated string")
+        return end + 1 - pos
+    if form in (F_block, F_exprloc):
+        n, p = uleb(info, pos)
+        return p - pos + n
+    if form == F_block1:
+        return 1 + info[pos]
+    if form == F_block2:
+        return 2 + _U16.unpack_from(info, pos)[0]
+    if form == F_block4:
+        return 4 + _U32.unpack_from(info, pos)[0]
+    raise DieError(f"unknown attribute form 0x{form:x}")
+
+
+_abbrev_cache = {}
+
+
+def _parse_abbrevs(data, offset, unit):
+    """code -> (tag, has_children, steps); a step is an int (bytes to skip)
+    or (attribute, form, implicit constant) to decode."""
+    key = (id(data), offset, unit.address_size, unit.offset_size, unit.version)
+    hit = _abbrev_cache.get(key)
+    if hit is not None and hit[0] is data:
+        return hit[1]
+    table = {}
+    pos = offset
+    while True:
+        code, pos = uleb(data, pos)
+        if code == 0:
+            break
+        tag, pos = uleb(data, pos)
+        has_children = bool(data[pos])
+        pos += 1
+        steps = []
+        while True:
+            at, pos = uleb(data, pos)
+            form, pos = uleb(data, pos)
+            const = None
+            if form == F_implicit_const:
+                const, pos = sleb(data, pos)
+            if at == 0 and form == 0:
+                break
+            fixed = _fixed_size(form, unit)
+            if at == AT_high_pc and form in _CONSTANT_FORMS:
+                at = AT_high_pc_offset
+            elif at not in WANTED and fixed is not None:
+                if steps and steps[-1].__class__ is int:
+                    steps[-1] += fixed
+                elif fixed:
+                    steps.append(fixed)
+                continue
+            steps.append((at, form, const))
+        table[code] = (tag, has_children, tuple(steps))
+        if len(table) > 1_000_000:
+            raise DieError("abbreviation table too long")
+    if len(_abbrev_cache) > 4096:
+        _abbrev_cache.clear()
+    _abbrev_cache[key] = (data, table)
+    return table
+
+
+def unit_offsets(info):
+    """Offsets of every unit in .debug_info (headers only, cheap)."""
+    out, pos = [], 0
+    while pos + 4 <= len(info):
+        out.append(pos)
+        length = _U32.unpack_from(info, pos)[0]
+        if length == 0xffffffff:
+            length = _U64.unpack_from(info, pos + 4)[0] + 8
+        elif length >= 0xfffffff0:
+            break
+        pos += 4 + length
+    return out
+
+
+def parse_aranges(data):
+    """.debug_aranges -> sorted [(lo, hi, unit offset)]."""
+    out, pos = [], 0
+    while pos + 4 <= len(data):
+        start = pos
+        length = _U32.unpack_from(data, pos)[0]
+        pos += 4
+        offset_size = 4
+        if length == 0xffffffff:
+            length = _U64.unpack_from(data, pos)[0]
+            pos += 8
+            offset_size = 8
+        end = pos + length
+        if length == 0 or end > len(data):
+            break
+        pos += 2  # version
+        cu = (_U32 if offset_size == 4 else _U64).unpack_from(data, pos)[0]
+        pos += offset_size
+        addr_size, seg_size = data[pos], data[pos + 1]
+        pos += 2
+        if addr_size not in (4, 8) or seg_size:
+            pos = end
+            continue
+        tuple_size = 2 * addr_size
+        pos = start + ((pos - start + tuple_size - 1) // tuple_size) * tuple_size
+        fmt = struct.Struct("<QQ" if addr_size == 8 else "<II")
+        n = (end - pos) // tuple_size
+        for lo, size in fmt.iter_unpack(data[pos:pos + n * tuple_size]):
+            if lo == 0 and size == 0:
+                break
+            if size:
+                out.append((lo, lo + size, cu))
+        pos = end
+    out.sort()
+    return out
