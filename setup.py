@@ -19,7 +19,7 @@ CFLAGS = ["-O2", "-g", "-fPIC", "-std=gnu11", "-fvisibility=hidden",
           "-fexceptions", "-fno-omit-frame-pointer",
           "-Wall", "-Wextra", "-Wno-unused-parameter"]
 LDFLAGS = ["-shared", "-Wl,-z,now", "-Wl,-z,noexecstack", "-Wl,--no-undefined"]
-LIBS = ["-ldl", "-lpthread", "-lgcc_s"]
+LIBS = ["-ldl", "-lpthread", "-lgcc_s", "-lm"]
 
 
 def build_native(out_dir, python=sys.executable):

@@ -103,6 +103,8 @@ def workloads(out):
     }
 
 
+SAMPLE_BYTES = 524288  # jemalloc's and tcmalloc's usual mean sampling interval
+
 # -- running --------------------------------------------------------------------
 
 def run_once(tool, argv, stdin_path, out):
@@ -121,6 +123,10 @@ def run_once(tool, argv, stdin_path, out):
         env["LD_PRELOAD"] = preload_path()
         env["MEMLEAK_PYTHON"] = sys.executable
         env["MEMLEAK_CONFIG"] = "mtraceinit,unwind=libgcc"
+    elif tool == "libmemleak-sampled":
+        env["LD_PRELOAD"] = preload_path()
+        env["MEMLEAK_PYTHON"] = sys.executable
+        env["MEMLEAK_CONFIG"] = f"mtraceinit,sample={SAMPLE_BYTES}"
     elif tool == "heaptrack":
         cmd = ["heaptrack", "-o", os.path.join(work, "ht"), *argv]
     elif tool == "valgrind":
@@ -151,6 +157,8 @@ def main():
     ap.add_argument("--only", nargs="*", help="workload names")
     ap.add_argument("--no-valgrind", action="store_true")
     ap.add_argument("--libgcc", action="store_true", help="also run libmemleak with unwind=libgcc")
+    ap.add_argument("--no-sampled", action="store_true",
+                    help=f"skip the sampling-mode rows (sample={SAMPLE_BYTES})")
     ap.add_argument("--out", default=os.path.join(HERE, "out", "results.rst"))
     args = ap.parse_args()
     out = os.path.join(HERE, "out")
@@ -158,6 +166,7 @@ def main():
     if not os.path.exists(preload_path()):
         sys.exit("libmtrace.so is missing: pip install . (or python setup.py build_native)")
     tools = ["bare", "libmemleak"] + (["libmemleak-libgcc"] if args.libgcc else [])
+    tools += [] if args.no_sampled else ["libmemleak-sampled"]
     for name in ("heaptrack", "valgrind"):
         if name == "valgrind" and args.no_valgrind:
             continue

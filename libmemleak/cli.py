@@ -75,8 +75,15 @@ def cmd_run(args):
     why = check_traceable(program)
     if why:
         return fail(f"run: {why}")
-    if args.config is not None:
-        os.environ["MEMLEAK_CONFIG"] = args.config
+    config = args.config
+    if args.sample is not None:
+        if args.sample < 0:
+            return fail("run: --sample takes a number of bytes (0 = record every allocation)")
+        # Sampling is for long runs: collect from the start unless the
+        # options given say otherwise.
+        config = f"{config},sample={args.sample}" if config else f"mtraceinit,sample={args.sample}"
+    if config is not None:
+        os.environ["MEMLEAK_CONFIG"] = config
     try:
         # exec, not a child: the program keeps this pid (the reports are named
         # after it) and its exit status is the command's.
@@ -112,6 +119,10 @@ def build_parser():
                                      "status). Send it SIGUSR1 for a report while it runs.")
     run.add_argument("--config", metavar="OPTIONS",
                      help="MEMLEAK_CONFIG options, e.g. 'depth=32,dir=/tmp/reports'")
+    run.add_argument("--sample", metavar="BYTES", type=int,
+                     help="record a byte-weighted random sample of allocations, one per BYTES "
+                          "allocated on average (e.g. 524288), and report scaled estimates: "
+                          "much faster on allocation-heavy programs")
     run.add_argument("command", nargs=argparse.REMAINDER, help="[--] PROGRAM [ARGS...]")
     run.set_defaults(func=cmd_run)
     pp = sub.add_parser("preload-path", help="print the path of libmtrace.so for LD_PRELOAD")

@@ -6,6 +6,7 @@ same once addresses are made module-relative are merged: the program may
 hold several entries for one stack (after a dlclose, or when its index
 grew), and users care about call sites, not entries."""
 
+import math
 from dataclasses import dataclass
 
 from libmemleak.modmap import ModuleMap
@@ -40,6 +41,31 @@ def canonical_frames(stack, modmap):
     return key, mods, sortable
 
 
+def estimate(sampled_bytes, sampled_blocks, sample_bytes):
+    """Scale what sampling recorded up to an estimate of the real totals.
+    An allocation of s bytes is recorded with probability 1 - exp(-s/R);
+    like pprof, take s as the stack's average recorded size."""
+    if not sample_bytes or sampled_blocks <= 0 or sampled_bytes <= 0:
+        return sampled_bytes, sampled_blocks
+    average = sampled_bytes / sampled_blocks
+    scale = 1.0 / -math.expm1(-average / sample_bytes)
+    return round(sampled_bytes * scale), round(sampled_blocks * scale)
+
+
+def _estimated(snapshot):
+    """(live_bytes, live_blocks, reported_bytes, reported_blocks) columns,
+    scaled up when the snapshot is sampled."""
+    cols = (snapshot.live_bytes, snapshot.live_blocks,
+            snapshot.reported_bytes, snapshot.reported_blocks)
+    rate = snapshot.sample_bytes
+    if not rate:
+        return cols
+    live = [estimate(b, k, rate) for b, k in zip(cols[0], cols[1])]
+    reported = [estimate(b, k, rate) for b, k in zip(cols[2], cols[3])]
+    return ([x[0] for x in live], [x[1] for x in live],
+            [x[0] for x in reported], [x[1] for x in reported])
+
+
 def diff_snapshot(snapshot, key_cache=None):
     """List of StackDelta, largest byte change first; unchanged stacks left out.
     key_cache (stack id -> canonical_frames(...)) may be kept across reports
@@ -48,11 +74,12 @@ def diff_snapshot(snapshot, key_cache=None):
     if key_cache is None:
         key_cache = {}
     merged = {}
+    live_bytes, live_blocks, reported_bytes, reported_blocks = _estimated(snapshot)
     for pos, sid in enumerate(snapshot.ids):
         stack = snapshot.stacks[sid]
-        live_b, live_k = snapshot.live_bytes[pos], snapshot.live_blocks[pos]
-        db = live_b - snapshot.reported_bytes[pos]
-        dk = live_k - snapshot.reported_blocks[pos]
+        live_b, live_k = live_bytes[pos], live_blocks[pos]
+        db = live_b - reported_bytes[pos]
+        dk = live_k - reported_blocks[pos]
         if not (db or dk or live_b or live_k):
             continue
         cached = key_cache.get(sid)
@@ -74,8 +101,9 @@ def diff_snapshot(snapshot, key_cache=None):
 
 
 def totals(snapshot):
-    live_b = sum(snapshot.live_bytes)
-    live_k = sum(snapshot.live_blocks)
-    return Totals(live_b, live_k, live_b - sum(snapshot.reported_bytes),
-                  live_k - sum(snapshot.reported_blocks), sum(snapshot.alloc_count),
-                  sum(snapshot.alloc_bytes), len(snapshot.ids))
+    live_bytes, live_blocks, reported_bytes, reported_blocks = _estimated(snapshot)
+    live_b, live_k = sum(live_bytes), sum(live_blocks)
+    alloc = [estimate(b, n, snapshot.sample_bytes)
+             for b, n in zip(snapshot.alloc_bytes, snapshot.alloc_count)]
+    return Totals(live_b, live_k, live_b - sum(reported_bytes), live_k - sum(reported_blocks),
+                  sum(n for _, n in alloc), sum(b for b, _ in alloc), len(snapshot.ids))

@@ -250,6 +250,9 @@ class Reporter:
             ("stacks", sums.stacks),
             ("depth", snap.depth),
         ]
+        if snap.sample_bytes:
+            lines.append(("sampled", f"every {snap.sample_bytes} bytes on average "
+                                     "(byte-weighted); bytes and blocks are estimates"))
         lines += process_status(snap.pid)
         lines += [("reporter-" + k, v) for k, v in process_status("self") if k == "vm-hwm"]
         for name, value in snap.health.items():

@@ -80,6 +80,7 @@ class Snapshot:
     reported_blocks: list
     corrupt_stacks: int = 0
     notes: list = field(default_factory=list)
+    sample_bytes: int = 0   # sampling mode: mean bytes between samples; 0 = exact
 
 
 class Segment:
@@ -182,7 +183,8 @@ class Segment:
             taken_ns=taken, start_time_ns=h.start_time_ns, depth=h.depth,
             collecting=bool(h.collecting),
             health={name: getattr(h, name) for name in HEALTH_FIELDS},
-            modules=self.modules(), stacks=stacks, ids=ids, corrupt_stacks=corrupt, **sel)
+            modules=self.modules(), stacks=stacks, ids=ids, corrupt_stacks=corrupt,
+            sample_bytes=h.sample_bytes, **sel)
 
     def _read_stacks(self, words, states, first):
         """Ready stacks among ids first.. (states[k] is id first+k)."""

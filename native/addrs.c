@@ -35,6 +35,16 @@ struct shard {
 
 static struct shard shards[SHARDS];
 
+/* Sampling mode: how many recorded blocks hash to each slot, so that the
+ * free of a block that was never recorded (most of them) is told apart
+ * without taking a shard lock.  Raised before the block's address goes back
+ * to the program, lowered when it is removed; a free of an address
+ * necessarily comes after its allocation returned, so a zero is exact. */
+#define FILTER_BITS 16
+static uint32_t sampled_filter[1u << FILTER_BITS];
+
+static inline uint32_t *filter_slot(uint64_t h) { return &sampled_filter[h >> (64 - FILTER_BITS)]; }
+
 static inline uint64_t mix(uint64_t x)
 {
     x ^= x >> 31;
@@ -116,6 +126,8 @@ int mlk_addr_insert(uint64_t addr, uint32_t stack, uint64_t size, int is_new)
         mlk_stack_account((uint32_t)(m & ((1u << STACK_BITS) - 1)), -(int64_t)(m >> STACK_BITS), -1);
     } else {
         s->used++;
+        if (mlk_sample_bytes)
+            __atomic_add_fetch(filter_slot(h), 1, __ATOMIC_RELAXED);
     }
     s->slots[i].addr = addr;
     s->slots[i].meta = size << STACK_BITS | stack;
@@ -130,6 +142,8 @@ int mlk_addr_insert(uint64_t addr, uint32_t stack, uint64_t size, int is_new)
 int mlk_addr_remove(uint64_t addr, uint32_t *stack, uint64_t *size)
 {
     uint64_t h = mix(addr);
+    if (mlk_sample_bytes && __atomic_load_n(filter_slot(h), __ATOMIC_RELAXED) == 0)
+        return 0;
     struct shard *s = &shards[h & (SHARDS - 1)];
     mlk_lock(&s->lock);
     if (!s->slots) {
@@ -146,6 +160,8 @@ int mlk_addr_remove(uint64_t addr, uint32_t *stack, uint64_t *size)
     *size = m >> STACK_BITS;
     mlk_stack_account(*stack, -(int64_t)*size, -1);
     erase(s, i);
+    if (mlk_sample_bytes)
+        __atomic_sub_fetch(filter_slot(h), 1, __ATOMIC_RELAXED);
     mlk_unlock(&s->lock);
     return 1;
 }

@@ -178,6 +178,12 @@ static void parse_config(const char *cfg, const char *cwd)
                 mlk_unwind_mode = MLK_UNWIND_FAST;
             else
                 bad_option(p, n, "': unwind is 'fast' or 'libgcc'; using fast");
+        } else if (KEY("sample") && val) {
+            if (parse_uint(val, vn, &num) && num <= (1ull << 40))
+                mlk_sample_bytes = num;
+            else
+                bad_option(p, n, "': sample takes a mean number of bytes between samples "
+                                 "(0 = record every allocation)");
         } else if (KEY("exit_timeout") && val) {
             if (parse_uint(val, vn, &num) && num <= 86400)
                 config.exit_timeout_ms = (int)num * 1000;
@@ -185,7 +191,8 @@ static void parse_config(const char *cfg, const char *cwd)
                 bad_option(p, n, "': exit_timeout takes seconds (0 to 86400)");
         } else {
             bad_option(p, n, "': unknown option (known: mtraceinit, depth=N, dir=PATH, "
-                             "signal=NAME, unwind=fast|libgcc, exit_timeout=SECONDS)");
+                             "signal=NAME, unwind=fast|libgcc, sample=BYTES, "
+                             "exit_timeout=SECONDS)");
         }
 #undef KEY
         p = *end ? end + 1 : end;

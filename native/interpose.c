@@ -97,7 +97,7 @@ static void ensure_real(void)
 
 static inline void after_alloc(void *p, size_t size, int kind)
 {
-    if (p && RECORDING()) {
+    if (p && RECORDING() && mlk_sample(size)) {
         BEGIN_HOOK();
         mlk_record_alloc(p, size, kind);
         END_HOOK();
@@ -263,9 +263,9 @@ EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off
     if (p == MAP_FAILED || mlk_in_hook || !mlk_ever_collected)
         return p;
     BEGIN_HOOK();
-    if ((flags & MAP_ANONYMOUS) && mlk_collecting)
+    if ((flags & MAP_ANONYMOUS) && mlk_collecting && mlk_sample(page_round(len)))
         mlk_record_mmap(p, page_round(len)); /* replaces what was there */
-    else if (flags & MAP_FIXED)
+    else if (flags & (MAP_FIXED | MAP_ANONYMOUS))
         mlk_record_munmap(p, page_round(len));
     END_HOOK();
     return p;
@@ -306,9 +306,9 @@ EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
     int tracked = mlk_region_tracked((uint64_t)old, page_round(old_len)) != 0;
     if (tracked || (flags & MREMAP_FIXED))
         mlk_record_munmap(old, page_round(old_len));
-    if (tracked && mlk_collecting)
+    if (tracked && mlk_collecting && mlk_sample(page_round(new_len)))
         mlk_record_mmap(p, page_round(new_len));
-    else if (flags & MREMAP_FIXED)
+    else if (tracked || (flags & MREMAP_FIXED))
         mlk_record_munmap(p, page_round(new_len));
     END_HOOK();
     return p;

@@ -98,6 +98,26 @@ MLK_HIDDEN void mlk_record_put_back(void *p, uint32_t stack, uint64_t size);
 MLK_HIDDEN void mlk_record_mmap(void *p, size_t len);
 MLK_HIDDEN void mlk_record_munmap(void *p, size_t len);
 
+/* ---- sample.c: which allocations are recorded in sampling mode --------- */
+extern MLK_HIDDEN uint64_t mlk_sample_bytes;   /* 0 = record every allocation */
+extern __thread int64_t mlk_sample_left __attribute__((tls_model("initial-exec")));
+MLK_HIDDEN int mlk_sample_slow(size_t size);  /* the countdown ran out: draw again */
+/* Record this allocation of `size` bytes?  Byte-weighted Poisson sampling
+ * (as jemalloc and tcmalloc do): each thread counts down a random number of
+ * bytes with mean mlk_sample_bytes; the allocation that crosses zero is
+ * recorded.  The common case is one subtraction on a thread-local. */
+static inline int mlk_sample(size_t size)
+{
+    if (MLK_LIKELY(!mlk_sample_bytes))
+        return 1;
+    int64_t left = mlk_sample_left - (int64_t)(size < (1ull << 62) ? size : (1ull << 62));
+    if (MLK_LIKELY(left > 0)) {
+        mlk_sample_left = left;
+        return 0;
+    }
+    return mlk_sample_slow(size);
+}
+
 /* ---- control.c: configuration, triggers, the reporter ----------------- */
 extern MLK_HIDDEN volatile int mlk_collecting;  /* mirror of mlk_seg->collecting */
 extern MLK_HIDDEN volatile int mlk_ever_collected;

@@ -44,7 +44,7 @@ int mlk_record_take(void *p, uint32_t *stack, uint64_t *size)
 {
     if (mlk_addr_remove((uint64_t)p, stack, size))
         return 1;
-    if (mlk_collecting)
+    if (mlk_collecting && !mlk_sample_bytes) /* when sampling, most blocks are unrecorded */
         __atomic_add_fetch(&mlk_seg->unknown_frees, 1, __ATOMIC_RELAXED);
     return 0;
 }

@@ -99,6 +99,7 @@ int mlk_segment_create(uint32_t depth, const char *dir)
     h->strings_cap = STRINGS_CAP;
     h->pid = mlk_getpid();
     h->depth = depth;
+    h->sample_bytes = mlk_sample_bytes;
     h->start_time_ns = mlk_now_ns(CLOCK_REALTIME);
     h->seg_fd = (uint32_t)fd;
     mlk_seg = h;

@@ -20,7 +20,7 @@
  */
 
 #define MLK_MAGIC 0x314b4c4d454d4c4b
-#define MLK_LAYOUT_VERSION 1
+#define MLK_LAYOUT_VERSION 2
 #define MLK_MAX_DEPTH 64
 #define MLK_BUILD_ID_MAX 32
 
@@ -121,5 +121,10 @@ struct mlk_header {
     uint64_t dropped_blocks;    /* allocations not tracked: address table full */
     uint64_t unknown_frees;     /* frees of pointers never seen allocated */
     uint64_t truncated_stacks;  /* backtraces cut at the configured depth */
-    uint64_t reserved[8];
+    /* Sampling (MEMLEAK_CONFIG sample=BYTES): 0 = every allocation recorded.
+     * Otherwise an allocation of s bytes is recorded with probability
+     * 1 - exp(-s / sample_bytes) and the stack counters hold the recorded
+     * (sampled) blocks only; the reporter scales them up. */
+    uint64_t sample_bytes;
+    uint64_t reserved[7];
 };

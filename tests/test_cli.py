@@ -74,3 +74,17 @@ def test_script_is_traced_through_its_interpreter(tmp_path):
     r = cli("run", str(script), cwd=tmp_path)
     assert (r.returncode, r.stdout) == (0, "hello\n")
     assert [n for n in os.listdir(tmp_path) if n.endswith(".memlog")]
+
+
+def test_run_with_sample_option_writes_a_sampled_report(tmp_path):
+    r = cli("run", "--sample", "65536", "python3", "-c", "x = [bytes(1000) for _ in range(20000)]",
+            cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    reports = [n for n in os.listdir(tmp_path) if n.startswith("python3") and n.endswith(".memlog")]
+    assert reports
+    text = (tmp_path / sorted(reports)[0]).read_text()
+    assert "# sampled: every 65536 bytes" in text
+
+
+def test_negative_sample_is_refused():
+    assert "--sample" in one_error_line(cli("run", "--sample", "-5", "true"))
