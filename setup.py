@@ -16,7 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 CFLAGS = ["-O2", "-g", "-fPIC", "-std=gnu11", "-fvisibility=hidden",
           # the C++ operator hooks must let bad_alloc unwind through them
-          "-fexceptions", "-fno-omit-frame-pointer",
+          "-fexceptions",
           "-Wall", "-Wextra", "-Wno-unused-parameter"]
 LDFLAGS = ["-shared", "-Wl,-z,now", "-Wl,-z,noexecstack", "-Wl,--no-undefined"]
 LIBS = ["-ldl", "-lpthread", "-lgcc_s", "-lm"]

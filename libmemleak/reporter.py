@@ -56,6 +56,7 @@ class ProgramWatch:
         except OSError:
             pass
         self._next_exec_check = 0.0
+        self._pending_polls = 0
 
     def dead(self):
         if self.poll is not None:
@@ -66,6 +67,28 @@ class ProgramWatch:
             return state in (b"Z", b"X")
         except (OSError, IndexError):
             return True
+
+    def signal_blocked_pending(self, signal_number):
+        """True, once per occurrence, when `signal_number` has been pending
+        for the whole process for two polls in a row: every thread blocks
+        it, so the program's handler cannot ask for the report."""
+        if not signal_number or signal_number > 64:
+            return False
+        try:
+            with open(f"/proc/{self.pid}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"ShdPnd:"):
+                        pending = int(line.split()[1], 16) >> (signal_number - 1) & 1
+                        break
+                else:
+                    return False
+        except (OSError, ValueError, IndexError):
+            return False
+        if not pending:
+            self._pending_polls = 0
+            return False
+        self._pending_polls += 1
+        return self._pending_polls == 2
 
     def exec_happened(self, urgent=False):
         """After exec the segment is no longer mapped in the process."""
@@ -114,6 +137,9 @@ class Reporter:
                     return 0
                 if self.watch.exec_happened(urgent=bool(h.exec_pending)):
                     return 0
+                if h.collecting and self.watch.signal_blocked_pending(h.report_signal):
+                    self.report("signal")  # from the segment, as after a death
+                    continue
                 if not self.warm():
                     futex_wait(request_addr, request, POLL_SECONDS)
         finally:
@@ -307,7 +333,14 @@ def main():
         return 1
     profile = os.environ.get("MEMLEAK_PROFILE_REPORTER")  # a file for cProfile stats
     if not profile:
-        return Reporter(segment).run()
+        try:
+            return Reporter(segment).run()
+        except Exception as e:  # noqa: BLE001 -- one line on the program's stderr, never a traceback
+            if os.environ.get("MEMLEAK_DEBUG"):
+                raise
+            say(f"reporter stopped by an internal error ({type(e).__name__}: {e}); "
+                "the next report request starts a new one")
+            return 1
     import cProfile
     profiler = cProfile.Profile()
     try:

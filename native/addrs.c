@@ -35,15 +35,18 @@ struct shard {
 
 static struct shard shards[SHARDS];
 
-/* Sampling mode: how many recorded blocks hash to each slot, so that the
- * free of a block that was never recorded (most of them) is told apart
- * without taking a shard lock.  Raised before the block's address goes back
- * to the program, lowered when it is removed; a free of an address
- * necessarily comes after its allocation returned, so a zero is exact. */
-#define FILTER_BITS 16
-static uint32_t sampled_filter[1u << FILTER_BITS];
+/* Sampling mode: see mlk_maybe_recorded in mlk.h.  A slot that reaches 255
+ * stays there (then it only costs a lock on frees that hash to it). */
+uint8_t mlk_sampled_filter[1u << MLK_FILTER_BITS];
 
-static inline uint32_t *filter_slot(uint64_t h) { return &sampled_filter[h >> (64 - FILTER_BITS)]; }
+static void filter_add(uint64_t addr, int delta)
+{
+    uint8_t *slot = &mlk_sampled_filter[mlk_filter_index(addr)];
+    uint8_t v = __atomic_load_n(slot, __ATOMIC_RELAXED);
+    while (v != 255 && !__atomic_compare_exchange_n(slot, &v, (uint8_t)(v + delta), 1,
+                                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+}
 
 static inline uint64_t mix(uint64_t x)
 {
@@ -127,7 +130,7 @@ int mlk_addr_insert(uint64_t addr, uint32_t stack, uint64_t size, int is_new)
     } else {
         s->used++;
         if (mlk_sample_bytes)
-            __atomic_add_fetch(filter_slot(h), 1, __ATOMIC_RELAXED);
+            filter_add(addr, 1);
     }
     s->slots[i].addr = addr;
     s->slots[i].meta = size << STACK_BITS | stack;
@@ -142,7 +145,7 @@ int mlk_addr_insert(uint64_t addr, uint32_t stack, uint64_t size, int is_new)
 int mlk_addr_remove(uint64_t addr, uint32_t *stack, uint64_t *size)
 {
     uint64_t h = mix(addr);
-    if (mlk_sample_bytes && __atomic_load_n(filter_slot(h), __ATOMIC_RELAXED) == 0)
+    if (!mlk_maybe_recorded((const void *)addr))
         return 0;
     struct shard *s = &shards[h & (SHARDS - 1)];
     mlk_lock(&s->lock);
@@ -161,7 +164,7 @@ int mlk_addr_remove(uint64_t addr, uint32_t *stack, uint64_t *size)
     mlk_stack_account(*stack, -(int64_t)*size, -1);
     erase(s, i);
     if (mlk_sample_bytes)
-        __atomic_sub_fetch(filter_slot(h), 1, __ATOMIC_RELAXED);
+        filter_add(addr, -1);
     mlk_unlock(&s->lock);
     return 1;
 }

@@ -437,6 +437,9 @@ int mlk_start_collecting(void)
         }
         mlk_modules_scan();
         mlk_unwind_init();
+        /* The reporter also answers this signal when the program blocks it
+         * in every thread (the handler then never runs). */
+        mlk_seg->report_signal = (uint32_t)config.signal;
     }
     __atomic_store_n(&mlk_seg->collecting, 1, __ATOMIC_RELEASE);
     mlk_ever_collected = 1;

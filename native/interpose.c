@@ -106,7 +106,7 @@ static inline void after_alloc(void *p, size_t size, int kind)
 
 static inline void before_free(void *p)
 {
-    if (p && !mlk_in_hook && mlk_ever_collected) {
+    if (p && !mlk_in_hook && mlk_ever_collected && mlk_maybe_recorded(p)) {
         BEGIN_HOOK();
         mlk_record_free(p);
         END_HOOK();
@@ -168,7 +168,7 @@ static void *realloc_impl(void *old, size_t size)
     uint32_t stack = MLK_NO_STACK;
     uint64_t old_size = 0;
     int had = 0;
-    if (!mlk_in_hook && mlk_ever_collected) {
+    if (!mlk_in_hook && mlk_ever_collected && mlk_maybe_recorded(old)) {
         BEGIN_HOOK();
         had = mlk_record_take(old, &stack, &old_size);
         END_HOOK();

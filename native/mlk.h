@@ -61,6 +61,9 @@ MLK_HIDDEN void mlk_modules_lock_for_fork(int acquire);
  * is set when more frames existed than max. */
 MLK_HIDDEN int mlk_backtrace(uint64_t *ips, int max, int *truncated);
 MLK_HIDDEN void mlk_unwind_init(void);  /* before the first mlk_backtrace */
+/* A module was unloaded: its addresses may now hold other code, whose
+ * unwind rules differ, so cached rules are dropped. */
+MLK_HIDDEN void mlk_unwind_forget(void);
 #define MLK_UNWIND_FAST 0
 #define MLK_UNWIND_LIBGCC 1
 extern MLK_HIDDEN int mlk_unwind_mode;
@@ -116,6 +119,23 @@ static inline int mlk_sample(size_t size)
         return 0;
     }
     return mlk_sample_slow(size);
+}
+
+/* Sampling mode: may this block have been recorded?  A saturating count of
+ * recorded live blocks per hash slot (addrs.c keeps it), so that the free of
+ * an unrecorded block -- nearly all of them -- costs one load and no lock.
+ * A count is raised before the block's address reaches the program, and a
+ * free necessarily follows that, so a zero is exact. */
+#define MLK_FILTER_BITS 15
+extern MLK_HIDDEN uint8_t mlk_sampled_filter[1u << MLK_FILTER_BITS];
+static inline uint32_t mlk_filter_index(uint64_t addr)
+{
+    return (uint32_t)((addr * 0x9e3779b97f4a7c15ull) >> (64 - MLK_FILTER_BITS));
+}
+static inline int mlk_maybe_recorded(const void *p)
+{
+    return !mlk_sample_bytes ||
+           __atomic_load_n(&mlk_sampled_filter[mlk_filter_index((uint64_t)p)], __ATOMIC_RELAXED);
 }
 
 /* ---- control.c: configuration, triggers, the reporter ----------------- */

@@ -31,11 +31,6 @@ struct scan_state {
     uint32_t seen_count;
 };
 
-static int same_module(const struct mlk_module *m, uint64_t base, uint64_t lo, uint64_t hi)
-{
-    return m->base == base && m->lo == lo && m->hi == hi;
-}
-
 static void read_build_id(struct dl_phdr_info *info, struct mlk_module *m)
 {
     for (int i = 0; i < info->dlpi_phnum; i++) {
@@ -61,6 +56,31 @@ static void read_build_id(struct dl_phdr_info *info, struct mlk_module *m)
     }
 }
 
+static const char *module_path(const struct dl_phdr_info *info)
+{
+    return info->dlpi_name && info->dlpi_name[0] ? info->dlpi_name /* the main program: */
+                                                 : mlk_strings() + mlk_seg->exe_off;
+}
+
+/* Is `m` the object the loader reports in `info`?  Same place and extent
+ * is not enough: after a dlclose another library may be loaded exactly
+ * where the closed one was, between two scans, and its addresses must not
+ * be read as the old one's.  So the path and build-id must match too. */
+static int same_module(const struct mlk_module *m, struct dl_phdr_info *info, uint64_t lo, uint64_t hi)
+{
+    if (m->base != info->dlpi_addr || m->lo != lo || m->hi != hi)
+        return 0;
+    const char *path = module_path(info);
+    size_t n = mlk_strlen(path);
+    if (m->path_len && (m->path_len != n || memcmp(mlk_strings() + m->path_off, path, n) != 0))
+        return 0;
+    struct mlk_module probe;
+    probe.build_id_len = 0;
+    read_build_id(info, &probe);
+    return probe.build_id_len == m->build_id_len &&
+           memcmp(probe.build_id, m->build_id, probe.build_id_len) == 0;
+}
+
 static uint32_t add_module(struct dl_phdr_info *info, uint64_t lo, uint64_t hi)
 {
     struct mlk_header *h = mlk_seg;
@@ -72,9 +92,7 @@ static uint32_t add_module(struct dl_phdr_info *info, uint64_t lo, uint64_t hi)
     m->base = info->dlpi_addr;
     m->lo = lo;
     m->hi = hi;
-    const char *path = info->dlpi_name;
-    if (!path || !path[0]) /* the main program */
-        path = mlk_strings() + h->exe_off;
+    const char *path = module_path(info);
     m->path_len = (uint32_t)mlk_strlen(path);
     m->path_off = mlk_string_add(path, m->path_len);
     if (m->path_off == UINT32_MAX)
@@ -109,7 +127,7 @@ static int scan_one(struct dl_phdr_info *info, size_t size, void *arg)
     struct mlk_module *mods = mlk_modules();
     for (uint32_t i = 0; i < live_count; i++) {
         struct mlk_module *m = &mods[live[i].module];
-        if (same_module(m, info->dlpi_addr, lo, hi)) {
+        if (same_module(m, info, lo, hi)) {
             st->seen[st->seen_count].module = live[i].module;
             break;
         }
@@ -154,6 +172,7 @@ void mlk_modules_scan(void)
      * epoch E when load_epoch <= E < unload_epoch (or it was never unloaded);
      * stacks read the epoch only after the scan that covers their frames. */
     uint32_t next_epoch = h->map_epoch + 1;
+    int unloaded = 0;
     __atomic_store_n(&h->map_epoch, next_epoch, __ATOMIC_RELEASE);
     dl_iterate_phdr(scan_one, &st);
     /* Modules we knew that the loader no longer lists were unloaded. */
@@ -168,8 +187,11 @@ void mlk_modules_scan(void)
         if (!still) {
             mods[live[i].module].unload_epoch = next_epoch;
             __atomic_add_fetch(&h->unload_epoch, 1, __ATOMIC_RELEASE);
+            unloaded = 1;
         }
     }
+    if (unloaded)
+        mlk_unwind_forget();
     sort_ranges(seen, st.seen_count);
     memcpy(live, seen, st.seen_count * sizeof *live);
     __atomic_store_n(&live_count, st.seen_count, __ATOMIC_RELEASE);

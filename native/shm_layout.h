@@ -106,7 +106,7 @@ struct mlk_header {
     uint32_t exit_requests;
     uint32_t seg_fd;            /* the segment's descriptor number in the process */
     uint32_t exec_pending;      /* set just before an exec call, cleared if it fails */
-    uint32_t reserved_u32;
+    uint32_t report_signal;     /* the signal whose handler asks for reports, 0 = none */
     uint32_t seen_signal;       /* reporter: the request counts above as of */
     uint32_t seen_mtrace;       /* its last report, to tell the next one's reason */
     uint32_t seen_muntrace;

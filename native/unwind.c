@@ -434,7 +434,10 @@ static uint64_t rule_for(uint64_t pc)
 }
 
 /* Returns the number of frames, or -1 when libgcc must do it. */
-static __attribute__((noinline)) int fast_backtrace(uint64_t *ips, int max, int *truncated)
+/* This function keeps a frame pointer whatever the build flags: its own
+ * frame is where the walk starts. */
+static __attribute__((noinline, optimize("no-omit-frame-pointer"))) int
+fast_backtrace(uint64_t *ips, int max, int *truncated)
 {
     /* Start from our caller's state: this function keeps a frame pointer
      * (libmtrace is built with -fno-omit-frame-pointer), so its CFA is
@@ -482,6 +485,15 @@ void mlk_unwind_init(void)
         cache = mlk_map_anon(sizeof(struct cache_entry) << CACHE_BITS);
 }
 
+void mlk_unwind_forget(void)
+{
+    /* A reader checks the key after reading the rule, so clearing keys is
+     * enough: one racing with this recomputes its rule. */
+    if (cache)
+        for (uint64_t i = 0; i < (1u << CACHE_BITS); i++)
+            __atomic_store_n(&cache[i].key, 0, __ATOMIC_RELEASE);
+}
+
 int mlk_backtrace(uint64_t *ips, int max, int *truncated)
 {
     if (mlk_unwind_mode == MLK_UNWIND_FAST && cache) {
@@ -495,6 +507,7 @@ int mlk_backtrace(uint64_t *ips, int max, int *truncated)
 #else /* not x86-64: libgcc only */
 
 void mlk_unwind_init(void) {}
+void mlk_unwind_forget(void) {}
 
 int mlk_backtrace(uint64_t *ips, int max, int *truncated)
 {

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from helpers import (Traced, add_reports, by_site, compile_program, env_for, report_path,
-                     wait_for_file)
+from helpers import (PROGRAMS, Traced, add_reports, by_site, compile_program, env_for,
+                     report_path, wait_for_file)
 from libmemleak import memlog
 
 
@@ -118,3 +118,49 @@ def test_exceptions_longjmp_coroutines_and_every_way_of_spawning(workdir, unwind
     assert "site_throwing(int)" not in sites  # the strings were freed while unwinding
     co = next(e for e in report.entries if e.frames[0].function == "site_coroutine_alloc()")
     assert "coroutine()" in [f.function for f in co.frames]
+
+
+def test_dlopen_dlclose_loops_in_threads_keep_exact_plugin_totals(workdir):
+    """Two threads load and unload two different builds of a plugin, which
+    the loader keeps placing at the same addresses, while two others churn:
+    the unwinder must not apply one build's cached rules to the other."""
+    host = compile_program("dlloop.c", "-ldl")
+    plugins = []
+    for variant in (1, 2):
+        out = os.path.join(workdir, f"dlvariant{variant}.so")
+        subprocess.run(["gcc", "-g", "-O2", "-fno-optimize-sibling-calls", "-shared", "-fPIC",
+                        f"-DVARIANT={variant}",
+                        os.path.join(PROGRAMS, "dlvariant.c"), "-o", out], check=True)
+        plugins.append(out)
+    n = 300
+    t = Traced([host, *plugins, str(n)], workdir)
+    (report,) = t.reports_at("done")
+    assert t.finish() == 0, t.stderr
+    assert t.stderr == ""
+    sites = by_site(report)
+    assert sites["leak_v1"] == (100 * n, n)
+    assert sites["inner"] == (200 * n, n)
+    for e in report.entries:
+        names = [f.function for f in e.frames]
+        if names[0] == "inner":
+            assert names[:4] == ["inner", "leak_v2", "plugin_entry", "loader"], names
+        if names[0] == "leak_v1":
+            assert names[:3] == ["leak_v1", "plugin_entry", "loader"], names
+
+
+def test_signal_blocked_in_every_thread_still_gives_a_report(workdir):
+    """The handler can never run; the reporter sees the signal pending for
+    the whole process and reports from the segment by itself."""
+    prog = compile_program("sigblock.c")
+    t = Traced([prog], workdir)
+    (first,) = t.reports_at("blocked")
+    assert by_site(first)["site_worker"] == (300 * 1000, 300)
+    assert first.header["reason"] == "signal"
+    t.expect("more")
+    t.resume()
+    assert t.finish() == 0, t.stderr
+    assert t.stderr == ""
+    reports = t.reports()
+    assert reports[-1].header["reason"] == "exit"
+    assert len(reports) == 2  # one report per signal, however long it stays pending
+    assert by_site(reports[1])["site_worker"] == (50 * 1000, 50)

@@ -1,6 +1,7 @@
 """The segment reader refuses what is not a valid segment, clearly."""
 
 import os
+import signal
 import struct
 
 import pytest
@@ -50,3 +51,42 @@ def test_reads_a_live_program_segment_through_proc(workdir):
     assert sum(snap.live_bytes) >= 4242
     t.resume()
     assert t.finish() == 0
+
+
+def test_corrupted_live_segment_still_gives_a_report(workdir):
+    """The traced program may scribble over the segment.  Garbage in the
+    stack table, counters and module table leaves the reporter writing a
+    report (bad entries counted and skipped), never a traceback."""
+    import random
+    from helpers import report_path, wait_for_file
+    from libmemleak import memlog
+    from libmemleak.layout import STACK_SIZE
+    prog = compile_program("blocked.c")
+    t = Traced([prog], workdir)
+    t.expect("blocked")
+    reporter = wait_for_reporter(t.pid)
+    fd = os.open(f"/proc/{reporter}/fd/3", os.O_RDWR)
+    try:
+        seg = Segment.from_fd(fd, writable=True)
+        h = seg.header
+        rng = random.Random(99)
+        used = h.stacks_used
+        with open(f"/proc/{reporter}/fd/3", "r+b") as f:
+            for _ in range(200):  # random words of the used stack entries and beyond
+                i = rng.randrange(used + 50)
+                f.seek(h.stacks_off + i * STACK_SIZE + 8 * rng.randrange(STACK_SIZE // 8))
+                f.write(struct.pack("<Q", rng.getrandbits(64)))
+            f.seek(h.modules_off + 8)  # a module's lo/hi
+            f.write(struct.pack("<QQ", rng.getrandbits(64), rng.getrandbits(64)))
+        h.stacks_used = used + 50
+        h.modules_used = 1 << 40
+        h.strings_used = 1 << 40
+        seg.close()
+    finally:
+        os.close(fd)
+    t.proc.send_signal(signal.SIGUSR1)
+    report = memlog.read(wait_for_file(report_path(workdir, t.prog, t.pid, 1)))
+    assert report.header["reason"] == "signal"
+    t.resume()
+    assert t.finish() == 0
+    assert "reporter error" not in t.stderr and "Traceback" not in t.stderr, t.stderr

@@ -50,6 +50,7 @@ class Symbolizer:
         # (fast) and do not cache, so a later report can still do better.
         self.deadline = None
         self.skipped = 0
+        self._internal_errors = {}  # module path -> first unexpected error
 
     def module(self, path, build_id=""):
         key = (path, build_id)
@@ -70,7 +71,13 @@ class Symbolizer:
             result = (Frame(None, None, address),)
         else:
             late = self.deadline is not None and time.monotonic() > self.deadline
-            result = self._lookup(module, address - module.base, use_dwarf=not late)
+            try:
+                result = self._lookup(module, address - module.base, use_dwarf=not late)
+            except Exception as e:  # noqa: BLE001 -- hostile files must not cost the report
+                # The readers catch what malformed input is known to raise;
+                # anything else still leaves the frame as module+offset.
+                self._internal_errors.setdefault(module.path, f"{type(e).__name__}: {e}")
+                result = (Frame(None, module.path, address - module.base),)
             if late:
                 self.skipped += 1
                 return result
@@ -99,4 +106,5 @@ class Symbolizer:
 
     def problems(self):
         """One line per ELF file that could not be read."""
-        return [f"{m.path}: {m.elf.error}" for m in self._modules.values() if m.elf.error]
+        out = [f"{m.path}: {m.elf.error}" for m in self._modules.values() if m.elf.error]
+        return out + [f"{path}: {error}" for path, error in self._internal_errors.items()]

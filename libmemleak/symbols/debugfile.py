@@ -5,11 +5,10 @@ the standard places and in the directories of MEMLEAK_DEBUG_PATH."""
 import os
 import zlib
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
+from libmemleak.symbols.elfcheck import READ_ERRORS as _ERRORS
+from libmemleak.symbols.elfcheck import open_elf
 
 SYSTEM_DEBUG_DIR = "/usr/lib/debug"
-_ERRORS = (OSError, ELFError, ValueError, KeyError, IndexError, AssertionError)
 
 
 def debug_dirs(extra=None):
@@ -23,7 +22,7 @@ def debug_dirs(extra=None):
 def _elf_facts(path):
     """(has .debug_info, build-id hex or None, (debuglink name, crc) or None)"""
     with open(path, "rb") as f:
-        elf = ELFFile(f)
+        elf = open_elf(f)
         has_info = elf.get_section_by_name(".debug_info") is not None or \
             elf.get_section_by_name(".zdebug_info") is not None
         build_id = None

@@ -11,19 +11,16 @@ pyelftools provides the sections and line-program headers."""
 
 import bisect
 import os
-import struct
 from dataclasses import dataclass
 
-from elftools.common.exceptions import DWARFError, ELFError
-from elftools.elf.elffile import ELFFile
+from elftools.common.exceptions import ELFError
 
 from libmemleak.symbols import dies
 from libmemleak.symbols.demangle import demangle
+from libmemleak.symbols.elfcheck import READ_ERRORS, open_elf
 from libmemleak.symbols.lines import decode_rows
 
-_PARSE_ERRORS = (DWARFError, ELFError, dies.DieError, RecursionError, struct.error, KeyError,
-                 IndexError, ValueError, AttributeError, AssertionError, TypeError, OSError,
-                 UnicodeDecodeError)
+_PARSE_ERRORS = READ_ERRORS
 
 
 @dataclass(frozen=True)
@@ -197,7 +194,7 @@ class DwarfIndex:
         self._unit_starts = None
         try:
             self._file = open(path, "rb")
-            self._elf = ELFFile(self._file)
+            self._elf = open_elf(self._file)
             if not self._elf.has_dwarf_info():
                 raise ELFError("no DWARF")
             self._dwarf = self._elf.get_dwarf_info()

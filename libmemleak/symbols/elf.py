@@ -8,8 +8,7 @@ an empty index with an `error` string, never an exception."""
 import bisect
 import struct
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
+from libmemleak.symbols.elfcheck import READ_ERRORS, open_elf
 
 STT_FUNC, STT_GNU_IFUNC = 2, 10
 STB_GLOBAL = 1
@@ -24,8 +23,8 @@ class ElfIndex:
         self._starts, self._ends, self._names = [], [], []
         try:
             with open(path, "rb") as f:
-                self._load(ELFFile(f))
-        except (OSError, ELFError, ValueError, KeyError, IndexError, AssertionError, struct.error) as e:
+                self._load(open_elf(f))
+        except READ_ERRORS as e:
             self.error = f"{type(e).__name__}: {e}"
 
     def _load(self, elf):
