@@ -164,3 +164,80 @@ def test_signal_blocked_in_every_thread_still_gives_a_report(workdir):
     assert reports[-1].header["reason"] == "exit"
     assert len(reports) == 2  # one report per signal, however long it stays pending
     assert by_site(reports[1])["site_worker"] == (50 * 1000, 50)
+
+
+def test_full_disk_keeps_the_data_and_the_next_report_has_it(workdir):
+    """A real full filesystem (a 256 KiB tmpfs in a private mount namespace,
+    filled up): the report cannot be written, the program is unaffected,
+    one line says so, and once there is room the next report holds
+    everything -- same sequence number, nothing lost."""
+    import shutil
+    from helpers import wait_for_reporter
+    from libmemleak.segment import Segment
+    unshare = shutil.which("unshare")
+    if not unshare or subprocess.run([unshare, "-rm", "true"], capture_output=True).returncode:
+        pytest.skip("no user and mount namespaces here (unshare -rm)")
+    prog = compile_program("allocators.c")
+    full = os.path.join(workdir, "full")
+    os.mkdir(full)
+    env = env_for()
+    preload = env.pop("LD_PRELOAD")
+    script = ('mount -t tmpfs -o size=256k tmpfs "$1" && '
+              'head -c 10000000 /dev/zero > "$1/filler" 2>/dev/null; '
+              'cd "$1" && LD_PRELOAD="$2" exec "$3"')
+    proc = subprocess.Popen([unshare, "-rm", "sh", "-c", script, "sh", full, preload, prog],
+                            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    inside = f"/proc/{proc.pid}/root{full}"  # the tmpfs, seen through the program's namespace
+
+    def checkpoint(name):
+        assert proc.stdout.readline() == f"checkpoint {name}\n".encode()
+
+    checkpoint("allocated")
+    reporter = wait_for_reporter(proc.pid)  # the root process starts its reporter at once
+    seg = Segment.from_path(f"/proc/{reporter}/fd/3")
+    proc.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + 20
+    while seg.header.report_errors == 0:
+        assert time.monotonic() < deadline, "the report attempt never failed"
+        time.sleep(0.02)
+    assert [n for n in os.listdir(inside) if n != "filler"] == []  # no partial file
+    os.unlink(os.path.join(inside, "filler"))
+    proc.send_signal(signal.SIGUSR1)
+    first = memlog.read(wait_for_file(report_path(inside, "allocators", proc.pid, 1)))
+    assert by_site(first)["site_malloc"] == (300, 3)
+    assert by_site(first)["site_calloc"] == (160, 2)
+    proc.stdin.write(b"\n")
+    proc.stdin.flush()
+    checkpoint("changed")
+    proc.stdin.write(b"\n")
+    proc.stdin.flush()
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    lines = err.decode().splitlines()
+    assert len(lines) == 1 and "No space left on device" in lines[0], lines
+    assert "the data is kept for the next report" in lines[0]
+    seg.close()
+
+
+def test_allocator_queries_and_frees_we_never_saw(workdir):
+    """malloc_usable_size, malloc_trim and mallinfo2 keep working; a library
+    loaded with RTLD_DEEPBIND calls libc's malloc directly, so one of its
+    blocks is freed through us unseen (counted, passed on, no crash) and one
+    of ours is freed past us (it stays in the report: a known limit)."""
+    plugin = os.path.join(workdir, "deep.so")
+    subprocess.run(["gcc", "-g", "-O0", "-shared", "-fPIC",
+                    os.path.join(PROGRAMS, "deepbind_plugin.c"), "-o", plugin], check=True)
+    prog = compile_program("allocapi.c", "-ldl")
+    t = Traced([prog, plugin], workdir)
+    assert t.proc.stdout.readline() == b"usable 1 trim ok\n"
+    t.expect("done")
+    report = t.signal_report(1)
+    t.resume()
+    assert t.finish() == 0, t.stderr
+    assert t.stderr == ""
+    sites = by_site(report)
+    assert sites["site_kept"] == (1000, 1)
+    assert report.header["unknown-frees"] == "1"
+    assert "deep_alloc" not in sites  # it never went through the tracer
+    assert sites["site_handed_over"] == (2000, 1)  # freed past us: still counted live

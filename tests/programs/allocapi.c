@@ -1,0 +1,40 @@
+/* Allocator queries and odd frees: malloc_usable_size, malloc_trim,
+ * mallinfo2, a free of a block allocated behind the tracer's back (by a
+ * library loaded with RTLD_DEEPBIND, which binds malloc to libc's first),
+ * and a block that library frees behind our back.  Usage: allocapi PLUGIN */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "checkpoint.h"
+
+__attribute__((noinline)) void *site_kept(void) { return malloc(1000); }
+__attribute__((noinline)) void *site_handed_over(void) { return malloc(2000); }
+
+int main(int argc, char **argv)
+{
+    void *kept = site_kept();
+    if (malloc_usable_size(kept) < 1000)
+        return 10;
+    malloc_trim(0);
+    struct mallinfo2 mi = mallinfo2();
+    if (mi.uordblks < 1000)
+        return 11;
+    void *h = dlopen(argv[1], RTLD_NOW | RTLD_DEEPBIND);
+    if (!h)
+        return 12;
+    void *(*deep_alloc)(void) = (void *(*)(void))dlsym(h, "deep_alloc");
+    void (*deep_free)(void *) = (void (*)(void *))dlsym(h, "deep_free");
+    void *unseen = deep_alloc();   /* allocated past the tracer */
+    free(unseen);                  /* a free of a pointer it never saw */
+    printf("usable %d trim ok\n", malloc_usable_size(kept) >= 1000);
+    fflush(stdout);
+    /* Freed past the tracer, last: a later allocation at the same address
+     * would tell the tracer that the block had gone. */
+    deep_free(site_handed_over());
+    checkpoint("done");
+    free(kept);
+    return 0;
+}
