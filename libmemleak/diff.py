@@ -8,18 +8,18 @@ grew), and users care about call sites, not entries."""
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from libmemleak.modmap import ModuleMap
 
 
-@dataclass(frozen=True)
-class StackDelta:
+class StackDelta(NamedTuple):  # a named tuple: thousands are built per report
     key: tuple          # (kind, ((module path or None, offset), ...))
     stack: object       # a representative segment.Stack
     modules: tuple      # segment.Module or None, per frame of `stack`
     bytes: int          # change in live bytes since the previous report
     blocks: int
-    live_bytes: int     # live now
+    live_bytes: int     # live now (over the merged entries that changed)
     live_blocks: int
 
 
@@ -34,11 +34,32 @@ class Totals:
     stacks: int
 
 
-def canonical_frames(stack, modmap):
-    mods = tuple(modmap.find(a, stack.map_epoch) for a in stack.frames)
-    key = tuple((m.path, a - m.base) if m else (None, a) for m, a in zip(mods, stack.frames))
-    sortable = (stack.kind, tuple((path or "", off) for path, off in key))
-    return key, mods, sortable
+class FrameResolver:
+    """Return address -> (module, (module path or None, offset)), cached per
+    address wherever the answer cannot depend on when the stack was
+    recorded (one module ever held that address).  Valid for one module
+    list: build a new one when the list changes."""
+
+    def __init__(self, modules):
+        self.modules = tuple(modules)
+        self._modmap = ModuleMap(self.modules)
+        self._cache = {}
+
+    def resolve(self, address, epoch):
+        hit = self._cache.get(address)
+        if hit is not None:
+            return hit
+        m = self._modmap.find(address, epoch)
+        answer = (m, (m.path, address - m.base) if m else (None, address))
+        if m is not None and self._modmap.only_one(address):
+            self._cache[address] = answer
+        return answer
+
+    def canonical(self, stack):
+        """(frames key, modules per frame) of a stack."""
+        cache, epoch = self._cache, stack.map_epoch
+        resolved = [cache.get(a) or self.resolve(a, epoch) for a in stack.frames]
+        return tuple([r[1] for r in resolved]), tuple([r[0] for r in resolved])
 
 
 def estimate(sampled_bytes, sampled_blocks, sample_bytes):
@@ -66,37 +87,34 @@ def _estimated(snapshot):
             [x[0] for x in reported], [x[1] for x in reported])
 
 
-def diff_snapshot(snapshot, key_cache=None):
-    """List of StackDelta, largest byte change first; unchanged stacks left out.
-    key_cache (stack id -> canonical_frames(...)) may be kept across reports
-    of one process: a stack's frames and their modules never change."""
-    modmap = ModuleMap(snapshot.modules)
-    if key_cache is None:
-        key_cache = {}
-    merged = {}
+def diff_snapshot(snapshot, resolver=None):
+    """List of StackDelta, largest byte change first; unchanged stacks left
+    out.  Only changed stacks are looked at closely (their frames read and
+    resolved), so a report stays cheap with a million stacks.  `resolver`
+    (a FrameResolver for snapshot.modules) may be kept across reports."""
+    if resolver is None or resolver.modules != tuple(snapshot.modules):
+        resolver = FrameResolver(snapshot.modules)
     live_bytes, live_blocks, reported_bytes, reported_blocks = _estimated(snapshot)
-    for pos, sid in enumerate(snapshot.ids):
-        stack = snapshot.stacks[sid]
-        live_b, live_k = live_bytes[pos], live_blocks[pos]
-        db = live_b - reported_bytes[pos]
-        dk = live_k - reported_blocks[pos]
-        if not (db or dk or live_b or live_k):
+    merged = {}
+    ids = snapshot.ids
+    for pos, (live_b, rep_b, live_k, rep_k) in enumerate(
+            zip(live_bytes, reported_bytes, live_blocks, reported_blocks)):
+        if live_b == rep_b and live_k == rep_k:
             continue
-        cached = key_cache.get(sid)
-        if cached is None:
-            cached = key_cache[sid] = canonical_frames(stack, modmap)
-        frames_key, mods, sortable = cached
+        sid = ids[pos]
+        stack = snapshot.stacks[sid]
+        frames_key, mods = resolver.canonical(stack)
         key = (stack.kind, frames_key)
         prev = merged.get(key)
         if prev is None:
-            merged[key] = [stack, mods, db, dk, live_b, live_k, sortable]
+            merged[key] = [stack, mods, live_b - rep_b, live_k - rep_k, live_b, live_k]
         else:
-            prev[2] += db
-            prev[3] += dk
+            prev[2] += live_b - rep_b
+            prev[3] += live_k - rep_k
             prev[4] += live_b
             prev[5] += live_k
     chosen = [(key, v) for key, v in merged.items() if v[2] or v[3]]
-    chosen.sort(key=lambda kv: (-kv[1][2], -kv[1][3], kv[1][6]))
+    chosen.sort(key=lambda kv: (-kv[1][2], -kv[1][3], kv[1][0].id))
     return [StackDelta(key, v[0], v[1], v[2], v[3], v[4], v[5]) for key, v in chosen]
 
 

@@ -19,3 +19,14 @@ class ModuleMap:
                 return m
             i -= 1
         return None
+
+    def only_one(self, address):
+        """True if exactly one module, loaded or unloaded, covers address."""
+        i = bisect.bisect_right(self._los, address) - 1
+        found = 0
+        while i >= 0 and address - self._los[i] < self._widest:
+            m = self._modules[i]
+            if m.lo <= address < m.hi:
+                found += 1
+            i -= 1
+        return found == 1

@@ -16,8 +16,7 @@ import select
 import time
 
 from libmemleak import __version__
-from libmemleak.diff import canonical_frames, diff_snapshot, totals
-from libmemleak.modmap import ModuleMap
+from libmemleak.diff import FrameResolver, diff_snapshot, totals
 from libmemleak.memlog import Entry, render, render_frames, report_name, write_report
 from libmemleak.segment import Segment, SegmentError, futex_wait, futex_wake
 from libmemleak.symbols import Symbolizer
@@ -111,11 +110,11 @@ class Reporter:
         self.symbolizer = Symbolizer()
         self.warned = set()
         self.budget = _float_env("MEMLEAK_SYMBOL_BUDGET", DEFAULT_SYMBOL_BUDGET)
-        self.keys = {}           # stack id -> resolved frames (diff_snapshot's cache)
+        self.resolver = FrameResolver(())  # return address -> module (cached per address)
         self.warm_next = 0       # the first stack id idle warm-up has not looked at
-        self.warm_queue = []     # stacks waiting to be symbolized while idle
-        self.warm_modmap = None
-        self.texts = {}          # stack key -> its rendered frame lines (fully symbolized)
+        # (module index, address) -> the frame lines of that return address,
+        # once fully symbolized: a report is then a join of cached strings.
+        self.lines = {}
         self.watch = ProgramWatch(self.h.pid, os.fstat(SEGMENT_FD).st_ino)
 
     # -- the loop -----------------------------------------------------------
@@ -150,26 +149,31 @@ class Reporter:
         """Symbolize new stacks while idle, a slice at a time, so that a
         report request finds most frames cached.  Returns True if there is
         more to do."""
-        if not self.warm_queue:
-            if self.h.stacks_used <= self.warm_next:
-                return False
-            new, self.warm_next = self.seg.stacks_since(self.warm_next)
-            if not new:
-                return False
-            self.warm_queue.extend(new)
-            self.warm_modmap = ModuleMap(self.seg.modules())
+        seg = self.seg
+        if self.h.stacks_used <= self.warm_next:
+            return False
+        end = seg.refresh()
+        if self.warm_next >= end:
+            return False
+        self.update_resolver(seg.modules())
         stop = time.monotonic() + WARM_SLICE_SECONDS
-        while self.warm_queue:
+        while self.warm_next < end:
             if time.monotonic() > stop:
                 return True
-            stack = self.warm_queue.pop()
-            cached = self.keys.get(stack.id)
-            if cached is None:
-                cached = self.keys[stack.id] = canonical_frames(stack, self.warm_modmap)
-            for module, address in zip(cached[1], stack.frames):
-                self.symbolizer.frames_for(module, address)
+            i = self.warm_next
+            self.warm_next += 1
+            if not seg.stack_ok(i):
+                continue
+            stack = seg.stack(i)
+            for address in stack.frames:
+                module = self.resolver.resolve(address, stack.map_epoch)[0]
+                self.line_for(module, address)
         settle_memory()
         return False
+
+    def update_resolver(self, modules):
+        if tuple(modules) != self.resolver.modules:
+            self.resolver = FrameResolver(modules)
 
     def reason(self):
         h = self.h
@@ -221,7 +225,8 @@ class Reporter:
 
     def _report(self, reason):
         snap = self.seg.take_snapshot()
-        deltas = diff_snapshot(snap, self.keys)
+        self.update_resolver(snap.modules)
+        deltas = diff_snapshot(snap, self.resolver)
         sums = totals(snap)
         self.symbolizer.deadline = time.monotonic() + self.budget
         self.symbolizer.skipped = 0
@@ -236,23 +241,22 @@ class Reporter:
         settle_memory()
 
     def entry(self, delta):
-        text = self.texts.get(delta.key)
-        if text is not None:
-            return Entry(delta.bytes, delta.blocks, [], frames_text=text)
-        skipped = self.symbolizer.skipped
-        e = Entry(delta.bytes, delta.blocks, self.frames(delta))
-        if self.symbolizer.skipped == skipped:  # complete: worth keeping as text
-            self.texts[delta.key] = render_frames(e.frames)
-            e.frames_text = self.texts[delta.key]
-        return e
-
-    def frames(self, delta):
-        out = []
+        parts = []
         for module, address in zip(delta.modules, delta.stack.frames):
             if module is not None and module.path.endswith("/" + SELF_LIBRARY):
                 continue  # our own hooks (e.g. dlopen) are not the program's frames
-            out.extend(self.symbolizer.frames_for(module, address))
-        return out
+            parts.append(self.line_for(module, address))
+        return Entry(delta.bytes, delta.blocks, [], frames_text="\n".join(parts))
+
+    def line_for(self, module, address):
+        key = (module.index if module is not None else None, address)
+        text = self.lines.get(key)
+        if text is None:
+            skipped = self.symbolizer.skipped
+            text = render_frames(self.symbolizer.frames_for(module, address))
+            if self.symbolizer.skipped == skipped:  # complete: worth keeping
+                self.lines[key] = text
+        return text
 
     def header_lines(self, snap, sums, seq, reason):
         when = datetime.datetime.fromtimestamp(snap.taken_ns / 1e9).astimezone()

@@ -6,9 +6,11 @@ memory, so every count and offset is checked before use."""
 import mmap
 import os
 import time
+from array import array
 
 import cffi
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from libmemleak.layout import CONST, HEADER_SIZE, MODULE_SIZE, STACK_SIZE, ffi, stack_word
 
@@ -49,9 +51,9 @@ class Module:
         return self.load_epoch <= epoch and (self.unload_epoch == 0 or self.unload_epoch > epoch)
 
 
-@dataclass(frozen=True)
-class Stack:
-    """One distinct backtrace: immutable once the program publishes it."""
+class Stack(NamedTuple):
+    """One distinct backtrace: immutable once the program publishes it.
+    (A named tuple: built by the thousand per report, it must be cheap.)"""
     id: int
     kind: str
     frames: tuple
@@ -70,9 +72,9 @@ class Snapshot:
     collecting: bool
     health: dict
     modules: tuple
-    stacks: dict            # id -> Stack, for every id in `ids`
-    ids: list               # ready stacks, in id order
-    live_bytes: list        # per id in `ids`
+    stacks: object          # id -> Stack (a mapping), for every id in `ids`
+    ids: object             # ready stacks, in id order (a sequence)
+    live_bytes: object      # sequences of ints, per position in `ids`
     live_blocks: list
     alloc_count: list
     alloc_bytes: list
@@ -81,6 +83,16 @@ class Snapshot:
     corrupt_stacks: int = 0
     notes: list = field(default_factory=list)
     sample_bytes: int = 0   # sampling mode: mean bytes between samples; 0 = exact
+
+
+class _StackView:
+    """snapshot.stacks: id -> Stack, built on demand from the segment."""
+
+    def __init__(self, segment):
+        self._seg = segment
+
+    def __getitem__(self, i):
+        return self._seg.stack(i)
 
 
 class Segment:
@@ -106,7 +118,13 @@ class Segment:
         self._stack_words = whole[h.stacks_off:h.stacks_off + h.stacks_cap * STACK_SIZE].cast("q")
         self._frames = whole[h.frames_off:h.frames_off + h.frames_cap * 8].cast("Q")
         self._strings = whole[h.strings_off:h.strings_off + h.strings_cap]
-        self._stack_cache = {}
+        # What is known of stacks 0.._next_id-1 (see _learn_new_stacks).
+        self._next_id = 0
+        self._kind, self._off = array("q"), array("q")
+        self._epoch, self._depth = array("q"), array("q")
+        self._ok = bytearray()
+        self._pending = set()
+        self._corrupt = 0
 
     @classmethod
     def from_fd(cls, fd, writable=True):
@@ -162,74 +180,100 @@ class Segment:
     # -- the snapshot ------------------------------------------------------
 
     def take_snapshot(self):
-        """Read every published stack and its counters, without stopping the
+        """Read every published stack's counters, without stopping the
         program.  Counters of different stacks are read a few microseconds
         apart; each report's baseline is exactly what the previous report
-        read, so the reports of a process still add up exactly."""
+        read, so the reports of a process still add up exactly.
+
+        Memory stays small with a million stacks: per stack the segment
+        object keeps four machine words (array module), and a Stack with
+        its frames is built only when asked for (snapshot.stacks[id])."""
         h = self.header
         taken = time.time_ns()
-        n = min(h.stacks_used, h.stacks_cap)
+        self._learn_new_stacks()
+        n = self._next_id
         words = self._stack_words[:n * _W]
-        states = words[_W_STATE::_W].tolist()
-        cols = {name: words[w::_W].tolist() for name, w in (
+        cols = {name: array("q", words[w::_W]) for name, w in (
             ("live_bytes", _W_LIVE_BYTES), ("live_blocks", _W_LIVE_BLOCKS),
             ("alloc_count", _W_ALLOC_COUNT), ("alloc_bytes", _W_ALLOC_BYTES),
             ("reported_bytes", _W_REP_BYTES), ("reported_blocks", _W_REP_BLOCKS))}
-        ids, stacks, corrupt = self._read_stacks(words, states, 0)
-        sel = {name: [col[i] for i in ids] for name, col in cols.items()}
+        ok = self._ok
+        if len(ok) == n and all(ok):
+            ids = range(n)
+        else:  # a few bad entries: keep the good ones, positions follow ids
+            ids = [i for i in range(n) if ok[i]]
+            cols = {name: array("q", (col[i] for i in ids)) for name, col in cols.items()}
         return Snapshot(
             pid=h.pid, parent_pid=h.parent_pid,
             exe=self._string(h.exe_off, h.exe_len), report_dir=self._string(h.dir_off, h.dir_len),
             taken_ns=taken, start_time_ns=h.start_time_ns, depth=h.depth,
             collecting=bool(h.collecting),
             health={name: getattr(h, name) for name in HEALTH_FIELDS},
-            modules=self.modules(), stacks=stacks, ids=ids, corrupt_stacks=corrupt,
-            sample_bytes=h.sample_bytes, **sel)
+            modules=self.modules(), stacks=_StackView(self), ids=ids,
+            corrupt_stacks=self._corrupt, sample_bytes=h.sample_bytes, **cols)
 
-    def _read_stacks(self, words, states, first):
-        """Ready stacks among ids first.. (states[k] is id first+k)."""
-        ready = CONST["MLK_STACK_READY"]
+    def _learn_new_stacks(self):
+        """Validate the stacks published since the last call, once each:
+        entries are immutable once ready.  An entry not ready yet (being
+        written, or left empty because the frame table was full) is looked
+        at again next time."""
         h = self.header
-        ids, stacks, corrupt = [], {}, 0
+        ready, max_depth = CONST["MLK_STACK_READY"], CONST["MLK_MAX_DEPTH"]
         frames_used = min(h.frames_used, h.frames_cap)
-        cache = self._stack_cache
-        for i, st in enumerate(states, first):
-            if st & 0xffffffff != ready:
-                continue
-            stack = cache.get(i)
-            if stack is None:
-                depth = (st >> 32) & 0xffff
-                kind = (st >> 48) & 0xffff
-                off = words[(i - first) * _W + _W_FRAMES]
-                if depth > CONST["MLK_MAX_DEPTH"] or off < 0 or off + depth > frames_used:
-                    corrupt += 1
-                    continue
-                epochs = words[(i - first) * _W + _W_EPOCHS]
-                stack = Stack(i, KIND_NAMES.get(kind, f"kind{kind}"),
-                              tuple(self._frames[off:off + depth].tolist()), epochs & 0xffffffff)
-                cache[i] = stack
-            ids.append(i)
-            stacks[i] = stack
-        return ids, stacks, corrupt
-
-    def stacks_since(self, first):
-        """(ready stacks with id >= first, in id order; the id to ask from
-        next time).  Stacks are immutable once ready, so a reader that keeps
-        them only needs the new ones; a stack not yet ready is asked again."""
-        h = self.header
+        for i in list(self._pending):
+            base = i * _W
+            st = self._stack_words[base + _W_STATE]
+            if st & 0xffffffff == ready:
+                self._pending.discard(i)
+                self._fill(i, st, self._stack_words[base + _W_FRAMES],
+                           self._stack_words[base + _W_EPOCHS], frames_used, max_depth)
         n = min(h.stacks_used, h.stacks_cap)
+        first = self._next_id
         if first >= n:
-            return [], first
+            return
         words = self._stack_words[first * _W:n * _W]
         states = words[_W_STATE::_W].tolist()
-        ids, stacks, _ = self._read_stacks(words, states, first)
-        ready = CONST["MLK_STACK_READY"]
-        nxt = n
+        offs = words[_W_FRAMES::_W].tolist()
+        epochs = words[_W_EPOCHS::_W].tolist()
+        grow = n - first
+        for col in (self._kind, self._off, self._epoch, self._depth):
+            col.frombytes(bytes(8 * grow))
+        self._ok.extend(bytes(grow))
+        self._next_id = n
         for k, st in enumerate(states):
             if st & 0xffffffff != ready:
-                nxt = first + k  # still being published: look again from here
-                break
-        return [stacks[i] for i in ids if i < nxt], nxt
+                self._pending.add(first + k)
+            else:
+                self._fill(first + k, st, offs[k], epochs[k], frames_used, max_depth)
+
+    def _fill(self, i, state, off, epochs, frames_used, max_depth):
+        depth = (state >> 32) & 0xffff
+        if depth > max_depth or off < 0 or off + depth > frames_used:
+            self._corrupt += 1
+            return
+        self._kind[i] = (state >> 48) & 0xffff
+        self._off[i] = off
+        self._epoch[i] = epochs & 0xffffffff
+        self._depth[i] = depth
+        self._ok[i] = 1
+
+    def stack(self, i):
+        """The Stack with id i (a valid, ready one)."""
+        off, depth, kind = self._off[i], self._depth[i], self._kind[i]
+        return Stack(i, KIND_NAMES.get(kind, f"kind{kind}"),
+                     tuple(self._frames[off:off + depth].tolist()), self._epoch[i])
+
+    def known_stacks(self):
+        """How many stack ids have been looked at (valid or not)."""
+        return self._next_id
+
+    def stack_ok(self, i):
+        return i < self._next_id and bool(self._ok[i])
+
+    def refresh(self):
+        """Look at newly published stacks; returns how many ids are known."""
+        self._learn_new_stacks()
+        return self._next_id
 
     def commit_baseline(self, snapshot):
         """Record that a report now covers `snapshot`: the next report is the

@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Scale check (issue 4): THREADS threads make BLOCKS live blocks from
+2^BITS distinct call stacks, then SIGUSR1; prints the program's time to
+allocate (bare and traced), the report's time, its totals and peak RSS of
+the program and the reporter.  The report must show every block and every
+stack: nothing dropped.
+
+    python bench/scale.py [--threads 64] [--blocks 10000000] [--bits 20]
+"""
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+from libmemleak import preload_path  # noqa: E402
+
+
+def status(pid, key):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) // 1024  # MiB
+    return 0
+
+
+def run(exe, args, traced, out, depth):
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    if traced:
+        env.update(LD_PRELOAD=preload_path(), MEMLEAK_PYTHON=sys.executable,
+                   MEMLEAK_CONFIG=f"mtraceinit,depth={depth}")
+        env.pop("MEMLEAK_ROOT_PID", None)
+    t0 = time.monotonic()
+    p = subprocess.Popen([exe, *args], cwd=out, env=env, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE)
+    assert p.stdout.readline() == b"ready\n"
+    alloc = time.monotonic() - t0
+    result = {"alloc s": alloc, "rss MiB": status(p.pid, "VmHWM")}
+    if traced:
+        t1 = time.monotonic()
+        p.send_signal(signal.SIGUSR1)
+        path = os.path.join(out, f"scale-{p.pid}-1.memlog")
+        while not os.path.exists(path):
+            time.sleep(0.01)
+        result["report s"] = time.monotonic() - t1
+        with open(path) as f:
+            head = "".join(line for line in f if line.startswith("#"))
+        for key in ("live-blocks", "stacks", "dropped-stacks", "dropped-blocks", "truncated-stacks",
+                    "reporter-vm-hwm"):
+            m = re.search(rf"^# {key}: (.*)$", head, re.M)
+            result[key] = m.group(1) if m else "0"
+    p.stdin.write(b"x")
+    p.stdin.close()
+    p.wait()
+    return result
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=64)
+    ap.add_argument("--blocks", type=int, default=10_000_000)
+    ap.add_argument("--bits", type=int, default=20)
+    args = ap.parse_args()
+    out = os.path.join(HERE, "out", "scale")
+    os.makedirs(out, exist_ok=True)
+    for name in os.listdir(out):
+        if name.endswith(".memlog"):
+            os.unlink(os.path.join(out, name))
+    exe = os.path.join(out, "scale")
+    subprocess.run(["gcc", "-O2", "-g", os.path.join(HERE, "programs", "scale.c"), "-o", exe,
+                    "-lpthread"], check=True)
+    a = [str(args.threads), str(args.blocks), str(args.bits)]
+    bare = run(exe, a, False, out, 0)
+    traced = run(exe, a, True, out, min(2 * args.bits + 8, 64))  # step + left/right per level
+    print(f"{args.threads} threads, {args.blocks} live blocks, {2 ** args.bits} stacks")
+    print(f"  bare:   allocate {bare['alloc s']:.2f} s, rss {bare['rss MiB']} MiB")
+    print(f"  traced: allocate {traced['alloc s']:.2f} s, rss {traced['rss MiB']} MiB; "
+          f"SIGUSR1 -> report {traced['report s']:.2f} s (cold symbols)")
+    print("  report: " + ", ".join(f"{k} {traced[k]}" for k in (
+        "live-blocks", "stacks", "dropped-stacks", "dropped-blocks", "truncated-stacks",
+        "reporter-vm-hwm")))
+
+
+if __name__ == "__main__":
+    main()
