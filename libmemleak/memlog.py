@@ -56,9 +56,11 @@ def render_frames(frames):
     return "\n".join(format_frame(f) for f in frames)
 
 
-def render(header, entries):
-    """header: iterable of (key, value); entries: iterable of Entry."""
+def render_chunks(header, entries, chunk_bytes=1 << 20):
+    """The report text in pieces of about chunk_bytes, so a report of a
+    million stacks never has to exist as one string."""
     lines = [f"# {key}: {value}" for key, value in header]
+    size = 0
     for e in entries:
         first = f"{e.bytes:+d}"
         if e.blocks is not None:
@@ -67,11 +69,22 @@ def render(header, entries):
         text = render_frames(e.frames) if e.frames_text is None else e.frames_text
         if text:
             lines.append(text)
-    return "\n".join(lines) + "\n"
+            size += len(text)
+        if size >= chunk_bytes:
+            yield "\n".join(lines) + "\n"
+            lines, size = [], 0
+    if lines:
+        yield "\n".join(lines) + "\n"
+
+
+def render(header, entries):
+    """header: iterable of (key, value); entries: iterable of Entry."""
+    return "".join(render_chunks(header, entries))
 
 
 def write_report(directory, name, text):
-    """Write `text` as directory/name, complete or not at all: under a fresh
+    """Write `text` (a string, or an iterable of strings written in turn)
+    as directory/name, complete or not at all: under a fresh
     temporary name (owner-only, exclusive create, no symlink followed), then
     renamed into place.  rename() replaces a symlink planted at `name`
     without following it, so no other file can be written through it."""
@@ -81,10 +94,10 @@ def write_report(directory, name, text):
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o600, dir_fd=dir_fd)
         try:
-            data = text.encode("utf-8", "surrogateescape")
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            for piece in ([text] if isinstance(text, str) else text):
+                view = memoryview(piece.encode("utf-8", "surrogateescape"))
+                while view:
+                    view = view[os.write(fd, view):]
         except OSError:
             os.close(fd)
             _unlink_quietly(tmp, dir_fd)

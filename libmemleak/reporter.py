@@ -17,7 +17,7 @@ import time
 
 from libmemleak import __version__
 from libmemleak.diff import FrameResolver, diff_snapshot, totals
-from libmemleak.memlog import Entry, render, render_frames, report_name, write_report
+from libmemleak.memlog import Entry, render_chunks, render_frames, report_name, write_report
 from libmemleak.segment import Segment, SegmentError, futex_wait, futex_wake
 from libmemleak.symbols import Symbolizer
 
@@ -31,6 +31,10 @@ REASON_FIELDS = (("exit", "exit_requests", "seen_exit"),
                  ("mtrace", "mtrace_requests", "seen_mtrace"),
                  ("signal", "signal_requests", "seen_signal"))
 SELF_LIBRARY = "libmtrace.so"
+# Whole stacks whose rendered text is kept: most reports of a program touch
+# the same few thousand stacks again.  Bounded, so a million stacks cost
+# per-address lines only (~20 MB at this cap with 16-frame stacks).
+STACK_TEXTS_KEPT = 20000
 
 
 def say(message):
@@ -115,6 +119,7 @@ class Reporter:
         # (module index, address) -> the frame lines of that return address,
         # once fully symbolized: a report is then a join of cached strings.
         self.lines = {}
+        self.texts = {}          # stack key -> its frame lines, for the first stacks only
         self.watch = ProgramWatch(self.h.pid, os.fstat(SEGMENT_FD).st_ino)
 
     # -- the loop -----------------------------------------------------------
@@ -230,23 +235,39 @@ class Reporter:
         sums = totals(snap)
         self.symbolizer.deadline = time.monotonic() + self.budget
         self.symbolizer.skipped = 0
-        entries = [self.entry(d) for d in deltas]
-        self.symbolizer.deadline = None
-        seq = self.h.report_seq + 1
-        prog = os.path.basename(snap.exe) or "unknown"
-        header = self.header_lines(snap, sums, seq, reason)
-        write_report(snap.report_dir, report_name(prog, snap.pid, seq), render(header, entries))
+        try:
+            # Symbolize first (the header says whether that was complete),
+            # then render entries from the caches as the file is written: a
+            # report of a million stacks never exists as one string.
+            for d in deltas:
+                if d.key not in self.texts:
+                    for module, address in zip(d.modules, d.stack.frames):
+                        self.line_for(module, address)
+            seq = self.h.report_seq + 1
+            prog = os.path.basename(snap.exe) or "unknown"
+            header = self.header_lines(snap, sums, seq, reason)
+            entries = (self.entry(d) for d in deltas)
+            write_report(snap.report_dir, report_name(prog, snap.pid, seq),
+                         render_chunks(header, entries))
+        finally:
+            self.symbolizer.deadline = None
         self.seg.commit_baseline(snap)
         self.h.report_seq = seq
         settle_memory()
 
     def entry(self, delta):
-        parts = []
-        for module, address in zip(delta.modules, delta.stack.frames):
-            if module is not None and module.path.endswith("/" + SELF_LIBRARY):
-                continue  # our own hooks (e.g. dlopen) are not the program's frames
-            parts.append(self.line_for(module, address))
-        return Entry(delta.bytes, delta.blocks, [], frames_text="\n".join(parts))
+        text = self.texts.get(delta.key)
+        if text is None:
+            parts = []
+            skipped = self.symbolizer.skipped
+            for module, address in zip(delta.modules, delta.stack.frames):
+                if module is not None and module.path.endswith("/" + SELF_LIBRARY):
+                    continue  # our own hooks (e.g. dlopen) are not the program's frames
+                parts.append(self.line_for(module, address))
+            text = "\n".join(parts)
+            if self.symbolizer.skipped == skipped and len(self.texts) < STACK_TEXTS_KEPT:
+                self.texts[delta.key] = text
+        return Entry(delta.bytes, delta.blocks, [], frames_text=text)
 
     def line_for(self, module, address):
         key = (module.index if module is not None else None, address)
