@@ -141,3 +141,26 @@ def test_stripped_binary_without_debug_info_falls_back_to_module_offsets(tmp_pat
     assert e.frames[0].function is None and e.frames[0].module == exe and e.frames[0].offset > 0
     text = memlog.format_frame(e.frames[0])
     assert text.startswith(f"\t{exe}+0x")
+
+
+def test_symbol_budget_spent_gives_a_partial_report_finished_while_idle(tmp_path):
+    """MEMLEAK_SYMBOL_BUDGET bounds a report's time in DWARF: past it frames
+    keep symbol-table names and the header says so; the reporter finishes
+    them while the program runs on, so the next report is complete."""
+    import time
+    exe = build(tmp_path, "-O2")
+    t = Traced([exe], tmp_path, env={"MEMLEAK_SYMBOL_BUDGET": "0"})
+    t.expect("ready")
+    first = t.signal_report(1)
+    assert first.header["symbolization"].startswith("partial")
+    # Symbol-table names (gcc's clone suffix included), no file:line.
+    grab = [e for e in first.entries
+            if e.frames[0].function.startswith("storage::Pool<double>::grab(int)")]
+    assert grab and all(f.file is None for f in grab[0].frames if f.module == exe)
+    time.sleep(2)  # idle: the reporter finishes what the budget cut short
+    t.resume()
+    assert t.finish() == 0, t.stderr
+    final = t.reports()[-1]
+    assert "symbolization" not in final.header
+    names = [(f.function, os.path.basename(f.file or "")) for e in final.entries for f in e.frames]
+    assert ("main", "symbolize.cc") in names
