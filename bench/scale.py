@@ -50,10 +50,14 @@ def run(exe, args, traced, out, depth):
         while not os.path.exists(path):
             time.sleep(0.01)
         result["report s"] = time.monotonic() - t1
-        with open(path) as f:
-            head = "".join(line for line in f if line.startswith("#"))
+        with open(path) as f:  # the header only: the file may be gigabytes
+            head = ""
+            for line in f:
+                if not line.startswith("#"):
+                    break
+                head += line
         for key in ("live-blocks", "stacks", "dropped-stacks", "dropped-blocks", "truncated-stacks",
-                    "reporter-vm-hwm"):
+                    "corrupt-stacks", "reporter-vm-hwm"):
             m = re.search(rf"^# {key}: (.*)$", head, re.M)
             result[key] = m.group(1) if m else "0"
     p.stdin.write(b"x")
@@ -85,7 +89,7 @@ def main():
           f"SIGUSR1 -> report {traced['report s']:.2f} s (cold symbols)")
     print("  report: " + ", ".join(f"{k} {traced[k]}" for k in (
         "live-blocks", "stacks", "dropped-stacks", "dropped-blocks", "truncated-stacks",
-        "reporter-vm-hwm")))
+        "corrupt-stacks", "reporter-vm-hwm")))
 
 
 if __name__ == "__main__":
