@@ -424,6 +424,28 @@ static void on_report_signal(int sig)
     errno = saved;
 }
 
+/* A descendant that turns out to do real work -- it has made
+ * LAZY_SPAWN_STACKS call stacks of its own -- gets its reporter then, so
+ * that a SIGKILL later cannot take its data with it.  Shell helpers and
+ * children that exec at once never get that far. */
+#define LAZY_SPAWN_STACKS 128
+uint64_t mlk_lazy_spawn_at;
+
+static void arm_lazy_spawn(void)
+{
+    if (mlk_seg)
+        __atomic_store_n(&mlk_lazy_spawn_at, mlk_seg->stacks_used + LAZY_SPAWN_STACKS,
+                         __ATOMIC_RELAXED);
+}
+
+void mlk_lazy_spawn(void)
+{
+    if (!__atomic_exchange_n(&mlk_lazy_spawn_at, 0, __ATOMIC_RELAXED))
+        return; /* another thread got here first */
+    if (mlk_seg && mlk_seg->pid == mlk_getpid() && !reporter_alive())
+        spawn_reporter();
+}
+
 int mlk_start_collecting(void)
 {
     if (inert)
@@ -446,6 +468,8 @@ int mlk_start_collecting(void)
     mlk_collecting = 1;
     if (is_root && !reporter_alive())
         spawn_reporter();
+    else if (!is_root)
+        arm_lazy_spawn();
     return 0;
 }
 
@@ -506,12 +530,16 @@ static void fork_child(void)
     }
     spawned_at_ns = 0;
     is_root = 0;
+    mlk_lazy_spawn_at = 0;
+    if (mlk_collecting)
+        arm_lazy_spawn();
     mlk_addrs_lock_for_fork(0);
     mlk_stacks_lock_for_fork(0);
     mlk_modules_lock_for_fork(0);
     mlk_in_hook--;
-    /* The child's reporter starts at its first report request or its exit:
-     * most children exec at once, and a reporter per fork would be waste. */
+    /* The child's reporter starts at its first report request, its exit, or
+     * once it has made enough stacks of its own (arm_lazy_spawn): most
+     * children exec at once, and a reporter per fork would be waste. */
 }
 
 /* ---- start and exit ----------------------------------------------------- */

@@ -148,6 +148,9 @@ MLK_HIDDEN void mlk_after_dl_change(void);
  * include the segment's: keep the segment reachable. */
 MLK_HIDDEN void mlk_segment_fd_threatened(int lo, int hi);
 MLK_HIDDEN int mlk_start_collecting(void);
+/* Descendants: stack count at which to start the reporter (0 = not armed). */
+extern MLK_HIDDEN uint64_t mlk_lazy_spawn_at;
+MLK_HIDDEN void mlk_lazy_spawn(void);
 MLK_HIDDEN void mlk_stop_collecting(void);
 
 /* Thread-local recursion guard: set while this thread runs our own code, so

@@ -14,6 +14,8 @@ static uint32_t current_stack(int kind)
     if (truncated)
         __atomic_add_fetch(&mlk_seg->truncated_stacks, 1, __ATOMIC_RELAXED);
     uint32_t id = mlk_stack_intern(ips, depth, kind);
+    if (MLK_UNLIKELY(mlk_lazy_spawn_at) && id != MLK_NO_STACK && id >= mlk_lazy_spawn_at)
+        mlk_lazy_spawn();
     if (MLK_UNLIKELY(id == MLK_NO_STACK)) {
         __atomic_add_fetch(&mlk_seg->dropped_stacks, 1, __ATOMIC_RELAXED);
         if (!__atomic_exchange_n(&warned_stacks, 1, __ATOMIC_RELAXED))

@@ -146,3 +146,24 @@ def test_unwritable_report_directory_warns_once_and_keeps_the_data(workdir):
     reports = reports_of(str(target), "blocked", t.pid)
     assert len(reports) == 1 and reports[0].header["seq"] == "1"
     assert by_site(reports[0])["site_blocked"] == (4242, 1)  # nothing was lost
+
+
+def test_forked_child_killed_by_sigkill_keeps_its_data(workdir):
+    """Descendants start their reporter lazily, but one that does real work
+    (more than a hundred stacks of its own) gets it in time: SIGKILL then
+    still leaves its final report, written from the shared memory."""
+    from helpers import wait_for_reporter
+    prog = compile_program("killedchild.c")
+    t = Traced([prog], workdir, config="mtraceinit,depth=32")
+    line = t.proc.stdout.readline().decode()
+    assert line.startswith("child ")
+    child = int(line.split()[1])
+    t.expect("child")
+    wait_for_reporter(child)
+    os.kill(child, signal.SIGKILL)
+    assert t.finish() == 0, t.stderr
+    report = memlog.read(wait_for_file(report_path(workdir, t.prog, child, 1)))
+    assert report.header["reason"] == "death"
+    sites = by_site(report)
+    assert sites["leaf"] == (2560, 256)
+    assert sites["site_child_big"] == (5555, 1)
