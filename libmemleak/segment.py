@@ -272,10 +272,6 @@ class Segment:
         frames = tuple([same(a, a) for a in self._frames[off:off + depth].tolist()])
         return Stack(i, KIND_NAMES.get(kind, f"kind{kind}"), frames, self._epoch[i])
 
-    def known_stacks(self):
-        """How many stack ids have been looked at (valid or not)."""
-        return self._next_id
-
     def stack_ok(self, i):
         return i < self._next_id and bool(self._ok[i])
 
