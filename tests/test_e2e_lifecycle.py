@@ -38,7 +38,7 @@ def test_plugin_closed_before_the_report_is_still_named(workdir):
         assert (os.path.basename(entry.frames[0].file), entry.frames[0].line) == ("plugin.c", 4)
 
 
-@pytest.mark.parametrize("how", ["SIGKILL", "abort", "_exit"])
+@pytest.mark.parametrize("how", ["SIGKILL", "abort", "_exit", "SIGSEGV"])
 def test_death_without_exit_handlers_still_gives_the_final_report(workdir, how):
     prog = compile_program("spin.c")
     t = Traced([prog] + ([how] if how != "SIGKILL" else []), workdir)

@@ -54,6 +54,24 @@ int main() {
     if (pid == 0) { execlp("true", "true", (char *)nullptr); _exit(127); }
     waitpid(pid, &status, 0);
     if (status != 0) return 6;
+    /* execve with a made-up environment: one without the tracer at all, one
+     * with the program's environment plus a variable of its own. */
+    static char bare_path[] = "PATH=/usr/bin:/bin";
+    char *bare_env[] = {bare_path, nullptr};
+    char *sh_argv[] = {(char *)"sh", (char *)"-c", (char *)"test -z \"$LD_PRELOAD\"", nullptr};
+    if ((pid = fork()) == 0) { execve("/bin/sh", sh_argv, bare_env); _exit(127); }
+    waitpid(pid, &status, 0);
+    if (status != 0) return 7;
+    static char extra[] = "ODDFLOW_EXTRA=1";
+    char *more_env[256];
+    int n = 0;
+    for (char **e = environ; *e && n < 254; e++) more_env[n++] = *e;
+    more_env[n++] = extra;
+    more_env[n] = nullptr;
+    char *sh2_argv[] = {(char *)"sh", (char *)"-c", (char *)"test \"$ODDFLOW_EXTRA\" = 1", nullptr};
+    if ((pid = fork()) == 0) { execve("/bin/sh", sh2_argv, more_env); _exit(127); }
+    waitpid(pid, &status, 0);
+    if (status != 0) return 8;
     checkpoint("done");
     return 0;
 }

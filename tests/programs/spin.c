@@ -17,6 +17,8 @@ int main(int argc, char **argv)
         abort();
     if (argc > 1 && strcmp(argv[1], "_exit") == 0)
         _exit(5);
+    if (argc > 1 && strcmp(argv[1], "SIGSEGV") == 0)
+        *(volatile int *)(argv[0] - (long)argv[0]) = 1; /* a store through NULL */
     checkpoint("second");
     return 0;
 }
