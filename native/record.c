@@ -5,6 +5,7 @@
 #include "mlk.h"
 
 static int warned_stacks, warned_blocks;
+#define UNKNOWN_FREES_WARN 1000
 
 static uint32_t current_stack(int kind)
 {
@@ -46,8 +47,14 @@ int mlk_record_take(void *p, uint32_t *stack, uint64_t *size)
 {
     if (mlk_addr_remove((uint64_t)p, stack, size))
         return 1;
-    if (mlk_collecting && !mlk_sample_bytes) /* when sampling, most blocks are unrecorded */
-        __atomic_add_fetch(&mlk_seg->unknown_frees, 1, __ATOMIC_RELAXED);
+    if (mlk_collecting && !mlk_sample_bytes) { /* when sampling, most blocks are unrecorded */
+        /* A few are normal (the loader allocates before we start); many mean
+         * an allocator we do not see (RTLD_DEEPBIND, a static malloc): say so once. */
+        if (__atomic_add_fetch(&mlk_seg->unknown_frees, 1, __ATOMIC_RELAXED) == UNKNOWN_FREES_WARN)
+            mlk_warn("1000 frees of blocks it never saw allocated (made by an allocator it does ",
+                     "not intercept, e.g. in a library loaded with RTLD_DEEPBIND); ",
+                     "reports count them as unknown-frees");
+    }
     return 0;
 }
 

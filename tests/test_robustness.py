@@ -241,3 +241,19 @@ def test_allocator_queries_and_frees_we_never_saw(workdir):
     assert report.header["unknown-frees"] == "1"
     assert "deep_alloc" not in sites  # it never went through the tracer
     assert sites["site_handed_over"] == (2000, 1)  # freed past us: still counted live
+
+
+def test_many_frees_of_unseen_blocks_are_said_once(workdir):
+    plugin = os.path.join(workdir, "deep.so")
+    subprocess.run(["gcc", "-g", "-O0", "-shared", "-fPIC",
+                    os.path.join(PROGRAMS, "deepbind_plugin.c"), "-o", plugin], check=True)
+    prog = compile_program("allocapi.c", "-ldl")
+    t = Traced([prog, plugin, "many"], workdir)
+    assert t.proc.stdout.readline() == b"usable 1 trim ok\n"
+    t.expect("done")
+    report = t.signal_report(1)
+    t.resume()
+    assert t.finish() == 0
+    lines = t.stderr.splitlines()
+    assert len(lines) == 1 and "1000 frees of blocks it never saw" in lines[0], t.stderr
+    assert report.header["unknown-frees"] == "1501"

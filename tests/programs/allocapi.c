@@ -29,6 +29,8 @@ int main(int argc, char **argv)
     void (*deep_free)(void *) = (void (*)(void *))dlsym(h, "deep_free");
     void *unseen = deep_alloc();   /* allocated past the tracer */
     free(unseen);                  /* a free of a pointer it never saw */
+    for (int i = 0; argc > 2 && i < 1500; i++)
+        free(deep_alloc());        /* "many": an allocator we do not see, at scale */
     printf("usable %d trim ok\n", malloc_usable_size(kept) >= 1000);
     fflush(stdout);
     /* Freed past the tracer, last: a later allocation at the same address
