@@ -170,8 +170,7 @@ class Reporter:
             if not seg.stack_ok(i):
                 continue
             stack = seg.stack(i)
-            for address in stack.frames:
-                module = self.resolver.resolve(address, stack.map_epoch)[0]
+            for module, address in program_frames(self.resolver.canonical(stack)[1], stack.frames):
                 self.line_for(module, address)
         settle_memory()
         return False
@@ -241,7 +240,7 @@ class Reporter:
             # report of a million stacks never exists as one string.
             for d in deltas:
                 if d.key not in self.texts:
-                    for module, address in zip(d.modules, d.stack.frames):
+                    for module, address in program_frames(d.modules, d.stack.frames):
                         self.line_for(module, address)
             seq = self.h.report_seq + 1
             prog = os.path.basename(snap.exe) or "unknown"
@@ -258,13 +257,10 @@ class Reporter:
     def entry(self, delta):
         text = self.texts.get(delta.key)
         if text is None:
-            parts = []
             skipped = self.symbolizer.skipped
-            for module, address in zip(delta.modules, delta.stack.frames):
-                if module is not None and module.path.endswith("/" + SELF_LIBRARY):
-                    continue  # our own hooks (e.g. dlopen) are not the program's frames
-                parts.append(self.line_for(module, address))
-            text = "\n".join(parts)
+            text = "\n".join(self.line_for(module, address)
+                              for module, address in program_frames(delta.modules,
+                                                                    delta.stack.frames))
             if self.symbolizer.skipped == skipped and len(self.texts) < STACK_TEXTS_KEPT:
                 self.texts[delta.key] = text
         return Entry(delta.bytes, delta.blocks, [], frames_text=text)
@@ -318,6 +314,14 @@ class Reporter:
         for problem in self.symbolizer.problems():
             lines.append(("symbols-unreadable", problem))
         return lines
+
+
+def program_frames(modules, addresses):
+    """(module, address) of a stack's frames, without our own hooks' (e.g.
+    dlopen's): they are not the program's."""
+    for module, address in zip(modules, addresses):
+        if module is None or not module.path.endswith("/" + SELF_LIBRARY):
+            yield module, address
 
 
 def settle_memory():

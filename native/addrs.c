@@ -145,8 +145,6 @@ int mlk_addr_insert(uint64_t addr, uint32_t stack, uint64_t size, int is_new)
 int mlk_addr_remove(uint64_t addr, uint32_t *stack, uint64_t *size)
 {
     uint64_t h = mix(addr);
-    if (!mlk_maybe_recorded((const void *)addr))
-        return 0;
     struct shard *s = &shards[h & (SHARDS - 1)];
     mlk_lock(&s->lock);
     if (!s->slots) {

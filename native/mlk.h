@@ -81,7 +81,9 @@ MLK_HIDDEN void mlk_stacks_lock_for_fork(int acquire);
  * is_new: a new allocation (counted in the stack's totals), or 0 for a block
  * put back after a failed realloc (only live bytes/blocks change). */
 MLK_HIDDEN int mlk_addr_insert(uint64_t addr, uint32_t stack, uint64_t size, int is_new);
-/* Removes the block; returns 1 and fills stack/size if it was tracked. */
+/* Removes the block; returns 1 and fills stack/size if it was tracked.
+ * In sampling mode the hooks call it only for blocks mlk_maybe_recorded()
+ * does not rule out (the check is theirs, before any other work). */
 MLK_HIDDEN int mlk_addr_remove(uint64_t addr, uint32_t *stack, uint64_t *size);
 MLK_HIDDEN void mlk_addrs_lock_for_fork(int acquire);
 /* Anonymous mappings: an interval map, since munmap may cut any part. */
@@ -109,16 +111,21 @@ MLK_HIDDEN int mlk_sample_slow(size_t size);  /* the countdown ran out: draw aga
  * (as jemalloc and tcmalloc do): each thread counts down a random number of
  * bytes with mean mlk_sample_bytes; the allocation that crosses zero is
  * recorded.  The common case is one subtraction on a thread-local. */
+/* Count `size` bytes down; 1 if the countdown is still positive. */
+static inline int mlk_sample_countdown(size_t size)
+{
+    int64_t left = mlk_sample_left - (int64_t)(size < (1ull << 62) ? size : (1ull << 62));
+    if (MLK_LIKELY(left > 0)) {
+        mlk_sample_left = left;
+        return 1;
+    }
+    return 0;
+}
 static inline int mlk_sample(size_t size)
 {
     if (MLK_LIKELY(!mlk_sample_bytes))
         return 1;
-    int64_t left = mlk_sample_left - (int64_t)(size < (1ull << 62) ? size : (1ull << 62));
-    if (MLK_LIKELY(left > 0)) {
-        mlk_sample_left = left;
-        return 0;
-    }
-    return mlk_sample_slow(size);
+    return mlk_sample_countdown(size) ? 0 : mlk_sample_slow(size);
 }
 
 /* Sampling mode: may this block have been recorded?  A saturating count of

@@ -51,11 +51,8 @@ int mlk_sample_slow(size_t size)
         /* This thread's first allocation: start its countdown without
          * recording, so every thread's first allocation is not a sample. */
         mlk_sample_left = draw_interval();
-        int64_t left = mlk_sample_left - (int64_t)(size < (1ull << 62) ? size : (1ull << 62));
-        if (left > 0) {
-            mlk_sample_left = left;
+        if (mlk_sample_countdown(size))
             return 0;
-        }
     }
     mlk_sample_left = draw_interval();
     return 1;
