@@ -58,6 +58,7 @@ def traced_environment(env=None):
     env["MEMLEAK_PYTHON"] = sys.executable
     env.pop("MEMLEAK_REPORTER", None)
     env.pop("MEMLEAK_ROOT_PID", None)  # the traced program is a new root
+    env.pop("MEMLEAK_KEEPER", None)    # with a keeper of its own
     return env
 
 

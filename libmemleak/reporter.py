@@ -17,6 +17,7 @@ import time
 
 from libmemleak import __version__
 from libmemleak.diff import FrameResolver, diff_snapshot, totals
+from libmemleak.keeper import Keeper
 from libmemleak.memlog import Entry, render_chunks, render_frames, report_name, write_report
 from libmemleak.segment import Segment, SegmentError, futex_wait, futex_wake
 from libmemleak.symbols import Symbolizer
@@ -48,14 +49,14 @@ def say(message):
 class ProgramWatch:
     """Is the traced program still running this image?"""
 
-    def __init__(self, pid, segment_inode):
+    def __init__(self, pid, segment_inode, pidfd=PIDFD):
         self.pid = pid
         self.inode = segment_inode
         self.poll = None
         try:
-            os.fstat(PIDFD)
+            os.fstat(pidfd)
             self.poll = select.poll()
-            self.poll.register(PIDFD, select.POLLIN)
+            self.poll.register(pidfd, select.POLLIN)
         except OSError:
             pass
         self._next_exec_check = 0.0
@@ -108,10 +109,14 @@ class ProgramWatch:
 
 
 class Reporter:
-    def __init__(self, segment):
+    """Reports for one segment.  The keeper makes one for each dead
+    descendant, with the segment and pidfd it holds and a Symbolizer shared
+    by all of them."""
+
+    def __init__(self, segment, segment_fd=SEGMENT_FD, pidfd=PIDFD, symbolizer=None):
         self.seg = segment
         self.h = segment.header
-        self.symbolizer = Symbolizer()
+        self.symbolizer = symbolizer or Symbolizer()
         self.warned = set()
         self.budget = _float_env("MEMLEAK_SYMBOL_BUDGET", DEFAULT_SYMBOL_BUDGET)
         self.resolver = FrameResolver(())  # return address -> module (cached per address)
@@ -120,7 +125,7 @@ class Reporter:
         # once fully symbolized: a report is then a join of cached strings.
         self.lines = {}
         self.texts = {}          # stack key -> its frame lines, for the first stacks only
-        self.watch = ProgramWatch(self.h.pid, os.fstat(SEGMENT_FD).st_ino)
+        self.watch = ProgramWatch(self.h.pid, os.fstat(segment_fd).st_ino, pidfd)
 
     # -- the loop -----------------------------------------------------------
 
@@ -133,11 +138,13 @@ class Reporter:
                 request = h.request_seq
                 if request != h.done_seq:
                     if self.handle(request) == "exit":
+                        h.final_done = 1
                         return 0
                     continue
                 if self.watch.dead():
                     if not h.exec_pending:  # else its last act was to exec
                         self.final_report()
+                        h.final_done = 1
                     return 0
                 if self.watch.exec_happened(urgent=bool(h.exec_pending)):
                     return 0
@@ -300,7 +307,8 @@ class Reporter:
         if snap.sample_bytes:
             lines.append(("sampled", f"every {snap.sample_bytes} bytes on average "
                                      "(byte-weighted); bytes and blocks are estimates"))
-        lines += process_status(snap.pid)
+        if not self.watch.dead():  # else the pid may already be another process's
+            lines += process_status(snap.pid)
         lines += [("reporter-" + k, v) for k, v in process_status("self") if k == "vm-hwm"]
         for name, value in snap.health.items():
             if value:
@@ -360,6 +368,17 @@ def main():
     except (OSError, SegmentError, ValueError) as e:
         say(f"reporter cannot read the segment: {e}")
         return 1
+    keeper = Keeper.inherited(say)  # the root's first reporter keeps its descendants
+    if keeper is not None:
+        keeper.start()
+    try:
+        return _run_reporter(segment)
+    finally:
+        if keeper is not None:
+            keeper.finish()
+
+
+def _run_reporter(segment):
     profile = os.environ.get("MEMLEAK_PROFILE_REPORTER")  # a file for cProfile stats
     if not profile:
         try:

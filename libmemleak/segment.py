@@ -304,6 +304,26 @@ class Segment:
             pass
 
 
+def header_fields(fd, names):
+    """A copy of a few header fields of the segment on `fd`, mapping only
+    the header; None if it is not a segment of this libmemleak."""
+    try:
+        if os.fstat(fd).st_size < HEADER_SIZE:
+            return None
+        with mmap.mmap(fd, HEADER_SIZE, mmap.MAP_SHARED, mmap.PROT_READ) as m:
+            buf = ffi.from_buffer(m)
+            try:
+                h = ffi.cast("struct mlk_header *", buf)
+                if (h.magic != CONST["MLK_MAGIC"] or h.header_size != HEADER_SIZE
+                        or h.layout_version != CONST["MLK_LAYOUT_VERSION"]):
+                    return None
+                return {name: getattr(h, name) for name in names}
+            finally:
+                ffi.release(buf)
+    except (OSError, ValueError):
+        return None
+
+
 # -- waiting on the segment's futex words ----------------------------------
 
 _sys = cffi.FFI()

@@ -35,7 +35,9 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -62,6 +64,14 @@ static int init_state;  /* 0 = not yet, 1 = running, 2 = done */
  * inherits, so builds and shell scripts do not crawl under the tracer. */
 static int is_root;
 static int inert;       /* we are the reporter, or something made tracing impossible */
+
+/* The keeper (see "the keeper" below): the abstract socket name, and in the
+ * root its listening socket until its first reporter takes it over. */
+static char keeper_name[48];    /* keeper_name[0] == 0: abstract namespace */
+static size_t keeper_name_len;  /* 0 = no keeper */
+static int keeper_listen_fd = -1;
+static int keeper_holds_us;     /* this process's segment is with the keeper */
+#define KEEPER_FD 5             /* where the reporter finds the listening socket */
 
 /* Prepared once at start, so that spawning needs no allocation. */
 static char python_path[4096];
@@ -280,20 +290,23 @@ static void prepare_spawn(void)
 static long raw(long n, long a, long b, long c) { return mlk_syscall6(n, a, b, c, 0, 0, 0); }
 
 /* Runs in the grandchild: only raw system calls from here on. */
-static __attribute__((noreturn)) void exec_reporter(int seg_fd, int pidfd)
+static __attribute__((noreturn)) void exec_reporter(int seg_fd, int pidfd, int keeper_fd)
 {
     raw(SYS_setsid, 0, 0, 0);
     int s = (int)raw(SYS_fcntl, seg_fd, F_DUPFD, 10);
     int p = pidfd >= 0 ? (int)raw(SYS_fcntl, pidfd, F_DUPFD, 10) : -1;
+    int k = keeper_fd >= 0 && p >= 0 ? (int)raw(SYS_fcntl, keeper_fd, F_DUPFD, 10) : -1;
     raw(SYS_dup2, s, 3, 0);
     if (p >= 0)
         raw(SYS_dup2, p, 4, 0);
+    if (k >= 0)
+        raw(SYS_dup2, k, KEEPER_FD, 0);
     int null = (int)raw(SYS_open, (long)"/dev/null", O_RDWR, 0);
     if (null >= 0) {
         raw(SYS_dup2, null, 0, 0);
         raw(SYS_dup2, null, 1, 0);
     }
-    int first_to_close = p >= 0 ? 5 : 4;
+    int first_to_close = k >= 0 ? KEEPER_FD + 1 : p >= 0 ? 4 + 1 : 4;
     if (raw(SYS_close_range, first_to_close, ~0u, 0) < 0)
         for (int fd = first_to_close; fd < 65536; fd++)
             raw(SYS_close, fd, 0, 0);
@@ -309,6 +322,8 @@ static __attribute__((noreturn)) void exec_reporter(int seg_fd, int pidfd)
         raw(SYS_exit_group, 127, 0, 0);
 }
 
+static int keeper_socket_is_ours(int fd);
+
 /* Async-signal-safe: may run in our signal handler. */
 static void spawn_reporter(void)
 {
@@ -316,12 +331,18 @@ static void spawn_reporter(void)
         return;
     spawned_at_ns = mlk_now_ns(CLOCK_MONOTONIC);
     mlk_seg->reporter_pid = 0;
+    __atomic_add_fetch(&mlk_seg->reporter_starts, 1, __ATOMIC_RELEASE);
     int pidfd = (int)raw(SYS_pidfd_open, mlk_getpid(), 0, 0);
+    /* The root's first reporter becomes the keeper: it takes the listening
+     * socket, and the program keeps no descriptor of it. */
+    int keeper_fd = keeper_listen_fd;
+    if (keeper_fd >= 0 && !keeper_socket_is_ours(keeper_fd))
+        keeper_fd = keeper_listen_fd = -1; /* the program closed it; the number may be another's */
     long child = mlk_syscall6(SYS_clone, 0 /* no exit signal */, 0, 0, 0, 0, 0);
     if (child == 0) {
         long grandchild = mlk_syscall6(SYS_clone, SIGCHLD, 0, 0, 0, 0, 0);
         if (grandchild == 0)
-            exec_reporter(mlk_seg_fd, pidfd);
+            exec_reporter(mlk_seg_fd, pidfd, keeper_fd);
         for (;;)
             raw(SYS_exit_group, 0, 0, 0);
     }
@@ -331,7 +352,164 @@ static void spawn_reporter(void)
         raw(SYS_close, pidfd, 0, 0);
     if (child < 0) {
         mlk_seg->reporter_pid = -1;
+    } else if (keeper_fd >= 0) {
+        raw(SYS_close, keeper_fd, 0, 0);
+        keeper_listen_fd = -1;
     }
+}
+
+/* ---- the keeper ----------------------------------------------------------
+ * A descendant (forked or exec'd) starts its reporter only when it needs one
+ * -- a report request, its exit -- so that shells and builds do not start a
+ * Python process per fork.  Until then its data lives only in its segment,
+ * and a SIGKILL, an OOM kill or an _exit() would take it along.  So each
+ * descendant hands a descriptor of its segment and a pidfd of itself to the
+ * root's reporter (the keeper) over a unix socket whose abstract name the
+ * root puts in MEMLEAK_KEEPER.  When a descendant exits or dies without a
+ * reporter of its own, the keeper writes its final report itself.
+ *
+ * The name is random, but abstract names are visible to every local user,
+ * so a descendant hands its segment over only to a socket whose owner has
+ * its own uid (SO_PEERCRED), and the keeper accepts only its own user's.
+ * Everything here is a raw, non-blocking system call: it runs in fork's
+ * child handler, and a full or missing keeper just means no keeper. */
+
+static void keeper_address(struct sockaddr_un *a, socklen_t *len)
+{
+    memset(a, 0, sizeof *a);
+    a->sun_family = AF_UNIX;
+    memcpy(a->sun_path, keeper_name, keeper_name_len);
+    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + keeper_name_len);
+}
+
+static int keeper_socket_is_ours(int fd)
+{
+    struct sockaddr_un a, want;
+    socklen_t len = sizeof a, want_len;
+    keeper_address(&want, &want_len);
+    return raw(SYS_getsockname, fd, (long)&a, (long)&len) == 0 && len == want_len &&
+           memcmp(&a, &want, len) == 0;
+}
+
+/* Root only, at start: make the socket and announce its name. */
+static void keeper_listen(void)
+{
+    static const char hex[] = "0123456789abcdef";
+    unsigned char rnd[16];
+    if (raw(SYS_getrandom, (long)rnd, sizeof rnd, 1 /* GRND_NONBLOCK */) != (long)sizeof rnd)
+        return; /* no unguessable name: no keeper (descendants fall back) */
+    char name[sizeof keeper_name];
+    size_t n = 0;
+    name[n++] = 0;
+    memcpy(name + n, "libmemleak-", 11);
+    n += 11;
+    for (size_t i = 0; i < sizeof rnd; i++) {
+        name[n++] = hex[rnd[i] >> 4];
+        name[n++] = hex[rnd[i] & 15];
+    }
+    memcpy(keeper_name, name, n);
+    keeper_name_len = n;
+    int fd = (int)raw(SYS_socket, AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    struct sockaddr_un a;
+    socklen_t len;
+    keeper_address(&a, &len);
+    if (fd < 0 || raw(SYS_bind, fd, (long)&a, len) != 0 || raw(SYS_listen, fd, 128, 0) != 0) {
+        if (fd >= 0)
+            raw(SYS_close, fd, 0, 0);
+        keeper_name_len = 0;
+        unsetenv("MEMLEAK_KEEPER");
+        return;
+    }
+    int high = (int)raw(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 700);
+    if (high >= 0) {
+        raw(SYS_close, fd, 0, 0);
+        fd = high;
+    }
+    keeper_listen_fd = fd;
+    char value[sizeof keeper_name];
+    memcpy(value, keeper_name + 1, n - 1);
+    value[n - 1] = 0;
+    setenv("MEMLEAK_KEEPER", value, 1); /* inherited by descendants */
+}
+
+/* Descendants: where to find the keeper (read once, at start). */
+static void keeper_find(void)
+{
+    const char *v = secure_getenv("MEMLEAK_KEEPER");
+    size_t n = v ? strlen(v) : 0;
+    if (n == 0 || n + 1 > sizeof keeper_name) {
+        keeper_name_len = 0;
+        return;
+    }
+    keeper_name[0] = 0;
+    memcpy(keeper_name + 1, v, n);
+    keeper_name_len = n + 1;
+}
+
+/* A connection to the keeper, if it listens and runs as our user; or -1. */
+static int keeper_connect(void)
+{
+    if (!keeper_name_len)
+        return -1;
+    int s = (int)raw(SYS_socket, AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (s < 0)
+        return -1;
+    struct sockaddr_un a;
+    socklen_t len;
+    keeper_address(&a, &len);
+    struct ucred peer;
+    socklen_t peer_len = sizeof peer;
+    if (raw(SYS_connect, s, (long)&a, len) == 0 &&
+        mlk_syscall6(SYS_getsockopt, s, SOL_SOCKET, SO_PEERCRED, (long)&peer, (long)&peer_len, 0) == 0 &&
+        peer.uid == (uid_t)raw(SYS_geteuid, 0, 0, 0))
+        return s;
+    raw(SYS_close, s, 0, 0);
+    return -1;
+}
+
+/* Is the keeper still there?  (A connection without a message: it drops it.) */
+static int keeper_reachable(void)
+{
+    int s = keeper_connect();
+    if (s >= 0)
+        raw(SYS_close, s, 0, 0);
+    return s >= 0;
+}
+
+/* Hand our segment to the keeper.  Returns 1 if it has it. */
+static int keeper_register(void)
+{
+    if (!mlk_seg || mlk_seg_fd < 0)
+        return 0;
+    int s = keeper_connect();
+    if (s < 0)
+        return 0;
+    int ok = 0;
+    int pidfd = (int)raw(SYS_pidfd_open, mlk_getpid(), 0, 0);
+    if (pidfd >= 0) {
+        int32_t payload[2] = {0x314b4c4d /* "MLK1" */, mlk_getpid()};
+        struct iovec iov = {payload, sizeof payload};
+        union {
+            struct cmsghdr align;
+            char buf[CMSG_SPACE(2 * sizeof(int))];
+        } control;
+        memset(&control, 0, sizeof control);
+        struct msghdr msg = {0};
+        msg.msg_iov = &iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.buf;
+        msg.msg_controllen = sizeof control.buf;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(2 * sizeof(int));
+        int fds[2] = {mlk_seg_fd, pidfd};
+        memcpy(CMSG_DATA(c), fds, sizeof fds);
+        ok = raw(SYS_sendmsg, s, (long)&msg, MSG_DONTWAIT | MSG_NOSIGNAL) == (long)sizeof payload;
+        raw(SYS_close, pidfd, 0, 0);
+    }
+    raw(SYS_close, s, 0, 0);
+    return ok;
 }
 
 /* Is pid a live process (not a zombie nobody reaped)?  Raw calls only. */
@@ -380,14 +558,21 @@ static void ensure_reporter(void)
     spawn_reporter();
 }
 
+static uint32_t post_request(uint32_t *reason_counter)
+{
+    struct mlk_header *h = mlk_seg;
+    __atomic_add_fetch(reason_counter, 1, __ATOMIC_RELEASE);
+    uint32_t mine = __atomic_add_fetch(&h->request_seq, 1, __ATOMIC_ACQ_REL);
+    mlk_futex_wake(&h->request_seq);
+    return mine;
+}
+
 void mlk_request_report(uint32_t *reason_counter, int wait)
 {
     struct mlk_header *h = mlk_seg;
     if (!h || inert)
         return;
-    __atomic_add_fetch(reason_counter, 1, __ATOMIC_RELEASE);
-    uint32_t mine = __atomic_add_fetch(&h->request_seq, 1, __ATOMIC_ACQ_REL);
-    mlk_futex_wake(&h->request_seq);
+    uint32_t mine = post_request(reason_counter);
     ensure_reporter();
     if (!wait)
         return;
@@ -462,13 +647,15 @@ int mlk_start_collecting(void)
         /* The reporter also answers this signal when the program blocks it
          * in every thread (the handler then never runs). */
         mlk_seg->report_signal = (uint32_t)config.signal;
+        if (!is_root)
+            keeper_holds_us = keeper_register();
     }
     __atomic_store_n(&mlk_seg->collecting, 1, __ATOMIC_RELEASE);
     mlk_ever_collected = 1;
     mlk_collecting = 1;
     if (is_root && !reporter_alive())
         spawn_reporter();
-    else if (!is_root)
+    else if (!is_root && !keeper_holds_us)
         arm_lazy_spawn();
     return 0;
 }
@@ -530,16 +717,22 @@ static void fork_child(void)
     }
     spawned_at_ns = 0;
     is_root = 0;
+    if (keeper_listen_fd >= 0) { /* the root's, not yet handed over: not ours */
+        raw(SYS_close, keeper_listen_fd, 0, 0);
+        keeper_listen_fd = -1;
+    }
+    keeper_holds_us = mlk_seg ? keeper_register() : 0;
     mlk_lazy_spawn_at = 0;
-    if (mlk_collecting)
+    if (mlk_collecting && !keeper_holds_us)
         arm_lazy_spawn();
     mlk_addrs_lock_for_fork(0);
     mlk_stacks_lock_for_fork(0);
     mlk_modules_lock_for_fork(0);
     mlk_in_hook--;
-    /* The child's reporter starts at its first report request, its exit, or
-     * once it has made enough stacks of its own (arm_lazy_spawn): most
-     * children exec at once, and a reporter per fork would be waste. */
+    /* The child's reporter starts at its first report request or its exit
+     * (most children exec at once, and a reporter per fork would be waste);
+     * if it exits or dies first, the keeper writes its report.  Without a keeper, it starts
+     * once the child has made enough stacks of its own (arm_lazy_spawn). */
 }
 
 /* ---- start and exit ----------------------------------------------------- */
@@ -555,6 +748,10 @@ static void decide_root(void)
     } else {
         is_root = strcmp(root, pid) == 0;
     }
+    if (is_root)
+        keeper_listen();
+    else
+        keeper_find();
 }
 
 void mlk_init(void)
@@ -604,6 +801,12 @@ __attribute__((destructor)) static void mlk_destructor(void)
         return;
     int was = mlk_in_hook;
     mlk_in_hook = 1;
-    mlk_request_report(&mlk_seg->exit_requests, is_root);
+    /* A descendant the keeper holds leaves its exit report to the keeper
+     * (no Python process per exiting child), if the keeper is still there
+     * to see it die and no reporter of its own is running anyway. */
+    if (!is_root && keeper_holds_us && !reporter_alive() && keeper_reachable())
+        post_request(&mlk_seg->exit_requests);
+    else
+        mlk_request_report(&mlk_seg->exit_requests, is_root);
     mlk_in_hook = was;
 }

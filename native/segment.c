@@ -231,6 +231,8 @@ int mlk_segment_fork_child(void)
     h->parent_pid = h->pid;
     h->pid = mlk_getpid();
     h->reporter_pid = 0;
+    h->reporter_starts = 0;
+    h->final_done = 0;
     h->request_seq = h->done_seq = 0;
     h->signal_requests = h->mtrace_requests = h->muntrace_requests = 0;
     h->exit_requests = 0;

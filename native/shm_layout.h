@@ -126,5 +126,10 @@ struct mlk_header {
      * 1 - exp(-s / sample_bytes) and the stack counters hold the recorded
      * (sampled) blocks only; the reporter scales them up. */
     uint64_t sample_bytes;
-    uint64_t reserved[7];
+    /* The keeper (the root's reporter, which holds a descendant's segment so
+     * that a SIGKILL cannot take its data along) starts a reporter for a dead
+     * descendant only if none was started and no final report was written. */
+    uint32_t reporter_starts;   /* reporters started for this segment */
+    uint32_t final_done;        /* reporter: the last report (exit or death) is written */
+    uint64_t reserved[6];
 };

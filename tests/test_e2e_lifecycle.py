@@ -148,22 +148,49 @@ def test_unwritable_report_directory_warns_once_and_keeps_the_data(workdir):
     assert by_site(reports[0])["site_blocked"] == (4242, 1)  # nothing was lost
 
 
-def test_forked_child_killed_by_sigkill_keeps_its_data(workdir):
-    """Descendants start their reporter lazily, but one that does real work
-    (more than a hundred stacks of its own) gets it in time: SIGKILL then
-    still leaves its final report, written from the shared memory."""
+@pytest.mark.parametrize("mode, paths", [("keeper", 3), ("nokeeper", 256)])
+def test_forked_child_killed_by_sigkill_keeps_its_data(workdir, mode, paths):
+    """A descendant starts no reporter of its own before it needs one, so
+    that shells and builds stay fast.  SIGKILLed before that, it still gets
+    its death report: the root's reporter (the keeper) holds its segment and
+    starts one for it.  Where the keeper cannot be reached (here: the child
+    execs with MEMLEAK_KEEPER removed from its environment), a descendant
+    that does real work (over a hundred stacks of its own) starts its
+    reporter early instead."""
     from helpers import wait_for_reporter
     prog = compile_program("killedchild.c")
-    t = Traced([prog], workdir, config="mtraceinit,depth=32")
+    t = Traced([prog, mode, str(paths)], workdir, config="mtraceinit,depth=32")
     line = t.proc.stdout.readline().decode()
     assert line.startswith("child ")
     child = int(line.split()[1])
     t.expect("child")
-    wait_for_reporter(child)
+    if mode == "keeper":
+        assert reporters_of(child) == []  # the keeper, not a reporter of its own
+    else:
+        wait_for_reporter(child)
     os.kill(child, signal.SIGKILL)
     assert t.finish() == 0, t.stderr
     report = memlog.read(wait_for_file(report_path(workdir, t.prog, child, 1)))
     assert report.header["reason"] == "death"
     sites = by_site(report)
-    assert sites["leaf"] == (2560, 256)
+    assert sites["leaf"] == (10 * paths, paths)
+    assert sites["site_child_big"] == (5555, 1)
+    assert t.stderr == ""
+
+
+def test_a_daemon_outliving_the_root_is_still_kept(workdir):
+    """The keeper outlives the root while a descendant it holds lives on."""
+    prog = compile_program("killedchild.c")
+    t = Traced([prog, "orphan", "5"], workdir, config="mtraceinit")
+    line = t.proc.stdout.readline().decode()
+    child = int(line.split()[1])
+    assert t.finish() == 0, t.stderr
+    wait_for_file(report_path(workdir, t.prog, t.pid, 1))  # the root's exit report
+    time.sleep(0.5)
+    assert reporters_of(child) == []
+    os.kill(child, signal.SIGKILL)
+    report = memlog.read(wait_for_file(report_path(workdir, t.prog, child, 1)))
+    assert report.header["reason"] == "death"
+    sites = by_site(report)
+    assert sites["leaf"] == (50, 5)
     assert sites["site_child_big"] == (5555, 1)

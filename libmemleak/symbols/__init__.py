@@ -63,7 +63,9 @@ class Symbolizer:
         """Frames (innermost first) for one return address in `module`
         (a segment.Module or None).  Usually one frame; more when the call
         site sits in inlined code."""
-        key = (module.index if module else None, address)
+        # Keyed by file and offset, not by the segment's module index, so one
+        # Symbolizer can serve many processes (the keeper's descendants).
+        key = (module.path, module.build_id, address - module.base) if module else address
         hit = self._frames.get(key)
         if hit is not None:
             return hit
