@@ -17,6 +17,7 @@ as it holds a live descendant (a daemon that forked away, say)."""
 
 import array
 import os
+import queue
 import resource
 import select
 import socket
@@ -62,9 +63,19 @@ class Keeper:
         self.poller.register(listener.fileno(), select.POLLIN)
         self.root_done = threading.Event()
         self.thread = None
+        # Reports are written by a second thread, so that taking descendants
+        # in never waits behind a report (a first report loads debug info
+        # for seconds; meanwhile a shell loop could fill the socket's queue).
+        self.to_write = queue.Queue()
+        self.writer = None
         self.written = 0          # final reports written for descendants
         self.symbolizer = Symbolizer()  # shared: descendants run the same binaries
         self._warned = set()
+        self.profile = os.environ.get("MEMLEAK_PROFILE_REPORTER")  # as for the reporter
+        self.profiler = None
+        if self.profile:
+            import cProfile
+            self.profiler = cProfile.Profile()
 
     @classmethod
     def inherited(cls, say):
@@ -89,6 +100,9 @@ class Keeper:
     # -- the thread ---------------------------------------------------------
 
     def start(self):
+        self.writer = threading.Thread(target=self._write_reports, name="keeper-writer",
+                                       daemon=True)
+        self.writer.start()
         self.thread = threading.Thread(target=self._run, name="keeper", daemon=True)
         self.thread.start()
 
@@ -107,6 +121,7 @@ class Keeper:
         except OSError:
             pass
         self.thread.join()
+        self.writer.join()
 
     def _run(self):
         try:
@@ -130,6 +145,18 @@ class Keeper:
             for ward in self.wards.values():
                 ward.release()
             self.wards.clear()
+            self.to_write.put(None)
+
+    def _write_reports(self):
+        try:
+            while (ward := self.to_write.get()) is not None:
+                try:
+                    self.final_report(ward)
+                finally:
+                    ward.release()
+        finally:
+            if self.profiler is not None:
+                self.profiler.dump_stats(f"{self.profile}.{os.getpid()}.keeper")
 
     # -- taking descendants in ---------------------------------------------
 
@@ -185,9 +212,11 @@ class Keeper:
             verdict = self.verdict(ward, now)
             if verdict == "wait":
                 continue
+            del self.wards[ward.pidfd]
             if verdict == "report":
-                self.final_report(ward)
-            self.drop(ward)
+                self.to_write.put(ward)   # the writer releases it
+            else:
+                ward.release()
 
     def verdict(self, ward, now):
         """'report' (write its last report), 'done' (nothing to do) or 'wait'."""
@@ -219,7 +248,10 @@ class Keeper:
             return
         try:
             reporter = Reporter(segment, ward.segment_fd, ward.pidfd, self.symbolizer)
-            reporter.final_report()
+            if self.profiler is not None:
+                self.profiler.runcall(reporter.final_report)
+            else:
+                reporter.final_report()
             segment.header.final_done = 1
             self.written += 1
         except Exception as e:  # noqa: BLE001 -- one bad segment must not stop the keeper

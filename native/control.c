@@ -413,7 +413,7 @@ static void keeper_listen(void)
     struct sockaddr_un a;
     socklen_t len;
     keeper_address(&a, &len);
-    if (fd < 0 || raw(SYS_bind, fd, (long)&a, len) != 0 || raw(SYS_listen, fd, 128, 0) != 0) {
+    if (fd < 0 || raw(SYS_bind, fd, (long)&a, len) != 0 || raw(SYS_listen, fd, 4096 /* capped by net.core.somaxconn */, 0) != 0) {
         if (fd >= 0)
             raw(SYS_close, fd, 0, 0);
         keeper_name_len = 0;
