@@ -309,6 +309,9 @@ class Reporter:
                                      "(byte-weighted); bytes and blocks are estimates"))
         if not self.watch.dead():  # else the pid may already be another process's
             lines += process_status(snap.pid)
+        # Which process wrote it: a descendant's own reporter, or the keeper
+        # (the root's reporter), which writes most descendants' last reports.
+        lines.append(("reporter-pid", os.getpid()))
         lines += [("reporter-" + k, v) for k, v in process_status("self") if k == "vm-hwm"]
         for name, value in snap.health.items():
             if value:

@@ -153,7 +153,7 @@ def test_forked_child_killed_by_sigkill_keeps_its_data(workdir, mode, paths):
     """A descendant starts no reporter of its own before it needs one, so
     that shells and builds stay fast.  SIGKILLed before that, it still gets
     its death report: the root's reporter (the keeper) holds its segment and
-    starts one for it.  Where the keeper cannot be reached (here: the child
+    writes it.  Where the keeper cannot be reached (here: the child
     execs with MEMLEAK_KEEPER removed from its environment), a descendant
     that does real work (over a hundred stacks of its own) starts its
     reporter early instead."""
@@ -194,3 +194,28 @@ def test_a_daemon_outliving_the_root_is_still_kept(workdir):
     sites = by_site(report)
     assert sites["leaf"] == (50, 5)
     assert sites["site_child_big"] == (5555, 1)
+
+
+def test_exiting_children_are_reported_by_the_keeper_without_a_reporter_each(workdir):
+    """Forty short-lived children, four at a time: each gets its exact exit
+    report, and all of them are written by one process, the root's reporter
+    (the keeper), not by a Python process per child."""
+    prog = compile_program("manykids.c")
+    t = Traced([prog, "40"], workdir, config="mtraceinit")
+    assert t.finish() == 0, t.stderr
+    assert t.stderr == ""
+    children = [tuple(map(int, line.split())) for line in t.stdout.splitlines()]
+    assert len(children) == 40
+    root = memlog.read(wait_for_file(report_path(workdir, t.prog, t.pid, 1)))
+    assert root.header["reason"] == "exit"
+    writers = set()
+    for pid, i in children:
+        report = memlog.read(wait_for_file(report_path(workdir, t.prog, pid, 1)))
+        assert report.header["reason"] == "exit"
+        assert report.header["parent-pid"] == str(t.pid)
+        sites = by_site(report)
+        assert sites["site_child"] == (100 + i, 1)
+        assert sites["site_parent"] == (4321, 1)   # inherited at fork
+        writers.add(report.header["reporter-pid"])
+        assert not os.path.exists(report_path(workdir, t.prog, pid, 2))
+    assert writers == {root.header["reporter-pid"]}
