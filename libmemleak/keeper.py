@@ -5,12 +5,15 @@ of its own (SIGKILL, OOM kill, _exit, a crash) still gets its final report.
 Descendants start their reporter only when they need one (a report request,
 their exit), so that shells and builds do not start a Python process per
 fork.  Each hands the keeper a descriptor of its segment and a pidfd of
-itself over a unix socket (native/control.c, "the keeper").  When a
-descendant dies, the keeper looks at its segment: unless a reporter of its
-own is there to see to it, the keeper writes its last report itself -- the
-exit report it asked for, or a death report from what the segment holds,
-exactly as for the root.  So a descendant needs no Python process of its
-own unless it is sent a report signal or calls mtrace().
+itself over a unix socket (native/control.c, "the keeper").  The keeper
+then writes the descendant's reports itself, in this process: those it asks
+for (a report signal, mtrace(): it posts the request in its segment and
+pokes the keeper over the same socket) and, when it dies, its last one --
+the exit report it asked for, or a death report from what the segment
+holds, exactly as for the root.  So descendants start no Python process of
+their own (a prefork server's workers share one), and none that a
+subreaper program could see as its child.  A descendant that cannot reach
+the keeper starts its own reporter, as the root does.
 
 It runs as a thread of the root's reporter and outlives the root for as long
 as it holds a live descendant (a daemon that forked away, say)."""
@@ -29,7 +32,9 @@ from libmemleak.segment import Segment, SegmentError, header_fields
 from libmemleak.symbols import Symbolizer
 
 KEEPER_FD = 5                 # where the hook library puts the listening socket
-MESSAGE = struct.Struct("=4si")  # b"MLK1", pid of the sender
+MESSAGE = struct.Struct("=4si")  # tag, pid of the sender
+REGISTER = b"MLK1"            # with SCM_RIGHTS [segment, pidfd]: hold my segment
+REQUEST = b"MLK2"             # without descriptors: a report request is posted in it
 POLL_SECONDS = 0.5
 GRACE_SECONDS = 2.0           # a reporter being started publishes its pid within this
 RECEIVE_TIMEOUT = 0.5         # a sender killed between connect and send
@@ -38,14 +43,20 @@ DECISION_FIELDS = ("pid", "exec_pending", "final_done", "reporter_pid", "reporte
 
 
 class Ward:
-    """A descendant whose segment the keeper holds."""
-    __slots__ = ("pid", "segment_fd", "pidfd", "died_at")
+    """A descendant whose segment the keeper holds.  The watcher thread
+    owns the table of wards; everything that reads or closes a ward's
+    segment happens in the writer thread, in queue order."""
+    __slots__ = ("pid", "segment_fd", "pidfd", "died_at", "reporter")
 
     def __init__(self, pid, segment_fd, pidfd):
         self.pid, self.segment_fd, self.pidfd = pid, segment_fd, pidfd
         self.died_at = None
+        self.reporter = None      # made at its first report, kept for its caches
 
     def release(self):
+        if self.reporter is not None:
+            self.reporter.seg.close()
+            self.reporter = None
         for fd in (self.segment_fd, self.pidfd):
             try:
                 os.close(fd)
@@ -58,17 +69,17 @@ class Keeper:
         self.listener = listener
         self.say = say
         self.uid = os.geteuid()
-        self.wards = {}           # pidfd -> Ward
+        self.wards = {}           # pidfd -> Ward, live or awaiting the verdict on its death
         self.poller = select.poll()
         self.poller.register(listener.fileno(), select.POLLIN)
         self.root_done = threading.Event()
-        self.thread = None
+        self.watcher = None
         # Reports are written by a second thread, so that taking descendants
         # in never waits behind a report (a first report loads debug info
         # for seconds; meanwhile a shell loop could fill the socket's queue).
-        self.to_write = queue.Queue()
+        self.jobs = queue.Queue()   # (what, ward): "serve", "final", "release"; None: stop
         self.writer = None
-        self.written = 0          # final reports written for descendants
+        self.written = 0          # reports written for descendants
         self.symbolizer = Symbolizer()  # shared: descendants run the same binaries
         self._warned = set()
         self.profile = os.environ.get("MEMLEAK_PROFILE_REPORTER")  # as for the reporter
@@ -97,14 +108,13 @@ class Keeper:
         _raise_descriptor_limit()
         return cls(listener, say)
 
-    # -- the thread ---------------------------------------------------------
+    # -- the threads --------------------------------------------------------
 
     def start(self):
-        self.writer = threading.Thread(target=self._write_reports, name="keeper-writer",
-                                       daemon=True)
+        self.writer = threading.Thread(target=self._write, name="keeper-writer", daemon=True)
         self.writer.start()
-        self.thread = threading.Thread(target=self._run, name="keeper", daemon=True)
-        self.thread.start()
+        self.watcher = threading.Thread(target=self._watch, name="keeper", daemon=True)
+        self.watcher.start()
 
     def finish(self):
         """The root is done: go on until no descendant is left, then stop.
@@ -112,7 +122,7 @@ class Keeper:
         the root's stderr must see its end when the root ends, not when a
         daemon it left behind does."""
         self.root_done.set()
-        if self.thread is None:
+        if self.watcher is None:
             return
         try:
             null = os.open(os.devnull, os.O_RDWR)
@@ -120,10 +130,10 @@ class Keeper:
             os.close(null)
         except OSError:
             pass
-        self.thread.join()
+        self.watcher.join()
         self.writer.join()
 
-    def _run(self):
+    def _watch(self):
         try:
             while True:
                 for fd, _ in self.poller.poll(POLL_SECONDS * 1000):
@@ -143,22 +153,28 @@ class Keeper:
         finally:
             self.listener.close()
             for ward in self.wards.values():
-                ward.release()
+                self.jobs.put(("release", ward))
             self.wards.clear()
-            self.to_write.put(None)
+            self.jobs.put(None)
 
-    def _write_reports(self):
+    def _write(self):
         try:
-            while (ward := self.to_write.get()) is not None:
-                try:
-                    self.final_report(ward)
-                finally:
+            while (job := self.jobs.get()) is not None:
+                what, ward = job
+                if what == "release":
+                    ward.release()
+                    continue
+                if self.profiler is not None:
+                    self.profiler.runcall(self.write, what, ward)
+                else:
+                    self.write(what, ward)
+                if what == "final":
                     ward.release()
         finally:
             if self.profiler is not None:
                 self.profiler.dump_stats(f"{self.profile}.{os.getpid()}.keeper")
 
-    # -- taking descendants in ---------------------------------------------
+    # -- taking descendants in, and their requests ----------------------------
 
     def accept_all(self):
         while True:
@@ -185,24 +201,28 @@ class Keeper:
         for level, kind, payload in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
-        ok = (uid == self.uid and len(fds) == 2 and len(data) == MESSAGE.size
-              and MESSAGE.unpack(data) == (b"MLK1", pid))
-        if not ok:
-            for fd in fds:
-                os.close(fd)
+        tag, sender = MESSAGE.unpack(data) if len(data) == MESSAGE.size else (None, None)
+        if uid == self.uid and sender == pid and tag == REGISTER and len(fds) == 2:
+            self.register(pid, fds[0], fds[1])
             return
+        for fd in fds:
+            os.close(fd)
+        if uid == self.uid and sender == pid and tag == REQUEST and not fds:
+            for ward in self.wards.values():
+                if ward.pid == pid and ward.died_at is None:
+                    self.jobs.put(("serve", ward))
+        # anything else (a reachability probe, a stranger): nothing to do
+
+    def register(self, pid, segment_fd, pidfd):
         # The same pid again: its old image exec'd, and that segment is done.
         for old in [w for w in self.wards.values() if w.pid == pid]:
-            self.drop(old)
-        ward = Ward(pid, fds[0], fds[1])
+            if old.died_at is None:
+                self.poller.unregister(old.pidfd)
+            del self.wards[old.pidfd]
+            self.jobs.put(("release", old))
+        ward = Ward(pid, segment_fd, pidfd)
         self.wards[ward.pidfd] = ward
         self.poller.register(ward.pidfd, select.POLLIN)
-
-    def drop(self, ward):
-        if ward.died_at is None:
-            self.poller.unregister(ward.pidfd)
-        del self.wards[ward.pidfd]
-        ward.release()
 
     # -- descendants that died ----------------------------------------------
 
@@ -213,10 +233,7 @@ class Keeper:
             if verdict == "wait":
                 continue
             del self.wards[ward.pidfd]
-            if verdict == "report":
-                self.to_write.put(ward)   # the writer releases it
-            else:
-                ward.release()
+            self.jobs.put(("final" if verdict == "report" else "release", ward))
 
     def verdict(self, ward, now):
         """'report' (write its last report), 'done' (nothing to do) or 'wait'."""
@@ -233,32 +250,47 @@ class Keeper:
             return "report"
         return "wait"       # a reporter was being started as it died
 
-    def final_report(self, ward):
-        """Write the dead descendant's last report here, in this process:
-        its exit report if it asked for one (descendants that hand us their
-        segment leave that to us rather than start a Python process each),
-        else its death report.  Symbols are shared with every other
-        descendant's, so a build's thousandth cc1 costs little."""
-        from libmemleak.reporter import Reporter  # (it imports us)
-        try:
-            segment = Segment.from_fd(ward.segment_fd)
-        except (OSError, SegmentError, ValueError) as e:
-            self._warn_once(("segment", str(e)), f"keeper cannot read the segment of pid "
-                                                  f"{ward.pid}: {e}")
+    # -- writing (the writer thread) ------------------------------------------
+
+    def write(self, what, ward):
+        """'serve': the reports a live descendant asked for; 'final': a dead
+        one's last report -- the exit report it asked for, else its death
+        report.  Written here, in this process, with symbols shared by every
+        descendant, so a build's thousandth cc1 costs little."""
+        reporter = self.reporter_for(ward)
+        if reporter is None:
             return
+        h = reporter.h
         try:
-            reporter = Reporter(segment, ward.segment_fd, ward.pidfd, self.symbolizer)
-            if self.profiler is not None:
-                self.profiler.runcall(reporter.final_report)
-            else:
+            if what == "final":
                 reporter.final_report()
-            segment.header.final_done = 1
+                h.final_done = 1
+            else:
+                while h.request_seq != h.done_seq and not h.final_done:
+                    if reporter.handle(h.request_seq) == "exit":
+                        h.final_done = 1
             self.written += 1
         except Exception as e:  # noqa: BLE001 -- one bad segment must not stop the keeper
             self._warn_once(("report", type(e)), f"keeper cannot report pid {ward.pid}: "
                                                  f"{type(e).__name__}: {e}")
-        finally:
-            segment.close()
+
+    def reporter_for(self, ward):
+        if ward.reporter is None:
+            from libmemleak.reporter import Reporter  # (it imports us)
+            try:
+                segment = Segment.from_fd(ward.segment_fd)
+            except (OSError, SegmentError, ValueError) as e:
+                self._warn_once(("segment", str(e)), f"keeper cannot read the segment of "
+                                                      f"pid {ward.pid}: {e}")
+                return None
+            try:
+                ward.reporter = Reporter(segment, ward.segment_fd, ward.pidfd, self.symbolizer)
+            except Exception as e:  # noqa: BLE001
+                segment.close()
+                self._warn_once(("reporter", type(e)), f"keeper cannot report pid {ward.pid}: "
+                                                       f"{type(e).__name__}: {e}")
+                return None
+        return ward.reporter
 
     def _warn_once(self, key, message):
         if key not in self._warned:

@@ -35,6 +35,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -338,6 +339,18 @@ static void spawn_reporter(void)
     int keeper_fd = keeper_listen_fd;
     if (keeper_fd >= 0 && !keeper_socket_is_ours(keeper_fd))
         keeper_fd = keeper_listen_fd = -1; /* the program closed it; the number may be another's */
+    /* The reporter is a grandchild whose parent exits at once, so that it is
+     * not our child.  But an orphan goes to the nearest child subreaper
+     * above it -- us, if the program made itself one -- and would turn up in
+     * its wait().  (A direct child with no exit signal would not, but exec
+     * gives it SIGCHLD back.)  So a subreaper stops being one until the
+     * middle process is reaped, which is when its orphan has moved on.  An
+     * orphan of the program's own in that moment of microseconds would go
+     * to the next subreaper up, or init. */
+    int subreaper = 0;
+    raw(SYS_prctl, PR_GET_CHILD_SUBREAPER, (long)&subreaper, 0);
+    if (subreaper)
+        raw(SYS_prctl, PR_SET_CHILD_SUBREAPER, 0, 0);
     long child = mlk_syscall6(SYS_clone, 0 /* no exit signal */, 0, 0, 0, 0, 0);
     if (child == 0) {
         long grandchild = mlk_syscall6(SYS_clone, SIGCHLD, 0, 0, 0, 0, 0);
@@ -348,6 +361,8 @@ static void spawn_reporter(void)
     }
     if (child > 0)
         mlk_syscall6(SYS_wait4, child, 0, __WCLONE, 0, 0, 0);
+    if (subreaper)
+        raw(SYS_prctl, PR_SET_CHILD_SUBREAPER, 1, 0);
     if (pidfd >= 0)
         raw(SYS_close, pidfd, 0, 0);
     if (child < 0) {
@@ -476,27 +491,32 @@ static int keeper_reachable(void)
     return s >= 0;
 }
 
-/* Hand our segment to the keeper.  Returns 1 if it has it. */
-static int keeper_register(void)
+/* One message to the keeper: {tag, our pid}, with descriptors of our
+ * segment and of ourselves when we register.  Returns 1 if it was sent. */
+#define KEEPER_REGISTER 0x314b4c4d /* "MLK1": hold my segment */
+#define KEEPER_REQUEST 0x324b4c4d  /* "MLK2": a report request is posted in it */
+static int keeper_send(int32_t tag)
 {
-    if (!mlk_seg || mlk_seg_fd < 0)
-        return 0;
     int s = keeper_connect();
     if (s < 0)
         return 0;
-    int ok = 0;
-    int pidfd = (int)raw(SYS_pidfd_open, mlk_getpid(), 0, 0);
-    if (pidfd >= 0) {
-        int32_t payload[2] = {0x314b4c4d /* "MLK1" */, mlk_getpid()};
-        struct iovec iov = {payload, sizeof payload};
-        union {
-            struct cmsghdr align;
-            char buf[CMSG_SPACE(2 * sizeof(int))];
-        } control;
-        memset(&control, 0, sizeof control);
-        struct msghdr msg = {0};
-        msg.msg_iov = &iov;
-        msg.msg_iovlen = 1;
+    int pidfd = -1;
+    int32_t payload[2] = {tag, mlk_getpid()};
+    struct iovec iov = {payload, sizeof payload};
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(2 * sizeof(int))];
+    } control;
+    memset(&control, 0, sizeof control);
+    struct msghdr msg = {0};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    if (tag == KEEPER_REGISTER) {
+        pidfd = (int)raw(SYS_pidfd_open, mlk_getpid(), 0, 0);
+        if (pidfd < 0) {
+            raw(SYS_close, s, 0, 0);
+            return 0;
+        }
         msg.msg_control = control.buf;
         msg.msg_controllen = sizeof control.buf;
         struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
@@ -505,11 +525,18 @@ static int keeper_register(void)
         c->cmsg_len = CMSG_LEN(2 * sizeof(int));
         int fds[2] = {mlk_seg_fd, pidfd};
         memcpy(CMSG_DATA(c), fds, sizeof fds);
-        ok = raw(SYS_sendmsg, s, (long)&msg, MSG_DONTWAIT | MSG_NOSIGNAL) == (long)sizeof payload;
-        raw(SYS_close, pidfd, 0, 0);
     }
+    int ok = raw(SYS_sendmsg, s, (long)&msg, MSG_DONTWAIT | MSG_NOSIGNAL) == (long)sizeof payload;
+    if (pidfd >= 0)
+        raw(SYS_close, pidfd, 0, 0);
     raw(SYS_close, s, 0, 0);
     return ok;
+}
+
+/* Hand our segment to the keeper.  Returns 1 if it has it. */
+static int keeper_register(void)
+{
+    return mlk_seg && mlk_seg_fd >= 0 && keeper_send(KEEPER_REGISTER);
 }
 
 /* Is pid a live process (not a zombie nobody reaped)?  Raw calls only. */
@@ -573,7 +600,16 @@ void mlk_request_report(uint32_t *reason_counter, int wait)
     if (!h || inert)
         return;
     uint32_t mine = post_request(reason_counter);
-    ensure_reporter();
+    /* A descendant the keeper holds has the keeper write the report, unless
+     * a reporter of its own happens to run; if the keeper is gone, it
+     * starts its own, as the root does. */
+    int by_keeper = 0;
+    if (keeper_holds_us && !reporter_alive()) {
+        by_keeper = keeper_send(KEEPER_REQUEST);
+        keeper_holds_us = by_keeper;
+    }
+    if (!by_keeper)
+        ensure_reporter();
     if (!wait)
         return;
     uint64_t deadline = mlk_now_ns(CLOCK_MONOTONIC) + (uint64_t)config.exit_timeout_ms * 1000000ull;
@@ -586,7 +622,12 @@ void mlk_request_report(uint32_t *reason_counter, int wait)
             break;
         if (__atomic_load_n(&h->reporter_pid, __ATOMIC_ACQUIRE) < 0)
             return; /* no reporter can be started: already said so */
-        if (!reporter_alive()) {
+        if (by_keeper) {
+            if (!keeper_reachable()) { /* the keeper died with our request */
+                by_keeper = keeper_holds_us = 0;
+                spawn_reporter();
+            }
+        } else if (!reporter_alive()) {
             if (respawned++ >= 2)
                 break;
             spawn_reporter();

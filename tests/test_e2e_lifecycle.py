@@ -219,3 +219,85 @@ def test_exiting_children_are_reported_by_the_keeper_without_a_reporter_each(wor
         writers.add(report.header["reporter-pid"])
         assert not os.path.exists(report_path(workdir, t.prog, pid, 2))
     assert writers == {root.header["reporter-pid"]}
+
+
+def test_a_forked_worker_reports_through_the_keeper_unseen_by_a_subreaper(workdir):
+    """A worker asked for reports (SIGUSR1) starts no reporter of its own:
+    the keeper writes them, exact and in sequence.  Its parent, a child
+    subreaper that reaps every child it has, sees only its worker -- a
+    reporter the worker started itself would have become its child."""
+    prog = compile_program("supervisor.c")
+    t = Traced([prog, "subreaper"], workdir, config="mtraceinit")
+    worker = int(t.proc.stdout.readline().decode().split()[1])
+    t.expect("first")
+    os.kill(worker, signal.SIGUSR1)
+    first = memlog.read(wait_for_file(report_path(workdir, t.prog, worker, 1)))
+    t.resume()
+    t.expect("second")
+    os.kill(worker, signal.SIGUSR1)
+    second = memlog.read(wait_for_file(report_path(workdir, t.prog, worker, 2)))
+    assert reporters_of(worker) == []
+    t.resume()
+    assert t.proc.stdout.readline().decode() == f"reaped {worker}\n"
+    t.expect("idle")
+    t.resume()
+    assert t.finish() == 0, t.stderr
+    assert t.stdout == "no children\n"
+    assert t.stderr == ""
+    assert first.header["reason"] == second.header["reason"] == "signal"
+    assert by_site(first)["site_worker_first"] == (7000, 1)
+    assert by_site(first)["site_supervisor"] == (1212, 1)   # inherited at fork
+    assert "site_worker_second" not in by_site(first)
+    assert by_site(second) == {"site_worker_second": (600, 2)}
+    exit_report = memlog.read(wait_for_file(report_path(workdir, t.prog, worker, 3)))
+    assert exit_report.header["reason"] == "exit"
+    root = memlog.read(wait_for_file(report_path(workdir, t.prog, t.pid, 1)))
+    writers = {r.header["reporter-pid"] for r in (first, second, exit_report, root)}
+    assert len(writers) == 1
+
+
+def test_a_worker_whose_keeper_is_gone_starts_its_own_reporter(workdir):
+    prog = compile_program("supervisor.c")
+    t = Traced([prog, "plain"], workdir, config="mtraceinit")
+    worker = int(t.proc.stdout.readline().decode().split()[1])
+    t.expect("first")
+    keeper = wait_for_reporter(t.pid)
+    os.kill(keeper, signal.SIGKILL)
+    time.sleep(0.2)
+    os.kill(worker, signal.SIGUSR1)
+    first = memlog.read(wait_for_file(report_path(workdir, t.prog, worker, 1)))
+    assert by_site(first)["site_worker_first"] == (7000, 1)
+    assert reporters_of(worker) != []
+    t.resume()
+    t.expect("second")
+    t.resume()
+    assert t.proc.stdout.readline().decode() == f"reaped {worker}\n"
+    t.expect("idle")
+    t.resume()
+    assert t.finish() == 0, t.stderr
+    exit_report = memlog.read(wait_for_file(report_path(workdir, t.prog, worker, 2)))
+    assert by_site(exit_report) == {"site_worker_second": (600, 2)}
+
+
+def test_a_subreapers_replacement_reporter_is_not_among_its_children(workdir):
+    """The root made itself a child subreaper after its reporter started.
+    That reporter is killed; the next SIGUSR1 starts another, which must not
+    become one of the program's children (its wait() would reap it)."""
+    prog = compile_program("supervisor.c")
+    t = Traced([prog, "subreaper"], workdir, config="mtraceinit")
+    worker = int(t.proc.stdout.readline().decode().split()[1])
+    for name in ("first", "second"):
+        t.expect(name)
+        t.resume()
+    assert t.proc.stdout.readline().decode() == f"reaped {worker}\n"
+    t.expect("idle")
+    os.kill(wait_for_reporter(t.pid), signal.SIGKILL)
+    time.sleep(0.2)
+    t.proc.send_signal(signal.SIGUSR1)
+    report = memlog.read(wait_for_file(report_path(workdir, t.prog, t.pid, 1)))
+    assert by_site(report)["site_supervisor"] == (1212, 1)
+    t.resume()
+    assert t.finish() == 0, t.stderr
+    assert t.stdout == "no children\n"
+    final = memlog.read(wait_for_file(report_path(workdir, t.prog, t.pid, 2)))
+    assert final.header["reason"] == "exit"
