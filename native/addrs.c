@@ -168,42 +168,53 @@ int mlk_addr_remove(uint64_t addr, uint32_t *stack, uint64_t *size)
 }
 
 /* ---- anonymous mappings ------------------------------------------------ */
+/* Two interval maps under one lock: `mapped`, the accessible anonymous
+ * mappings, each counted for the stack that made it; and `reserved`, the
+ * inaccessible (PROT_NONE) ones -- address space set aside, as JITs, VMs and
+ * allocators do, which costs no memory until mprotect opens a part of it.
+ * Opening moves the part from reserved to mapped, counted for the stack that
+ * opened it; closing again (PROT_NONE) moves it back. */
 
 struct region {
     uint64_t start, end;
     uint32_t stack;
 };
 
-static mlk_lock_t regions_lock;
-static struct region *regions;
-static uint64_t regions_count, regions_cap;
+struct region_table {
+    struct region *r;
+    uint64_t count, cap;
+    int counted;            /* account bytes for each region's stack */
+};
 
-static int regions_reserve(uint64_t need)
+static mlk_lock_t regions_lock;
+static struct region_table mapped = {.counted = 1}, reserved;
+
+static int table_reserve(struct region_table *t, uint64_t need)
 {
-    if (need <= regions_cap)
+    if (need <= t->cap)
         return 1;
-    uint64_t cap = regions_cap ? regions_cap * 2 : 256;
+    uint64_t cap = t->cap ? t->cap * 2 : 256;
     while (cap < need)
         cap *= 2;
     struct region *fresh = mlk_map_anon(cap * sizeof *fresh);
     if (!fresh)
         return 0;
-    if (regions) {
-        memcpy(fresh, regions, regions_count * sizeof *fresh);
-        mlk_unmap(regions, regions_cap * sizeof *regions);
+    if (t->r) {
+        memcpy(fresh, t->r, t->count * sizeof *fresh);
+        mlk_unmap(t->r, t->cap * sizeof *t->r);
     }
-    regions = fresh;
-    regions_cap = cap;
+    t->r = fresh;
+    t->cap = cap;
     return 1;
 }
 
 /* First region whose end is above addr. */
-static uint64_t first_after(uint64_t addr)
+static uint64_t first_after(const struct region_table *t, uint64_t addr)
 {
-    uint64_t a = 0, b = regions_count;
+    uint64_t a = 0, b = t->count;
     while (a < b) {
         uint64_t m = (a + b) / 2;
-        if (regions[m].end <= addr)
+        if (t->r[m].end <= addr)
             a = m + 1;
         else
             b = m;
@@ -211,37 +222,42 @@ static uint64_t first_after(uint64_t addr)
     return a;
 }
 
-static void remove_locked(uint64_t start, uint64_t end)
+static void account(const struct region_table *t, uint32_t stack, int64_t bytes, int64_t blocks)
 {
-    uint64_t i = first_after(start);
-    while (i < regions_count && regions[i].start < end) {
-        struct region *r = &regions[i];
+    if (t->counted)
+        mlk_stack_account(stack, bytes, blocks);
+}
+
+static void remove_locked(struct region_table *t, uint64_t start, uint64_t end)
+{
+    uint64_t i = first_after(t, start);
+    while (i < t->count && t->r[i].start < end) {
+        struct region *r = &t->r[i];
         uint64_t cut_lo = r->start > start ? r->start : start;
         uint64_t cut_hi = r->end < end ? r->end : end;
         int64_t bytes = -(int64_t)(cut_hi - cut_lo);
         if (cut_lo > r->start && cut_hi < r->end) {
             /* A hole in the middle: one mapping becomes two. */
-            if (!regions_reserve(regions_count + 1)) {
+            if (!table_reserve(t, t->count + 1)) {
                 /* Cannot split: keep the lower piece only, account the rest. */
-                bytes = -(int64_t)(r->end - cut_lo);
-                mlk_stack_account(r->stack, bytes, 0);
+                account(t, r->stack, -(int64_t)(r->end - cut_lo), 0);
                 r->end = cut_lo;
                 i++;
                 continue;
             }
-            r = &regions[i];
-            memmove(&regions[i + 2], &regions[i + 1], (regions_count - i - 1) * sizeof *r);
-            regions_count++;
-            regions[i + 1] = (struct region){cut_hi, r->end, r->stack};
+            r = &t->r[i];
+            memmove(&t->r[i + 2], &t->r[i + 1], (t->count - i - 1) * sizeof *r);
+            t->count++;
+            t->r[i + 1] = (struct region){cut_hi, r->end, r->stack};
             r->end = cut_lo;
-            mlk_stack_account(r->stack, bytes, +1);
+            account(t, r->stack, bytes, +1);
             i += 2;
         } else if (cut_lo == r->start && cut_hi == r->end) {
-            mlk_stack_account(r->stack, bytes, -1);
-            memmove(&regions[i], &regions[i + 1], (regions_count - i - 1) * sizeof *r);
-            regions_count--;
+            account(t, r->stack, bytes, -1);
+            memmove(&t->r[i], &t->r[i + 1], (t->count - i - 1) * sizeof *r);
+            t->count--;
         } else {
-            mlk_stack_account(r->stack, bytes, 0);
+            account(t, r->stack, bytes, 0);
             if (cut_lo == r->start)
                 r->start = cut_hi;
             else
@@ -251,41 +267,115 @@ static void remove_locked(uint64_t start, uint64_t end)
     }
 }
 
+static int insert_locked(struct region_table *t, uint64_t start, uint64_t len, uint32_t stack)
+{
+    if (!table_reserve(t, t->count + 1))
+        return 0;
+    uint64_t i = first_after(t, start);
+    memmove(&t->r[i + 1], &t->r[i], (t->count - i) * sizeof *t->r);
+    t->r[i] = (struct region){start, start + len, stack};
+    t->count++;
+    if (t->counted)
+        mlk_stack_count_alloc(stack, len);
+    return 1;
+}
+
+static uint64_t overlap_locked(const struct region_table *t, uint64_t start, uint64_t end)
+{
+    uint64_t total = 0;
+    for (uint64_t i = first_after(t, start); i < t->count && t->r[i].start < end; i++) {
+        uint64_t lo = t->r[i].start > start ? t->r[i].start : start;
+        uint64_t hi = t->r[i].end < end ? t->r[i].end : end;
+        total += hi - lo;
+    }
+    return total;
+}
+
+static int tables_empty(void)
+{
+    return !__atomic_load_n(&mapped.count, __ATOMIC_RELAXED) &&
+           !__atomic_load_n(&reserved.count, __ATOMIC_RELAXED);
+}
+
 int mlk_region_insert(uint64_t start, uint64_t len, uint32_t stack)
 {
     mlk_lock(&regions_lock);
-    remove_locked(start, start + len); /* whatever was there is gone */
-    if (!regions_reserve(regions_count + 1)) {
-        mlk_unlock(&regions_lock);
-        return 0;
-    }
-    uint64_t i = first_after(start);
-    memmove(&regions[i + 1], &regions[i], (regions_count - i) * sizeof *regions);
-    regions[i] = (struct region){start, start + len, stack};
-    regions_count++;
-    mlk_stack_count_alloc(stack, len);
+    remove_locked(&mapped, start, start + len); /* whatever was there is gone */
+    remove_locked(&reserved, start, start + len);
+    int ok = insert_locked(&mapped, start, len, stack);
     mlk_unlock(&regions_lock);
-    return 1;
+    return ok;
+}
+
+void mlk_region_reserve(uint64_t start, uint64_t len)
+{
+    mlk_lock(&regions_lock);
+    remove_locked(&mapped, start, start + len);
+    remove_locked(&reserved, start, start + len);
+    insert_locked(&reserved, start, len, MLK_NO_STACK); /* no room: it just stays unknown */
+    mlk_unlock(&regions_lock);
 }
 
 void mlk_region_remove(uint64_t start, uint64_t len)
 {
-    if (!__atomic_load_n(&regions_count, __ATOMIC_RELAXED))
+    if (tables_empty())
         return;
     mlk_lock(&regions_lock);
-    remove_locked(start, start + len);
+    remove_locked(&mapped, start, start + len);
+    remove_locked(&reserved, start, start + len);
     mlk_unlock(&regions_lock);
+}
+
+void mlk_region_close(uint64_t start, uint64_t len)
+{
+    if (!__atomic_load_n(&mapped.count, __ATOMIC_RELAXED))
+        return;
+    uint64_t end = start + len;
+    mlk_lock(&regions_lock);
+    /* Each mapped piece in the range is no longer memory in use, but the
+     * address space stays set aside. */
+    for (uint64_t i = first_after(&mapped, start); i < mapped.count && mapped.r[i].start < end;) {
+        uint64_t lo = mapped.r[i].start > start ? mapped.r[i].start : start;
+        uint64_t hi = mapped.r[i].end < end ? mapped.r[i].end : end;
+        remove_locked(&mapped, lo, hi);
+        remove_locked(&reserved, lo, hi);
+        insert_locked(&reserved, lo, hi - lo, MLK_NO_STACK);
+        i = first_after(&mapped, hi);
+    }
+    mlk_unlock(&regions_lock);
+}
+
+uint64_t mlk_region_reserved(uint64_t start, uint64_t len)
+{
+    if (!__atomic_load_n(&reserved.count, __ATOMIC_RELAXED))
+        return 0;
+    mlk_lock(&regions_lock);
+    uint64_t total = overlap_locked(&reserved, start, start + len);
+    mlk_unlock(&regions_lock);
+    return total;
+}
+
+int mlk_region_open(uint64_t start, uint64_t len, uint32_t stack)
+{
+    uint64_t end = start + len;
+    int ok = 1;
+    mlk_lock(&regions_lock);
+    for (uint64_t i = first_after(&reserved, start); i < reserved.count && reserved.r[i].start < end;) {
+        uint64_t lo = reserved.r[i].start > start ? reserved.r[i].start : start;
+        uint64_t hi = reserved.r[i].end < end ? reserved.r[i].end : end;
+        remove_locked(&reserved, lo, hi);
+        if (stack != MLK_NO_STACK)
+            ok &= insert_locked(&mapped, lo, hi - lo, stack);
+        i = first_after(&reserved, hi);
+    }
+    mlk_unlock(&regions_lock);
+    return ok;
 }
 
 uint64_t mlk_region_tracked(uint64_t start, uint64_t len)
 {
-    uint64_t end = start + len, total = 0;
     mlk_lock(&regions_lock);
-    for (uint64_t i = first_after(start); i < regions_count && regions[i].start < end; i++) {
-        uint64_t lo = regions[i].start > start ? regions[i].start : start;
-        uint64_t hi = regions[i].end < end ? regions[i].end : end;
-        total += hi - lo;
-    }
+    uint64_t total = overlap_locked(&mapped, start, start + len);
     mlk_unlock(&regions_lock);
     return total;
 }

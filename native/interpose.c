@@ -34,6 +34,7 @@ static struct {
     void *(*pvalloc)(size_t);
     void *(*mmap)(void *, size_t, int, int, int, off_t);
     int (*munmap)(void *, size_t);
+    int (*mprotect)(void *, size_t, int);
     void *(*mremap)(void *, size_t, size_t, int, ...);
     void *(*dlopen)(const char *, int);
     int (*dlclose)(void *);
@@ -76,6 +77,7 @@ static void resolve(void)
     GET(pvalloc);
     GET(mmap);
     GET(munmap);
+    GET(mprotect);
     GET(mremap);
     GET(dlopen);
     GET(dlclose);
@@ -263,7 +265,9 @@ EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off
     if (p == MAP_FAILED || mlk_in_hook || !mlk_ever_collected)
         return p;
     BEGIN_HOOK();
-    if ((flags & MAP_ANONYMOUS) && mlk_collecting && mlk_sample(page_round(len)))
+    if ((flags & MAP_ANONYMOUS) && prot == PROT_NONE)
+        mlk_record_reserve(p, page_round(len)); /* address space, not memory: see mprotect */
+    else if ((flags & MAP_ANONYMOUS) && mlk_collecting && mlk_sample(page_round(len)))
         mlk_record_mmap(p, page_round(len)); /* replaces what was there */
     else if (flags & (MAP_FIXED | MAP_ANONYMOUS))
         mlk_record_munmap(p, page_round(len));
@@ -281,6 +285,24 @@ EXPORT int munmap(void *addr, size_t len)
     if (r == 0 && !mlk_in_hook && mlk_ever_collected) {
         BEGIN_HOOK();
         mlk_record_munmap(addr, page_round(len));
+        END_HOOK();
+    }
+    return r;
+}
+
+/* Opening part of a PROT_NONE reservation is when it becomes memory in
+ * use (and closing it again, when it stops being). */
+EXPORT int mprotect(void *addr, size_t len, int prot)
+{
+    int r = real.mprotect ? real.mprotect(addr, len, prot)
+                          : (int)mlk_syscall6(SYS_mprotect, (long)addr, (long)len, prot, 0, 0, 0);
+    if (r < 0 && !real.mprotect) {
+        errno = -r;
+        r = -1;
+    }
+    if (r == 0 && !mlk_in_hook && mlk_ever_collected) {
+        BEGIN_HOOK();
+        mlk_record_mprotect(addr, page_round(len), prot);
         END_HOOK();
     }
     return r;
@@ -304,8 +326,14 @@ EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
     /* Like realloc: the old range is freed, the new one is a new block of
      * the caller of mremap — but only for mappings we were tracking. */
     int tracked = mlk_region_tracked((uint64_t)old, page_round(old_len)) != 0;
-    if (tracked || (flags & MREMAP_FIXED))
+    int reservation = mlk_region_reserved((uint64_t)old, page_round(old_len)) == page_round(old_len);
+    if (tracked || reservation || (flags & MREMAP_FIXED))
         mlk_record_munmap(old, page_round(old_len));
+    if (reservation) {
+        mlk_record_reserve(p, page_round(new_len));
+        END_HOOK();
+        return p;
+    }
     if (tracked && mlk_collecting && mlk_sample(page_round(new_len)))
         mlk_record_mmap(p, page_round(new_len));
     else if (tracked || (flags & MREMAP_FIXED))

@@ -92,6 +92,15 @@ MLK_HIDDEN int mlk_region_insert(uint64_t start, uint64_t len, uint32_t stack);
 MLK_HIDDEN void mlk_region_remove(uint64_t start, uint64_t len);
 /* Bytes of [start, start+len) that are tracked regions. */
 MLK_HIDDEN uint64_t mlk_region_tracked(uint64_t start, uint64_t len);
+/* PROT_NONE reservations: address space, not memory.  reserve: [start,
+ * start+len) is one now (whatever was there is gone); open: its reserved
+ * parts become mapped regions of `stack` (MLK_NO_STACK: just forgotten;
+ * 0 if one could not be recorded); close: its mapped parts become
+ * reserved again; reserved: how many of its bytes are reserved. */
+MLK_HIDDEN void mlk_region_reserve(uint64_t start, uint64_t len);
+MLK_HIDDEN int mlk_region_open(uint64_t start, uint64_t len, uint32_t stack);
+MLK_HIDDEN void mlk_region_close(uint64_t start, uint64_t len);
+MLK_HIDDEN uint64_t mlk_region_reserved(uint64_t start, uint64_t len);
 
 /* ---- record.c: what the hooks call ------------------------------------ */
 MLK_HIDDEN void mlk_record_alloc(void *p, size_t size, int kind);
@@ -102,6 +111,8 @@ MLK_HIDDEN int mlk_record_take(void *p, uint32_t *stack, uint64_t *size);
 MLK_HIDDEN void mlk_record_put_back(void *p, uint32_t stack, uint64_t size);
 MLK_HIDDEN void mlk_record_mmap(void *p, size_t len);
 MLK_HIDDEN void mlk_record_munmap(void *p, size_t len);
+MLK_HIDDEN void mlk_record_reserve(void *p, size_t len);
+MLK_HIDDEN void mlk_record_mprotect(void *p, size_t len, int prot);
 
 /* ---- sample.c: which allocations are recorded in sampling mode --------- */
 extern MLK_HIDDEN uint64_t mlk_sample_bytes;   /* 0 = record every allocation */

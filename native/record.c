@@ -2,6 +2,8 @@
  * the per-block and per-stack books.  Runs with the thread's recursion guard
  * set, so anything called from here passes straight through the hooks. */
 #define _GNU_SOURCE
+#include <sys/mman.h>
+
 #include "mlk.h"
 
 static int warned_stacks, warned_blocks;
@@ -79,3 +81,21 @@ void mlk_record_mmap(void *p, size_t len)
 }
 
 void mlk_record_munmap(void *p, size_t len) { mlk_region_remove((uint64_t)p, len); }
+
+void mlk_record_reserve(void *p, size_t len) { mlk_region_reserve((uint64_t)p, len); }
+
+void mlk_record_mprotect(void *p, size_t len, int prot)
+{
+    if (prot == PROT_NONE) {
+        mlk_region_close((uint64_t)p, len);
+        return;
+    }
+    uint64_t opened = mlk_region_reserved((uint64_t)p, len);
+    if (!opened)
+        return; /* the common case: not a reservation of ours (W^X flips, RELRO) */
+    uint32_t id = MLK_NO_STACK;
+    if (mlk_collecting && mlk_sample(opened))
+        id = current_stack(MLK_KIND_MMAP);
+    if (!mlk_region_open((uint64_t)p, len, id))
+        dropped_block();
+}

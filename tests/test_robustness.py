@@ -257,3 +257,26 @@ def test_many_frees_of_unseen_blocks_are_said_once(workdir):
     lines = t.stderr.splitlines()
     assert len(lines) == 1 and "1000 frees of blocks it never saw" in lines[0], t.stderr
     assert report.header["unknown-frees"] == "1501"
+
+
+def test_prot_none_reservations_count_only_the_parts_opened(workdir):
+    """64 MiB reserved PROT_NONE is address space, not memory: only what
+    mprotect (or mmap MAP_FIXED) opens counts, for the code that opened it;
+    closing it again (PROT_NONE) or unmapping it gives it back."""
+    prog = compile_program("reserve.c")
+    t = Traced([prog], workdir)
+    opened, closed, unmapped = t.reports_at("opened", "closed", "unmapped")
+    assert t.finish() == 0, t.stderr
+    mib = 1024 * 1024
+    sites = by_site(opened)
+    assert "site_reserve" not in sites
+    assert sites["site_open"] == (1 * mib + 1 * mib, 2)    # 1 MiB + the half left of 2 MiB
+    assert sites["site_fixed"] == (512 * 1024, 1)
+    assert "site_flip" not in sites and "site_close" not in sites
+    sites = by_site(closed)
+    assert sites["site_open"] == (-2 * mib + 4096, -2 + 1)  # two pieces closed, one page opened
+    assert sites["site_fixed"] == (-512 * 1024, -1)
+    assert by_site(unmapped)["site_open"] == (-4096, -1)
+    for site in ("site_open", "site_fixed"):  # all given back in the end
+        assert [sum(v) for v in zip(*(by_site(r).get(site, (0, 0))
+                                      for r in (opened, closed, unmapped)))] == [0, 0]
