@@ -7,6 +7,7 @@ import time
 
 
 from helpers import env_for
+from libmemleak import memlog
 
 
 def run_both(argv, cwd, **kw):
@@ -46,6 +47,10 @@ def test_gcc_driver_and_every_program_it_runs(tmp_path):
     found, names = wait_for_reports(tmp_path / "t", progs)
     assert found == set(progs), names
     assert len({n.split("-")[-2] for n in names}) == len(names)  # one process, one pid
+    # All written by one Python process, the driver's reporter (the keeper):
+    # no reporter was started per cc1, as or ld.
+    writers = {memlog.read(str(tmp_path / "t" / n)).header["reporter-pid"] for n in names}
+    assert len(writers) == 1, writers
 
 
 def test_git_and_perl(tmp_path):
