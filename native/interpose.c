@@ -348,6 +348,11 @@ EXPORT void *dlopen(const char *file, int mode)
 {
     if (!READY())
         return NULL;
+    if (!mlk_in_hook && mlk_ever_collected) {
+        BEGIN_HOOK();
+        mlk_modules_catch_up();
+        END_HOOK();
+    }
     void *h = real.dlopen(file, mode);
     if (h && !mlk_in_hook) {
         BEGIN_HOOK();

@@ -103,10 +103,19 @@ static uint32_t add_module(struct dl_phdr_info *info, uint64_t lo, uint64_t hi)
     return (uint32_t)idx;
 }
 
+/* The loader's count of unloads (dl_phdr_info.dlpi_subs) at our last scan. */
+static unsigned long long scanned_subs;
+
+static int has_subs(size_t size)
+{
+    return size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof(unsigned long long);
+}
+
 static int scan_one(struct dl_phdr_info *info, size_t size, void *arg)
 {
-    (void)size;
     struct scan_state *st = arg;
+    if (has_subs(size))
+        scanned_subs = info->dlpi_subs;
     uint64_t lo = UINT64_MAX, hi = 0;
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
@@ -241,4 +250,27 @@ void mlk_modules_lock_for_fork(int acquire)
         mlk_lock(&modules_lock);
     else
         mlk_unlock(&modules_lock);
+}
+
+/* libc loads and unloads some modules itself (NSS, iconv), past the
+ * dlopen/dlclose we interpose.  An unload we did not see leaves the old
+ * module's range in our map and its unwind rules in the cache; a library
+ * then loaded there, whose constructors allocate before dlopen returns,
+ * would be unwound and named as the old one.  So before each dlopen we ask
+ * the loader how many unloads there have been, and rescan if that changed. */
+static int read_subs(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    if (has_subs(size))
+        *(unsigned long long *)arg = info->dlpi_subs;
+    return 1; /* the same in every entry: one is enough */
+}
+
+void mlk_modules_catch_up(void)
+{
+    if (!mlk_seg)
+        return;
+    unsigned long long subs = __atomic_load_n(&scanned_subs, __ATOMIC_RELAXED);
+    dl_iterate_phdr(read_subs, &subs);
+    if (subs != __atomic_load_n(&scanned_subs, __ATOMIC_RELAXED))
+        mlk_modules_scan();
 }

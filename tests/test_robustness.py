@@ -280,3 +280,34 @@ def test_prot_none_reservations_count_only_the_parts_opened(workdir):
     for site in ("site_open", "site_fixed"):  # all given back in the end
         assert [sum(v) for v in zip(*(by_site(r).get(site, (0, 0))
                                       for r in (opened, closed, unmapped)))] == [0, 0]
+
+
+def test_unloads_behind_our_back_do_not_leave_stale_unwind_rules(workdir):
+    """libc unloads some modules itself, past the dlclose we interpose.  The
+    next library loaded there has other unwind rules at the same addresses,
+    and its constructor allocates before dlopen returns: it must be unwound
+    and named as itself."""
+    host = compile_program("dlbehind.c", "-ldl")
+    plugins = []
+    for variant in (1, 2):
+        out = os.path.join(workdir, f"dlctor{variant}.so")
+        subprocess.run(["gcc", "-g", "-O2", "-fno-optimize-sibling-calls", "-shared", "-fPIC",
+                        f"-DVARIANT={variant}", "-DCTOR",
+                        os.path.join(PROGRAMS, "dlvariant.c"), "-o", out], check=True)
+        plugins.append(out)
+    n = 50
+    t = Traced([host, *plugins, str(n)], workdir)
+    (report,) = t.reports_at("done")
+    assert t.finish() == 0, t.stderr
+    assert t.stderr == ""
+    sites = by_site(report)
+    assert sites["leak_v1"] == (100 * n, n)
+    assert sites["inner"] == (200 * n, n)
+    for e in report.entries:
+        names = [f.function for f in e.frames]
+        if names[0] == "inner":
+            assert names[:5] == ["inner", "leak_v2", "plugin_entry", "at_load", "constructor"], names
+            assert e.frames[0].module == plugins[1]
+        if names[0] == "leak_v1":
+            assert names[:4] == ["leak_v1", "plugin_entry", "at_load", "constructor"], names
+            assert e.frames[0].module == plugins[0]

@@ -35,3 +35,14 @@ void *plugin_entry(void)
     __asm__ volatile("" ::: "memory"); /* not a tail call: keep this frame */
     return p;
 }
+
+#ifdef CTOR
+/* Built with -DCTOR: the leak happens while the loader is still loading us. */
+static void *kept;
+__attribute__((noinline)) static void at_load(void)
+{
+    kept = plugin_entry();
+    __asm__ volatile("" ::: "memory");
+}
+__attribute__((constructor)) static void constructor(void) { at_load(); }
+#endif
