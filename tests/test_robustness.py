@@ -47,18 +47,15 @@ def test_stress_threads_signals_and_fork_keep_exact_totals(workdir):
     t = Traced([prog], workdir)
     t.expect("start")
     t.resume()
+    t.expect("running")
     sent = 0
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        line = t.proc.stdout.readline() if _readable(t.proc.stdout) else b""
-        if line:
-            assert line == b"checkpoint done\n"
-            break
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:  # the workers run until we say so
         t.proc.send_signal(signal.SIGUSR1)
         sent += 1
         time.sleep(0.003)
-    else:
-        raise AssertionError("stress program did not finish")
+    t.resume()
+    t.expect("done")
     # wait for the reporter to catch up on the signals, then take one more
     time.sleep(1.0)
     final_seq = len(t.reports()) + 1
@@ -76,11 +73,6 @@ def test_stress_threads_signals_and_fork_keep_exact_totals(workdir):
     assert "site_stress_churn" not in sites   # every churn block was freed
     assert "site_stress_child" not in sites   # children's blocks are theirs, not ours
     assert int(last.header["live-bytes"]) == sum(b for b, _ in total.values())
-
-
-def _readable(stream):
-    import select
-    return bool(select.select([stream], [], [], 0)[0])
 
 
 def test_daemon_that_closes_every_descriptor_still_reports(workdir):

@@ -1,7 +1,10 @@
 /* Stress: worker threads allocate and free through a few stacks while the
  * test sends SIGUSR1 over and over and one thread forks children that
- * allocate and exit.  Each worker ends holding exactly KEEP blocks. */
+ * allocate and exit.  Each worker ends holding exactly KEEP blocks.  The
+ * workers go on until the test has sent its signals (checkpoint
+ * "running"), however fast the machine. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,16 +19,18 @@ __attribute__((noinline)) void *site_stress_keep(size_t n) { return malloc(n); }
 __attribute__((noinline)) void *site_stress_churn(size_t n) { return calloc(1, n); }
 __attribute__((noinline)) void *site_stress_child(size_t n) { return malloc(n); }
 
+static atomic_int stop;
+
 static void *worker(void *arg)
 {
     unsigned seed = (unsigned)(long)arg;
     void *window[64] = {0};
-    for (int i = 0; i < ROUNDS; i++) {
+    for (int i = 0; i < ROUNDS || !atomic_load(&stop); i++) {
         seed = seed * 1103515245u + 12345u;
         int slot = (int)(seed >> 16) % 64;
         free(window[slot]);
         window[slot] = site_stress_churn(8 + (seed >> 8) % 200);
-        if (i % (ROUNDS / KEEP) == 0)
+        if (i < ROUNDS && i % (ROUNDS / KEEP) == 0)
             site_stress_keep(48);
     }
     for (int s = 0; s < 64; s++)
@@ -54,6 +59,8 @@ int main(void)
     for (long i = 0; i < WORKERS; i++)
         pthread_create(&t[i], NULL, worker, (void *)(i + 1));
     pthread_create(&t[WORKERS], NULL, forker, NULL);
+    checkpoint("running");
+    atomic_store(&stop, 1);
     for (int i = 0; i <= WORKERS; i++)
         pthread_join(t[i], NULL);
     checkpoint("done");
