@@ -4,6 +4,7 @@ memory.  The segment is written by a program that may be corrupting its own
 memory, so every count and offset is checked before use."""
 
 import mmap
+import operator
 import os
 import time
 from array import array
@@ -22,10 +23,10 @@ _W_HASH = stack_word("hash")
 _W_STATE = stack_word("state")  # state:u32 | depth:u16 | kind:u16
 _W_FRAMES = stack_word("frames_off")
 _W_EPOCHS = stack_word("map_epoch")  # map_epoch:u32 | unload_epoch:u32
-_W_LIVE_BYTES = stack_word("live_bytes")
-_W_LIVE_BLOCKS = stack_word("live_blocks")
 _W_ALLOC_COUNT = stack_word("alloc_count")
 _W_ALLOC_BYTES = stack_word("alloc_bytes")
+_W_FREED_COUNT = stack_word("freed_count")
+_W_FREED_BYTES = stack_word("freed_bytes")
 _W_REP_BYTES = stack_word("reported_bytes")
 _W_REP_BLOCKS = stack_word("reported_blocks")
 
@@ -194,10 +195,15 @@ class Segment:
         self._learn_new_stacks()
         n = self._next_id
         words = self._stack_words[:n * _W]
+        # The hooks count upwards only: live = allocated - freed.  Frees are
+        # read first, so that one racing with us can never make live negative.
+        freed_bytes = array("q", words[_W_FREED_BYTES::_W])
+        freed_count = array("q", words[_W_FREED_COUNT::_W])
         cols = {name: array("q", words[w::_W]) for name, w in (
-            ("live_bytes", _W_LIVE_BYTES), ("live_blocks", _W_LIVE_BLOCKS),
             ("alloc_count", _W_ALLOC_COUNT), ("alloc_bytes", _W_ALLOC_BYTES),
             ("reported_bytes", _W_REP_BYTES), ("reported_blocks", _W_REP_BLOCKS))}
+        cols["live_bytes"] = _minus(cols["alloc_bytes"], freed_bytes)
+        cols["live_blocks"] = _minus(cols["alloc_count"], freed_count)
         ok = self._ok
         if len(ok) == n and all(ok):
             ids = range(n)
@@ -302,6 +308,16 @@ class Segment:
             self._map.close()
         except BufferError:  # a caller still holds a view; the mapping goes with it
             pass
+
+
+def _minus(a, b):
+    """a - b per element, as the 64-bit counters wrap (a program that
+    scribbled over them must not make the difference unrepresentable)."""
+    try:
+        return array("q", map(operator.sub, a, b))
+    except OverflowError:
+        return array("q", (((x - y + (1 << 63)) & ((1 << 64) - 1)) - (1 << 63)
+                           for x, y in zip(a, b)))
 
 
 def header_fields(fd, names):

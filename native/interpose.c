@@ -97,10 +97,11 @@ static void ensure_real(void)
 #define BEGIN_HOOK() int saved_errno_ = errno; mlk_in_hook = 1
 #define END_HOOK() mlk_in_hook = 0; errno = saved_errno_
 
-static inline void after_alloc(void *p, size_t size, int kind)
+static inline __attribute__((always_inline)) void after_alloc(void *p, size_t size, int kind)
 {
     if (p && RECORDING() && mlk_sample(size)) {
         BEGIN_HOOK();
+        MLK_WALK_FROM_HERE();
         mlk_record_alloc(p, size, kind);
         END_HOOK();
     }

@@ -61,6 +61,24 @@ MLK_HIDDEN void mlk_modules_lock_for_fork(int acquire);
  * (our own frames skipped), innermost first; returns how many.  *truncated
  * is set when more frames existed than max. */
 MLK_HIDDEN int mlk_backtrace(uint64_t *ips, int max, int *truncated);
+/* Where the next backtrace of this thread may start: the state of a hook's
+ * own frame (its return address, CFA and the caller's rbp), so that the walk
+ * need not climb back through our frames.  Set right before the hook asks
+ * for a backtrace (the frame is live until then), used once, then cleared. */
+struct mlk_walk_start {
+    uint64_t ip, sp, bp;
+};
+extern __thread struct mlk_walk_start mlk_walk_start __attribute__((tls_model("initial-exec")));
+/* __builtin_frame_address(0) makes the compiler keep rbp as the frame
+ * pointer of the function this expands in: [rbp] is the caller's rbp,
+ * [rbp + 8] the return address, rbp + 16 the CFA. */
+#define MLK_WALK_FROM_HERE()                                                                       \
+    do {                                                                                           \
+        const uint64_t *fp_ = __builtin_frame_address(0);                                          \
+        mlk_walk_start.ip = (uint64_t)__builtin_return_address(0);                                 \
+        mlk_walk_start.bp = fp_[0];                                                                \
+        mlk_walk_start.sp = (uint64_t)fp_ + 16;                                                    \
+    } while (0)
 MLK_HIDDEN void mlk_unwind_init(void);  /* before the first mlk_backtrace */
 /* A module was unloaded: its addresses may now hold other code, whose
  * unwind rules differ, so cached rules are dropped. */

@@ -166,11 +166,12 @@ uint32_t mlk_stack_intern(const uint64_t *ips, int depth, int kind)
     }
 }
 
+_Static_assert(sizeof(struct mlk_stack) == 128 && offsetof(struct mlk_stack, alloc_count) == 64,
+               "a stack entry is two cache lines: identity, then counters");
+
 void mlk_stack_count_alloc(uint32_t id, uint64_t bytes)
 {
     struct mlk_stack *e = &mlk_stacks()[id];
-    __atomic_add_fetch(&e->live_bytes, (int64_t)bytes, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&e->live_blocks, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&e->alloc_count, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&e->alloc_bytes, bytes, __ATOMIC_RELAXED);
 }
@@ -178,8 +179,10 @@ void mlk_stack_count_alloc(uint32_t id, uint64_t bytes)
 void mlk_stack_account(uint32_t id, int64_t bytes, int64_t blocks)
 {
     struct mlk_stack *e = &mlk_stacks()[id];
-    __atomic_add_fetch(&e->live_bytes, bytes, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&e->live_blocks, blocks, __ATOMIC_RELAXED);
+    if (bytes)
+        __atomic_sub_fetch(&e->freed_bytes, bytes, __ATOMIC_RELAXED);
+    if (blocks)
+        __atomic_sub_fetch(&e->freed_count, blocks, __ATOMIC_RELAXED);
 }
 
 void mlk_stacks_lock_for_fork(int acquire)

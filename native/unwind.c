@@ -433,6 +433,53 @@ static uint64_t rule_for(uint64_t pc)
     return rule;
 }
 
+/* ---- the last walk, per thread --------------------------------------------
+ * A thread's consecutive allocations mostly share their outer frames (the
+ * same loop of the same request handler of the same thread), and walking a
+ * frame is a chain of dependent loads and a rule lookup, while checking that
+ * a frame is unchanged is one independent load.  So each thread keeps its
+ * last walk: the state (ip, sp, bp) at each step and the stack words each
+ * step read (the return address, the saved rbp).  When a new walk reaches a
+ * state the last one had, and every word the last walk read from there on
+ * still holds the value it read, the rest of the walk is the same: a walk is
+ * a function of its state, the words it reads and the rules -- which change
+ * only when a module goes (rules_generation).  Coroutines, longjmp and
+ * reused stack memory change a state or a word, and then the walk goes on
+ * frame by frame as without the cache. */
+
+#define WALK_KEPT 48   /* steps of the last walk kept; deeper walks are not kept */
+#define WALK_MATCH 8   /* a new walk looks for a kept state in its first steps only */
+
+struct step {
+    uint64_t ip, sp, bp;   /* state before the step (ip: the frame recorded) */
+    uint64_t ra_at, ra;    /* the return address read (ra_at 0: the last frame) */
+    uint64_t bp_at, bp_v;  /* the saved rbp read (bp_at 0: none) */
+};
+
+struct walk {
+    uint64_t generation;
+    int steps;             /* steps kept, each recording one frame */
+    int more;              /* 1: the walk stopped at max with state steps[steps] a frame too */
+    struct step step[WALK_KEPT + 1];
+};
+
+static __thread struct walk last_walk __attribute__((tls_model("initial-exec")));
+static uint64_t rules_generation = 1;
+
+/* Is the kept walk still true from step j on? */
+static int kept_walk_holds(const struct walk *w, int j)
+{
+    int same = 1;
+    for (int k = j; k < w->steps; k++) {
+        const struct step *st = &w->step[k];
+        if (st->ra_at)
+            same &= *(const uint64_t *)st->ra_at == st->ra;
+        if (st->bp_at)
+            same &= *(const uint64_t *)st->bp_at == st->bp_v;
+    }
+    return same;
+}
+
 /* Returns the number of frames, or -1 when libgcc must do it. */
 /* This function keeps a frame pointer whatever the build flags: its own
  * frame is where the walk starts. */
@@ -446,35 +493,159 @@ fast_backtrace(uint64_t *ips, int max, int *truncated)
     uint64_t ip = (uint64_t)__builtin_return_address(0);
     uint64_t sp = (uint64_t)fp + 16;
     uint64_t bp = fp[0];
+    if (mlk_walk_start.sp > sp && mlk_walk_start.sp - sp < 65536) {
+        /* The hook's frame, further up this stack: skip our frames below it. */
+        ip = mlk_walk_start.ip;
+        sp = mlk_walk_start.sp;
+        bp = mlk_walk_start.bp;
+    }
     int n = 0;
     *truncated = 0;
+    struct walk *w = &last_walk;
+    uint64_t generation = __atomic_load_n(&rules_generation, __ATOMIC_ACQUIRE);
+    int usable = w->generation == generation && w->steps > 0;
+    /* The new walk's first steps go here until it is known whether the kept
+     * walk is spliced in (it must not be overwritten before). */
+    struct step fresh[WALK_MATCH];
+    int nfresh = 0;
+    int kept = 0;          /* steps of the new walk written into last_walk */
+    int keeping = 1;       /* still within WALK_KEPT */
+    int search = 0;        /* kept steps below this have a lower sp: no match */
+
     for (int steps = 0; steps < 256; steps++) {
-        if (n > 0 || !mlk_is_self_address(ip)) { /* skip our frames at the top only */
+        int records = n > 0 || !mlk_is_self_address(ip); /* skip our frames at the top only */
+        if (records && usable && nfresh >= 0 && nfresh < WALK_MATCH) {
+            while (search < w->steps && w->step[search].sp < sp)
+                search++;
+            int j = search;
+            if (j < w->steps && w->step[j].sp == sp && w->step[j].ip == ip && w->step[j].bp == bp) {
+                if (kept_walk_holds(w, j)) {
+                    /* Splice: the kept steps j.. become steps nfresh.. */
+                    int tail = w->steps - j;
+                    if (nfresh + tail > WALK_KEPT) {
+                        tail = 0; /* cannot keep it all: do not keep this walk */
+                        keeping = 0;
+                    }
+                    for (int k = j; k < w->steps; k++) {
+                        if (n >= max) {
+                            *truncated = 1;
+                            break;
+                        }
+                        ips[n++] = w->step[k].ip;
+                    }
+                    int more = w->more;
+                    struct step next = w->step[w->steps];
+                    if (keeping) {
+                        if (nfresh != j) /* else the kept steps are where they belong */
+                            memmove(&w->step[nfresh], &w->step[j], (size_t)(tail + 1) * sizeof next);
+                        memcpy(&w->step[0], fresh, (size_t)nfresh * sizeof *fresh);
+                        w->steps = nfresh + tail;
+                    } else {
+                        w->steps = 0;
+                    }
+                    if (*truncated || !more)
+                        return n; /* (the kept walk's ending stays as it was) */
+                    if (n >= max) {
+                        *truncated = 1;
+                        return n;
+                    }
+                    /* The kept walk stopped at max; this one needs more frames:
+                     * go on from where it stopped. */
+                    ip = next.ip;
+                    sp = next.sp;
+                    bp = next.bp;
+                    kept = keeping ? w->steps : 0;
+                    nfresh = -1;      /* no more matching; record into last_walk */
+                    usable = 0;
+                    records = 1;
+                } else {
+                    usable = 0;       /* the kept walk is stale: walk on, and replace it */
+                }
+            }
+        }
+        if (nfresh >= 0 && (nfresh >= WALK_MATCH || !usable)) {
+            /* No splice: from here on the new walk goes straight into last_walk. */
+            memcpy(&w->step[0], fresh, (size_t)nfresh * sizeof *fresh);
+            kept = nfresh;
+            nfresh = -1;
+            usable = 0;
+        }
+        struct step *rec = NULL;
+        if (records) {
             if (n >= max) {
                 *truncated = 1;
-                return n;
+                break;
             }
             ips[n++] = ip;
+            if (nfresh >= 0)
+                rec = &fresh[nfresh++];
+            else if (keeping && kept < WALK_KEPT)
+                rec = &w->step[kept++];
+            else
+                keeping = 0;
+            if (rec) {
+                rec->ip = ip, rec->sp = sp, rec->bp = bp;
+                rec->ra_at = rec->bp_at = 0;
+            }
         }
         /* ip is a return address: the rule that applies is the call's. */
         uint64_t rule = rule_for(ip - 1);
         int kind = (int)(rule & 3);
         if (kind == 2)
-            return n;
-        if (kind != 1)
+            goto done;
+        if (kind != 1) {
+            w->steps = 0;
+            w->generation = 0;
             return -1;
+        }
         uint64_t cfa = ((rule & 4) ? bp : sp) + (uint64_t)field(rule, 16, 24);
         /* A CFA at or below sp, unaligned, or absurdly far means the rule or
          * the stack is not what we think: let libgcc judge. */
-        if (cfa <= sp || (cfa & 7) || cfa - sp > (64u << 20))
+        if (cfa <= sp || (cfa & 7) || cfa - sp > (64u << 20)) {
+            w->steps = 0;
+            w->generation = 0;
             return -1;
-        uint64_t ra = *(const uint64_t *)(cfa + (uint64_t)field(rule, 52, 12));
-        if (rule & 8)
-            bp = *(const uint64_t *)(cfa + (uint64_t)field(rule, 40, 12));
+        }
+        uint64_t ra_at = cfa + (uint64_t)field(rule, 52, 12);
+        uint64_t ra = *(const uint64_t *)ra_at;
+        if (rec)
+            rec->ra_at = ra_at, rec->ra = ra;
+        if (rule & 8) {
+            uint64_t bp_at = cfa + (uint64_t)field(rule, 40, 12);
+            bp = *(const uint64_t *)bp_at;
+            if (rec)
+                rec->bp_at = bp_at, rec->bp_v = bp;
+        }
         sp = cfa;
         ip = ra;
         if (ip < 4096)
-            return n;
+            goto done;
+    }
+    /* Stopped at max (or after 256 steps): the state now is a frame too. */
+    if (nfresh >= 0) {
+        memcpy(&w->step[0], fresh, (size_t)nfresh * sizeof *fresh);
+        kept = nfresh;
+    }
+    if (keeping && kept <= WALK_KEPT) {
+        w->step[kept] = (struct step){ip, sp, bp, 0, 0, 0, 0};
+        w->steps = kept;
+        w->more = 1;
+        w->generation = generation;
+    } else {
+        w->steps = 0;
+    }
+    return n;
+done:
+    if (nfresh >= 0) {
+        memcpy(&w->step[0], fresh, (size_t)nfresh * sizeof *fresh);
+        kept = nfresh;
+    }
+    if (keeping) {
+        w->steps = kept;
+        w->more = 0;
+        w->generation = generation;
+    } else {
+        w->steps = 0;
     }
     return n;
 }
@@ -492,15 +663,20 @@ void mlk_unwind_forget(void)
     if (cache)
         for (uint64_t i = 0; i < (1u << CACHE_BITS); i++)
             __atomic_store_n(&cache[i].key, 0, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&rules_generation, 1, __ATOMIC_RELEASE); /* every thread's last walk */
 }
+
+__thread struct mlk_walk_start mlk_walk_start __attribute__((tls_model("initial-exec")));
 
 int mlk_backtrace(uint64_t *ips, int max, int *truncated)
 {
     if (mlk_unwind_mode == MLK_UNWIND_FAST && cache) {
         int n = fast_backtrace(ips, max, truncated);
+        mlk_walk_start.sp = 0;
         if (n >= 0)
             return n;
     }
+    mlk_walk_start.sp = 0;
     return libgcc_backtrace(ips, max, truncated);
 }
 
@@ -508,6 +684,8 @@ int mlk_backtrace(uint64_t *ips, int max, int *truncated)
 
 void mlk_unwind_init(void) {}
 void mlk_unwind_forget(void) {}
+
+__thread struct mlk_walk_start mlk_walk_start __attribute__((tls_model("initial-exec")));
 
 int mlk_backtrace(uint64_t *ips, int max, int *truncated)
 {
