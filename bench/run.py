@@ -18,6 +18,7 @@ import re
 import shutil
 import statistics
 import subprocess
+import time
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -84,6 +85,17 @@ def gen_churn(out):
     return exe
 
 
+def gen_deep(out):
+    exe = os.path.join(out, "deep")
+    src = os.path.join(HERE, "programs", "deep.c")
+    if not os.path.exists(exe) or os.path.getmtime(exe) < os.path.getmtime(src):
+        subprocess.run(["gcc", "-O2", "-g", src, "-o", exe], check=True)
+    return exe
+
+
+SHELL_LOOP = "for i in $(seq 300); do /bin/true; x=$(echo hi); done"
+
+
 def gen_measure(out):
     exe = os.path.join(out, "measure")
     src = os.path.join(HERE, "programs", "measure.c")
@@ -100,12 +112,35 @@ def workloads(out):
         "cc1": ([cc1, "-O2", "-quiet", gen_c(out), "-o", os.path.join(out, "big.s")], None, False),
         "python3": ([os.path.realpath(sys.executable), gen_python(out)], None, False),
         "churn": ([gen_churn(out), "10000000"], None, False),
+        # 4M malloc/free pairs 20 frames deep: the cost of one long walk
+        "deep": ([gen_deep(out), "20"], None, False),
+        # 900 short processes: what tracing every process of a script costs
+        "shell": (["bash", "-c", SHELL_LOOP], None, False),
     }
 
 
 SAMPLE_BYTES = 524288  # jemalloc's and tcmalloc's usual mean sampling interval
 
 # -- running --------------------------------------------------------------------
+
+def _wait_for_reporters(timeout=300):
+    """Reporters still writing (descendants' last reports) must not run into
+    the next measurement."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        busy = False
+        for pid in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    busy = b"_reporter_main.py" in f.read()
+            except OSError:
+                continue
+            if busy:
+                break
+        if not busy:
+            return
+        time.sleep(0.1)
+
 
 def run_once(tool, argv, stdin_path, out):
     """Returns (wall seconds, peak RSS of the program in KiB, reporter peak KiB or None)."""
@@ -143,6 +178,7 @@ def run_once(tool, argv, stdin_path, out):
         raise RuntimeError(f"{tool}: {' '.join(cmd)} exited with {code}")
     reporter = None
     if tool.startswith("libmemleak"):
+        _wait_for_reporters()  # the keeper writes descendants' reports after the root exits
         reports = [n for n in os.listdir(work) if n.endswith(".memlog")]
         if reports:
             text = open(os.path.join(work, sorted(reports)[-1])).read()
