@@ -480,6 +480,27 @@ static int kept_walk_holds(const struct walk *w, int j)
     return same;
 }
 
+/* A walk ended: it becomes the kept one (if it fitted).  Its first steps
+ * may still be in `fresh` (nfresh >= 0).  `next`: it stopped at max, and
+ * this state is a frame too; NULL: it reached the end of the stack. */
+static void keep_walk(struct walk *w, const struct step *fresh, int nfresh, int kept, int keeping,
+                      uint64_t generation, const struct step *next)
+{
+    if (nfresh >= 0) {
+        memcpy(&w->step[0], fresh, (size_t)nfresh * sizeof *fresh);
+        kept = nfresh;
+    }
+    if (!keeping || kept > WALK_KEPT) {
+        w->steps = 0;
+        return;
+    }
+    if (next)
+        w->step[kept] = *next;
+    w->steps = kept;
+    w->more = next != NULL;
+    w->generation = generation;
+}
+
 /* Returns the number of frames, or -1 when libgcc must do it. */
 /* This function keeps a frame pointer whatever the build flags: its own
  * frame is where the walk starts. */
@@ -622,31 +643,10 @@ fast_backtrace(uint64_t *ips, int max, int *truncated)
             goto done;
     }
     /* Stopped at max (or after 256 steps): the state now is a frame too. */
-    if (nfresh >= 0) {
-        memcpy(&w->step[0], fresh, (size_t)nfresh * sizeof *fresh);
-        kept = nfresh;
-    }
-    if (keeping && kept <= WALK_KEPT) {
-        w->step[kept] = (struct step){ip, sp, bp, 0, 0, 0, 0};
-        w->steps = kept;
-        w->more = 1;
-        w->generation = generation;
-    } else {
-        w->steps = 0;
-    }
+    keep_walk(w, fresh, nfresh, kept, keeping, generation, &(struct step){ip, sp, bp, 0, 0, 0, 0});
     return n;
 done:
-    if (nfresh >= 0) {
-        memcpy(&w->step[0], fresh, (size_t)nfresh * sizeof *fresh);
-        kept = nfresh;
-    }
-    if (keeping) {
-        w->steps = kept;
-        w->more = 0;
-        w->generation = generation;
-    } else {
-        w->steps = 0;
-    }
+    keep_walk(w, fresh, nfresh, kept, keeping, generation, NULL);
     return n;
 }
 

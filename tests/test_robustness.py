@@ -112,18 +112,25 @@ def test_exceptions_longjmp_coroutines_and_every_way_of_spawning(workdir, unwind
     assert "coroutine()" in [f.function for f in co.frames]
 
 
+def build_plugin_variants(workdir, name, *flags):
+    """The two builds of tests/programs/dlvariant.c: same offsets, other
+    code and frame layouts."""
+    plugins = []
+    for variant in (1, 2):
+        out = os.path.join(workdir, f"{name}{variant}.so")
+        subprocess.run(["gcc", "-g", "-O2", "-fno-optimize-sibling-calls", "-shared", "-fPIC",
+                        f"-DVARIANT={variant}", *flags,
+                        os.path.join(PROGRAMS, "dlvariant.c"), "-o", out], check=True)
+        plugins.append(out)
+    return plugins
+
+
 def test_dlopen_dlclose_loops_in_threads_keep_exact_plugin_totals(workdir):
     """Two threads load and unload two different builds of a plugin, which
     the loader keeps placing at the same addresses, while two others churn:
     the unwinder must not apply one build's cached rules to the other."""
     host = compile_program("dlloop.c", "-ldl")
-    plugins = []
-    for variant in (1, 2):
-        out = os.path.join(workdir, f"dlvariant{variant}.so")
-        subprocess.run(["gcc", "-g", "-O2", "-fno-optimize-sibling-calls", "-shared", "-fPIC",
-                        f"-DVARIANT={variant}",
-                        os.path.join(PROGRAMS, "dlvariant.c"), "-o", out], check=True)
-        plugins.append(out)
+    plugins = build_plugin_variants(workdir, "dlvariant")
     n = 300
     t = Traced([host, *plugins, str(n)], workdir)
     (report,) = t.reports_at("done")
@@ -280,13 +287,7 @@ def test_unloads_behind_our_back_do_not_leave_stale_unwind_rules(workdir):
     and its constructor allocates before dlopen returns: it must be unwound
     and named as itself."""
     host = compile_program("dlbehind.c", "-ldl")
-    plugins = []
-    for variant in (1, 2):
-        out = os.path.join(workdir, f"dlctor{variant}.so")
-        subprocess.run(["gcc", "-g", "-O2", "-fno-optimize-sibling-calls", "-shared", "-fPIC",
-                        f"-DVARIANT={variant}", "-DCTOR",
-                        os.path.join(PROGRAMS, "dlvariant.c"), "-o", out], check=True)
-        plugins.append(out)
+    plugins = build_plugin_variants(workdir, "dlctor", "-DCTOR")
     n = 50
     t = Traced([host, *plugins, str(n)], workdir)
     (report,) = t.reports_at("done")
