@@ -23,10 +23,14 @@ _W_HASH = stack_word("hash")
 _W_STATE = stack_word("state")  # state:u32 | depth:u16 | kind:u16
 _W_FRAMES = stack_word("frames_off")
 _W_EPOCHS = stack_word("map_epoch")  # map_epoch:u32 | unload_epoch:u32
-_W_ALLOC_COUNT = stack_word("alloc_count")
-_W_ALLOC_BYTES = stack_word("alloc_bytes")
-_W_FREED_COUNT = stack_word("freed_count")
-_W_FREED_BYTES = stack_word("freed_bytes")
+# The counter stripes: word index of each field in each stripe.
+_STRIPES = CONST["MLK_COUNTER_STRIPES"]
+_W_COUNTERS = stack_word("counters")
+_W_STRIPE = ffi.sizeof("struct mlk_counters") // 8
+_W_ALLOC_COUNT, _W_ALLOC_BYTES, _W_FREED_COUNT, _W_FREED_BYTES = (
+    [_W_COUNTERS + s * _W_STRIPE + ffi.offsetof("struct mlk_counters", f) // 8
+     for s in range(_STRIPES)]
+    for f in ("alloc_count", "alloc_bytes", "freed_count", "freed_bytes"))
 _W_REP_BYTES = stack_word("reported_bytes")
 _W_REP_BLOCKS = stack_word("reported_blocks")
 
@@ -197,11 +201,12 @@ class Segment:
         words = self._stack_words[:n * _W]
         # The hooks count upwards only: live = allocated - freed.  Frees are
         # read first, so that one racing with us can never make live negative.
-        freed_bytes = array("q", words[_W_FREED_BYTES::_W])
-        freed_count = array("q", words[_W_FREED_COUNT::_W])
-        cols = {name: array("q", words[w::_W]) for name, w in (
-            ("alloc_count", _W_ALLOC_COUNT), ("alloc_bytes", _W_ALLOC_BYTES),
-            ("reported_bytes", _W_REP_BYTES), ("reported_blocks", _W_REP_BLOCKS))}
+        freed_bytes = _striped(words, _W_FREED_BYTES)
+        freed_count = _striped(words, _W_FREED_COUNT)
+        cols = {"alloc_count": _striped(words, _W_ALLOC_COUNT),
+                "alloc_bytes": _striped(words, _W_ALLOC_BYTES)}
+        cols.update((name, array("q", words[w::_W])) for name, w in (
+            ("reported_bytes", _W_REP_BYTES), ("reported_blocks", _W_REP_BLOCKS)))
         cols["live_bytes"] = _minus(cols["alloc_bytes"], freed_bytes)
         cols["live_blocks"] = _minus(cols["alloc_count"], freed_count)
         ok = self._ok
@@ -310,14 +315,26 @@ class Segment:
             pass
 
 
-def _minus(a, b):
-    """a - b per element, as the 64-bit counters wrap (a program that
-    scribbled over them must not make the difference unrepresentable)."""
+def _striped(words, stripe_words):
+    """One counter of every stack, summed over the stripes."""
+    total = array("q", words[stripe_words[0]::_W])
+    for w in stripe_words[1:]:
+        total = _wrapping(operator.add, total, words[w::_W])
+    return total
+
+
+def _wrapping(op, a, b):
+    """a op b per element, as the 64-bit counters wrap (a program that
+    scribbled over them must not make the result unrepresentable)."""
     try:
-        return array("q", map(operator.sub, a, b))
+        return array("q", map(op, a, b))
     except OverflowError:
-        return array("q", (((x - y + (1 << 63)) & ((1 << 64) - 1)) - (1 << 63)
+        return array("q", (((op(x, y) + (1 << 63)) & ((1 << 64) - 1)) - (1 << 63)
                            for x, y in zip(a, b)))
+
+
+def _minus(a, b):
+    return _wrapping(operator.sub, a, b)
 
 
 def header_fields(fd, names):

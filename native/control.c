@@ -679,7 +679,7 @@ int mlk_start_collecting(void)
     if (!mlk_seg) {
         if (mlk_segment_create(config.depth, config.dir) != 0) {
             mlk_warn("cannot create the shared memory segment (memfd, or RLIMIT_FSIZE below ",
-                     "its ~1 GiB sparse size); this process is not traced", "");
+                     "its ~1.3 GiB sparse size); this process is not traced", "");
             inert = 1;
             return -1;
         }

@@ -15,7 +15,7 @@
 struct mlk_header *mlk_seg;
 int mlk_seg_fd = -1;
 
-#define STACKS_CAP (1ull << 22)  /* 4M distinct stacks: 512 MiB if all used */
+#define STACKS_CAP (1ull << 22)  /* 4M distinct stacks: 768 MiB if all used */
 #define FRAMES_CAP (1ull << 26)  /* 64M frames: 512 MiB if all used */
 #define MODULES_CAP 8192ull
 #define STRINGS_CAP (4ull << 20)

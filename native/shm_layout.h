@@ -20,7 +20,7 @@
  */
 
 #define MLK_MAGIC 0x314b4c4d454d4c4b
-#define MLK_LAYOUT_VERSION 3
+#define MLK_LAYOUT_VERSION 4
 #define MLK_MAX_DEPTH 64
 #define MLK_BUILD_ID_MAX 32
 
@@ -33,13 +33,26 @@
 #define MLK_STACK_EMPTY 0
 #define MLK_STACK_READY 1
 
-/* One distinct allocation backtrace and what is live from it: 128 bytes, in
- * two cache lines.  The first says which stack it is -- written once, then
- * read by every lookup of the stack -- and holds the reporter's baseline;
- * the second holds the counters every allocation and free from the stack
- * writes.  Apart, threads counting on a stack do not slow those looking it
- * up; and counting only upwards (allocated, freed) takes two atomic adds per
- * allocation and two per free.  Live = allocated - freed. */
+/* What allocations and frees from one stack add up to, as counted by some
+ * of the threads: one cache line.  Counting only upwards (allocated, freed)
+ * takes two atomic adds per allocation and two per free; live = allocated -
+ * freed, summed over the stripes. */
+#define MLK_COUNTER_STRIPES 2
+struct mlk_counters {
+    uint64_t alloc_count;   /* allocations ever made from this stack */
+    uint64_t alloc_bytes;
+    int64_t freed_count;    /* blocks freed (a partial unmap that splits a */
+    int64_t freed_bytes;    /* mapping in two counts -1: one more block) */
+    uint64_t reserved[4];
+};
+
+/* One distinct allocation backtrace and what is live from it: 192 bytes, in
+ * three cache lines.  The first says which stack it is -- written once, then
+ * read by every lookup of the stack -- and holds the reporter's baseline.
+ * The others are counter stripes, each thread counting in one of them
+ * (threads take stripes in turn): two threads allocating and freeing
+ * through the same stack then do not fight over one cache line, and nobody
+ * slows the lookups. */
 struct mlk_stack {
     uint64_t hash;          /* of kind, unload_epoch and frames */
     uint32_t state;         /* MLK_STACK_*; READY once the fields below are final */
@@ -51,12 +64,7 @@ struct mlk_stack {
     int64_t reported_bytes;  /* reporter: live bytes as of the last report */
     int64_t reported_blocks; /* reporter: live blocks as of the last report */
     uint64_t reserved[2];
-    /* -- second cache line: atomic counters -- */
-    uint64_t alloc_count;   /* allocations ever made from this stack */
-    uint64_t alloc_bytes;
-    int64_t freed_count;    /* blocks freed (a partial unmap that splits a */
-    int64_t freed_bytes;    /* mapping in two counts -1: one more block) */
-    uint64_t reserved2[4];
+    struct mlk_counters counters[2]; /* MLK_COUNTER_STRIPES */
 };
 
 /* One loaded ELF object.  Entries are never removed: an unloaded object keeps

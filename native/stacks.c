@@ -166,23 +166,36 @@ uint32_t mlk_stack_intern(const uint64_t *ips, int depth, int kind)
     }
 }
 
-_Static_assert(sizeof(struct mlk_stack) == 128 && offsetof(struct mlk_stack, alloc_count) == 64,
-               "a stack entry is two cache lines: identity, then counters");
+_Static_assert(sizeof(struct mlk_counters) == 64 && offsetof(struct mlk_stack, counters) == 64 &&
+                   sizeof(((struct mlk_stack *)0)->counters) / 64 == MLK_COUNTER_STRIPES,
+               "a stack entry is cache lines: identity, then one per counter stripe");
+
+/* This thread's counter stripe, taken in turn at its first count. */
+static __thread unsigned stripe_plus_one __attribute__((tls_model("initial-exec")));
+static unsigned next_stripe;
+
+static inline struct mlk_counters *counters_of(uint32_t id)
+{
+    unsigned s = stripe_plus_one;
+    if (MLK_UNLIKELY(!s))
+        stripe_plus_one = s = __atomic_fetch_add(&next_stripe, 1, __ATOMIC_RELAXED) % MLK_COUNTER_STRIPES + 1;
+    return &mlk_stacks()[id].counters[s - 1];
+}
 
 void mlk_stack_count_alloc(uint32_t id, uint64_t bytes)
 {
-    struct mlk_stack *e = &mlk_stacks()[id];
-    __atomic_add_fetch(&e->alloc_count, 1, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&e->alloc_bytes, bytes, __ATOMIC_RELAXED);
+    struct mlk_counters *c = counters_of(id);
+    __atomic_add_fetch(&c->alloc_count, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&c->alloc_bytes, bytes, __ATOMIC_RELAXED);
 }
 
 void mlk_stack_account(uint32_t id, int64_t bytes, int64_t blocks)
 {
-    struct mlk_stack *e = &mlk_stacks()[id];
+    struct mlk_counters *c = counters_of(id);
     if (bytes)
-        __atomic_sub_fetch(&e->freed_bytes, bytes, __ATOMIC_RELAXED);
+        __atomic_sub_fetch(&c->freed_bytes, bytes, __ATOMIC_RELAXED);
     if (blocks)
-        __atomic_sub_fetch(&e->freed_count, blocks, __ATOMIC_RELAXED);
+        __atomic_sub_fetch(&c->freed_count, blocks, __ATOMIC_RELAXED);
 }
 
 void mlk_stacks_lock_for_fork(int acquire)
