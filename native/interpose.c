@@ -94,8 +94,18 @@ static void ensure_real(void)
 
 /* The guard: record only when collecting and not inside our own code. */
 #define RECORDING() (MLK_LIKELY(!mlk_in_hook) && mlk_collecting)
-#define BEGIN_HOOK() int saved_errno_ = errno; mlk_in_hook = 1
-#define END_HOOK() mlk_in_hook = 0; errno = saved_errno_
+/* errno is libc's thread-local, reached through a call to __errno_location
+ * each time; its address never changes for a thread, so ask once. */
+static __thread int *errno_at __attribute__((tls_model("initial-exec")));
+static inline int *thread_errno(void)
+{
+    int *e = errno_at;
+    if (MLK_UNLIKELY(!e))
+        errno_at = e = &errno;
+    return e;
+}
+#define BEGIN_HOOK() int *errno_p_ = thread_errno(); int saved_errno_ = *errno_p_; mlk_in_hook = 1
+#define END_HOOK() mlk_in_hook = 0; *errno_p_ = saved_errno_
 
 static inline __attribute__((always_inline)) void after_alloc(void *p, size_t size, int kind)
 {
