@@ -102,3 +102,60 @@ def test_fuzz_corrupted_binaries_never_raise_and_always_give_frames(tmp_path):
             named += frames[0].function is not None
         sym.problems()
     assert named > 0  # light damage keeps most names
+
+
+def test_build_id_is_the_gnu_note_not_a_probe_note_of_the_same_type(tmp_path):
+    """SystemTap probe notes (libstdc++, cc1) have type 3, like NT_GNU_BUILD_ID.
+    Taking one for the build-id used to lose every name of the module and
+    retry the search for each address."""
+    src = tmp_path / "probe.c"
+    src.write_text(
+        'int probed(int x) { return x * 7; }\n'
+        '__asm__(".pushsection .note.stapsdt,\\"?\\",\\"note\\"\\n.balign 4\\n'
+        '.long 8\\n.long 8\\n.long 3\\n.asciz \\"stapsdt\\"\\n.quad 0x1122334455667788\\n'
+        '.popsection\\n");\n')
+    lib = tmp_path / "libprobe.so"
+    subprocess.run(["gcc", "-g", "-O1", "-shared", "-fPIC", "-Wl,--build-id", str(src), "-o",
+                    str(lib)], check=True)
+    notes = subprocess.run(["readelf", "-n", str(lib)], capture_output=True, text=True).stdout
+    assert "stapsdt" in notes
+    build_id = notes.split("Build ID:")[1].split()[0]
+    addr = nm_address(str(lib), "probed")
+    debug_dir = tmp_path / "debug"
+    target = debug_dir / ".build-id" / build_id[:2] / (build_id[2:] + ".debug")
+    target.parent.mkdir(parents=True)
+    subprocess.run(["objcopy", "--only-keep-debug", str(lib), str(target)], check=True)
+    subprocess.run(["strip", "--strip-all", str(lib)], check=True)
+    mod = Module(0, str(lib), base=0, lo=0, hi=1 << 40, load_epoch=1, unload_epoch=0, build_id="")
+    frames = Symbolizer([str(debug_dir)]).frames_for(mod, addr + 2)
+    assert frames[0].function == "probed"
+    assert frames[0].file == str(src) and frames[0].line == 1
+
+
+def test_line_rows_in_address_order_with_overlapping_sequences():
+    """Sequences out of order are put in order whole; overlapping ones (a
+    linker leaves discarded functions' rows at address 0) are sorted row by
+    row, a sequence's end before a row that starts at the same address."""
+    from array import array
+
+    from libmemleak.symbols.dwarf import _in_address_order
+    from libmemleak.symbols.lines import END
+
+    def table(rows):
+        a, f, l, seqs, start = array("Q"), array("q"), array("q"), [], 0
+        for addr, file, line in rows:
+            a.append(addr), f.append(file), l.append(line)
+            if file == END:
+                seqs.append((start, len(a)))
+                start = len(a)
+        return a, f, l, seqs
+
+    later, earlier = [(0x200, 1, 20), (0x210, 1, 21), (0x220, END, 21)], \
+        [(0x100, 1, 10), (0x200, END, 11)]
+    a, f, l = _in_address_order(*table(later + earlier))
+    assert list(a) == [0x100, 0x200, 0x200, 0x210, 0x220]
+    assert list(f) == [1, END, 1, 1, END] and list(l) == [10, 11, 20, 21, 21]
+    gone = [(0, 2, 5), (0x40, END, 6), (0, 2, 7), (0x30, END, 8)]
+    a, f, l = _in_address_order(*table(earlier + gone))
+    assert list(a) == sorted(a) and len(a) == 6
+    assert list(zip(a, f, l))[-2:] == [(0x100, 1, 10), (0x200, END, 11)]

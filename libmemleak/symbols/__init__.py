@@ -34,6 +34,7 @@ class _ModuleSymbols:
     @property
     def dwarf(self):
         if self._dwarf is None:
+            self._dwarf = False  # one attempt per module, even if it raises
             self.debug_file = find_debug_file(self.path, self._build_id or None, self._debug_dirs)
             self._dwarf = DwarfIndex(self.debug_file) if self.debug_file else False
         return self._dwarf

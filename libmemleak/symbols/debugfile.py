@@ -29,7 +29,9 @@ def _elf_facts(path):
         for section in elf.iter_sections():
             if section["sh_type"] == "SHT_NOTE":
                 for note in section.iter_notes():
-                    if note["n_type"] == "NT_GNU_BUILD_ID":
+                    # SystemTap probe notes share the type number (3): ask for the GNU owner.
+                    if note["n_type"] == "NT_GNU_BUILD_ID" and note["n_name"] == "GNU" \
+                            and isinstance(note["n_desc"], str):
                         build_id = note["n_desc"]
         link = None
         sec = elf.get_section_by_name(".gnu_debuglink")

@@ -12,12 +12,19 @@ still comes from pyelftools.
 Input is hostile: any malformed byte sequence raises DieError (or IndexError
 from a read past the end), which callers turn into "no answer"."""
 
+import bisect
 import struct
+from array import array
 
 # Tags
 TAG_class_type, TAG_lexical_block, TAG_compile_unit = 0x02, 0x0b, 0x11
 TAG_structure_type, TAG_union_type, TAG_inlined_subroutine = 0x13, 0x17, 0x1d
 TAG_subprogram, TAG_namespace, TAG_partial_unit = 0x2e, 0x39, 0x3c
+
+# What symbolization walks and names through; only these DIEs are cached.
+_SCOPE_TAGS = frozenset((TAG_compile_unit, TAG_partial_unit, TAG_subprogram, TAG_namespace,
+                         TAG_class_type, TAG_structure_type, TAG_union_type,
+                         TAG_inlined_subroutine, TAG_lexical_block))
 
 # Attributes
 AT_sibling, AT_name, AT_stmt_list, AT_low_pc, AT_high_pc = 0x01, 0x03, 0x10, 0x11, 0x12
@@ -98,7 +105,7 @@ class Sections:
             sec = getattr(dwarf, name, None)
             if sec is None:
                 return b""
-            return bytes(sec.stream.getbuffer()) if hasattr(sec.stream, "getbuffer") else (
+            return sec.stream.getvalue() if hasattr(sec.stream, "getvalue") else (
                 sec.stream.seek(0) or sec.stream.read())
         return cls(raw("debug_info_sec"), raw("debug_abbrev_sec"), raw("debug_str_sec"),
                    raw("debug_line_str_sec"), raw("debug_str_offsets_sec"), raw("debug_addr_sec"),
@@ -170,6 +177,7 @@ class Unit:
         self.addr_base = 8
         self.rnglists_base = None
         self._dies = {}
+        self._children_at = {}  # scope offset -> its children's offsets (see ancestors)
         top = self.die(self.first_die)
         if top is not None:
             a = top.attrs
@@ -195,8 +203,13 @@ class Unit:
 
     # -- DIEs --------------------------------------------------------------
 
-    def die(self, offset, parent=None):
-        """The DIE at `offset` (None for a null entry).  Cached."""
+    def die(self, offset, parent=None, keep=True):
+        """The DIE at `offset` (None for a null entry).  A scope asked for
+        by offset (a function, a class a name is qualified by) is cached.
+        DIEs met while walking (keep=False) and everything else -- types,
+        variables, declarations: most DIEs -- are parsed again if asked for
+        again, which is rare, instead of being kept by the hundred thousand
+        (60 MB for 200 units of libpython)."""
         d = self._dies.get(offset)
         if d is not None:
             if d.parent is None and parent is not None:
@@ -224,7 +237,8 @@ class Unit:
         if hi is not None and AT_low_pc in attrs:
             attrs[AT_high_pc] = attrs[AT_low_pc] + hi
         d = Die(offset, tag, has_children, attrs, pos, parent)
-        self._dies[offset] = d
+        if keep and tag in _SCOPE_TAGS:
+            self._dies[offset] = d
         return d
 
     def _value(self, info, pos, form, const):
@@ -304,7 +318,7 @@ class Unit:
         end = self.end
         depth_guard = 0
         while pos < end:
-            child = self.die(pos, die.offset)
+            child = self.die(pos, die.offset, keep=False)
             if child is None:
                 return
             yield child
@@ -330,7 +344,7 @@ class Unit:
                 depth -= 1
                 pos = p
                 continue
-            d = self.die(pos)
+            d = self.die(pos, keep=False)
             if abbrevs[code][1]:
                 s = d.attrs.get(AT_sibling)
                 if s is not None and d.end <= s <= self.end:
@@ -348,28 +362,39 @@ class Unit:
             die = self.die(die.parent)
             out.append(die)
         if die.offset != self.first_die:
-            out.extend(self.ancestors(die.offset))
+            found = self.ancestors(die.offset)
+            if found:
+                die.parent = found[0].offset  # a cached DIE: next time by link
+            out.extend(found)
         return out
 
     def ancestors(self, target):
         """The DIEs enclosing the DIE at `target`, innermost first, found by
-        descending from the top and jumping over subtrees that end before it."""
+        descending from the top: at each level the child holding `target`
+        is the last one starting at or before it (children's offsets are
+        listed once per scope descended into)."""
         path = []
         die = self.top
         while die is not None and die.offset != target:
             path.append(die)
-            nxt = None
-            for child in self.children(die):
-                if child.offset == target:
-                    return path[::-1]
-                after = self._after(child)
-                if child.offset < target < after:
-                    nxt = child
-                    break
-                if child.offset > target:
-                    break
-            die = nxt
+            offsets = self._child_offsets(die)
+            i = bisect.bisect_right(offsets, target) - 1
+            if i < 0:
+                return []
+            if offsets[i] == target:
+                return path[::-1]
+            child = self.die(offsets[i], die.offset)
+            if child is None or not child.offset < target < self._after(child):
+                return []
+            die = child
         return path[::-1] if die is not None else []
+
+    def _child_offsets(self, die):
+        offsets = self._children_at.get(die.offset)
+        if offsets is None:
+            offsets = self._children_at[die.offset] = array("Q", (
+                c.offset for c in self.children(die)))
+        return offsets
 
     # -- ranges --------------------------------------------------------------
 
