@@ -146,7 +146,11 @@ int mlk_addr_insert(uint64_t addr, uint32_t stack, uint64_t size, int is_new)
     uint64_t h = hash_of(addr);
     struct shard *s = shard_of(addr, h);
     mlk_lock(&s->lock);
-    if ((!s->slots || (s->used + 1) * 10 > (s->mask + 1) * 7) && !grow(s)) {
+    /* Grow at 80% full: the table is most of what tracing adds to a big
+     * heap (16 bytes a slot), and the probes a fuller table costs stay in
+     * the lines the miss brought in (jq, 3.2M blocks: 411 -> 381 MB peak,
+     * time unchanged against 70%). */
+    if ((!s->slots || (s->used + 1) * 10 > (s->mask + 1) * 8) && !grow(s)) {
         mlk_unlock(&s->lock);
         return 0;
     }
