@@ -15,8 +15,8 @@ from libmemleak.modmap import ModuleMap
 
 class StackDelta(NamedTuple):  # a named tuple: thousands are built per report
     key: tuple          # (kind, ((module path or None, offset), ...))
-    stack: object       # a representative segment.Stack
-    modules: tuple      # segment.Module or None, per frame of `stack`
+    sid: int            # a representative stack id (the lowest of those merged)
+    modules: tuple      # segment.Module or None, per frame of the key
     bytes: int          # change in live bytes since the previous report
     blocks: int
     live_bytes: int     # live now (over the merged entries that changed)
@@ -40,10 +40,18 @@ class FrameResolver:
     recorded (one module ever held that address).  Valid for one module
     list: build a new one when the list changes."""
 
-    def __init__(self, modules):
+    def __init__(self, modules, stacks_kept=250_000):
         self.modules = tuple(modules)
         self._modmap = ModuleMap(self.modules)
         self._cache = {}
+        # Stack id -> (key, modules): a stack is immutable once published,
+        # so it is resolved once, not at every report that finds it changed
+        # (100,000 changed stacks took seconds to resolve again each time).
+        # Module tuples repeat across stacks and are shared.
+        self._stacks = {}
+        self._stacks_kept = stacks_kept
+        self._module_tuples = {}
+        self._key_ids = {}
 
     def resolve(self, address, epoch):
         hit = self._cache.get(address)
@@ -60,6 +68,21 @@ class FrameResolver:
         cache, epoch = self._cache, stack.map_epoch
         resolved = [cache.get(a) or self.resolve(a, epoch) for a in stack.frames]
         return tuple([r[1] for r in resolved]), tuple([r[0] for r in resolved])
+
+    def stack_key(self, stacks, sid):
+        """(key, modules per frame, key id) of stack `sid` of `stacks` (an
+        id -> segment.Stack mapping, the same one each time).  Stacks with
+        one key have one key id: merging by it hashes an int, not the key."""
+        hit = self._stacks.get(sid)
+        if hit is None:
+            stack = stacks[sid]
+            frames_key, mods = self.canonical(stack)
+            mods = self._module_tuples.setdefault(mods, mods)
+            key = (stack.kind, frames_key)
+            hit = (key, mods, self._key_ids.setdefault(key, len(self._key_ids)))
+            if len(self._stacks) < self._stacks_kept:
+                self._stacks[sid] = hit
+        return hit
 
 
 def estimate(sampled_bytes, sampled_blocks, sample_bytes):
@@ -96,32 +119,34 @@ def diff_snapshot(snapshot, resolver=None):
         resolver = FrameResolver(snapshot.modules)
     live_bytes, live_blocks, reported_bytes, reported_blocks = _estimated(snapshot)
     merged = {}
-    ids = snapshot.ids
+    ids, stacks, stack_key = snapshot.ids, snapshot.stacks, resolver.stack_key
     for pos, (live_b, rep_b, live_k, rep_k) in enumerate(
             zip(live_bytes, reported_bytes, live_blocks, reported_blocks)):
         if live_b == rep_b and live_k == rep_k:
             continue
         sid = ids[pos]
-        stack = snapshot.stacks[sid]
-        frames_key, mods = resolver.canonical(stack)
-        key = (stack.kind, frames_key)
-        prev = merged.get(key)
+        key, mods, key_id = stack_key(stacks, sid)
+        prev = merged.get(key_id)
         if prev is None:
-            merged[key] = [stack, mods, live_b - rep_b, live_k - rep_k, live_b, live_k]
+            merged[key_id] = [key, sid, mods, live_b - rep_b, live_k - rep_k, live_b, live_k]
         else:
-            prev[2] += live_b - rep_b
-            prev[3] += live_k - rep_k
-            prev[4] += live_b
-            prev[5] += live_k
-    chosen = [(key, v) for key, v in merged.items() if v[2] or v[3]]
-    chosen.sort(key=lambda kv: (-kv[1][2], -kv[1][3], kv[1][0].id))
-    return [StackDelta(key, v[0], v[1], v[2], v[3], v[4], v[5]) for key, v in chosen]
+            prev[3] += live_b - rep_b
+            prev[4] += live_k - rep_k
+            prev[5] += live_b
+            prev[6] += live_k
+    chosen = [v for v in merged.values() if v[3] or v[4]]
+    chosen.sort(key=lambda v: (-v[3], -v[4], v[1]))
+    return [StackDelta(*v) for v in chosen]
 
 
 def totals(snapshot):
     live_bytes, live_blocks, reported_bytes, reported_blocks = _estimated(snapshot)
     live_b, live_k = sum(live_bytes), sum(live_blocks)
-    alloc = [estimate(b, n, snapshot.sample_bytes)
-             for b, n in zip(snapshot.alloc_bytes, snapshot.alloc_count)]
+    if snapshot.sample_bytes:
+        alloc = [estimate(b, n, snapshot.sample_bytes)
+                 for b, n in zip(snapshot.alloc_bytes, snapshot.alloc_count)]
+        alloc_count, alloc_bytes = sum(n for _, n in alloc), sum(b for b, _ in alloc)
+    else:
+        alloc_count, alloc_bytes = sum(snapshot.alloc_count), sum(snapshot.alloc_bytes)
     return Totals(live_b, live_k, live_b - sum(reported_bytes), live_k - sum(reported_blocks),
-                  sum(n for _, n in alloc), sum(b for b, _ in alloc), len(snapshot.ids))
+                  alloc_count, alloc_bytes, len(snapshot.ids))

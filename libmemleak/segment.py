@@ -131,6 +131,7 @@ class Segment:
         self._pending = set()
         self._addresses = {}  # return address -> one shared int object
         self._corrupt = 0
+        self.stacks = _StackView(self)  # id -> Stack, for ids known to be ok
 
     @classmethod
     def from_fd(cls, fd, writable=True):
@@ -221,7 +222,7 @@ class Segment:
             taken_ns=taken, start_time_ns=h.start_time_ns, depth=h.depth,
             collecting=bool(h.collecting),
             health={name: getattr(h, name) for name in HEALTH_FIELDS},
-            modules=self.modules(), stacks=_StackView(self), ids=ids,
+            modules=self.modules(), stacks=self.stacks, ids=ids,
             corrupt_stacks=self._corrupt, sample_bytes=h.sample_bytes, **cols)
 
     def _learn_new_stacks(self):
