@@ -124,6 +124,9 @@ def main():
     ap.add_argument("--stacks", type=int, default=5000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--sqlite", metavar="DIR", help="time the sqlite3 shell built from DIR instead")
+    ap.add_argument("--idle", type=float, default=0.0, metavar="SECONDS",
+                    help="wait this long before each signal: the reporter symbolizes new "
+                         "stacks while the program runs, as in a long-running server")
     args = ap.parse_args()
     if args.sqlite:
         out = os.path.join(HERE, "out", "symbols-sqlite")
@@ -153,6 +156,7 @@ def main():
         def timed_report(seq):
             """Wait for the program's round, signal it, time until report `seq`."""
             p.stdout.readline()
+            time.sleep(args.idle)
             t0 = time.monotonic()
             p.send_signal(signal.SIGUSR1)
             elapsed = wait_for(os.path.join(out, f"many-{p.pid}-{seq}.memlog"), t0)
@@ -166,7 +170,9 @@ def main():
         p.wait()
         text = open(os.path.join(out, f"many-{p.pid}-1.memlog")).read()
         entries = text.count("\n+")
-    print(f"{args.stacks} stacks ({entries} entries in the first report), -g -O2, {args.rounds} runs")
+    idle = f", {args.idle:g} s idle before each signal" if args.idle else ""
+    print(f"{args.stacks} stacks ({entries} entries in the first report), -g -O2, "
+          f"{args.rounds} runs{idle}")
     print(f"  first report (cold):  median {statistics.median(firsts):.2f} s  {[round(x, 2) for x in firsts]}")
     print(f"  later report:         median {statistics.median(laters):.2f} s  {[round(x, 2) for x in laters]}")
 
