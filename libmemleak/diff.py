@@ -44,7 +44,7 @@ class FrameResolver:
         self.modules = tuple(modules)
         self._modmap = ModuleMap(self.modules)
         self._cache = {}
-        # Stack id -> (key, modules): a stack is immutable once published,
+        # Stack id -> (key, modules, key id): a stack is immutable once published,
         # so it is resolved once, not at every report that finds it changed
         # (100,000 changed stacks took seconds to resolve again each time).
         # Module tuples repeat across stacks and are shared.

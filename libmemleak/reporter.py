@@ -32,10 +32,11 @@ REASON_FIELDS = (("exit", "exit_requests", "seen_exit"),
                  ("mtrace", "mtrace_requests", "seen_mtrace"),
                  ("signal", "signal_requests", "seen_signal"))
 SELF_LIBRARY = "libmtrace.so"
-# Whole stacks whose rendered text is kept: most reports of a program touch
-# the same few thousand stacks again.  Bounded, so a million stacks cost
-# per-address lines only (~20 MB at this cap with 16-frame stacks).
-STACKS_KEPT = 250_000      # stacks whose frame lines are kept (~100 B each, shared strings)
+# Stacks whose key and frame lines are kept (a few hundred bytes each: the
+# strings themselves are per return address, shared): most reports of a
+# program touch the same stacks again.  Bounded, so that beyond it a million
+# stacks cost per-address lines only.
+STACKS_KEPT = 250_000
 
 
 def say(message):
@@ -185,7 +186,7 @@ class Reporter:
 
     def update_resolver(self, modules):
         if tuple(modules) != self.resolver.modules:
-            self.resolver = FrameResolver(modules)
+            self.resolver = FrameResolver(modules, STACKS_KEPT)
 
     def reason(self):
         h = self.h
