@@ -58,12 +58,6 @@ static inline uint64_t mix(uint64_t x)
     return x;
 }
 
-/* The shard of a block: 4 bits from the 64 MiB region it lies in, 4 from
- * the address itself.  glibc gives each thread's arena heaps of their own,
- * aligned to 64 MiB, so threads mostly take shards no other thread takes:
- * their lock words and slots stay in their own core's cache instead of
- * bouncing between cores at every malloc and free.  One heap still spreads
- * over 16 shards, so that none grows too large to rehash at once. */
 /* Where a block goes: its shard (low 8 bits) and its home slot (the bits
  * above).  Blocks are hashed by 1 KiB window of the heap, and within a
  * window each 16-byte granule has a slot of its own, in address order: the
@@ -71,8 +65,9 @@ static inline uint64_t mix(uint64_t x)
  * the same few cache lines and page of the table instead of one random line
  * each, which was most of the cost of a program holding millions of blocks
  * (the table outgrows every cache).  Windows still land at random, so no
- * address pattern piles up: a window holds at most 32 blocks (malloc's
- * smallest chunk is 32 bytes), half of its 64 slots. */
+ * address pattern piles up: a window holds at most 32 blocks (glibc's
+ * smallest chunk is 32 bytes), half of its 64 slots; an allocator with
+ * 16-byte classes fills windows, which only makes probes longer. */
 #define WINDOW_BITS 6
 static inline uint64_t hash_of(uint64_t addr)
 {
@@ -82,6 +77,12 @@ static inline uint64_t hash_of(uint64_t addr)
            (w & (SHARDS - 1));
 }
 
+/* The shard of a block: 4 bits from the 64 MiB region it lies in, 4 from
+ * its 1 KiB window.  glibc gives each thread's arena heaps of their own,
+ * aligned to 64 MiB, so threads mostly take shards no other thread takes:
+ * their lock words and slots stay in their own core's cache instead of
+ * bouncing between cores at every malloc and free.  One heap still spreads
+ * over 16 shards, so that none grows too large to rehash at once. */
 static inline struct shard *shard_of(uint64_t addr, uint64_t h)
 {
     return &shards[((mix(addr >> 26) << 4) & 0xf0) | (h & 0x0f)];
