@@ -63,12 +63,6 @@ class FrameResolver:
             self._cache[address] = answer
         return answer
 
-    def canonical(self, stack):
-        """(frames key, modules per frame) of a stack."""
-        cache, epoch = self._cache, stack.map_epoch
-        resolved = [cache.get(a) or self.resolve(a, epoch) for a in stack.frames]
-        return tuple([r[1] for r in resolved]), tuple([r[0] for r in resolved])
-
     def stack_key(self, stacks, sid):
         """(key, modules per frame, key id) of stack `sid` of `stacks` (an
         id -> segment.Stack mapping, the same one each time).  Stacks with
@@ -76,9 +70,11 @@ class FrameResolver:
         hit = self._stacks.get(sid)
         if hit is None:
             stack = stacks[sid]
-            frames_key, mods = self.canonical(stack)
+            cache, epoch = self._cache, stack.map_epoch
+            resolved = [cache.get(a) or self.resolve(a, epoch) for a in stack.frames]
+            mods = tuple([r[0] for r in resolved])
             mods = self._module_tuples.setdefault(mods, mods)
-            key = (stack.kind, frames_key)
+            key = (stack.kind, tuple([r[1] for r in resolved]))
             hit = (key, mods, self._key_ids.setdefault(key, len(self._key_ids)))
             if len(self._stacks) < self._stacks_kept:
                 self._stacks[sid] = hit

@@ -120,7 +120,7 @@ class Reporter:
         self.symbolizer = symbolizer or Symbolizer()
         self.warned = set()
         self.budget = _float_env("MEMLEAK_SYMBOL_BUDGET", DEFAULT_SYMBOL_BUDGET)
-        self.resolver = FrameResolver(())  # return address -> module (cached per address)
+        self.resolver = FrameResolver((), STACKS_KEPT)  # address -> module, stack -> key
         self.warm_next = 0       # the first stack id idle warm-up has not looked at
         # (module index, address) -> the frame lines of that return address,
         # once fully symbolized: a report is then a join of cached strings.
