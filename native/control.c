@@ -730,6 +730,7 @@ static void fork_prepare(void)
 {
     mlk_in_hook++;
     mlk_modules_lock_for_fork(1);
+    mlk_unwind_lock_for_fork(1);
     mlk_stacks_lock_for_fork(1);
     mlk_addrs_lock_for_fork(1);
     if (mlk_ever_collected)
@@ -741,6 +742,7 @@ static void fork_parent(void)
     mlk_segment_fork_parent();
     mlk_addrs_lock_for_fork(0);
     mlk_stacks_lock_for_fork(0);
+    mlk_unwind_lock_for_fork(0);
     mlk_modules_lock_for_fork(0);
     mlk_in_hook--;
 }
@@ -768,6 +770,7 @@ static void fork_child(void)
         arm_lazy_spawn();
     mlk_addrs_lock_for_fork(0);
     mlk_stacks_lock_for_fork(0);
+    mlk_unwind_lock_for_fork(0);
     mlk_modules_lock_for_fork(0);
     mlk_in_hook--;
     /* The child's reporter starts at its first report request or its exit

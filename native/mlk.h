@@ -83,6 +83,12 @@ MLK_HIDDEN void mlk_unwind_init(void);  /* before the first mlk_backtrace */
 /* A module was unloaded: its addresses may now hold other code, whose
  * unwind rules differ, so cached rules are dropped. */
 MLK_HIDDEN void mlk_unwind_forget(void);
+/* The stack id interned for the walk this thread's last backtrace returned,
+ * when that walk was a remembered one (else MLK_NO_STACK); and telling it
+ * the id interned for that walk. */
+MLK_HIDDEN uint32_t mlk_walk_known_stack(int kind, uint32_t unload_epoch);
+MLK_HIDDEN void mlk_walk_remember_stack(int kind, uint32_t unload_epoch, uint32_t id);
+MLK_HIDDEN void mlk_unwind_lock_for_fork(int acquire);
 #define MLK_UNWIND_FAST 0
 #define MLK_UNWIND_LIBGCC 1
 extern MLK_HIDDEN int mlk_unwind_mode;

@@ -16,7 +16,15 @@ static uint32_t current_stack(int kind)
     int depth = mlk_backtrace(ips, (int)mlk_seg->depth, &truncated);
     if (truncated)
         __atomic_add_fetch(&mlk_seg->truncated_stacks, 1, __ATOMIC_RELAXED);
-    uint32_t id = mlk_stack_intern(ips, depth, kind);
+    /* A walk that matched a remembered one from its first frame comes with
+     * the id interned for that one: same frames, kind and unloads. */
+    uint32_t epoch = __atomic_load_n(&mlk_seg->unload_epoch, __ATOMIC_ACQUIRE);
+    uint32_t id = mlk_walk_known_stack(kind, epoch);
+    if (id == MLK_NO_STACK) {
+        id = mlk_stack_intern(ips, depth, kind);
+        if (id != MLK_NO_STACK)
+            mlk_walk_remember_stack(kind, epoch, id);
+    }
     if (MLK_UNLIKELY(mlk_lazy_spawn_at) && id != MLK_NO_STACK && id >= mlk_lazy_spawn_at)
         mlk_lazy_spawn();
     if (MLK_UNLIKELY(id == MLK_NO_STACK)) {

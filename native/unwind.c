@@ -15,6 +15,7 @@
  * _Unwind_Backtrace, which handles every case but re-parses the unwind
  * tables for every frame.  MEMLEAK_CONFIG=unwind=libgcc forces that path. */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <string.h>
 #include <unwind.h>
 
@@ -433,72 +434,181 @@ static uint64_t rule_for(uint64_t pc)
     return rule;
 }
 
-/* ---- the last walk, per thread --------------------------------------------
- * A thread's consecutive allocations mostly share their outer frames (the
- * same loop of the same request handler of the same thread), and walking a
- * frame is a chain of dependent loads and a rule lookup, while checking that
- * a frame is unchanged is one independent load.  So each thread keeps its
- * last walk: the state (ip, sp, bp) at each step and the stack words each
- * step read (the return address, the saved rbp).  When a new walk reaches a
- * state the last one had, and every word the last walk read from there on
- * still holds the value it read, the rest of the walk is the same: a walk is
- * a function of its state, the words it reads and the rules -- which change
- * only when a module goes (rules_generation).  Coroutines, longjmp and
- * reused stack memory change a state or a word, and then the walk goes on
- * frame by frame as without the cache. */
+/* ---- remembered walks, per thread ------------------------------------------
+ * Walking a frame is a chain of dependent loads and a rule lookup; checking
+ * that a frame is unchanged is one independent load.  So each thread
+ * remembers its recent walks: the state (ip, sp, bp) at each step and where
+ * the step read the stack (the return address, the saved rbp; the values
+ * read are the next state's ip and bp).  A walk is a function of its state,
+ * the words it reads and the rules -- which change only when a module goes
+ * (rules_generation) -- so when a new walk reaches a state a remembered one
+ * had, and every word that one read from there on still holds the value it
+ * read, the rest of the new walk is the remembered one.
+ *
+ * A program's allocations come from a few hundred call paths taken in turn
+ * (A B A C A B ...), so one remembered walk is not enough: an index keyed by
+ * state finds a candidate among the first steps of the last MEMO_WALKS
+ * walks.  Most walks then match at their very first frame, where the stack
+ * id interned for the remembered walk is reused as well.  Coroutines,
+ * longjmp and reused stack memory change a state or a word, and then the
+ * walk goes on frame by frame.
+ *
+ * The memory is per thread (no sharing, no locks on the way), mapped at the
+ * thread's first walk and passed on to a new thread when it exits. */
 
-#define WALK_KEPT 48   /* steps of the last walk kept; deeper walks are not kept */
-#define WALK_MATCH 8   /* a new walk looks for a kept state in its first steps only */
+#define MEMO_WALKS 64      /* walks remembered per thread, replaced in turn */
+#define MEMO_PROBE 16      /* states indexed: the first steps of each walk */
+#define MEMO_INDEX_BITS 10 /* the index of those states */
 
 struct step {
-    uint64_t ip, sp, bp;   /* state before the step (ip: the frame recorded) */
-    uint64_t ra_at, ra;    /* the return address read (ra_at 0: the last frame) */
-    uint64_t bp_at, bp_v;  /* the saved rbp read (bp_at 0: none) */
+    uint64_t ip, sp, bp;   /* the state; ip is the frame recorded */
+    uint64_t ra_at;        /* where the return address (the next ip) was read; 0: the walk ended */
+    uint64_t bp_at;        /* where the saved rbp (the next bp) was read; 0: not read */
 };
 
-struct walk {
-    uint64_t generation;
-    int steps;             /* steps kept, each recording one frame */
-    int more;              /* 1: the walk stopped at max with state steps[steps] a frame too */
-    struct step step[WALK_KEPT + 1];
+struct kept_walk {
+    int complete;          /* 0: being written (or never was) */
+    uint64_t generation;   /* rules_generation it was walked under */
+    int steps;             /* frames recorded */
+    int more;              /* stopped at max: step[steps] is a frame too */
+    uint32_t id, id_kind, id_epoch; /* the stack interned for it (id MLK_NO_STACK: none yet) */
+    struct step step[];    /* steps + 1: the last is the state after the last step */
 };
 
-static __thread struct walk last_walk __attribute__((tls_model("initial-exec")));
+struct memo {
+    struct memo *next_spare;
+    int max;               /* frames per walk it is sized for */
+    int victim;            /* the walk slot the next new walk goes into */
+    int last;              /* the slot whose walk the last backtrace returned, or -1 */
+    size_t walk_size, size;
+    /* State -> where a remembered walk had it: tag << 16 | walk << 8 | step,
+     * tag being other bits of the state's hash.  A hint only: the walk's own
+     * record of the state is what is checked. */
+    uint32_t index[1 << MEMO_INDEX_BITS];
+    /* then MEMO_WALKS walks of walk_size bytes */
+};
+
+#define MEMO_NONE ((struct memo *)1) /* this thread cannot have one (exiting, out of memory) */
+static __thread struct memo *thread_memo __attribute__((tls_model("initial-exec")));
+static pthread_key_t memo_key;   /* its destructor hands the memo on at thread exit */
+static int memo_key_made;
+static struct memo *spare_memos;
+static mlk_lock_t spare_lock;
 static uint64_t rules_generation = 1;
 
-/* Is the kept walk still true from step j on? */
-static int kept_walk_holds(const struct walk *w, int j)
+static inline struct kept_walk *walk_at(struct memo *m, int slot)
 {
-    int same = 1;
-    for (int k = j; k < w->steps; k++) {
-        const struct step *st = &w->step[k];
-        if (st->ra_at)
-            same &= *(const uint64_t *)st->ra_at == st->ra;
-        if (st->bp_at)
-            same &= *(const uint64_t *)st->bp_at == st->bp_v;
-    }
-    return same;
+    return (struct kept_walk *)((char *)(m + 1) + (size_t)slot * m->walk_size);
 }
 
-/* A walk ended: it becomes the kept one (if it fitted).  Its first steps
- * may still be in `fresh` (nfresh >= 0).  `next`: it stopped at max, and
- * this state is a frame too; NULL: it reached the end of the stack. */
-static void keep_walk(struct walk *w, const struct step *fresh, int nfresh, int kept, int keeping,
-                      uint64_t generation, const struct step *next)
+static inline uint64_t state_hash(uint64_t ip, uint64_t sp)
 {
-    if (nfresh >= 0) {
-        memcpy(&w->step[0], fresh, (size_t)nfresh * sizeof *fresh);
-        kept = nfresh;
+    return (ip ^ sp * 0x9e3779b97f4a7c15ull) * 0xc2b2ae3d27d4eb4full;
+}
+#define INDEX_SLOT(h) ((h) >> (64 - MEMO_INDEX_BITS))
+#define INDEX_TAG(h) ((uint32_t)(h) >> 16)
+
+static void memo_release(void *p)
+{
+    struct memo *m = p;
+    thread_memo = MEMO_NONE; /* allocations in later destructors walk without one */
+    mlk_lock(&spare_lock);
+    m->next_spare = spare_memos;
+    spare_memos = m;
+    mlk_unlock(&spare_lock);
+}
+
+static struct memo *memo_of_thread(int max)
+{
+    struct memo *m = thread_memo;
+    if (MLK_LIKELY(m > MEMO_NONE))
+        return m->max == max ? m : NULL;
+    if (m == MEMO_NONE || !memo_key_made)
+        return NULL;
+    mlk_lock(&spare_lock);
+    m = spare_memos;
+    if (m && m->max == max)
+        spare_memos = m->next_spare;
+    else
+        m = NULL;
+    mlk_unlock(&spare_lock);
+    if (m) {
+        /* An exited thread's: its walks are not this thread's. */
+        for (int i = 0; i < MEMO_WALKS; i++)
+            walk_at(m, i)->complete = 0;
+    } else {
+        size_t walk_size = sizeof(struct kept_walk) + (size_t)(max + 1) * sizeof(struct step);
+        size_t size = sizeof(struct memo) + MEMO_WALKS * walk_size;
+        m = mlk_map_anon(size);
+        if (!m) {
+            thread_memo = MEMO_NONE;
+            return NULL;
+        }
+        m->max = max;
+        m->walk_size = walk_size;
+        m->size = size;
     }
-    if (!keeping || kept > WALK_KEPT) {
-        w->steps = 0;
-        return;
+    m->victim = 0;
+    m->last = -1;
+    if (pthread_setspecific(memo_key, m) != 0) {
+        memo_release(m);
+        return NULL;
     }
-    if (next)
-        w->step[kept] = *next;
-    w->steps = kept;
-    w->more = next != NULL;
+    thread_memo = m;
+    return m;
+}
+
+/* The first step of walk w from step k on whose stack words changed since
+ * it was walked (w->steps: none).  Up to there the walk is the same. */
+static int first_change(const struct kept_walk *w, int k)
+{
+    for (; k < w->steps; k++) {
+        const struct step *s = &w->step[k];
+        if (s->ra_at && *(const uint64_t *)s->ra_at != s[1].ip)
+            return k;
+        if (s->bp_at && *(const uint64_t *)s->bp_at != s[1].bp)
+            return k;
+    }
+    return k;
+}
+
+/* A remembered walk through state (ip, sp, bp); *at: the step. */
+static struct kept_walk *recall(struct memo *m, uint64_t ip, uint64_t sp, uint64_t bp, uint64_t generation,
+                                int *at, int *slot)
+{
+    uint64_t h = state_hash(ip, sp);
+    uint32_t e = m->index[INDEX_SLOT(h)];
+    if (e >> 16 != INDEX_TAG(h))
+        return NULL;
+    int s = (int)(e >> 8 & 0xff), k = (int)(e & 0xff);
+    if (s == m->victim) /* being rewritten by this walk */
+        return NULL;
+    struct kept_walk *w = walk_at(m, s);
+    if (!w->complete || w->generation != generation || k >= w->steps)
+        return NULL;
+    const struct step *st = &w->step[k];
+    if (st->ip != ip || st->sp != sp || st->bp != bp)
+        return NULL;
+    *at = k;
+    *slot = s;
+    return w;
+}
+
+/* The walk in the victim slot is complete: index its first states. */
+static void remember(struct memo *m, struct kept_walk *w, int steps, int more, uint64_t generation)
+{
+    int slot = m->victim;
+    w->steps = steps;
+    w->more = more;
     w->generation = generation;
+    w->id = MLK_NO_STACK;
+    w->complete = 1;
+    for (int k = 0; k < steps && k < MEMO_PROBE; k++) {
+        uint64_t h = state_hash(w->step[k].ip, w->step[k].sp);
+        m->index[INDEX_SLOT(h)] = INDEX_TAG(h) << 16 | (uint32_t)slot << 8 | (uint32_t)k;
+    }
+    m->last = slot;
+    m->victim = (slot + 1) % MEMO_WALKS;
 }
 
 /* Returns the number of frames, or -1 when libgcc must do it. */
@@ -522,138 +632,156 @@ fast_backtrace(uint64_t *ips, int max, int *truncated)
     }
     int n = 0;
     *truncated = 0;
-    struct walk *w = &last_walk;
     uint64_t generation = __atomic_load_n(&rules_generation, __ATOMIC_ACQUIRE);
-    int usable = w->generation == generation && w->steps > 0;
-    /* The new walk's first steps go here until it is known whether the kept
-     * walk is spliced in (it must not be overwritten before). */
-    struct step fresh[WALK_MATCH];
-    int nfresh = 0;
-    int kept = 0;          /* steps of the new walk written into last_walk */
-    int keeping = 1;       /* still within WALK_KEPT */
-    int search = 0;        /* kept steps below this have a lower sp: no match */
+    struct memo *m = memo_of_thread(max);
+    struct kept_walk *out = NULL; /* where this walk is written down */
+    if (m) {
+        m->last = -1;
+        out = walk_at(m, m->victim);
+    }
 
     for (int steps = 0; steps < 256; steps++) {
         int records = n > 0 || !mlk_is_self_address(ip); /* skip our frames at the top only */
-        if (records && usable && nfresh >= 0 && nfresh < WALK_MATCH) {
-            while (search < w->steps && w->step[search].sp < sp)
-                search++;
-            int j = search;
-            if (j < w->steps && w->step[j].sp == sp && w->step[j].ip == ip && w->step[j].bp == bp) {
-                if (kept_walk_holds(w, j)) {
-                    /* Splice: the kept steps j.. become steps nfresh.. */
-                    int tail = w->steps - j;
-                    if (nfresh + tail > WALK_KEPT) {
-                        tail = 0; /* cannot keep it all: do not keep this walk */
-                        keeping = 0;
-                    }
-                    for (int k = j; k < w->steps; k++) {
-                        if (n >= max) {
-                            *truncated = 1;
-                            break;
-                        }
-                        ips[n++] = w->step[k].ip;
-                    }
-                    int more = w->more;
-                    struct step next = w->step[w->steps];
-                    if (keeping) {
-                        if (nfresh != j) /* else the kept steps are where they belong */
-                            memmove(&w->step[nfresh], &w->step[j], (size_t)(tail + 1) * sizeof next);
-                        memcpy(&w->step[0], fresh, (size_t)nfresh * sizeof *fresh);
-                        w->steps = nfresh + tail;
-                    } else {
-                        w->steps = 0;
-                    }
-                    if (*truncated || !more)
-                        return n; /* (the kept walk's ending stays as it was) */
-                    if (n >= max) {
-                        *truncated = 1;
-                        return n;
-                    }
-                    /* The kept walk stopped at max; this one needs more frames:
-                     * go on from where it stopped. */
-                    ip = next.ip;
-                    sp = next.sp;
-                    bp = next.bp;
-                    kept = keeping ? w->steps : 0;
-                    nfresh = -1;      /* no more matching; record into last_walk */
-                    usable = 0;
-                    records = 1;
-                } else {
-                    usable = 0;       /* the kept walk is stale: walk on, and replace it */
-                }
-            }
-        }
-        if (nfresh >= 0 && (nfresh >= WALK_MATCH || !usable)) {
-            /* No splice: from here on the new walk goes straight into last_walk. */
-            memcpy(&w->step[0], fresh, (size_t)nfresh * sizeof *fresh);
-            kept = nfresh;
-            nfresh = -1;
-            usable = 0;
-        }
-        struct step *rec = NULL;
         if (records) {
             if (n >= max) {
                 *truncated = 1;
                 break;
             }
-            ips[n++] = ip;
-            if (nfresh >= 0)
-                rec = &fresh[nfresh++];
-            else if (keeping && kept < WALK_KEPT)
-                rec = &w->step[kept++];
-            else
-                keeping = 0;
-            if (rec) {
-                rec->ip = ip, rec->sp = sp, rec->bp = bp;
-                rec->ra_at = rec->bp_at = 0;
+            int at, slot;
+            struct kept_walk *w = m && n < MEMO_PROBE ? recall(m, ip, sp, bp, generation, &at, &slot) : NULL;
+            if (w) {
+                int change = first_change(w, at);
+                if (change == w->steps && n == 0 && at == 0 && (!w->more || w->steps == max)) {
+                    /* This whole walk is a remembered one, which stays as it is. */
+                    for (int k = 0; k < w->steps; k++)
+                        ips[k] = w->step[k].ip;
+                    *truncated = w->more;
+                    m->last = slot;
+                    return w->steps;
+                }
+                /* Its frames from `at` to the change (included: its state
+                 * is still right) become ours from n on. */
+                int last = change < w->steps ? change : w->steps - 1;
+                int take = last - at + 1;
+                if (take > max - n)
+                    take = max - n;
+                out->complete = 0;
+                memcpy(&out->step[n], &w->step[at], (size_t)take * sizeof(struct step));
+                for (int k = 0; k < take; k++)
+                    ips[n + k] = w->step[at + k].ip;
+                n += take;
+                const struct step *s = &w->step[at + take - 1];
+                int clamped = at + take - 1 < last;
+                if (clamped || change == w->steps) {
+                    /* Stopped at max within it, or it held to its end. */
+                    ip = s[1].ip;
+                    sp = s[1].sp;
+                    bp = s[1].bp;
+                    if (!clamped && !w->more)
+                        goto ended;
+                } else {
+                    /* Its frame `change` read other words this time: the
+                     * state after it is those words'. */
+                    ip = *(const uint64_t *)s->ra_at;
+                    sp = s[1].sp;
+                    bp = s->bp_at ? *(const uint64_t *)s->bp_at : s->bp;
+                    if (ip < 4096)
+                        goto ended;
+                }
+                continue;
             }
+        }
+        struct step *rec = NULL;
+        if (records) {
+            ips[n] = ip;
+            if (out) {
+                rec = &out->step[n];
+                if (n == 0)
+                    out->complete = 0;
+                *rec = (struct step){ip, sp, bp, 0, 0};
+            }
+            n++;
         }
         /* ip is a return address: the rule that applies is the call's. */
         uint64_t rule = rule_for(ip - 1);
         int kind = (int)(rule & 3);
         if (kind == 2)
-            goto done;
-        if (kind != 1) {
-            w->steps = 0;
-            w->generation = 0;
-            return -1;
-        }
+            goto ended;
+        if (kind != 1)
+            goto not_understood;
         uint64_t cfa = ((rule & 4) ? bp : sp) + (uint64_t)field(rule, 16, 24);
         /* A CFA at or below sp, unaligned, or absurdly far means the rule or
          * the stack is not what we think: let libgcc judge. */
-        if (cfa <= sp || (cfa & 7) || cfa - sp > (64u << 20)) {
-            w->steps = 0;
-            w->generation = 0;
-            return -1;
-        }
+        if (cfa <= sp || (cfa & 7) || cfa - sp > (64u << 20))
+            goto not_understood;
         uint64_t ra_at = cfa + (uint64_t)field(rule, 52, 12);
-        uint64_t ra = *(const uint64_t *)ra_at;
+        ip = *(const uint64_t *)ra_at;
         if (rec)
-            rec->ra_at = ra_at, rec->ra = ra;
+            rec->ra_at = ra_at;
         if (rule & 8) {
             uint64_t bp_at = cfa + (uint64_t)field(rule, 40, 12);
             bp = *(const uint64_t *)bp_at;
             if (rec)
-                rec->bp_at = bp_at, rec->bp_v = bp;
+                rec->bp_at = bp_at;
         }
         sp = cfa;
-        ip = ra;
         if (ip < 4096)
-            goto done;
+            goto ended;
     }
     /* Stopped at max (or after 256 steps): the state now is a frame too. */
-    keep_walk(w, fresh, nfresh, kept, keeping, generation, &(struct step){ip, sp, bp, 0, 0, 0, 0});
+    if (out) {
+        out->step[n] = (struct step){ip, sp, bp, 0, 0};
+        remember(m, out, n, 1, generation);
+    }
     return n;
-done:
-    keep_walk(w, fresh, nfresh, kept, keeping, generation, NULL);
+ended:
+    if (out) {
+        out->step[n] = (struct step){ip, sp, bp, 0, 0};
+        remember(m, out, n, 0, generation);
+    }
     return n;
+not_understood:
+    if (out)
+        out->complete = 0; /* half written */
+    return -1;
+}
+
+uint32_t mlk_walk_known_stack(int kind, uint32_t unload_epoch)
+{
+    struct memo *m = thread_memo;
+    if (m <= MEMO_NONE || m->last < 0)
+        return MLK_NO_STACK;
+    const struct kept_walk *w = walk_at(m, m->last);
+    if (w->id_kind != (uint32_t)kind || w->id_epoch != unload_epoch)
+        return MLK_NO_STACK;
+    return w->id;
+}
+
+void mlk_walk_remember_stack(int kind, uint32_t unload_epoch, uint32_t id)
+{
+    struct memo *m = thread_memo;
+    if (m <= MEMO_NONE || m->last < 0)
+        return;
+    struct kept_walk *w = walk_at(m, m->last);
+    w->id = id;
+    w->id_kind = (uint32_t)kind;
+    w->id_epoch = unload_epoch;
+}
+
+void mlk_unwind_lock_for_fork(int acquire)
+{
+    if (acquire)
+        mlk_lock(&spare_lock);
+    else
+        mlk_unlock(&spare_lock);
 }
 
 void mlk_unwind_init(void)
 {
     if (!cache)
         cache = mlk_map_anon(sizeof(struct cache_entry) << CACHE_BITS);
+    if (!memo_key_made)
+        memo_key_made = pthread_key_create(&memo_key, memo_release) == 0;
 }
 
 void mlk_unwind_forget(void)
@@ -663,7 +791,7 @@ void mlk_unwind_forget(void)
     if (cache)
         for (uint64_t i = 0; i < (1u << CACHE_BITS); i++)
             __atomic_store_n(&cache[i].key, 0, __ATOMIC_RELEASE);
-    __atomic_add_fetch(&rules_generation, 1, __ATOMIC_RELEASE); /* every thread's last walk */
+    __atomic_add_fetch(&rules_generation, 1, __ATOMIC_RELEASE); /* every thread's remembered walks */
 }
 
 __thread struct mlk_walk_start mlk_walk_start __attribute__((tls_model("initial-exec")));
@@ -684,6 +812,9 @@ int mlk_backtrace(uint64_t *ips, int max, int *truncated)
 
 void mlk_unwind_init(void) {}
 void mlk_unwind_forget(void) {}
+void mlk_unwind_lock_for_fork(int acquire) {}
+uint32_t mlk_walk_known_stack(int kind, uint32_t unload_epoch) { return MLK_NO_STACK; }
+void mlk_walk_remember_stack(int kind, uint32_t unload_epoch, uint32_t id) {}
 
 __thread struct mlk_walk_start mlk_walk_start __attribute__((tls_model("initial-exec")));
 

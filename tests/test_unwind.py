@@ -17,6 +17,7 @@ def stacks(workdir, prog, config, checkpoints):
     ("allocators.c", ("-O0",), ["allocated", "changed"]),
     ("cxx.cc", ("-O2",), ["allocated", "freed"]),
     ("threads.c", ("-O2",), ["joined"]),
+    ("paths.c", ("-O2",), ["done"]),
 ])
 def test_fast_unwinder_matches_libgcc(tmp_path, source, flags, checkpoints):
     prog = compile_program(source, *flags, name=f"{source.split('.')[0]}{flags[0]}")
@@ -28,3 +29,27 @@ def test_fast_unwinder_matches_libgcc(tmp_path, source, flags, checkpoints):
     assert len(fast) >= 2
     deepest = max(len(k) for k in fast)
     assert deepest >= 4  # really walked through libc to _start / clone
+
+
+def test_remembered_walks_give_every_path_exactly(tmp_path):
+    """Thirty call paths taken in turn through one chain of wrappers, in the
+    main thread and in five threads (three one after another, two at once):
+    each path keeps its exact blocks, whatever walk the unwinder remembered."""
+    prog = compile_program("paths.c", "-O2", name="paths-O2")
+    got = {}
+    for key, (size, blocks) in stacks(tmp_path, prog, "mtraceinit,unwind=fast", ["done"]).items():
+        names = [function for function, _, _ in key]
+        callers = [n for n in names if n and n.startswith("path_caller")]
+        if not callers:
+            continue
+        assert names.index(callers[0]) == 3, names  # wrap3, wrap2, wrap1, then the caller
+        site = (int(callers[0][-1]), names.count("path_descend") - 1, "main" if "main" in names else "thread")
+        b, k = got.get(site, (0, 0))
+        got[site] = (b + size, k + blocks)
+    # 6300 rounds: each (caller, depth) keeps 30 blocks per run; threads ran 5 times
+    expected = {}
+    for which in range(6):
+        for depth in range(5):
+            expected[(which, depth, "main")] = (30 * (100 + which), 30)
+            expected[(which, depth, "thread")] = (150 * (100 + which), 150)
+    assert got == expected
