@@ -572,6 +572,15 @@ static int first_change(const struct kept_walk *w, int k)
     return k;
 }
 
+/* Did walk w have the states of our first n steps? */
+static int same_start(const struct kept_walk *w, const struct kept_walk *ours, int n)
+{
+    for (int k = 0; k < n; k++)
+        if (w->step[k].ip != ours->step[k].ip || w->step[k].sp != ours->step[k].sp || w->step[k].bp != ours->step[k].bp)
+            return 0;
+    return 1;
+}
+
 /* A remembered walk through state (ip, sp, bp); *at: the step. */
 static struct kept_walk *recall(struct memo *m, uint64_t ip, uint64_t sp, uint64_t bp, uint64_t generation,
                                 int *at, int *slot)
@@ -594,8 +603,14 @@ static struct kept_walk *recall(struct memo *m, uint64_t ip, uint64_t sp, uint64
     return w;
 }
 
-/* The walk in the victim slot is complete: index its first states. */
-static void remember(struct memo *m, struct kept_walk *w, int steps, int more, uint64_t generation)
+/* The walk in the victim slot is complete: index the states where it
+ * looked for a remembered walk (bit k of `probed`: step k), which is where
+ * walks of the same shape will look again -- its first, and those right
+ * after the frames where a remembered walk stopped being the same.  Indexing
+ * every state would mostly overwrite the entries of the outer frames all
+ * walks share, and make the useful ones rarer. */
+static void remember(struct memo *m, struct kept_walk *w, int steps, int more, uint64_t generation,
+                     uint32_t probed)
 {
     int slot = m->victim;
     w->steps = steps;
@@ -603,12 +618,22 @@ static void remember(struct memo *m, struct kept_walk *w, int steps, int more, u
     w->generation = generation;
     w->id = MLK_NO_STACK;
     w->complete = 1;
-    for (int k = 0; k < steps && k < MEMO_PROBE; k++) {
+    for (; probed; probed &= probed - 1) {
+        int k = __builtin_ctz(probed);
+        if (k >= steps)
+            break;
         uint64_t h = state_hash(w->step[k].ip, w->step[k].sp);
         m->index[INDEX_SLOT(h)] = INDEX_TAG(h) << 16 | (uint32_t)slot << 8 | (uint32_t)k;
     }
     m->last = slot;
     m->victim = (slot + 1) % MEMO_WALKS;
+}
+
+/* A walk ended in the victim slot. */
+static void finish(struct memo *m, struct kept_walk *out, const uint64_t *ips, int n, int more,
+                   uint64_t generation, uint32_t probed)
+{
+    remember(m, out, n, more, generation, probed);
 }
 
 /* Returns the number of frames, or -1 when libgcc must do it. */
@@ -635,6 +660,7 @@ fast_backtrace(uint64_t *ips, int max, int *truncated)
     uint64_t generation = __atomic_load_n(&rules_generation, __ATOMIC_ACQUIRE);
     struct memo *m = memo_of_thread(max);
     struct kept_walk *out = NULL; /* where this walk is written down */
+    uint32_t probed = 0;          /* the steps where it looked for a remembered one */
     if (m) {
         m->last = -1;
         out = walk_at(m, m->victim);
@@ -648,12 +674,18 @@ fast_backtrace(uint64_t *ips, int max, int *truncated)
                 break;
             }
             int at, slot;
-            struct kept_walk *w = m && n < MEMO_PROBE ? recall(m, ip, sp, bp, generation, &at, &slot) : NULL;
+            struct kept_walk *w = NULL;
+            if (m && n < MEMO_PROBE) {
+                probed |= 1u << n;
+                w = recall(m, ip, sp, bp, generation, &at, &slot);
+            }
             if (w) {
                 int change = first_change(w, at);
-                if (change == w->steps && n == 0 && at == 0 && (!w->more || w->steps == max)) {
-                    /* This whole walk is a remembered one, which stays as it is. */
-                    for (int k = 0; k < w->steps; k++)
+                if (change == w->steps && at == n && (!w->more || w->steps == max) && same_start(w, out, n)) {
+                    /* This whole walk is a remembered one, which stays as it
+                     * is (its first n frames were ours as well: reached by
+                     * other remembered walks, they are written in out). */
+                    for (int k = n; k < w->steps; k++)
                         ips[k] = w->step[k].ip;
                     *truncated = w->more;
                     m->last = slot;
@@ -729,15 +761,11 @@ fast_backtrace(uint64_t *ips, int max, int *truncated)
             goto ended;
     }
     /* Stopped at max (or after 256 steps): the state now is a frame too. */
-    if (out) {
-        out->step[n] = (struct step){ip, sp, bp, 0, 0};
-        remember(m, out, n, 1, generation);
-    }
-    return n;
+    *truncated = 1;
 ended:
     if (out) {
         out->step[n] = (struct step){ip, sp, bp, 0, 0};
-        remember(m, out, n, 0, generation);
+        finish(m, out, ips, n, *truncated, generation, probed);
     }
     return n;
 not_understood:
