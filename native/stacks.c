@@ -177,32 +177,52 @@ _Static_assert(sizeof(struct mlk_counters) == 64 && offsetof(struct mlk_stack, c
                    sizeof(((struct mlk_stack *)0)->counters) / 64 == MLK_COUNTER_STRIPES,
                "a stack entry is cache lines: identity, then one per counter stripe");
 
-/* This thread's counter stripe, taken in turn at its first count. */
+/* This thread's counter stripe.  The first thread to count owns stripe 0 and
+ * updates it with plain loads and stores -- a locked add costs more than the
+ * rest of the bookkeeping of a free, and most programs that allocate a lot
+ * do it from one thread.  Every other thread shares stripe 1, atomically.
+ * (The reporter reads each counter word whole either way.)  Ownership is
+ * not handed on when the owner exits: a thread could still hold a pointer
+ * to the stripe it chose, so the rule stays simple. */
 static __thread unsigned stripe_plus_one __attribute__((tls_model("initial-exec")));
-static unsigned next_stripe;
+static int stripe0_taken;
 
-static inline struct mlk_counters *counters_of(uint32_t id)
+static inline unsigned stripe_of_thread(void)
 {
     unsigned s = stripe_plus_one;
-    if (MLK_UNLIKELY(!s))
-        stripe_plus_one = s = __atomic_fetch_add(&next_stripe, 1, __ATOMIC_RELAXED) % MLK_COUNTER_STRIPES + 1;
-    return &mlk_stacks()[id].counters[s - 1];
+    if (MLK_UNLIKELY(!s)) {
+        int expected = 0;
+        s = __atomic_compare_exchange_n(&stripe0_taken, &expected, 1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED) ? 1 : 2;
+        stripe_plus_one = s;
+    }
+    return s;
+}
+
+/* Adds v to a counter of this thread's stripe. */
+static inline void bump(unsigned stripe_plus_one_, uint64_t *counter, uint64_t v)
+{
+    if (stripe_plus_one_ == 1)
+        __atomic_store_n(counter, __atomic_load_n(counter, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
+    else
+        __atomic_add_fetch(counter, v, __ATOMIC_RELAXED);
 }
 
 void mlk_stack_count_alloc(uint32_t id, uint64_t bytes)
 {
-    struct mlk_counters *c = counters_of(id);
-    __atomic_add_fetch(&c->alloc_count, 1, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&c->alloc_bytes, bytes, __ATOMIC_RELAXED);
+    unsigned s = stripe_of_thread();
+    struct mlk_counters *c = &mlk_stacks()[id].counters[s - 1];
+    bump(s, &c->alloc_count, 1);
+    bump(s, &c->alloc_bytes, bytes);
 }
 
 void mlk_stack_account(uint32_t id, int64_t bytes, int64_t blocks)
 {
-    struct mlk_counters *c = counters_of(id);
+    unsigned s = stripe_of_thread();
+    struct mlk_counters *c = &mlk_stacks()[id].counters[s - 1];
     if (bytes)
-        __atomic_sub_fetch(&c->freed_bytes, bytes, __ATOMIC_RELAXED);
+        bump(s, (uint64_t *)&c->freed_bytes, (uint64_t)-bytes);
     if (blocks)
-        __atomic_sub_fetch(&c->freed_count, blocks, __ATOMIC_RELAXED);
+        bump(s, (uint64_t *)&c->freed_count, (uint64_t)-blocks);
 }
 
 void mlk_stacks_lock_for_fork(int acquire)

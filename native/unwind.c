@@ -459,6 +459,8 @@ static uint64_t rule_for(uint64_t pc)
 #define MEMO_WALKS 64      /* walks remembered per thread, replaced in turn */
 #define MEMO_PROBE 16      /* states indexed: the first steps of each walk */
 #define MEMO_INDEX_BITS 10 /* the index of those states */
+#define MEMO_FIRST_SET_BITS 7
+#define MEMO_FIRST_WAYS 8
 
 struct step {
     uint64_t ip, sp, bp;   /* the state; ip is the frame recorded */
@@ -485,6 +487,9 @@ struct memo {
      * tag being other bits of the state's hash.  A hint only: the walk's own
      * record of the state is what is checked. */
     uint32_t index[1 << MEMO_INDEX_BITS];
+    /* Per first state (hashed), the walks that started there: slots, most
+     * recently used first (MEMO_WALKS or more: none). */
+    uint8_t firsts[1 << MEMO_FIRST_SET_BITS][MEMO_FIRST_WAYS];
     /* then MEMO_WALKS walks of walk_size bytes */
 };
 
@@ -548,6 +553,7 @@ static struct memo *memo_of_thread(int max)
         m->walk_size = walk_size;
         m->size = size;
     }
+    memset(m->firsts, 0xff, sizeof m->firsts);
     m->victim = 0;
     m->last = -1;
     if (pthread_setspecific(memo_key, m) != 0) {
@@ -579,6 +585,54 @@ static int same_start(const struct kept_walk *w, const struct kept_walk *ours, i
         if (w->step[k].ip != ours->step[k].ip || w->step[k].sp != ours->step[k].sp || w->step[k].bp != ours->step[k].bp)
             return 0;
     return 1;
+}
+
+/* The walks that started at a state, most recently used first. */
+static inline uint8_t *first_set(struct memo *m, uint64_t ip, uint64_t sp)
+{
+    return m->firsts[state_hash(ip, sp) >> (64 - MEMO_FIRST_SET_BITS)];
+}
+
+static void to_front(uint8_t *set, int slot)
+{
+    int i = 0;
+    while (i < MEMO_FIRST_WAYS - 1 && set[i] != slot)
+        i++;
+    for (; i > 0; i--)
+        set[i] = set[i - 1];
+    set[0] = (uint8_t)slot;
+}
+
+/* The remembered walk that started at state (ip, sp, bp) and is the same
+ * furthest (*change: its first changed step), or NULL.  The candidates share
+ * their first steps, hence the stack words those read (one cache line or
+ * two, loaded once): checking several costs little more than checking one. */
+static struct kept_walk *recall_first(struct memo *m, uint64_t ip, uint64_t sp, uint64_t bp,
+                                      uint64_t generation, int *slot, int *change)
+{
+    uint8_t *set = first_set(m, ip, sp);
+    struct kept_walk *best = NULL;
+    for (int i = 0; i < MEMO_FIRST_WAYS; i++) {
+        int s = set[i];
+        if (s >= MEMO_WALKS || s == m->victim)
+            continue;
+        struct kept_walk *w = walk_at(m, s);
+        if (!w->complete || w->generation != generation || w->steps == 0 || w->step[0].ip != ip ||
+            w->step[0].sp != sp || w->step[0].bp != bp)
+            continue;
+        int c = first_change(w, 0);
+        if (!best || c > *change) {
+            best = w;
+            *slot = s;
+            *change = c;
+            if (c == w->steps) {
+                if (i)
+                    to_front(set, s);
+                break;
+            }
+        }
+    }
+    return best;
 }
 
 /* A remembered walk through state (ip, sp, bp); *at: the step. */
@@ -625,15 +679,10 @@ static void remember(struct memo *m, struct kept_walk *w, int steps, int more, u
         uint64_t h = state_hash(w->step[k].ip, w->step[k].sp);
         m->index[INDEX_SLOT(h)] = INDEX_TAG(h) << 16 | (uint32_t)slot << 8 | (uint32_t)k;
     }
+    if (steps)
+        to_front(first_set(m, w->step[0].ip, w->step[0].sp), slot);
     m->last = slot;
     m->victim = (slot + 1) % MEMO_WALKS;
-}
-
-/* A walk ended in the victim slot. */
-static void finish(struct memo *m, struct kept_walk *out, const uint64_t *ips, int n, int more,
-                   uint64_t generation, uint32_t probed)
-{
-    remember(m, out, n, more, generation, probed);
 }
 
 /* Returns the number of frames, or -1 when libgcc must do it. */
@@ -673,14 +722,17 @@ fast_backtrace(uint64_t *ips, int max, int *truncated)
                 *truncated = 1;
                 break;
             }
-            int at, slot;
+            int at = 0, slot = -1, change = 0;
             struct kept_walk *w = NULL;
-            if (m && n < MEMO_PROBE) {
+            if (m && n == 0) {
+                w = recall_first(m, ip, sp, bp, generation, &slot, &change);
+            } else if (m && n < MEMO_PROBE) {
                 probed |= 1u << n;
                 w = recall(m, ip, sp, bp, generation, &at, &slot);
+                if (w)
+                    change = first_change(w, at);
             }
             if (w) {
-                int change = first_change(w, at);
                 if (change == w->steps && at == n && (!w->more || w->steps == max) && same_start(w, out, n)) {
                     /* This whole walk is a remembered one, which stays as it
                      * is (its first n frames were ours as well: reached by
@@ -689,6 +741,8 @@ fast_backtrace(uint64_t *ips, int max, int *truncated)
                         ips[k] = w->step[k].ip;
                     *truncated = w->more;
                     m->last = slot;
+                    if (n)
+                        to_front(first_set(m, w->step[0].ip, w->step[0].sp), slot);
                     return w->steps;
                 }
                 /* Its frames from `at` to the change (included: its state
@@ -765,7 +819,7 @@ fast_backtrace(uint64_t *ips, int max, int *truncated)
 ended:
     if (out) {
         out->step[n] = (struct step){ip, sp, bp, 0, 0};
-        finish(m, out, ips, n, *truncated, generation, probed);
+        remember(m, out, n, *truncated, generation, probed);
     }
     return n;
 not_understood:
