@@ -482,14 +482,17 @@ struct memo {
     int max;               /* frames per walk it is sized for */
     int victim;            /* the walk slot the next new walk goes into */
     int last;              /* the slot whose walk the last backtrace returned, or -1 */
+    int older_worth;       /* > 0: looking past the latest walk of a first state has paid */
+    unsigned walks_since_check;
     size_t walk_size, size;
     /* State -> where a remembered walk had it: tag << 16 | walk << 8 | step,
      * tag being other bits of the state's hash.  A hint only: the walk's own
      * record of the state is what is checked. */
     uint32_t index[1 << MEMO_INDEX_BITS];
-    /* Per first state (hashed), the walks that started there: slots, most
-     * recently used first (MEMO_WALKS or more: none). */
-    uint8_t firsts[1 << MEMO_FIRST_SET_BITS][MEMO_FIRST_WAYS];
+    /* Per first state (hashed), the walks that started there, most recently
+     * used first: other bits of the state's hash << 8 | slot (MEMO_WALKS or
+     * more: none). */
+    uint16_t firsts[1 << MEMO_FIRST_SET_BITS][MEMO_FIRST_WAYS];
     /* then MEMO_WALKS walks of walk_size bytes */
 };
 
@@ -554,6 +557,7 @@ static struct memo *memo_of_thread(int max)
         m->size = size;
     }
     memset(m->firsts, 0xff, sizeof m->firsts);
+    m->older_worth = 64;
     m->victim = 0;
     m->last = -1;
     if (pthread_setspecific(memo_key, m) != 0) {
@@ -588,19 +592,28 @@ static int same_start(const struct kept_walk *w, const struct kept_walk *ours, i
 }
 
 /* The walks that started at a state, most recently used first. */
-static inline uint8_t *first_set(struct memo *m, uint64_t ip, uint64_t sp)
+static inline uint16_t *first_set(struct memo *m, uint64_t ip, uint64_t sp, uint16_t *tag)
 {
-    return m->firsts[state_hash(ip, sp) >> (64 - MEMO_FIRST_SET_BITS)];
+    uint64_t h = state_hash(ip, sp);
+    *tag = (uint16_t)((h >> 16 & 0xff) << 8);
+    return m->firsts[h >> (64 - MEMO_FIRST_SET_BITS)];
 }
 
-static void to_front(uint8_t *set, int slot)
+static void to_front(uint16_t *set, uint16_t way)
 {
     int i = 0;
-    while (i < MEMO_FIRST_WAYS - 1 && set[i] != slot)
+    while (i < MEMO_FIRST_WAYS - 1 && (set[i] & 0xff) != (way & 0xff))
         i++;
     for (; i > 0; i--)
         set[i] = set[i - 1];
-    set[0] = (uint8_t)slot;
+    set[0] = way;
+}
+
+static void walk_to_front(struct memo *m, const struct kept_walk *w, int slot)
+{
+    uint16_t tag;
+    uint16_t *set = first_set(m, w->step[0].ip, w->step[0].sp, &tag);
+    to_front(set, tag | (uint16_t)slot);
 }
 
 /* The remembered walk that started at state (ip, sp, bp) and is the same
@@ -610,11 +623,16 @@ static void to_front(uint8_t *set, int slot)
 static struct kept_walk *recall_first(struct memo *m, uint64_t ip, uint64_t sp, uint64_t bp,
                                       uint64_t generation, int *slot, int *change)
 {
-    uint8_t *set = first_set(m, ip, sp);
+    uint16_t tag;
+    uint16_t *set = first_set(m, ip, sp, &tag);
     struct kept_walk *best = NULL;
-    for (int i = 0; i < MEMO_FIRST_WAYS; i++) {
-        int s = set[i];
-        if (s >= MEMO_WALKS || s == m->victim)
+    /* Looking past the most recent walk pays where the same few paths
+     * alternate (sqlite3: a third of all walks found there), not where
+     * paths are many (cc1: each one costs a check to where it parts). */
+    int ways = m->older_worth > 0 || (++m->walks_since_check & 63) == 0 ? MEMO_FIRST_WAYS : 1;
+    for (int i = 0; i < ways; i++) {
+        int s = set[i] & 0xff;
+        if ((set[i] & 0xff00) != tag || s >= MEMO_WALKS || s == m->victim)
             continue;
         struct kept_walk *w = walk_at(m, s);
         if (!w->complete || w->generation != generation || w->steps == 0 || w->step[0].ip != ip ||
@@ -626,12 +644,16 @@ static struct kept_walk *recall_first(struct memo *m, uint64_t ip, uint64_t sp, 
             *slot = s;
             *change = c;
             if (c == w->steps) {
-                if (i)
-                    to_front(set, s);
-                break;
+                if (i) {
+                    to_front(set, set[i]);
+                    m->older_worth = m->older_worth < 1000 ? m->older_worth + 8 : m->older_worth;
+                }
+                return best;
             }
         }
     }
+    if (ways > 1 && m->older_worth > -1000)
+        m->older_worth--; /* looked at the older ones for nothing */
     return best;
 }
 
@@ -680,7 +702,7 @@ static void remember(struct memo *m, struct kept_walk *w, int steps, int more, u
         m->index[INDEX_SLOT(h)] = INDEX_TAG(h) << 16 | (uint32_t)slot << 8 | (uint32_t)k;
     }
     if (steps)
-        to_front(first_set(m, w->step[0].ip, w->step[0].sp), slot);
+        walk_to_front(m, w, slot);
     m->last = slot;
     m->victim = (slot + 1) % MEMO_WALKS;
 }
@@ -742,7 +764,7 @@ fast_backtrace(uint64_t *ips, int max, int *truncated)
                     *truncated = w->more;
                     m->last = slot;
                     if (n)
-                        to_front(first_set(m, w->step[0].ip, w->step[0].sp), slot);
+                        walk_to_front(m, w, slot);
                     return w->steps;
                 }
                 /* Its frames from `at` to the change (included: its state
