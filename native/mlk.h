@@ -102,6 +102,8 @@ MLK_HIDDEN void mlk_stack_account(uint32_t id, int64_t bytes, int64_t blocks);
 MLK_HIDDEN void mlk_stacks_lock_for_fork(int acquire);
 
 /* ---- addrs.c: live block -> (stack, size), private to the process ------ */
+/* Starts loading the table line of addr, to be inserted after the backtrace. */
+MLK_HIDDEN void mlk_addr_prefetch(uint64_t addr);
 /* Returns 0 if the block could not be tracked (table memory exhausted).
  * is_new: a new allocation (counted in the stack's totals), or 0 for a block
  * put back after a failed realloc (only live bytes/blocks change). */

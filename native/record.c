@@ -48,6 +48,9 @@ void mlk_record_alloc(void *p, size_t size, int kind)
 {
     if (!p)
         return;
+    /* The block's table line is most likely a cache miss (big heaps: a
+     * random line of a big table); the backtrace takes long enough to hide it. */
+    mlk_addr_prefetch((uint64_t)p);
     uint32_t id = current_stack(kind);
     if (id != MLK_NO_STACK && !mlk_addr_insert((uint64_t)p, id, size, 1))
         dropped_block();
