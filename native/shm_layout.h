@@ -35,9 +35,9 @@
 
 /* What allocations and frees from one stack add up to, as counted by some
  * of the threads: one cache line.  Counting only upwards (allocated, freed)
- * takes two atomic adds per allocation and two per free; live = allocated -
- * freed, summed over the stripes. */
-#define MLK_COUNTER_STRIPES 2
+ * takes two adds per allocation and two per free; live = allocated - freed,
+ * summed over the stripes. */
+#define MLK_COUNTER_STRIPES 3
 struct mlk_counters {
     uint64_t alloc_count;   /* allocations ever made from this stack */
     uint64_t alloc_bytes;
@@ -46,13 +46,14 @@ struct mlk_counters {
     uint64_t reserved[4];
 };
 
-/* One distinct allocation backtrace and what is live from it: 192 bytes, in
- * three cache lines.  The first says which stack it is -- written once, then
+/* One distinct allocation backtrace and what is live from it: 256 bytes, in
+ * four cache lines.  The first says which stack it is -- written once, then
  * read by every lookup of the stack -- and holds the reporter's baseline.
- * The others are counter stripes, each thread counting in one of them
- * (threads take stripes in turn): two threads allocating and freeing
- * through the same stack then do not fight over one cache line, and nobody
- * slows the lookups. */
+ * The others are counter stripes, each thread counting in one of them: the
+ * first thread owns stripe 0 (plain adds, no locked instructions), the
+ * others take stripes 1 and 2 in turn (atomic adds).  Two threads
+ * allocating and freeing through the same stack then do not fight over one
+ * cache line, and nobody slows the lookups. */
 struct mlk_stack {
     uint64_t hash;          /* of kind, unload_epoch and frames */
     uint32_t state;         /* MLK_STACK_*; READY once the fields below are final */
@@ -64,7 +65,7 @@ struct mlk_stack {
     int64_t reported_bytes;  /* reporter: live bytes as of the last report */
     int64_t reported_blocks; /* reporter: live blocks as of the last report */
     uint64_t reserved[2];
-    struct mlk_counters counters[2]; /* MLK_COUNTER_STRIPES */
+    struct mlk_counters counters[3]; /* MLK_COUNTER_STRIPES */
 };
 
 /* One loaded ELF object.  Entries are never removed: an unloaded object keeps

@@ -180,19 +180,20 @@ _Static_assert(sizeof(struct mlk_counters) == 64 && offsetof(struct mlk_stack, c
 /* This thread's counter stripe.  The first thread to count owns stripe 0 and
  * updates it with plain loads and stores -- a locked add costs more than the
  * rest of the bookkeeping of a free, and most programs that allocate a lot
- * do it from one thread.  Every other thread shares stripe 1, atomically.
- * (The reporter reads each counter word whole either way.)  Ownership is
- * not handed on when the owner exits: a thread could still hold a pointer
- * to the stripe it chose, so the rule stays simple. */
+ * do it from one thread.  The other threads take stripes 1 and 2 in turn and
+ * add atomically: two workers (while the owner, say main, waits for them)
+ * then still count on lines of their own.  (The reporter reads each counter
+ * word whole either way.)  Ownership is not handed on when the owner exits:
+ * the simple rule is the safe one. */
 static __thread unsigned stripe_plus_one __attribute__((tls_model("initial-exec")));
-static int stripe0_taken;
+static unsigned threads_counting;
 
 static inline unsigned stripe_of_thread(void)
 {
     unsigned s = stripe_plus_one;
     if (MLK_UNLIKELY(!s)) {
-        int expected = 0;
-        s = __atomic_compare_exchange_n(&stripe0_taken, &expected, 1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED) ? 1 : 2;
+        unsigned nth = __atomic_fetch_add(&threads_counting, 1, __ATOMIC_RELAXED);
+        s = nth == 0 ? 1 : 2 + (nth - 1) % (MLK_COUNTER_STRIPES - 1);
         stripe_plus_one = s;
     }
     return s;
