@@ -146,9 +146,9 @@ void mlk_addr_prefetch(uint64_t addr)
      * prefetches a wrong line -- a prefetch never faults. */
     uint64_t h = hash_of(addr);
     struct shard *s = shard_of(addr, h);
-    void *slots = __atomic_load_n(&s->slots, __ATOMIC_RELAXED);
+    struct slot *slots = __atomic_load_n(&s->slots, __ATOMIC_RELAXED);
     if (slots)
-        __builtin_prefetch(&s->slots[(h >> SHARD_BITS) & __atomic_load_n(&s->mask, __ATOMIC_RELAXED)], 1);
+        __builtin_prefetch(&slots[(h >> SHARD_BITS) & __atomic_load_n(&s->mask, __ATOMIC_RELAXED)], 1);
 }
 
 int mlk_addr_insert(uint64_t addr, uint32_t stack, uint64_t size, int is_new)

@@ -446,21 +446,23 @@ static uint64_t rule_for(uint64_t pc)
  * read, the rest of the new walk is the remembered one.
  *
  * A program's allocations come from a few hundred call paths taken in turn
- * (A B A C A B ...), so one remembered walk is not enough: an index keyed by
- * state finds a candidate among the first steps of the last MEMO_WALKS
- * walks.  Most walks then match at their very first frame, where the stack
- * id interned for the remembered walk is reused as well.  Coroutines,
- * longjmp and reused stack memory change a state or a word, and then the
- * walk goes on frame by frame.
+ * (A B A C A B ...), so one remembered walk is not enough.  A walk's first
+ * state looks among the last walks that started there (`firsts`); where it
+ * parts from the best of them, the state it reaches looks in an index of the
+ * states where earlier walks looked (`index`), and so on.  Most walks turn
+ * out to be a remembered one from their first frame on, and then the stack
+ * id interned for that one is reused as well.  Coroutines, longjmp and
+ * reused stack memory change a state or a word, and then the walk goes on
+ * frame by frame.
  *
  * The memory is per thread (no sharing, no locks on the way), mapped at the
  * thread's first walk and passed on to a new thread when it exits. */
 
 #define MEMO_WALKS 64      /* walks remembered per thread, replaced in turn */
-#define MEMO_PROBE 16      /* states indexed: the first steps of each walk */
-#define MEMO_INDEX_BITS 10 /* the index of those states */
-#define MEMO_FIRST_SET_BITS 7
-#define MEMO_FIRST_WAYS 8
+#define MEMO_PROBE 16      /* a walk looks in the index at its first steps only */
+#define MEMO_INDEX_BITS 10 /* the index of the states where walks looked */
+#define MEMO_FIRST_SET_BITS 7 /* sets of walks by first state */
+#define MEMO_FIRST_WAYS 8  /* walks per set */
 
 struct step {
     uint64_t ip, sp, bp;   /* the state; ip is the frame recorded */
@@ -484,7 +486,7 @@ struct memo {
     int last;              /* the slot whose walk the last backtrace returned, or -1 */
     int older_worth;       /* > 0: looking past the latest walk of a first state has paid */
     unsigned walks_since_check;
-    size_t walk_size, size;
+    size_t walk_size;
     /* State -> where a remembered walk had it: tag << 16 | walk << 8 | step,
      * tag being other bits of the state's hash.  A hint only: the walk's own
      * record of the state is what is checked. */
@@ -554,7 +556,6 @@ static struct memo *memo_of_thread(int max)
         }
         m->max = max;
         m->walk_size = walk_size;
-        m->size = size;
     }
     memset(m->firsts, 0xff, sizeof m->firsts);
     m->older_worth = 64;
