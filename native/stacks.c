@@ -47,15 +47,37 @@ static inline uint64_t mix64(uint64_t x)
 /* Each frame is multiplied by its own odd constant and the products are
  * summed, then mixed once: the multiplications do not wait for each other
  * (a chain of full mixes, one per frame, did -- a sixth of the cost of a
- * malloc), and a frame's position still matters. */
+ * malloc), and a frame's position still matters.  The constants are random
+ * (splitmix64 of a fixed seed): with constants in arithmetic progression the
+ * sum of two stacks made of the same few return addresses depended only on
+ * how many and which *sum* of positions held each address, and recursive
+ * code (bench/scale.py's binary tree: 65,536 stacks of left/right frames)
+ * had a few thousand distinct hashes -- interning spent 84% of the run in
+ * memcmp along colliding chains. */
+static const uint64_t position_mul[MLK_MAX_DEPTH] = {
+    0x958185477ebce269ull, 0xbad54d3ffa321111ull, 0x1894384b8667db95ull, 0xff437149783018f9ull,
+    0x0237d5d89f7c3c65ull, 0x516705cba8dd63e5ull, 0xe5754e4775db529bull, 0x7ec01523bdb56ae3ull,
+    0x7cfaaa0c5cf186bfull, 0xde9eb7fdadf75b35ull, 0x1089929f780f34afull, 0xb8dba84deb0272c5ull,
+    0x4980d07ace20340bull, 0x617067e55c6f8bd3ull, 0x1a6cb0c407b5bcb5ull, 0x447cedd60b6c8b55ull,
+    0xb9e4c6557b4d95cdull, 0x0dc27d70d19fb8fbull, 0xce9838637d07599dull, 0x7a2ee4490f499aabull,
+    0xc6516cfdb128b525ull, 0x1e1a76102900a30full, 0xa5bde8af47f59bb9ull, 0x86be8fbfae4ee683ull,
+    0xd11b7000800b9795ull, 0x333a396e641566d3ull, 0x7a07f255492f0949ull, 0x9f2b4098bd7dcf01ull,
+    0x1799193a98db9363ull, 0x7fc781fef1d0a937ull, 0x234eb7304c451651ull, 0x8d1332c3295f6f9bull,
+    0x61e91faa846ca11dull, 0xed1ae33abd5dc9dbull, 0xfd159b16af5e0d85ull, 0x4909fc05876490cbull,
+    0x6ca35c06a704ced1ull, 0x5a95e7b4516e96abull, 0xdbf1c763dba9a2c1ull, 0x90e960ad320c71adull,
+    0x13d08c78c607fe09ull, 0xc5c432c21c1f0c0dull, 0x4f9b5c473eb12861ull, 0xa9b036f945d8691bull,
+    0x72af94de20e9c0cfull, 0xbda7b0d7c5c08fc5ull, 0x86e4880b3cd4af17ull, 0x4d1ff28a1fa3bb61ull,
+    0x1cd0e2b00517530dull, 0x659f07cc0d267711ull, 0xaa2d25127bc3600dull, 0x257b8a2c69fc5c33ull,
+    0xef8e661ebd3b7defull, 0x814c9d30ed18b399ull, 0x1e987efa5187ecddull, 0x62e301c007065435ull,
+    0x1b45d418dac231e9ull, 0xffec8863ca2e00c3ull, 0x98c634560d2eef93ull, 0x863fc3d036601811ull,
+    0x4df1cf2fc09130d5ull, 0x47f696438b728c2full, 0x9cfb4f96c1a19b83ull, 0x39b5ee7409b82fb9ull,
+};
+
 static uint64_t hash_stack(const uint64_t *ips, int depth, int kind, uint32_t unload_epoch)
 {
     uint64_t h = ((uint64_t)kind << 32 | unload_epoch) ^ (uint64_t)depth << 48;
-    uint64_t m = 0x9e3779b97f4a7c15ull;
-    for (int i = 0; i < depth; i++) {
-        h += (ips[i] ^ ips[i] >> 29) * m;
-        m += 0xd6e8feb86659fd92ull; /* even: m stays odd */
-    }
+    for (int i = 0; i < depth; i++)
+        h += (ips[i] ^ ips[i] >> 29) * position_mul[i];
     return mix64(h) | 1; /* never 0 */
 }
 
