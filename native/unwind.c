@@ -464,8 +464,11 @@ static uint64_t rule_for(uint64_t pc)
 #define MEMO_FIRST_SET_BITS 7 /* sets of walks by first state */
 #define MEMO_FIRST_WAYS 8  /* walks per set */
 
+/* 32 bytes: the state's sp is not kept, as the return address sits right
+ * below the CFA, which is the next sp (a walk where it does not is not
+ * remembered): fewer cache lines to check a remembered walk. */
 struct step {
-    uint64_t ip, sp, bp;   /* the state; ip is the frame recorded */
+    uint64_t ip, bp;       /* the state (with sp: see step_sp); ip is the frame recorded */
     uint64_t ra_at;        /* where the return address (the next ip) was read; 0: the walk ended */
     uint64_t bp_at;        /* where the saved rbp (the next bp) was read; 0: not read */
 };
@@ -475,6 +478,7 @@ struct kept_walk {
     uint64_t generation;   /* rules_generation it was walked under */
     int steps;             /* frames recorded */
     int more;              /* stopped at max: step[steps] is a frame too */
+    uint64_t sp0;          /* the first state's sp */
     uint32_t id, id_kind, id_epoch; /* the stack interned for it (id MLK_NO_STACK: none yet) */
     struct step step[];    /* steps + 1: the last is the state after the last step */
 };
@@ -505,6 +509,13 @@ static int memo_key_made;
 static struct memo *spare_memos;
 static mlk_lock_t spare_lock;
 static uint64_t rules_generation = 1;
+
+/* The sp of step k's state (for k = steps, of the state after the walk;
+ * meaningless when the walk ended by an unwind rule). */
+static inline uint64_t step_sp(const struct kept_walk *w, int k)
+{
+    return k ? w->step[k - 1].ra_at + 8 : w->sp0;
+}
 
 static inline struct kept_walk *walk_at(struct memo *m, int slot)
 {
@@ -587,7 +598,7 @@ static int first_change(const struct kept_walk *w, int k)
 static int same_start(const struct kept_walk *w, const struct kept_walk *ours, int n)
 {
     for (int k = 0; k < n; k++)
-        if (w->step[k].ip != ours->step[k].ip || w->step[k].sp != ours->step[k].sp || w->step[k].bp != ours->step[k].bp)
+        if (w->step[k].ip != ours->step[k].ip || step_sp(w, k) != step_sp(ours, k) || w->step[k].bp != ours->step[k].bp)
             return 0;
     return 1;
 }
@@ -613,7 +624,7 @@ static void to_front(uint16_t *set, uint16_t way)
 static void walk_to_front(struct memo *m, const struct kept_walk *w, int slot)
 {
     uint16_t tag;
-    uint16_t *set = first_set(m, w->step[0].ip, w->step[0].sp, &tag);
+    uint16_t *set = first_set(m, w->step[0].ip, w->sp0, &tag);
     to_front(set, tag | (uint16_t)slot);
 }
 
@@ -637,7 +648,7 @@ static struct kept_walk *recall_first(struct memo *m, uint64_t ip, uint64_t sp, 
             continue;
         struct kept_walk *w = walk_at(m, s);
         if (!w->complete || w->generation != generation || w->steps == 0 || w->step[0].ip != ip ||
-            w->step[0].sp != sp || w->step[0].bp != bp)
+            w->sp0 != sp || w->step[0].bp != bp)
             continue;
         int c = first_change(w, 0);
         if (!best || c > *change) {
@@ -673,7 +684,7 @@ static struct kept_walk *recall(struct memo *m, uint64_t ip, uint64_t sp, uint64
     if (!w->complete || w->generation != generation || k >= w->steps)
         return NULL;
     const struct step *st = &w->step[k];
-    if (st->ip != ip || st->sp != sp || st->bp != bp)
+    if (st->ip != ip || step_sp(w, k) != sp || st->bp != bp)
         return NULL;
     *at = k;
     *slot = s;
@@ -699,7 +710,7 @@ static void remember(struct memo *m, struct kept_walk *w, int steps, int more, u
         int k = __builtin_ctz(probed);
         if (k >= steps)
             break;
-        uint64_t h = state_hash(w->step[k].ip, w->step[k].sp);
+        uint64_t h = state_hash(w->step[k].ip, step_sp(w, k));
         m->index[INDEX_SLOT(h)] = INDEX_TAG(h) << 16 | (uint32_t)slot << 8 | (uint32_t)k;
     }
     if (steps)
@@ -733,6 +744,7 @@ fast_backtrace(uint64_t *ips, int max, int *truncated)
     struct memo *m = memo_of_thread(max);
     struct kept_walk *out = NULL; /* where this walk is written down */
     uint32_t probed = 0;          /* the steps where it looked for a remembered one */
+    int unusual = 0;              /* a return address not right below the CFA: not remembered */
     if (m) {
         m->last = -1;
         out = walk_at(m, m->victim);
@@ -775,6 +787,8 @@ fast_backtrace(uint64_t *ips, int max, int *truncated)
                 if (take > max - n)
                     take = max - n;
                 out->complete = 0;
+                if (n == 0)
+                    out->sp0 = sp;
                 memcpy(&out->step[n], &w->step[at], (size_t)take * sizeof(struct step));
                 for (int k = 0; k < take; k++)
                     ips[n + k] = w->step[at + k].ip;
@@ -784,7 +798,7 @@ fast_backtrace(uint64_t *ips, int max, int *truncated)
                 if (clamped || change == w->steps) {
                     /* Stopped at max within it, or it held to its end. */
                     ip = s[1].ip;
-                    sp = s[1].sp;
+                    sp = s->ra_at + 8;
                     bp = s[1].bp;
                     if (!clamped && !w->more)
                         goto ended;
@@ -792,7 +806,7 @@ fast_backtrace(uint64_t *ips, int max, int *truncated)
                     /* Its frame `change` read other words this time: the
                      * state after it is those words'. */
                     ip = *(const uint64_t *)s->ra_at;
-                    sp = s[1].sp;
+                    sp = s->ra_at + 8;
                     bp = s->bp_at ? *(const uint64_t *)s->bp_at : s->bp;
                     if (ip < 4096)
                         goto ended;
@@ -805,9 +819,11 @@ fast_backtrace(uint64_t *ips, int max, int *truncated)
             ips[n] = ip;
             if (out) {
                 rec = &out->step[n];
-                if (n == 0)
+                if (n == 0) {
                     out->complete = 0;
-                *rec = (struct step){ip, sp, bp, 0, 0};
+                    out->sp0 = sp;
+                }
+                *rec = (struct step){ip, bp, 0, 0};
             }
             n++;
         }
@@ -825,8 +841,11 @@ fast_backtrace(uint64_t *ips, int max, int *truncated)
             goto not_understood;
         uint64_t ra_at = cfa + (uint64_t)field(rule, 52, 12);
         ip = *(const uint64_t *)ra_at;
-        if (rec)
+        if (rec) {
             rec->ra_at = ra_at;
+            if (ra_at != cfa - 8)
+                unusual = 1; /* its sp could not be derived */
+        }
         if (rule & 8) {
             uint64_t bp_at = cfa + (uint64_t)field(rule, 40, 12);
             bp = *(const uint64_t *)bp_at;
@@ -840,8 +859,8 @@ fast_backtrace(uint64_t *ips, int max, int *truncated)
     /* Stopped at max (or after 256 steps): the state now is a frame too. */
     *truncated = 1;
 ended:
-    if (out) {
-        out->step[n] = (struct step){ip, sp, bp, 0, 0};
+    if (out && !unusual) {
+        out->step[n] = (struct step){ip, bp, 0, 0};
         remember(m, out, n, *truncated, generation, probed);
     }
     return n;
