@@ -21,7 +21,7 @@ static uint32_t current_stack(int kind)
     uint32_t epoch = __atomic_load_n(&mlk_seg->unload_epoch, __ATOMIC_ACQUIRE);
     uint32_t id = mlk_walk_known_stack(kind, epoch);
     if (id == MLK_NO_STACK) {
-        id = mlk_stack_intern(ips, depth, kind);
+        id = mlk_stack_intern(ips, depth, kind, epoch);
         if (id != MLK_NO_STACK)
             mlk_walk_remember_stack(kind, epoch, id);
     }

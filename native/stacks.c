@@ -151,7 +151,7 @@ static uint32_t create_entry(uint64_t hash, const uint64_t *ips, int depth, int 
     return (uint32_t)id;
 }
 
-uint32_t mlk_stack_intern(const uint64_t *ips, int depth, int kind)
+uint32_t mlk_stack_intern(const uint64_t *ips, int depth, int kind, uint32_t unload_epoch)
 {
     struct stack_index *ix = __atomic_load_n(&current_index, __ATOMIC_ACQUIRE);
     if (MLK_UNLIKELY(!ix)) {
@@ -165,7 +165,6 @@ uint32_t mlk_stack_intern(const uint64_t *ips, int depth, int kind)
         if (!ix)
             return MLK_NO_STACK;
     }
-    uint32_t unload_epoch = __atomic_load_n(&mlk_seg->unload_epoch, __ATOMIC_ACQUIRE);
     uint64_t hash = hash_stack(ips, depth, kind, unload_epoch);
     uint32_t created = MLK_NO_STACK;
     for (uint64_t i = hash & ix->mask;; i = (i + 1) & ix->mask) {
@@ -230,18 +229,25 @@ static inline void bump(unsigned stripe_plus_one_, uint64_t *counter, uint64_t v
         __atomic_add_fetch(counter, v, __ATOMIC_RELAXED);
 }
 
+/* Stack id's counters in this thread's stripe; *s: the stripe (for bump). */
+static inline struct mlk_counters *counters_of(uint32_t id, unsigned *s)
+{
+    *s = stripe_of_thread();
+    return &mlk_stacks()[id].counters[*s - 1];
+}
+
 void mlk_stack_count_alloc(uint32_t id, uint64_t bytes)
 {
-    unsigned s = stripe_of_thread();
-    struct mlk_counters *c = &mlk_stacks()[id].counters[s - 1];
+    unsigned s;
+    struct mlk_counters *c = counters_of(id, &s);
     bump(s, &c->alloc_count, 1);
     bump(s, &c->alloc_bytes, bytes);
 }
 
 void mlk_stack_account(uint32_t id, int64_t bytes, int64_t blocks)
 {
-    unsigned s = stripe_of_thread();
-    struct mlk_counters *c = &mlk_stacks()[id].counters[s - 1];
+    unsigned s;
+    struct mlk_counters *c = counters_of(id, &s);
     if (bytes)
         bump(s, (uint64_t *)&c->freed_bytes, (uint64_t)-bytes);
     if (blocks)
