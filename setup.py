@@ -1,6 +1,8 @@
 """Build: compiles native/*.c into libmemleak/libmtrace.so (a plain shared
-library for LD_PRELOAD, not a Python extension) and ships the layout header
-beside it, so that the hook library and the reporter read the same file."""
+library for LD_PRELOAD, not a Python extension), native/reporter/*.c into
+libmemleak/libmlkreport.so (the reporter's per-stack loops, loaded with
+cffi), and ships the layout header beside them, so that the hook library
+and the reporter read the same file."""
 
 import glob
 import os
@@ -27,6 +29,13 @@ def build_native(out_dir, python=sys.executable):
     cc = shlex.split(os.environ.get("CC", "cc"))
     target = os.path.join(out_dir, "libmtrace.so")
     cmd = [*cc, *CFLAGS, f'-DMLK_PYTHON="{python}"', *sources, "-o", target, *LDFLAGS, *LIBS]
+    print(" ".join(shlex.quote(c) for c in cmd))
+    subprocess.check_call(cmd)
+    # The reporter's loops: no hooks, nothing to interpose, no libraries.
+    report_sources = sorted(glob.glob(os.path.join(HERE, "native", "reporter", "*.c")))
+    report_flags = [f for f in CFLAGS if f != "-fexceptions"]
+    cmd = [*cc, *report_flags, *report_sources, "-o", os.path.join(out_dir, "libmlkreport.so"),
+           *LDFLAGS]
     print(" ".join(shlex.quote(c) for c in cmd))
     subprocess.check_call(cmd)
     shutil.copy(os.path.join(HERE, "native", "shm_layout.h"), os.path.join(out_dir, "shm_layout.h"))

@@ -7,9 +7,11 @@ hold several entries for one stack (after a dlclose, or when its index
 grew), and users care about call sites, not entries."""
 
 import math
+from array import array
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from libmemleak import report_core
 from libmemleak.modmap import ModuleMap
 
 
@@ -34,24 +36,41 @@ class Totals:
     stacks: int
 
 
+class KeyTable:
+    """Stack key -> a small int (key id), for the reporter's lifetime, with
+    the modules per frame of each key (for symbolizing it).  Kept across
+    module-list changes, so caches by key id stay valid."""
+
+    def __init__(self):
+        self.ids = {}
+        self.keys = []          # key id -> (key, modules per frame)
+
+    def id_of(self, key, mods):
+        kid = self.ids.get(key)
+        if kid is None:
+            kid = self.ids[key] = len(self.keys)
+            self.keys.append((key, mods))
+        return kid
+
+
 class FrameResolver:
     """Return address -> (module, (module path or None, offset)), cached per
     address wherever the answer cannot depend on when the stack was
-    recorded (one module ever held that address).  Valid for one module
-    list: build a new one when the list changes."""
+    recorded (one module ever held that address); stack id -> key id.
+    Valid for one module list: build a new one when the list changes
+    (passing the same KeyTable keeps the key ids)."""
 
-    def __init__(self, modules, stacks_kept=250_000):
+    def __init__(self, modules, keys=None):
         self.modules = tuple(modules)
+        self.keys = keys if keys is not None else KeyTable()
         self._modmap = ModuleMap(self.modules)
         self._cache = {}
-        # Stack id -> (key, modules, key id): a stack is immutable once published,
-        # so it is resolved once, not at every report that finds it changed
-        # (100,000 changed stacks took seconds to resolve again each time).
-        # Module tuples repeat across stacks and are shared.
-        self._stacks = {}
-        self._stacks_kept = stacks_kept
         self._module_tuples = {}
-        self._key_ids = {}
+        # Stack id -> key id, -1 while not resolved: a stack is immutable once
+        # published, so it is resolved once, not at every report that finds it
+        # changed.  An array: 8 bytes per stack, and C reads it (report_core).
+        self.key_of = array("q")
+        self.scratch = array("q")  # report_core's per-key scratch, all -1 between uses
 
     def resolve(self, address, epoch):
         hit = self._cache.get(address)
@@ -63,22 +82,34 @@ class FrameResolver:
             self._cache[address] = answer
         return answer
 
+    def cover(self, n):
+        """Make key_of long enough for stack ids below n."""
+        if n > len(self.key_of):
+            self.key_of.extend(array("q", [-1]) * (n - len(self.key_of)))
+
+    def key_id(self, stacks, sid):
+        """The key id of stack `sid` of `stacks` (an id -> segment.Stack
+        mapping, the same one each time).  Stacks with one key (module paths
+        and offsets) have one key id."""
+        if sid < len(self.key_of):
+            kid = self.key_of[sid]
+            if kid >= 0:
+                return kid
+        else:
+            self.cover(sid + 1)
+        stack = stacks[sid]
+        cache, epoch = self._cache, stack.map_epoch
+        resolved = [cache.get(a) or self.resolve(a, epoch) for a in stack.frames]
+        mods = tuple([r[0] for r in resolved])
+        mods = self._module_tuples.setdefault(mods, mods)
+        kid = self.key_of[sid] = self.keys.id_of((stack.kind, tuple([r[1] for r in resolved])), mods)
+        return kid
+
     def stack_key(self, stacks, sid):
-        """(key, modules per frame, key id) of stack `sid` of `stacks` (an
-        id -> segment.Stack mapping, the same one each time).  Stacks with
-        one key have one key id: merging by it hashes an int, not the key."""
-        hit = self._stacks.get(sid)
-        if hit is None:
-            stack = stacks[sid]
-            cache, epoch = self._cache, stack.map_epoch
-            resolved = [cache.get(a) or self.resolve(a, epoch) for a in stack.frames]
-            mods = tuple([r[0] for r in resolved])
-            mods = self._module_tuples.setdefault(mods, mods)
-            key = (stack.kind, tuple([r[1] for r in resolved]))
-            hit = (key, mods, self._key_ids.setdefault(key, len(self._key_ids)))
-            if len(self._stacks) < self._stacks_kept:
-                self._stacks[sid] = hit
-        return hit
+        """(key, modules per frame, key id) of stack `sid`."""
+        kid = self.key_id(stacks, sid)
+        key, mods = self.keys.keys[kid]
+        return key, mods, kid
 
 
 def estimate(sampled_bytes, sampled_blocks, sample_bytes):
@@ -106,33 +137,59 @@ def _estimated(snapshot):
             [x[0] for x in reported], [x[1] for x in reported])
 
 
+class Deltas:
+    """diff_snapshot's answer: a sequence of StackDelta, kept as C rows
+    (report_core.Rows) so that a report of 100,000 changed stacks does not
+    build 100,000 Python objects to write them."""
+
+    def __init__(self, rows, resolver, ids):
+        self.rows = rows
+        self._keys = resolver.keys.keys
+        self._ids = ids
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        kid, pos, nbytes, blocks, live_b, live_k = self.rows.row(i)
+        key, mods = self._keys[kid]
+        return StackDelta(key, self._ids[pos], mods, nbytes, blocks, live_b, live_k)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def key_ids(self):
+        return self.rows.column(0)
+
+
 def diff_snapshot(snapshot, resolver=None):
-    """List of StackDelta, largest byte change first; unchanged stacks left
-    out.  Only changed stacks are looked at closely (their frames read and
-    resolved), so a report stays cheap with a million stacks.  `resolver`
+    """Deltas (a sequence of StackDelta), largest byte change first;
+    unchanged stacks left out.  Only changed stacks are looked at closely
+    (their frames read and resolved, in Python); the scan, merge and sort
+    run in C, so a report stays cheap with a million stacks.  `resolver`
     (a FrameResolver for snapshot.modules) may be kept across reports."""
     if resolver is None or resolver.modules != tuple(snapshot.modules):
-        resolver = FrameResolver(snapshot.modules)
+        resolver = FrameResolver(snapshot.modules, resolver.keys if resolver else None)
     live_bytes, live_blocks, reported_bytes, reported_blocks = _estimated(snapshot)
-    merged = {}
-    ids, stacks, stack_key = snapshot.ids, snapshot.stacks, resolver.stack_key
-    for pos, (live_b, rep_b, live_k, rep_k) in enumerate(
-            zip(live_bytes, reported_bytes, live_blocks, reported_blocks)):
-        if live_b == rep_b and live_k == rep_k:
-            continue
-        sid = ids[pos]
-        key, mods, key_id = stack_key(stacks, sid)
-        prev = merged.get(key_id)
-        if prev is None:
-            merged[key_id] = [key, sid, mods, live_b - rep_b, live_k - rep_k, live_b, live_k]
-        else:
-            prev[3] += live_b - rep_b
-            prev[4] += live_k - rep_k
-            prev[5] += live_b
-            prev[6] += live_k
-    chosen = [v for v in merged.values() if v[3] or v[4]]
-    chosen.sort(key=lambda v: (-v[3], -v[4], v[1]))
-    return [StackDelta(*v) for v in chosen]
+    changes = report_core.Changes(live_bytes, live_blocks, reported_bytes, reported_blocks)
+    ids, stacks = snapshot.ids, snapshot.stacks
+    by_id = isinstance(ids, range) and ids.start == 0 and ids.step == 1
+    if by_id:  # positions are stack ids: the resolver's own array serves
+        resolver.cover(len(ids))
+        key_of = resolver.key_of
+    else:
+        key_of = array("q", [resolver.key_of[i] if i < len(resolver.key_of) else -1 for i in ids])
+    for pos in changes.unkeyed(key_of):
+        key_of[pos] = resolver.key_id(stacks, ids[pos])
+    nkeys = len(resolver.keys.keys)
+    if len(resolver.scratch) < nkeys:
+        resolver.scratch.extend(array("q", [-1]) * (nkeys - len(resolver.scratch)))
+    rows = changes.merge(key_of, nkeys, resolver.scratch)
+    return Deltas(rows, resolver, ids)
 
 
 def totals(snapshot):

@@ -83,7 +83,7 @@ def render(header, entries):
 
 
 def write_report(directory, name, text):
-    """Write `text` (a string, or an iterable of strings written in turn)
+    """Write `text` (a string, or an iterable of strings or bytes written in turn)
     as directory/name, complete or not at all: under a fresh
     temporary name (owner-only, exclusive create, no symlink followed), then
     renamed into place.  rename() replaces a symlink planted at `name`
@@ -95,7 +95,9 @@ def write_report(directory, name, text):
                      0o600, dir_fd=dir_fd)
         try:
             for piece in ([text] if isinstance(text, str) else text):
-                view = memoryview(piece.encode("utf-8", "surrogateescape"))
+                if isinstance(piece, str):
+                    piece = piece.encode("utf-8", "surrogateescape")
+                view = memoryview(piece)
                 while view:
                     view = view[os.write(fd, view):]
         except OSError:

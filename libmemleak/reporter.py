@@ -11,14 +11,16 @@ so a reporter that dies can be replaced without losing anything."""
 
 import datetime
 import gc
+import itertools
 import os
 import select
 import time
 
 from libmemleak import __version__
-from libmemleak.diff import FrameResolver, diff_snapshot, totals
+from libmemleak.diff import FrameResolver, KeyTable, diff_snapshot, totals
 from libmemleak.keeper import Keeper
-from libmemleak.memlog import Entry, render_chunks, render_frames, report_name, write_report
+from libmemleak.memlog import render, render_frames, report_name, write_report
+from libmemleak.report_core import TextStore
 from libmemleak.segment import Segment, SegmentError, futex_wait, futex_wake
 from libmemleak.symbols import Symbolizer
 
@@ -32,11 +34,6 @@ REASON_FIELDS = (("exit", "exit_requests", "seen_exit"),
                  ("mtrace", "mtrace_requests", "seen_mtrace"),
                  ("signal", "signal_requests", "seen_signal"))
 SELF_LIBRARY = "libmtrace.so"
-# Stacks whose key and frame lines are kept (a few hundred bytes each: the
-# strings themselves are per return address, shared): most reports of a
-# program touch the same stacks again.  Bounded, so that beyond it a million
-# stacks cost per-address lines only.
-STACKS_KEPT = 250_000
 
 
 def say(message):
@@ -120,14 +117,13 @@ class Reporter:
         self.symbolizer = symbolizer or Symbolizer()
         self.warned = set()
         self.budget = _float_env("MEMLEAK_SYMBOL_BUDGET", DEFAULT_SYMBOL_BUDGET)
-        self.resolver = FrameResolver((), STACKS_KEPT)  # address -> module, stack -> key
+        self.keys = KeyTable()   # stack key -> key id, for the reporter's lifetime
+        self.resolver = FrameResolver((), self.keys)  # address -> module, stack id -> key id
         self.warm_next = 0       # the first stack id idle warm-up has not looked at
-        # (module index, address) -> the frame lines of that return address,
-        # once fully symbolized: a report is then a join of cached strings.
-        self.lines = {}
-        # stack key -> its frame lines (a tuple of shared strings), once
-        # complete: a report is then a join per entry.
-        self.stack_texts = {}
+        # The frame lines of each key id, once fully symbolized: each return
+        # address's lines stored once (line ids keyed by (module index,
+        # address)), a key as a run of line ids.  C writes entries from it.
+        self.texts = TextStore()
         self.watch = ProgramWatch(self.h.pid, os.fstat(segment_fd).st_ino, pidfd)
 
     # -- the loop -----------------------------------------------------------
@@ -179,14 +175,15 @@ class Reporter:
             self.warm_next += 1
             if not seg.stack_ok(i):
                 continue
-            key, modules, _ = self.resolver.stack_key(seg.stacks, i)
-            self.frame_lines(key, modules)
+            key_id = self.resolver.key_id(seg.stacks, i)
+            if not self.texts.has(key_id):
+                self.symbolize_keys([key_id])
         settle_memory()
         return False
 
     def update_resolver(self, modules):
         if tuple(modules) != self.resolver.modules:
-            self.resolver = FrameResolver(modules, STACKS_KEPT)
+            self.resolver = FrameResolver(modules, self.keys)
 
     def reason(self):
         h = self.h
@@ -253,50 +250,64 @@ class Reporter:
         self.update_resolver(snap.modules)
         deltas = diff_snapshot(snap, self.resolver)
         sums = totals(snap)
+        texts = self.texts
+        texts.grow_keys(len(self.keys.keys))
         self.symbolizer.deadline = time.monotonic() + self.budget
         self.symbolizer.skipped = 0
         try:
             # Symbolize first (the header says whether that was complete),
-            # then render entries from the caches as the file is written: a
-            # report of a million stacks never exists as one string.
-            for d in deltas:
-                self.frame_lines(d.key, d.modules)
+            # then C writes the entries from the text store as the file is
+            # written: a report of a million stacks never exists whole.
+            partial = self.symbolize_keys(deltas.rows.textless(texts.key_first))
             seq = self.h.report_seq + 1
             prog = os.path.basename(snap.exe) or "unknown"
-            header = self.header_lines(snap, sums, seq, reason)
-            entries = (self.entry(d) for d in deltas)
-            write_report(snap.report_dir, report_name(prog, snap.pid, seq),
-                         render_chunks(header, entries))
+            header = render(self.header_lines(snap, sums, seq, reason), ())
+            texts.begin_temporary()  # the texts of partly symbolized keys: this report only
+            try:
+                for key_id, items in partial:
+                    texts.set_key(key_id, [x if isinstance(x, int) else texts.add_line(x)
+                                           for x in items])
+                body = texts.render(deltas.rows)
+                try:
+                    write_report(snap.report_dir, report_name(prog, snap.pid, seq),
+                                 itertools.chain([header], body))
+                finally:
+                    body.close()
+            finally:
+                texts.end_temporary()
         finally:
             self.symbolizer.deadline = None
         self.seg.commit_baseline(snap)
         self.h.report_seq = seq
         settle_memory()
 
-    def entry(self, delta):
-        return Entry(delta.bytes, delta.blocks, [],
-                     frames_text="\n".join(self.frame_lines(delta.key, delta.modules)))
-
-    def frame_lines(self, key, modules):
-        """The frame lines of the stack with this key: cached once complete
-        (for the first STACKS_KEPT stacks)."""
-        lines = self.stack_texts.get(key)
-        if lines is None:
-            skipped = self.symbolizer.skipped
-            lines = tuple([self.line_for(m, a) for m, a in program_frames(key, modules)])
-            if self.symbolizer.skipped == skipped and len(self.stack_texts) < STACKS_KEPT:
-                self.stack_texts[key] = lines
-        return lines
+    def symbolize_keys(self, key_ids):
+        """Store the frame lines of these keys in the text store.  Keys with
+        a frame the symbol budget cut short are not stored; they are
+        returned as (key id, [line id or text of each frame]), for the
+        current report only."""
+        texts, keys, partial = self.texts, self.keys.keys, []
+        for key_id in key_ids:
+            key, modules = keys[key_id]
+            items = [self.line_for(m, a) for m, a in program_frames(key, modules)]
+            if all(isinstance(x, int) for x in items):
+                texts.set_key(key_id, items)
+            else:
+                partial.append((key_id, items))
+        return partial
 
     def line_for(self, module, address):
+        """The line id of the frame lines of this return address, or their
+        text if symbolization was cut short (not worth keeping)."""
         key = (module.index if module is not None else None, address)
-        text = self.lines.get(key)
-        if text is None:
+        line_id = self.texts.line_ids.get(key)
+        if line_id is None:
             skipped = self.symbolizer.skipped
             text = render_frames(self.symbolizer.frames_for(module, address))
-            if self.symbolizer.skipped == skipped:  # complete: worth keeping
-                self.lines[key] = text
-        return text
+            if self.symbolizer.skipped != skipped:
+                return text
+            line_id = self.texts.line_ids[key] = self.texts.add_line(text)
+        return line_id
 
     def header_lines(self, snap, sums, seq, reason):
         when = datetime.datetime.fromtimestamp(snap.taken_ns / 1e9).astimezone()

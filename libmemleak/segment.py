@@ -4,7 +4,6 @@ memory.  The segment is written by a program that may be corrupting its own
 memory, so every count and offset is checked before use."""
 
 import mmap
-import operator
 import os
 import time
 from array import array
@@ -13,6 +12,7 @@ import cffi
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from libmemleak import report_core
 from libmemleak.layout import CONST, HEADER_SIZE, MODULE_SIZE, STACK_SIZE, ffi, stack_word
 
 KIND_NAMES = {CONST["MLK_KIND_MALLOC"]: "malloc", CONST["MLK_KIND_NEW"]: "new",
@@ -23,14 +23,6 @@ _W_HASH = stack_word("hash")
 _W_STATE = stack_word("state")  # state:u32 | depth:u16 | kind:u16
 _W_FRAMES = stack_word("frames_off")
 _W_EPOCHS = stack_word("map_epoch")  # map_epoch:u32 | unload_epoch:u32
-# The counter stripes: word index of each field in each stripe.
-_STRIPES = CONST["MLK_COUNTER_STRIPES"]
-_W_COUNTERS = stack_word("counters")
-_W_STRIPE = ffi.sizeof("struct mlk_counters") // 8
-_W_ALLOC_COUNT, _W_ALLOC_BYTES, _W_FREED_COUNT, _W_FREED_BYTES = (
-    [_W_COUNTERS + s * _W_STRIPE + ffi.offsetof("struct mlk_counters", f) // 8
-     for s in range(_STRIPES)]
-    for f in ("alloc_count", "alloc_bytes", "freed_count", "freed_bytes"))
 _W_REP_BYTES = stack_word("reported_bytes")
 _W_REP_BLOCKS = stack_word("reported_blocks")
 
@@ -123,6 +115,7 @@ class Segment:
         self._stack_words = whole[h.stacks_off:h.stacks_off + h.stacks_cap * STACK_SIZE].cast("q")
         self._frames = whole[h.frames_off:h.frames_off + h.frames_cap * 8].cast("Q")
         self._strings = whole[h.strings_off:h.strings_off + h.strings_cap]
+        self._stacks_ptr = ffi.cast("struct mlk_stack *", ffi.cast("char *", self._buf) + h.stacks_off)
         # What is known of stacks 0.._next_id-1 (see _learn_new_stacks).
         self._next_id = 0
         self._kind, self._off = array("q"), array("q")
@@ -199,19 +192,11 @@ class Segment:
         taken = time.time_ns()
         self._learn_new_stacks()
         n = self._next_id
-        words = self._stack_words[:n * _W]
-        # The hooks count upwards only: live = allocated - freed.  Frees are
-        # read first, so that one racing with us can never make live negative.
-        freed_bytes = _striped(words, _W_FREED_BYTES)
-        freed_count = _striped(words, _W_FREED_COUNT)
-        cols = {"alloc_count": _striped(words, _W_ALLOC_COUNT),
-                "alloc_bytes": _striped(words, _W_ALLOC_BYTES)}
-        cols.update((name, array("q", words[w::_W])) for name, w in (
-            ("reported_bytes", _W_REP_BYTES), ("reported_blocks", _W_REP_BLOCKS)))
-        cols["live_bytes"] = _minus(cols["alloc_bytes"], freed_bytes)
-        cols["live_blocks"] = _minus(cols["alloc_count"], freed_count)
+        # Summed in C (report_core): per stack, frees are read before
+        # allocations, so a free racing with us can never make live negative.
+        cols = report_core.columns(self._stacks_ptr, n, self._ok)
         ok = self._ok
-        if len(ok) == n and all(ok):
+        if ok.count(0) == 0:
             ids = range(n)
         else:  # a few bad entries: keep the good ones, positions follow ids
             ids = [i for i in range(n) if ok[i]]
@@ -295,8 +280,13 @@ class Segment:
     def commit_baseline(self, snapshot):
         """Record that a report now covers `snapshot`: the next report is the
         change from here.  Called only after the report file is in place."""
+        ids = snapshot.ids
+        if isinstance(ids, range) and ids.start == 0 and ids.step == 1:
+            report_core.commit(self._stacks_ptr, snapshot.live_bytes, snapshot.live_blocks,
+                               snapshot.reported_bytes, snapshot.reported_blocks)
+            return
         words = self._stack_words
-        for i, b, k, rb, rk in zip(snapshot.ids, snapshot.live_bytes, snapshot.live_blocks,
+        for i, b, k, rb, rk in zip(ids, snapshot.live_bytes, snapshot.live_blocks,
                                     snapshot.reported_bytes, snapshot.reported_blocks):
             if b != rb:
                 words[i * _W + _W_REP_BYTES] = b
@@ -307,35 +297,13 @@ class Segment:
         return int(ffi.cast("uintptr_t", ffi.addressof(self.header, name)))
 
     def close(self):
-        self.header = self._buf = None
+        self.header = self._buf = self._stacks_ptr = None
         for view in ("_stack_words", "_frames", "_strings"):
             getattr(self, view).release()
         try:
             self._map.close()
         except BufferError:  # a caller still holds a view; the mapping goes with it
             pass
-
-
-def _striped(words, stripe_words):
-    """One counter of every stack, summed over the stripes."""
-    total = array("q", words[stripe_words[0]::_W])
-    for w in stripe_words[1:]:
-        total = _wrapping(operator.add, total, words[w::_W])
-    return total
-
-
-def _wrapping(op, a, b):
-    """a op b per element, as the 64-bit counters wrap (a program that
-    scribbled over them must not make the result unrepresentable)."""
-    try:
-        return array("q", map(op, a, b))
-    except OverflowError:
-        return array("q", (((op(x, y) + (1 << 63)) & ((1 << 64) - 1)) - (1 << 63)
-                           for x, y in zip(a, b)))
-
-
-def _minus(a, b):
-    return _wrapping(operator.sub, a, b)
 
 
 def header_fields(fd, names):

@@ -1,0 +1,210 @@
+"""The reporter's per-stack loops, in C (native/reporter/report_core.c,
+built into libmlkreport.so beside this file): the counters of every stack,
+the changed ones merged by key and sorted, the entries written out, the
+baseline committed.  Python keeps the judgement (modules, symbols, header).
+
+The arrays passed in and out are `array('q')`/`array('i')` objects and the
+segment's own memory; nothing is copied per stack in Python."""
+
+import os
+from array import array
+
+import cffi
+
+from libmemleak import PACKAGE_DIR
+from libmemleak.layout import ffi as layout_ffi
+
+ffi = cffi.FFI()
+ffi.include(layout_ffi)
+ffi.cdef("""
+struct mlk_rc_row { int64_t key, pos, bytes, blocks, live_bytes, live_blocks; };
+struct mlk_rc_texts { const char *arena; const int64_t *line_off; const int32_t *pool;
+                      const int64_t *key_first; const int32_t *key_lines; };
+void mlk_rc_columns(const struct mlk_stack *, int64_t, const uint8_t *, int64_t *, int64_t *,
+                    int64_t *, int64_t *, int64_t *, int64_t *);
+int64_t mlk_rc_unkeyed(int64_t, const int64_t *, const int64_t *, const int64_t *,
+                       const int64_t *, const int64_t *, int64_t *, int64_t);
+int64_t mlk_rc_merge(int64_t, const int64_t *, const int64_t *, const int64_t *, const int64_t *,
+                     const int64_t *, int64_t, int64_t *, struct mlk_rc_row *);
+int64_t mlk_rc_textless(const struct mlk_rc_row *, int64_t, const int64_t *, int64_t *, int64_t);
+int64_t mlk_rc_render(const struct mlk_rc_row *, int64_t, int64_t, const struct mlk_rc_texts *,
+                      char *, int64_t, int64_t *);
+void mlk_rc_commit(struct mlk_stack *, int64_t, const int64_t *, const int64_t *,
+                   const int64_t *, const int64_t *);
+""")
+_LIBRARY = os.path.join(PACKAGE_DIR, "libmlkreport.so")
+try:
+    lib = ffi.dlopen(_LIBRARY)
+except OSError as e:  # the installation is broken: say which file, not a traceback
+    raise ImportError(f"{_LIBRARY} cannot be loaded ({e}): reinstall libmemleak") from None
+
+ROW_WORDS = ffi.sizeof("struct mlk_rc_row") // 8
+COLUMNS = ("live_bytes", "live_blocks", "alloc_count", "alloc_bytes",
+           "reported_bytes", "reported_blocks")
+
+
+def _q(a):
+    return ffi.from_buffer("int64_t[]", a)
+
+
+def _as_q(seq):
+    return seq if isinstance(seq, array) and seq.typecode == "q" else array("q", seq)
+
+
+def zeros(n, typecode="q"):
+    return array(typecode, bytes(n * array(typecode).itemsize))
+
+
+def columns(stacks_ptr, n, ok):
+    """Per-stack counters of stacks 0..n-1 (zeros for those not ok), as a
+    dict of array('q') named as in COLUMNS."""
+    cols = {name: zeros(n) for name in COLUMNS}
+    lib.mlk_rc_columns(stacks_ptr, n, ffi.from_buffer("uint8_t[]", ok),
+                       *[_q(cols[name]) for name in COLUMNS])
+    return cols
+
+
+def commit(stacks_ptr, live_bytes, live_blocks, reported_bytes, reported_blocks):
+    """reported := live in the segment, for stacks 0..n-1 (positions are ids)."""
+    lib.mlk_rc_commit(stacks_ptr, len(live_bytes), _q(live_bytes), _q(live_blocks),
+                      _q(reported_bytes), _q(reported_blocks))
+
+
+class Changes:
+    """The changed stacks of a snapshot, column by column (array('q'))."""
+
+    def __init__(self, live_bytes, live_blocks, reported_bytes, reported_blocks):
+        self.cols = [_as_q(c) for c in (live_bytes, live_blocks, reported_bytes, reported_blocks)]
+        self.n = len(self.cols[0])
+
+    def unkeyed(self, key_of):
+        """Changed positions whose key_of entry is still -1."""
+        cap = 1024
+        while True:
+            out = zeros(cap)
+            found = lib.mlk_rc_unkeyed(self.n, *map(_q, self.cols), _q(key_of), _q(out), cap)
+            if found <= cap:
+                return out[:found].tolist()
+            cap = found
+
+    def merge(self, key_of, nkeys, scratch):
+        """Rows (one per key, report order).  scratch: array('q') of at least
+        nkeys entries, all -1 (left so)."""
+        rows = zeros(self.n * ROW_WORDS)
+        count = lib.mlk_rc_merge(self.n, *map(_q, self.cols), _q(key_of), nkeys, _q(scratch),
+                                 ffi.cast("struct mlk_rc_row *", _q(rows)))
+        if count < 0:
+            raise ValueError("a changed stack has no key")
+        del rows[count * ROW_WORDS:]
+        return Rows(rows)
+
+
+class Rows:
+    """Report entries as fixed-size records: key, pos, bytes, blocks,
+    live_bytes, live_blocks (struct mlk_rc_row)."""
+
+    def __init__(self, words):
+        self.words = words
+
+    def __len__(self):
+        return len(self.words) // ROW_WORDS
+
+    def row(self, i):
+        return self.words[i * ROW_WORDS:(i + 1) * ROW_WORDS].tolist()
+
+    def column(self, index):
+        return self.words[index::ROW_WORDS]
+
+    def pointer(self):
+        return ffi.cast("struct mlk_rc_row *", _q(self.words))
+
+    def textless(self, key_first):
+        """Key ids of rows without text in key_first (-1)."""
+        n, cap = len(self), 1024
+        while True:
+            out = zeros(cap)
+            found = lib.mlk_rc_textless(self.pointer(), n, _q(key_first), _q(out), cap)
+            if found <= cap:
+                return out[:found].tolist()
+            cap = found
+
+
+class TextStore:
+    """The frame lines of each stack key, as C reads them to write entries:
+    each distinct line (the frames of one return address) stored once as
+    bytes, each key a run of line ids.  4 bytes per frame per key.
+
+    Texts added between begin_temporary() and end_temporary() (frames whose
+    symbolization was cut short by the time budget) are dropped at the end,
+    so the next report tries again."""
+
+    def __init__(self):
+        self.arena = bytearray()
+        self.line_off = array("q", [0])
+        self.pool = array("i")
+        self.key_first = array("q")
+        self.key_lines = array("i")
+        self.line_ids = {}      # caller's line key -> line id, complete lines only
+        self._mark = None
+        self._temporary_keys = []
+
+    def grow_keys(self, nkeys):
+        if nkeys > len(self.key_first):
+            extra = nkeys - len(self.key_first)
+            self.key_first.extend(array("q", [-1]) * extra)
+            self.key_lines.extend(zeros(extra, "i"))
+
+    def add_line(self, text):
+        """A new line id for `text` (one or more frame lines, no final newline)."""
+        data = text.encode("utf-8", "surrogateescape")
+        self.arena += data + b"\n" if data else b""
+        self.line_off.append(len(self.arena))
+        return len(self.line_off) - 2
+
+    def has(self, key_id):
+        return key_id < len(self.key_first) and self.key_first[key_id] >= 0
+
+    def set_key(self, key_id, line_ids):
+        self.grow_keys(key_id + 1)
+        self.key_first[key_id] = len(self.pool)
+        self.key_lines[key_id] = len(line_ids)
+        self.pool.extend(array("i", line_ids))
+        if self._mark is not None:
+            self._temporary_keys.append(key_id)
+
+    def begin_temporary(self):
+        self._mark = (len(self.arena), len(self.line_off), len(self.pool))
+
+    def end_temporary(self):
+        arena, lines, pool = self._mark
+        del self.arena[arena:]
+        del self.line_off[lines:]
+        del self.pool[pool:]
+        for key_id in self._temporary_keys:
+            self.key_first[key_id] = -1
+        self._temporary_keys, self._mark = [], None
+
+    def render(self, rows, chunk_bytes=1 << 20):
+        """The entries of `rows` in the report format, as bytes pieces of
+        about chunk_bytes.  Nothing may be added to the store until the
+        generator is finished or closed (C holds its buffers)."""
+        keep = [ffi.from_buffer("char[]", self.arena), _q(self.line_off),
+                ffi.from_buffer("int32_t[]", self.pool), _q(self.key_first),
+                ffi.from_buffer("int32_t[]", self.key_lines)]
+        try:
+            texts = ffi.new("struct mlk_rc_texts *", keep)
+            rows_ptr, total = rows.pointer(), len(rows)
+            out = bytearray(chunk_bytes)
+            nxt = ffi.new("int64_t *")
+            at = 0
+            while at < total:
+                with ffi.from_buffer("char[]", out) as buf:
+                    size = lib.mlk_rc_render(rows_ptr, at, total, texts, buf, len(out), nxt)
+                if size < 0:  # one entry larger than the buffer
+                    out = bytearray(-size)
+                    continue
+                at = nxt[0]
+                yield bytes(out[:size])
+        finally:
+            for b in keep:
+                ffi.release(b)

@@ -1,0 +1,124 @@
+"""report_core: the reporter's C loops, on hand-made stack tables and
+texts, checked against what the Python format functions write."""
+
+from array import array
+
+from libmemleak import report_core
+from libmemleak.layout import CONST, ffi
+from libmemleak.memlog import Entry, render
+from libmemleak.report_core import Changes, TextStore
+
+STRIPES = CONST["MLK_COUNTER_STRIPES"]
+
+
+def stack_table(rows):
+    """rows: per stack, a list of (alloc_count, alloc_bytes, freed_count,
+    freed_bytes) per stripe, and (reported_bytes, reported_blocks)."""
+    table = ffi.new("struct mlk_stack[]", len(rows))
+    for i, (stripes, (rep_b, rep_k)) in enumerate(rows):
+        for k, (ac, ab, fc, fb) in enumerate(stripes):
+            c = table[i].counters[k]
+            c.alloc_count, c.alloc_bytes, c.freed_count, c.freed_bytes = ac, ab, fc, fb
+        table[i].reported_bytes, table[i].reported_blocks = rep_b, rep_k
+    return table
+
+
+def test_columns_sum_the_stripes_and_zero_the_stacks_not_ok():
+    table = stack_table([
+        ([(3, 300, 1, 100), (2, 50, 2, 50), (0, 0, 0, 0)], (10, 1)),
+        ([(9, 9, 0, 0)] * STRIPES, (0, 0)),                     # not ok: zeros
+        # counters that wrapped in the program: live is still the difference
+        ([((1 << 64) - 1, (1 << 64) - 8, (1 << 63) - 1, (1 << 63) - 8), (2, 16, 0, 0),
+          (0, 0, 0, 0)], (-5, -1)),
+    ])
+    cols = report_core.columns(table, 3, bytearray([1, 0, 1]))
+    # allocated 2^64 + 8 bytes (wrapped to 8) in 2^64 + 1 blocks (1), freed 2^63 - 8 in 2^63 - 1
+    assert list(cols["live_bytes"]) == [200, 0, 8 - ((1 << 63) - 8)]
+    assert list(cols["live_blocks"]) == [2, 0, 1 - ((1 << 63) - 1)]
+    assert list(cols["alloc_count"]) == [5, 0, 1]
+    assert list(cols["alloc_bytes"]) == [350, 0, 8]
+    assert list(cols["reported_bytes"]) == [10, 0, -5]
+    assert list(cols["reported_blocks"]) == [1, 0, -1]
+
+
+def test_commit_writes_only_what_changed():
+    table = stack_table([([(1, 8, 0, 0)] + [(0, 0, 0, 0)] * (STRIPES - 1), (0, 0)),
+                         ([(1, 8, 0, 0)] + [(0, 0, 0, 0)] * (STRIPES - 1), (8, 1))])
+    cols = report_core.columns(table, 2, bytearray([1, 1]))
+    table[1].reported_bytes = 1234  # a change after the snapshot: commit must not undo it
+    report_core.commit(table, cols["live_bytes"], cols["live_blocks"],
+                       cols["reported_bytes"], cols["reported_blocks"])
+    assert (table[0].reported_bytes, table[0].reported_blocks) == (8, 1)
+    assert (table[1].reported_bytes, table[1].reported_blocks) == (1234, 1)
+
+
+def merged(live_b, live_k, rep_b, rep_k, key_of):
+    changes = Changes(live_b, live_k, rep_b, rep_k)
+    key_of = array("q", key_of)
+    nkeys = max(key_of) + 1
+    scratch = array("q", [-1] * nkeys)
+    rows = changes.merge(key_of, nkeys, scratch)
+    assert list(scratch) == [-1] * nkeys  # left ready for the next report
+    return [rows.row(i) for i in range(len(rows))]
+
+
+def test_merge_sums_by_key_sorts_and_drops_what_cancels():
+    #          pos: 0    1    2    3    4    5
+    live_b = [100, 50, 0, 30, 7, 10]
+    live_k = [1, 1, 0, 3, 1, 2]
+    rep_b = [0, 0, 64, 0, 7, 20]
+    rep_k = [0, 0, 2, 0, 1, 1]
+    key_of = [2, 0, 1, 0, -1, 3]  # pos 4 unchanged: needs no key
+    rows = merged(live_b, live_k, rep_b, rep_k, key_of)
+    # key 0 = pos 1 + 3 (80 bytes, 4 blocks); key 3 changed by -10 bytes, +1 block
+    assert rows == [[2, 0, 100, 1, 100, 1], [0, 1, 80, 4, 80, 4],
+                    [3, 5, -10, 1, 10, 2], [1, 2, -64, -2, 0, 0]]
+    # equal bytes: more blocks first, then the lower position; a sum of zero is left out
+    rows = merged([8, 8, 8, 5, 0], [1, 2, 1, 1, 0], [0, 0, 0, 0, 5], [0, 0, 0, 0, 1],
+                  [0, 1, 2, 3, 3])
+    assert [r[0] for r in rows] == [1, 0, 2]
+
+
+def test_unkeyed_lists_changed_positions_without_a_key():
+    changes = Changes([1, 0, 3] * 700, [1, 0, 1] * 700, [0] * 2100, [0] * 2100)
+    key_of = array("q", [-1, -1, 5] * 700)
+    assert changes.unkeyed(key_of) == list(range(0, 2100, 3))  # more than one buffer's worth
+
+
+def store_with(texts_by_key):
+    store = TextStore()
+    for kid, lines in texts_by_key.items():
+        store.set_key(kid, [store.add_line(t) for t in lines])
+    return store
+
+
+def test_render_writes_what_memlog_writes():
+    frames = {0: ["\tf\t(/bin/p)\tp.c:3", "\tg\t(/bin/p)\tp.c:9\n\th [inlined]\t(/bin/p)"],
+              1: [],                                   # no frame of the program's
+              2: ["\t/lib/libx.so+0x1a2b", "\t0xdeadbeef", "\tcaf\u00e9\t(/bin/p)"]}
+    store = store_with(frames)
+    words = array("q")
+    for key, b, k in ((2, 1 << 62, 7), (0, 100, 1), (1, 0, -3), (0, -(1 << 63), -(1 << 63))):
+        words.extend([key, 0, b, k, 0, 0])
+    rows = report_core.Rows(words)
+    expected = render((), [Entry(b, k, [], frames_text="\n".join(frames[key]))
+                           for key, b, k in ((2, 1 << 62, 7), (0, 100, 1), (1, 0, -3),
+                                             (0, -(1 << 63), -(1 << 63)))])
+    assert b"".join(store.render(rows)).decode() == expected
+    # in pieces smaller than one entry: the buffer grows, nothing is cut
+    pieces = list(store.render(rows, chunk_bytes=16))
+    assert len(pieces) == 4 and b"".join(pieces).decode() == expected
+
+
+def test_temporary_texts_are_dropped_after_the_report():
+    store = store_with({0: ["\ta\t(/bin/p)"]})
+    store.begin_temporary()
+    store.set_key(3, [store.add_line("\tpartial\t(/bin/p)"), 0])
+    rows = report_core.Rows(array("q", [3, 0, 1, 1, 0, 0, 0, 0, 2, 1, 0, 0]))
+    body = store.render(rows)
+    text = b"".join(body).decode()
+    store.end_temporary()
+    assert text == "+1 +1\n\tpartial\t(/bin/p)\n\ta\t(/bin/p)\n+2 +1\n\ta\t(/bin/p)\n"
+    assert not store.has(3) and store.has(0)
+    assert bytes(store.arena) == b"\ta\t(/bin/p)\n" and list(store.pool) == [0]
+    assert rows.textless(store.key_first) == [3]
