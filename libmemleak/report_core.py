@@ -19,14 +19,15 @@ ffi.include(layout_ffi)
 ffi.cdef("""
 struct mlk_rc_row { int64_t key, pos, bytes, blocks, live_bytes, live_blocks; };
 struct mlk_rc_texts { const char *arena; const int64_t *line_off; const int32_t *pool;
-                      const int64_t *key_first; const int32_t *key_lines; };
+                      const int64_t *key_first; const int32_t *key_lines; int64_t keys; };
 void mlk_rc_columns(const struct mlk_stack *, int64_t, const uint8_t *, int64_t *, int64_t *,
                     int64_t *, int64_t *, int64_t *, int64_t *);
 int64_t mlk_rc_unkeyed(int64_t, const int64_t *, const int64_t *, const int64_t *,
                        const int64_t *, const int64_t *, int64_t *, int64_t);
 int64_t mlk_rc_merge(int64_t, const int64_t *, const int64_t *, const int64_t *, const int64_t *,
                      const int64_t *, int64_t, int64_t *, struct mlk_rc_row *);
-int64_t mlk_rc_textless(const struct mlk_rc_row *, int64_t, const int64_t *, int64_t *, int64_t);
+int64_t mlk_rc_textless(const struct mlk_rc_row *, int64_t, const int64_t *, int64_t, int64_t *,
+                        int64_t);
 int64_t mlk_rc_render(const struct mlk_rc_row *, int64_t, int64_t, const struct mlk_rc_texts *,
                       char *, int64_t, int64_t *);
 void mlk_rc_commit(struct mlk_stack *, int64_t, const int64_t *, const int64_t *,
@@ -123,7 +124,8 @@ class Rows:
         n, cap = len(self), 1024
         while True:
             out = zeros(cap)
-            found = lib.mlk_rc_textless(self.pointer(), n, _q(key_first), _q(out), cap)
+            found = lib.mlk_rc_textless(self.pointer(), n, _q(key_first), len(key_first),
+                                        _q(out), cap)
             if found <= cap:
                 return out[:found].tolist()
             cap = found
@@ -192,7 +194,7 @@ class TextStore:
                 ffi.from_buffer("int32_t[]", self.pool), _q(self.key_first),
                 ffi.from_buffer("int32_t[]", self.key_lines)]
         try:
-            texts = ffi.new("struct mlk_rc_texts *", keep)
+            texts = ffi.new("struct mlk_rc_texts *", keep + [len(self.key_first)])
             rows_ptr, total = rows.pointer(), len(rows)
             out = bytearray(chunk_bytes)
             nxt = ffi.new("int64_t *")

@@ -122,3 +122,10 @@ def test_temporary_texts_are_dropped_after_the_report():
     assert not store.has(3) and store.has(0)
     assert bytes(store.arena) == b"\ta\t(/bin/p)\n" and list(store.pool) == [0]
     assert rows.textless(store.key_first) == [3]
+
+
+def test_a_key_beyond_the_store_is_textless_and_written_without_frames():
+    store = store_with({0: ["\ta\t(/bin/p)"]})
+    rows = report_core.Rows(array("q", [10, 0, 5, 1, 0, 0]))
+    assert rows.textless(store.key_first) == [10]
+    assert b"".join(store.render(rows)) == b"+5 +1\n"

@@ -142,14 +142,15 @@ EXPORT int64_t mlk_rc_merge(int64_t n, const int64_t *live_bytes, const int64_t 
     return bad ? -1 : kept;
 }
 
-/* Keys of rows[0..nrows) that have no text yet (key_first < 0): the
- * reporter symbolizes those.  Returns how many; writes at most cap. */
+/* Keys of rows[0..nrows) that have no text yet (key_first < 0, or beyond
+ * its nkeys entries): the reporter symbolizes those.  Returns how many; writes at most cap. */
 EXPORT int64_t mlk_rc_textless(const struct mlk_rc_row *rows, int64_t nrows,
-                               const int64_t *key_first, int64_t *out, int64_t cap)
+                               const int64_t *key_first, int64_t nkeys, int64_t *out, int64_t cap)
 {
     int64_t found = 0;
     for (int64_t r = 0; r < nrows; r++) {
-        if (key_first[rows[r].key] < 0) {
+        int64_t key = rows[r].key;
+        if (key >= 0 && (key >= nkeys || key_first[key] < 0)) {
             if (found < cap)
                 out[found] = rows[r].key;
             found++;
@@ -167,6 +168,7 @@ struct mlk_rc_texts {
     const int32_t *pool;
     const int64_t *key_first;
     const int32_t *key_lines;
+    int64_t keys;           /* entries of key_first and key_lines */
 };
 
 static int put_signed(char *p, int64_t v)
@@ -196,7 +198,7 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
     int64_t len = 0, r = from;
     for (; r < to; r++) {
         const struct mlk_rc_row *row = &rows[r];
-        int64_t first = t->key_first[row->key];
+        int64_t first = row->key >= 0 && row->key < t->keys ? t->key_first[row->key] : -1;
         int32_t lines = first < 0 ? 0 : t->key_lines[row->key];
         int64_t need = 42;   /* two signed 64-bit numbers, a space, a newline */
         for (int32_t k = 0; k < lines; k++) {
