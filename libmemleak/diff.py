@@ -37,35 +37,54 @@ class Totals:
 
 
 class KeyTable:
-    """Stack key -> a small int (key id), for the reporter's lifetime, with
-    the modules per frame of each key (for symbolizing it).  Kept across
-    module-list changes, so caches by key id stay valid."""
+    """For the reporter's lifetime: each distinct frame (module path and
+    offset, or a bare address) as a small int, its *token*; each distinct
+    stack key (kind and frame tokens) as a small int, its *key id*.  Kept
+    across module-list changes, so caches by token or key id stay valid.
+    Keys are tuples of ints: hashing one is a C loop, where tuples of
+    (path, offset) pairs and module objects cost a Python call per frame."""
 
     def __init__(self):
-        self.ids = {}
-        self.keys = []          # key id -> (key, modules per frame)
+        self.frames = []        # token -> (module or None, address, (path or None, offset))
+        self._tokens = {}       # (path or None, offset) -> token
+        self.ids = {}           # (kind, tokens) -> key id
+        self.keys = []          # key id -> (kind, tokens)
 
-    def id_of(self, key, mods):
+    def token(self, module, address):
+        pair = (module.path, address - module.base) if module is not None else (None, address)
+        t = self._tokens.get(pair)
+        if t is None:
+            t = self._tokens[pair] = len(self.frames)
+            self.frames.append((module, address, pair))
+        return t
+
+    def id_of(self, key):
         kid = self.ids.get(key)
         if kid is None:
             kid = self.ids[key] = len(self.keys)
-            self.keys.append((key, mods))
+            self.keys.append(key)
         return kid
+
+    def key(self, kid):
+        """(kind, ((path or None, offset), ...)) and the modules per frame."""
+        kind, tokens = self.keys[kid]
+        frames = self.frames
+        return ((kind, tuple([frames[t][2] for t in tokens])),
+                tuple([frames[t][0] for t in tokens]))
 
 
 class FrameResolver:
-    """Return address -> (module, (module path or None, offset)), cached per
-    address wherever the answer cannot depend on when the stack was
-    recorded (one module ever held that address); stack id -> key id.
-    Valid for one module list: build a new one when the list changes
-    (passing the same KeyTable keeps the key ids)."""
+    """Return address -> frame token, cached per address wherever the
+    answer cannot depend on when the stack was recorded (one module ever
+    held that address); stack id -> key id.  Valid for one module list:
+    build a new one when the list changes (passing the same KeyTable keeps
+    tokens and key ids)."""
 
     def __init__(self, modules, keys=None):
         self.modules = tuple(modules)
         self.keys = keys if keys is not None else KeyTable()
         self._modmap = ModuleMap(self.modules)
         self._cache = {}
-        self._module_tuples = {}
         # Stack id -> key id, -1 while not resolved: a stack is immutable once
         # published, so it is resolved once, not at every report that finds it
         # changed.  An array: 8 bytes per stack, and C reads it (report_core).
@@ -77,10 +96,10 @@ class FrameResolver:
         if hit is not None:
             return hit
         m = self._modmap.find(address, epoch)
-        answer = (m, (m.path, address - m.base) if m else (None, address))
+        token = self.keys.token(m, address)
         if m is not None and self._modmap.only_one(address):
-            self._cache[address] = answer
-        return answer
+            self._cache[address] = token
+        return token
 
     def cover(self, n):
         """Make key_of long enough for stack ids below n."""
@@ -98,17 +117,18 @@ class FrameResolver:
         else:
             self.cover(sid + 1)
         stack = stacks[sid]
-        cache, epoch = self._cache, stack.map_epoch
-        resolved = [cache.get(a) or self.resolve(a, epoch) for a in stack.frames]
-        mods = tuple([r[0] for r in resolved])
-        mods = self._module_tuples.setdefault(mods, mods)
-        kid = self.key_of[sid] = self.keys.id_of((stack.kind, tuple([r[1] for r in resolved])), mods)
+        get = self._cache.get
+        tokens = [get(a) for a in stack.frames]
+        if None in tokens:  # first sight of an address, or one whose module depends on the epoch
+            resolve, epoch = self.resolve, stack.map_epoch
+            tokens = [resolve(a, epoch) if t is None else t for a, t in zip(stack.frames, tokens)]
+        kid = self.key_of[sid] = self.keys.id_of((stack.kind, tuple(tokens)))
         return kid
 
     def stack_key(self, stacks, sid):
         """(key, modules per frame, key id) of stack `sid`."""
         kid = self.key_id(stacks, sid)
-        key, mods = self.keys.keys[kid]
+        key, mods = self.keys.key(kid)
         return key, mods, kid
 
 
@@ -144,7 +164,7 @@ class Deltas:
 
     def __init__(self, rows, resolver, ids):
         self.rows = rows
-        self._keys = resolver.keys.keys
+        self._keys = resolver.keys
         self._ids = ids
 
     def __len__(self):
@@ -156,7 +176,7 @@ class Deltas:
         if not 0 <= i < len(self):
             raise IndexError(i)
         kid, pos, nbytes, blocks, live_b, live_k = self.rows.row(i)
-        key, mods = self._keys[kid]
+        key, mods = self._keys.key(kid)
         return StackDelta(key, self._ids[pos], mods, nbytes, blocks, live_b, live_k)
 
     def __iter__(self):

@@ -146,7 +146,6 @@ class TextStore:
         self.pool = array("i")
         self.key_first = array("q")
         self.key_lines = array("i")
-        self.line_ids = {}      # caller's line key -> line id, complete lines only
         self._mark = None
         self._temporary_keys = []
 

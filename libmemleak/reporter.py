@@ -34,6 +34,7 @@ REASON_FIELDS = (("exit", "exit_requests", "seen_exit"),
                  ("mtrace", "mtrace_requests", "seen_mtrace"),
                  ("signal", "signal_requests", "seen_signal"))
 SELF_LIBRARY = "libmtrace.so"
+NOT_THE_PROGRAMS = -1  # a frame left out of reports: our own hooks'
 
 
 def say(message):
@@ -120,10 +121,11 @@ class Reporter:
         self.keys = KeyTable()   # stack key -> key id, for the reporter's lifetime
         self.resolver = FrameResolver((), self.keys)  # address -> module, stack id -> key id
         self.warm_next = 0       # the first stack id idle warm-up has not looked at
-        # The frame lines of each key id, once fully symbolized: each return
-        # address's lines stored once (line ids keyed by (module index,
-        # address)), a key as a run of line ids.  C writes entries from it.
+        # The frame lines of each key id, once fully symbolized: each frame's
+        # lines stored once (token_lines: frame token -> line id), a key as a
+        # run of line ids.  C writes entries from it.
         self.texts = TextStore()
+        self.token_lines = {}    # frame token -> line id (or NOT_THE_PROGRAMS)
         self.watch = ProgramWatch(self.h.pid, os.fstat(segment_fd).st_ino, pidfd)
 
     # -- the loop -----------------------------------------------------------
@@ -287,26 +289,36 @@ class Reporter:
         returned as (key id, [line id or text of each frame]), for the
         current report only."""
         texts, keys, partial = self.texts, self.keys.keys, []
+        known, line_of = self.token_lines.get, self.line_of
         for key_id in key_ids:
-            key, modules = keys[key_id]
-            items = [self.line_for(m, a) for m, a in program_frames(key, modules)]
-            if all(isinstance(x, int) for x in items):
+            tokens = keys[key_id][1]
+            items = [known(t) for t in tokens]  # line ids: ints
+            complete = True
+            if None in items:
+                items = [line_of(t) if x is None else x for t, x in zip(tokens, items)]
+                complete = not any(type(x) is str for x in items)
+            if NOT_THE_PROGRAMS in items:
+                items = [x for x in items if x != NOT_THE_PROGRAMS]
+            if complete:
                 texts.set_key(key_id, items)
             else:
                 partial.append((key_id, items))
         return partial
 
-    def line_for(self, module, address):
-        """The line id of the frame lines of this return address, or their
-        text if symbolization was cut short (not worth keeping)."""
-        key = (module.index if module is not None else None, address)
-        line_id = self.texts.line_ids.get(key)
-        if line_id is None:
+    def line_of(self, token):
+        """The line id of the frame lines of this frame token; their text if
+        symbolization was cut short (not worth keeping); NOT_THE_PROGRAMS
+        for a frame of our own library (e.g. our dlopen hook)."""
+        module, address, _ = self.keys.frames[token]
+        if module is not None and module.path.endswith("/" + SELF_LIBRARY):
+            line_id = NOT_THE_PROGRAMS
+        else:
             skipped = self.symbolizer.skipped
             text = render_frames(self.symbolizer.frames_for(module, address))
             if self.symbolizer.skipped != skipped:
                 return text
-            line_id = self.texts.line_ids[key] = self.texts.add_line(text)
+            line_id = self.texts.add_line(text)
+        self.token_lines[token] = line_id
         return line_id
 
     def header_lines(self, snap, sums, seq, reason):
@@ -352,16 +364,6 @@ class Reporter:
         for problem in self.symbolizer.problems():
             lines.append(("symbols-unreadable", problem))
         return lines
-
-
-def program_frames(key, modules):
-    """(module, address) of the frames of the stack with this key, without
-    our own hooks' (e.g. dlopen's): they are not the program's."""
-    for module, (_, offset) in zip(modules, key[1]):
-        if module is None:
-            yield None, offset
-        elif not module.path.endswith("/" + SELF_LIBRARY):
-            yield module, module.base + offset
 
 
 def settle_memory():

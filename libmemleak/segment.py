@@ -122,7 +122,6 @@ class Segment:
         self._epoch, self._depth = array("q"), array("q")
         self._ok = bytearray()
         self._pending = set()
-        self._addresses = {}  # return address -> one shared int object
         self._corrupt = 0
         self.stacks = _StackView(self)  # id -> Stack, for ids known to be ok
 
@@ -263,10 +262,7 @@ class Segment:
     def stack(self, i):
         """The Stack with id i (a valid, ready one)."""
         off, depth, kind = self._off[i], self._depth[i], self._kind[i]
-        # Return addresses repeat across stacks: share one int object per
-        # address (48-frame stacks: 1.5 KB less per stack a report holds).
-        same = self._addresses.setdefault
-        frames = tuple([same(a, a) for a in self._frames[off:off + depth].tolist()])
+        frames = tuple(self._frames[off:off + depth].tolist())
         return Stack(i, KIND_NAMES.get(kind, f"kind{kind}"), frames, self._epoch[i])
 
     def stack_ok(self, i):
