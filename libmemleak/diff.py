@@ -47,8 +47,12 @@ class KeyTable:
     def __init__(self):
         self.frames = []        # token -> (module or None, address, (path or None, offset))
         self._tokens = {}       # (path or None, offset) -> token
-        self.ids = {}           # (kind, tokens) -> key id
-        self.keys = []          # key id -> (kind, tokens)
+        self.kinds = []         # kind code -> kind name ("malloc", ...)
+        self._kind_codes = {}
+        # A key is the bytes of an int32 array: kind code, then the tokens
+        # (a million 48-frame keys: 200 bytes each, where a tuple took 440).
+        self.ids = {}           # key -> key id
+        self.keys = []          # key id -> key
 
     def token(self, module, address):
         pair = (module.path, address - module.base) if module is not None else (None, address)
@@ -58,19 +62,28 @@ class KeyTable:
             self.frames.append((module, address, pair))
         return t
 
-    def id_of(self, key):
+    def id_of(self, kind, tokens):
+        code = self._kind_codes.get(kind)
+        if code is None:
+            code = self._kind_codes[kind] = len(self.kinds)
+            self.kinds.append(kind)
+        key = array("i", [code, *tokens]).tobytes()
         kid = self.ids.get(key)
         if kid is None:
             kid = self.ids[key] = len(self.keys)
             self.keys.append(key)
         return kid
 
+    def tokens(self, kid):
+        """The frame tokens of key kid, innermost first (a sequence of ints)."""
+        return memoryview(self.keys[kid]).cast("i")[1:]
+
     def key(self, kid):
         """(kind, ((path or None, offset), ...)) and the modules per frame."""
-        kind, tokens = self.keys[kid]
+        words = memoryview(self.keys[kid]).cast("i")
         frames = self.frames
-        return ((kind, tuple([frames[t][2] for t in tokens])),
-                tuple([frames[t][0] for t in tokens]))
+        return ((self.kinds[words[0]], tuple([frames[t][2] for t in words[1:]])),
+                tuple([frames[t][0] for t in words[1:]]))
 
 
 class FrameResolver:
@@ -122,7 +135,7 @@ class FrameResolver:
         if None in tokens:  # first sight of an address, or one whose module depends on the epoch
             resolve, epoch = self.resolve, stack.map_epoch
             tokens = [resolve(a, epoch) if t is None else t for a, t in zip(stack.frames, tokens)]
-        kid = self.key_of[sid] = self.keys.id_of((stack.kind, tuple(tokens)))
+        kid = self.key_of[sid] = self.keys.id_of(stack.kind, tokens)
         return kid
 
     def stack_key(self, stacks, sid):

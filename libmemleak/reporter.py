@@ -288,10 +288,10 @@ class Reporter:
         a frame the symbol budget cut short are not stored; they are
         returned as (key id, [line id or text of each frame]), for the
         current report only."""
-        texts, keys, partial = self.texts, self.keys.keys, []
+        texts, tokens_of, partial = self.texts, self.keys.tokens, []
         known, line_of = self.token_lines.get, self.line_of
         for key_id in key_ids:
-            tokens = keys[key_id][1]
+            tokens = tokens_of(key_id)
             items = [known(t) for t in tokens]  # line ids: ints
             complete = True
             if None in items:
