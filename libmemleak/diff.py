@@ -41,8 +41,8 @@ class KeyTable:
     offset, or a bare address) as a small int, its *token*; each distinct
     stack key (kind and frame tokens) as a small int, its *key id*.  Kept
     across module-list changes, so caches by token or key id stay valid.
-    Keys are tuples of ints: hashing one is a C loop, where tuples of
-    (path, offset) pairs and module objects cost a Python call per frame."""
+    Keys are bytes: hashing one is a C loop, where tuples of (path, offset)
+    pairs and module objects cost a Python call per frame."""
 
     def __init__(self):
         self.frames = []        # token -> (module or None, address, (path or None, offset))
@@ -138,11 +138,6 @@ class FrameResolver:
         kid = self.key_of[sid] = self.keys.id_of(stack.kind, tokens)
         return kid
 
-    def stack_key(self, stacks, sid):
-        """(key, modules per frame, key id) of stack `sid`."""
-        kid = self.key_id(stacks, sid)
-        key, mods = self.keys.key(kid)
-        return key, mods, kid
 
 
 def estimate(sampled_bytes, sampled_blocks, sample_bytes):
@@ -195,9 +190,6 @@ class Deltas:
     def __iter__(self):
         return (self[i] for i in range(len(self)))
 
-    def key_ids(self):
-        return self.rows.column(0)
-
 
 def diff_snapshot(snapshot, resolver=None):
     """Deltas (a sequence of StackDelta), largest byte change first;
@@ -210,8 +202,7 @@ def diff_snapshot(snapshot, resolver=None):
     live_bytes, live_blocks, reported_bytes, reported_blocks = _estimated(snapshot)
     changes = report_core.Changes(live_bytes, live_blocks, reported_bytes, reported_blocks)
     ids, stacks = snapshot.ids, snapshot.stacks
-    by_id = isinstance(ids, range) and ids.start == 0 and ids.step == 1
-    if by_id:  # positions are stack ids: the resolver's own array serves
+    if report_core.positions_are_ids(ids):  # the resolver's own array serves
         resolver.cover(len(ids))
         key_of = resolver.key_of
     else:

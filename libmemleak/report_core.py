@@ -56,6 +56,13 @@ def zeros(n, typecode="q"):
     return array(typecode, bytes(n * array(typecode).itemsize))
 
 
+def positions_are_ids(ids):
+    """True when a snapshot's ids are 0..n-1, so that arrays indexed by
+    stack id serve as its per-position columns (the usual case: every
+    stack is ok)."""
+    return isinstance(ids, range) and ids.start == 0 and ids.step == 1
+
+
 def columns(stacks_ptr, n, ok):
     """Per-stack counters of stacks 0..n-1 (zeros for those not ok), as a
     dict of array('q') named as in COLUMNS."""
@@ -112,9 +119,6 @@ class Rows:
 
     def row(self, i):
         return self.words[i * ROW_WORDS:(i + 1) * ROW_WORDS].tolist()
-
-    def column(self, index):
-        return self.words[index::ROW_WORDS]
 
     def pointer(self):
         return ffi.cast("struct mlk_rc_row *", _q(self.words))

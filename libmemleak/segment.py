@@ -277,7 +277,7 @@ class Segment:
         """Record that a report now covers `snapshot`: the next report is the
         change from here.  Called only after the report file is in place."""
         ids = snapshot.ids
-        if isinstance(ids, range) and ids.start == 0 and ids.step == 1:
+        if report_core.positions_are_ids(ids):
             report_core.commit(self._stacks_ptr, snapshot.live_bytes, snapshot.live_blocks,
                                snapshot.reported_bytes, snapshot.reported_blocks)
             return
