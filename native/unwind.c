@@ -480,6 +480,14 @@ struct kept_walk {
     int more;              /* stopped at max: step[steps] is a frame too */
     uint64_t sp0;          /* the first state's sp */
     uint32_t id, id_kind, id_epoch; /* the stack interned for it (id MLK_NO_STACK: none yet) */
+    /* Steps before this one may have had a rule that computes the CFA from
+     * rbp (-fno-omit-frame-pointer code, alloca): only up to here must the
+     * saved rbp words it read be the same for the walk to be the same, and
+     * only up to here are the states' rbp values as the walk had them.
+     * Past it rbp is just a callee-saved register whose value no later
+     * step uses: its values there, copied from other walks, may be stale. */
+    int bp_upto;
+    int bp_ok;             /* the states up to this one have their rbp right */
     struct step step[];    /* steps + 1: the last is the state after the last step */
 };
 
@@ -588,10 +596,34 @@ static int first_change(const struct kept_walk *w, int k)
         const struct step *s = &w->step[k];
         if (s->ra_at && *(const uint64_t *)s->ra_at != s[1].ip)
             return k;
-        if (s->bp_at && *(const uint64_t *)s->bp_at != s[1].bp)
+        if (k < w->bp_upto && s->bp_at && *(const uint64_t *)s->bp_at != s[1].bp)
             return k;
     }
     return k;
+}
+
+/* rbp in the state after step k of walk w, from the stack as it is now:
+ * the saved rbp the latest step from `at` to k read, else bp_at_state
+ * (rbp in the state of step `at`, which was checked).  The walk's own record
+ * of it may be stale past w->bp_upto. */
+static uint64_t bp_after(const struct kept_walk *w, int at, int k, uint64_t bp_at_state)
+{
+    for (; k >= at; k--)
+        if (w->step[k].bp_at)
+            return *(const uint64_t *)w->step[k].bp_at;
+    return bp_at_state;
+}
+
+/* A rule at a step before `upto` uses rbp: make the walk's rbp values
+ * right up to there (stale copies past the old bound are recomputed from
+ * the saved-rbp words, still on the stack), and checked from now on. */
+static void raise_bp_upto(struct kept_walk *w, int upto)
+{
+    for (int k = w->bp_ok; k < upto; k++)
+        w->step[k + 1].bp = w->step[k].bp_at ? *(const uint64_t *)w->step[k].bp_at : w->step[k].bp;
+    if (w->bp_ok < upto)
+        w->bp_ok = upto;
+    w->bp_upto = upto;
 }
 
 /* Did walk w have the states of our first n steps? */
@@ -792,19 +824,27 @@ fast_backtrace(uint64_t *ips, int max, int *truncated)
                 if (take > max - n)
                     take = max - n;
                 out->complete = 0;
-                if (n == 0)
+                if (n == 0) {
                     out->sp0 = sp;
+                    out->bp_upto = out->bp_ok = 0;
+                }
                 memcpy(&out->step[n], &w->step[at], (size_t)take * sizeof(struct step));
+                if (w->bp_upto > at) { /* its steps that may have used rbp are ours now */
+                    int upto = n + (w->bp_upto < at + take ? w->bp_upto : at + take) - at;
+                    if (out->bp_ok >= n - 1) /* and right, as it checked them */
+                        out->bp_ok = upto;
+                    raise_bp_upto(out, upto);
+                }
                 for (int k = 0; k < take; k++)
                     ips[n + k] = w->step[at + k].ip;
                 n += take;
                 const struct step *s = &w->step[at + take - 1];
                 int clamped = at + take - 1 < last;
+                bp = bp_after(w, at, at + take - 1, bp);
                 if (clamped || change == w->steps) {
                     /* Stopped at max within it, or it held to its end. */
                     ip = s[1].ip;
                     sp = s->ra_at + 8;
-                    bp = s[1].bp;
                     if (!clamped && !w->more)
                         goto ended;
                 } else {
@@ -812,7 +852,6 @@ fast_backtrace(uint64_t *ips, int max, int *truncated)
                      * state after it is those words'. */
                     ip = *(const uint64_t *)s->ra_at;
                     sp = s->ra_at + 8;
-                    bp = s->bp_at ? *(const uint64_t *)s->bp_at : s->bp;
                     if (ip < 4096)
                         goto ended;
                 }
@@ -827,8 +866,11 @@ fast_backtrace(uint64_t *ips, int max, int *truncated)
                 if (n == 0) {
                     out->complete = 0;
                     out->sp0 = sp;
+                    out->bp_upto = out->bp_ok = 0;
                 }
                 *rec = (struct step){ip, bp, 0, 0};
+                if (out->bp_ok == n - 1)
+                    out->bp_ok = n; /* walked here: right */
             }
             n++;
         }
@@ -840,6 +882,8 @@ fast_backtrace(uint64_t *ips, int max, int *truncated)
         if (kind != 1)
             goto not_understood;
         uint64_t cfa = ((rule & 4) ? bp : sp) + (uint64_t)field(rule, 16, 24);
+        if ((rule & 4) && rec)
+            raise_bp_upto(out, n); /* rec is step n - 1 */
         /* A CFA at or below sp, unaligned, or absurdly far means the rule or
          * the stack is not what we think: let libgcc judge. */
         if (cfa <= sp || (cfa & 7) || cfa - sp > (64u << 20))

@@ -18,6 +18,8 @@ def stacks(workdir, prog, config, checkpoints):
     ("cxx.cc", ("-O2",), ["allocated", "freed"]),
     ("threads.c", ("-O2",), ["joined"]),
     ("paths.c", ("-O2",), ["done"]),
+    ("paths.c", ("-O0",), ["done"]),
+    ("paths.c", ("-O2", "-DMIXED_FRAMES"), ["done"]),
 ])
 def test_fast_unwinder_matches_libgcc(tmp_path, source, flags, checkpoints):
     prog = compile_program(source, *flags, name=f"{source.split('.')[0]}{flags[0]}")
@@ -31,11 +33,13 @@ def test_fast_unwinder_matches_libgcc(tmp_path, source, flags, checkpoints):
     assert deepest >= 4  # really walked through libc to _start / clone
 
 
-def test_remembered_walks_give_every_path_exactly(tmp_path):
+@pytest.mark.parametrize("flags", [("-O2",), ("-O0",), ("-O2", "-DMIXED_FRAMES")])
+def test_remembered_walks_give_every_path_exactly(tmp_path, flags):
     """Thirty call paths taken in turn through one chain of wrappers, in the
     main thread and in five threads (three one after another, two at once):
-    each path keeps its exact blocks, whatever walk the unwinder remembered."""
-    prog = compile_program("paths.c", "-O2", name="paths-O2")
+    each path keeps its exact blocks, whatever walk the unwinder remembered.
+    Without frame pointers, with them (every CFA from rbp), and mixed."""
+    prog = compile_program("paths.c", *flags, name="paths" + "".join(flags))
     got = {}
     for key, (size, blocks) in stacks(tmp_path, prog, "mtraceinit,unwind=fast", ["done"]).items():
         names = [function for function, _, _ in key]

@@ -20,8 +20,18 @@
 
 #define OPAQUE() __asm__ volatile("" ::: "memory")
 
+/* -DMIXED_FRAMES: some functions keep a frame pointer and have their CFA
+ * computed from rbp, the others not -- as when a program built with frame
+ * pointers calls a library built without, and back.  The unwinder must then
+ * check the saved rbp words that later steps depend on, and only those. */
+#ifdef MIXED_FRAMES
+#define FRAME_POINTER __attribute__((optimize("no-omit-frame-pointer")))
+#else
+#define FRAME_POINTER
+#endif
+
 __attribute__((noinline)) static void *wrap3(size_t n) { void *p = malloc(n); OPAQUE(); return p; }
-__attribute__((noinline)) static void *wrap2(size_t n) { void *p = wrap3(n); OPAQUE(); return p; }
+FRAME_POINTER __attribute__((noinline)) static void *wrap2(size_t n) { void *p = wrap3(n); OPAQUE(); return p; }
 __attribute__((noinline)) static void *wrap1(size_t n) { void *p = wrap2(n); OPAQUE(); return p; }
 
 #define CALLER(k)                                                                                  \
@@ -39,7 +49,7 @@ CALLER(0) CALLER(1) CALLER(2) CALLER(3) CALLER(4) CALLER(5)
 static void *(*const callers[CALLERS])(int) = {path_caller0, path_caller1, path_caller2,
                                                path_caller3, path_caller4, path_caller5};
 
-__attribute__((noinline)) void *path_descend(int depth, int which, int keep)
+FRAME_POINTER __attribute__((noinline)) void *path_descend(int depth, int which, int keep)
 {
     void *p = depth ? path_descend(depth - 1, which, keep) : callers[which](keep);
     OPAQUE();
