@@ -6,6 +6,40 @@ import sys
 
 sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-from libmemleak.reporter import main  # noqa: E402
+SEGMENT_FD = 3  # as in reporter.py, which may be what cannot be imported
+
+
+def first_failure():
+    """True the first time a reporter of this segment cannot start: the
+    segment counts it in report_errors, so the program's stderr gets one
+    line, not one per report request (each starts a new reporter)."""
+    try:
+        import mmap
+        from libmemleak.layout import CONST, HEADER_SIZE, ffi
+        with mmap.mmap(SEGMENT_FD, HEADER_SIZE, mmap.MAP_SHARED,
+                       mmap.PROT_READ | mmap.PROT_WRITE) as m:
+            buf = ffi.from_buffer(m)
+            try:
+                h = ffi.cast("struct mlk_header *", buf)
+                if h.magic != CONST["MLK_MAGIC"] or h.header_size != HEADER_SIZE:
+                    return True
+                h.report_errors += 1
+                return h.report_errors == 1
+            finally:
+                ffi.release(buf)
+    except Exception:  # noqa: BLE001 -- then say it every time rather than never
+        return True
+
+
+try:
+    from libmemleak.reporter import main  # noqa: E402
+except Exception as e:  # noqa: BLE001 -- a broken installation: one line on the program's stderr
+    if first_failure():
+        try:
+            os.write(2, f"libmemleak: the reporter cannot start ({type(e).__name__}: {e}); "
+                        "no reports will be written\n".encode("utf-8", "replace"))
+        except OSError:
+            pass
+    sys.exit(1)
 
 sys.exit(main())

@@ -37,7 +37,8 @@ _LIBRARY = os.path.join(PACKAGE_DIR, "libmlkreport.so")
 try:
     lib = ffi.dlopen(_LIBRARY)
 except OSError as e:  # the installation is broken: say which file, not a traceback
-    raise ImportError(f"{_LIBRARY} cannot be loaded ({e}): reinstall libmemleak") from None
+    why = "missing" if not os.path.exists(_LIBRARY) else str(e).split(".  Additionally")[0]
+    raise ImportError(f"{_LIBRARY}: {why}; reinstall libmemleak (pip install .)") from None
 
 ROW_WORDS = ffi.sizeof("struct mlk_rc_row") // 8
 COLUMNS = ("live_bytes", "live_blocks", "alloc_count", "alloc_bytes",

@@ -308,3 +308,22 @@ def test_unloads_behind_our_back_do_not_leave_stale_unwind_rules(workdir):
         if names[0] == "leak_v1":
             assert names[:4] == ["leak_v1", "plugin_entry", "at_load", "constructor"], names
             assert e.frames[0].module == plugins[0]
+
+
+def test_broken_installation_is_one_line_and_the_program_runs_on(workdir, tmp_path):
+    """The reporter's C library missing from the installation: the reporter
+    says so once on the program's stderr (no traceback, not once per report
+    request although each starts a reporter anew), and the program runs on."""
+    import shutil
+    from libmemleak import PACKAGE_DIR
+    broken = tmp_path / "site" / "libmemleak"
+    shutil.copytree(PACKAGE_DIR, broken, ignore=shutil.ignore_patterns("__pycache__"))
+    (broken / "libmlkreport.so").unlink()
+    prog = compile_program("mtrace_api.c")
+    env = env_for(extra={"LD_PRELOAD": str(broken / "libmtrace.so")})
+    r = subprocess.run([prog], cwd=workdir, capture_output=True, text=True, timeout=120, env=env)
+    assert (r.returncode, r.stdout) == (0, "sync 0 0\n"), r.stderr
+    assert "Traceback" not in r.stderr
+    cannot = [line for line in r.stderr.splitlines() if "the reporter cannot start" in line]
+    assert len(cannot) == 1 and "libmlkreport.so: missing" in cannot[0], r.stderr
+    assert not [n for n in os.listdir(workdir) if "memlog" in n]
