@@ -116,8 +116,7 @@ class FrameResolver:
 
     def cover(self, n):
         """Make key_of long enough for stack ids below n."""
-        if n > len(self.key_of):
-            self.key_of.extend(array("q", [-1]) * (n - len(self.key_of)))
+        report_core.extend_to(self.key_of, n)
 
     def key_id(self, stacks, sid):
         """The key id of stack `sid` of `stacks` (an id -> segment.Stack
@@ -210,8 +209,7 @@ def diff_snapshot(snapshot, resolver=None):
     for pos in changes.unkeyed(key_of):
         key_of[pos] = resolver.key_id(stacks, ids[pos])
     nkeys = len(resolver.keys.keys)
-    if len(resolver.scratch) < nkeys:
-        resolver.scratch.extend(array("q", [-1]) * (nkeys - len(resolver.scratch)))
+    report_core.extend_to(resolver.scratch, nkeys)
     rows = changes.merge(key_of, nkeys, resolver.scratch)
     return Deltas(rows, resolver, ids)
 

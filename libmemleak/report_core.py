@@ -57,6 +57,24 @@ def zeros(n, typecode="q"):
     return array(typecode, bytes(n * array(typecode).itemsize))
 
 
+def extend_to(a, n, fill=-1):
+    """Lengthen array a to n entries of `fill` (never shortens)."""
+    if n > len(a):
+        a.extend(array(a.typecode, [fill]) * (n - len(a)))
+
+
+def _collected(fill):
+    """The list of ints a C function writes: fill(out, cap) writes at most
+    cap of them into out and returns how many there are."""
+    cap = 1024
+    while True:
+        out = zeros(cap)
+        found = fill(_q(out), cap)
+        if found <= cap:
+            return out[:found].tolist()
+        cap = found
+
+
 def positions_are_ids(ids):
     """True when a snapshot's ids are 0..n-1, so that arrays indexed by
     stack id serve as its per-position columns (the usual case: every
@@ -88,20 +106,15 @@ class Changes:
 
     def unkeyed(self, key_of):
         """Changed positions whose key_of entry is still -1."""
-        cap = 1024
-        while True:
-            out = zeros(cap)
-            found = lib.mlk_rc_unkeyed(self.n, *map(_q, self.cols), _q(key_of), _q(out), cap)
-            if found <= cap:
-                return out[:found].tolist()
-            cap = found
+        cols = [_q(c) for c in self.cols]
+        return _collected(lambda out, cap: lib.mlk_rc_unkeyed(self.n, *cols, _q(key_of), out, cap))
 
     def merge(self, key_of, nkeys, scratch):
         """Rows (one per key, report order).  scratch: array('q') of at least
         nkeys entries, all -1 (left so)."""
         rows = zeros(self.n * ROW_WORDS)
-        count = lib.mlk_rc_merge(self.n, *map(_q, self.cols), _q(key_of), nkeys, _q(scratch),
-                                 ffi.cast("struct mlk_rc_row *", _q(rows)))
+        with ffi.from_buffer("struct mlk_rc_row[]", rows) as out:
+            count = lib.mlk_rc_merge(self.n, *map(_q, self.cols), _q(key_of), nkeys, _q(scratch), out)
         if count < 0:
             raise ValueError("a changed stack has no key")
         del rows[count * ROW_WORDS:]
@@ -122,18 +135,15 @@ class Rows:
         return self.words[i * ROW_WORDS:(i + 1) * ROW_WORDS].tolist()
 
     def pointer(self):
-        return ffi.cast("struct mlk_rc_row *", _q(self.words))
+        """The rows for C; the returned object keeps the buffer exported
+        (the array cannot be resized) while it lives."""
+        return ffi.from_buffer("struct mlk_rc_row[]", self.words)
 
     def textless(self, key_first):
         """Key ids of rows without text in key_first (-1)."""
-        n, cap = len(self), 1024
-        while True:
-            out = zeros(cap)
-            found = lib.mlk_rc_textless(self.pointer(), n, _q(key_first), len(key_first),
-                                        _q(out), cap)
-            if found <= cap:
-                return out[:found].tolist()
-            cap = found
+        rows, n = self.pointer(), len(self)
+        return _collected(lambda out, cap: lib.mlk_rc_textless(rows, n, _q(key_first), len(key_first),
+                                                               out, cap))
 
 
 class TextStore:
@@ -155,10 +165,8 @@ class TextStore:
         self._temporary_keys = []
 
     def grow_keys(self, nkeys):
-        if nkeys > len(self.key_first):
-            extra = nkeys - len(self.key_first)
-            self.key_first.extend(array("q", [-1]) * extra)
-            self.key_lines.extend(zeros(extra, "i"))
+        extend_to(self.key_first, nkeys)
+        extend_to(self.key_lines, nkeys, 0)
 
     def add_line(self, text):
         """A new line id for `text` (one or more frame lines, no final newline)."""
@@ -200,6 +208,7 @@ class TextStore:
         try:
             texts = ffi.new("struct mlk_rc_texts *", keep + [len(self.key_first)])
             rows_ptr, total = rows.pointer(), len(rows)
+            keep.append(rows_ptr)
             out = bytearray(chunk_bytes)
             nxt = ffi.new("int64_t *")
             at = 0
