@@ -342,6 +342,7 @@ class Reporter:
             ("allocations", sums.alloc_count),
             ("stacks", sums.stacks),
             ("depth", snap.depth),
+            ("tracking", snap.tracking),
         ]
         if snap.sample_bytes:
             lines.append(("sampled", f"every {snap.sample_bytes} bytes on average "

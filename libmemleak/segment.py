@@ -17,6 +17,7 @@ from libmemleak.layout import CONST, HEADER_SIZE, MODULE_SIZE, STACK_SIZE, ffi, 
 
 KIND_NAMES = {CONST["MLK_KIND_MALLOC"]: "malloc", CONST["MLK_KIND_NEW"]: "new",
               CONST["MLK_KIND_MMAP"]: "mmap"}
+TRACKING_NAMES = {CONST["MLK_TRACK_TABLE"]: "table", CONST["MLK_TRACK_TRAILERS"]: "trailers"}
 
 _W = STACK_SIZE // 8
 _W_HASH = stack_word("hash")
@@ -80,6 +81,7 @@ class Snapshot:
     corrupt_stacks: int = 0
     notes: list = field(default_factory=list)
     sample_bytes: int = 0   # sampling mode: mean bytes between samples; 0 = exact
+    tracking: str = "table"  # how live blocks are tracked: "table" or "trailers"
 
 
 class _StackView:
@@ -207,7 +209,8 @@ class Segment:
             collecting=bool(h.collecting),
             health={name: getattr(h, name) for name in HEALTH_FIELDS},
             modules=self.modules(), stacks=self.stacks, ids=ids,
-            corrupt_stacks=self._corrupt, sample_bytes=h.sample_bytes, **cols)
+            corrupt_stacks=self._corrupt, sample_bytes=h.sample_bytes,
+            tracking=TRACKING_NAMES.get(h.tracking, "unknown"), **cols)
 
     def _learn_new_stacks(self):
         """Validate the stacks published since the last call, once each:

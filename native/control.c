@@ -53,8 +53,9 @@ static struct {
     uint32_t depth;
     int signal;        /* 0 = no report signal */
     int exit_timeout_ms;
+    int track_in_table;  /* track=table: no trailers (trailers.c) */
     char dir[4096];
-} config = {1, 16, SIGUSR1, 60000, ""};
+} config = {1, 16, SIGUSR1, 60000, 0, ""};
 
 static int init_state;  /* 0 = not yet, 1 = running, 2 = done */
 /* The root is the process the user started (its pid is MEMLEAK_ROOT_PID,
@@ -195,6 +196,13 @@ static void parse_config(const char *cfg, const char *cwd)
             else
                 bad_option(p, n, "': sample takes a mean number of bytes between samples "
                                  "(0 = record every allocation)");
+        } else if (KEY("track") && val) {
+            if (vn == 5 && strncmp(val, "table", 5) == 0)
+                config.track_in_table = 1;
+            else if (vn == 8 && strncmp(val, "trailers", 8) == 0)
+                config.track_in_table = 0;
+            else
+                bad_option(p, n, "': track is 'trailers' or 'table'; using trailers");
         } else if (KEY("exit_timeout") && val) {
             if (parse_uint(val, vn, &num) && num <= 86400)
                 config.exit_timeout_ms = (int)num * 1000;
@@ -203,7 +211,7 @@ static void parse_config(const char *cfg, const char *cwd)
         } else {
             bad_option(p, n, "': unknown option (known: mtraceinit, depth=N, dir=PATH, "
                              "signal=NAME, unwind=fast|libgcc, sample=BYTES, "
-                             "exit_timeout=SECONDS)");
+                             "track=trailers|table, exit_timeout=SECONDS)");
         }
 #undef KEY
         p = *end ? end + 1 : end;
@@ -691,6 +699,11 @@ int mlk_start_collecting(void)
         if (!is_root)
             keeper_holds_us = keeper_register();
     }
+    /* Sampling records few blocks: the side table costs little there, and
+     * the unrecorded ones then keep their exact size. */
+    if (!mlk_sample_bytes && !config.track_in_table && mlk_trailers_possible())
+        mlk_trailers_enable();
+    mlk_seg->tracking = mlk_trailer_key ? MLK_TRACK_TRAILERS : MLK_TRACK_TABLE;
     __atomic_store_n(&mlk_seg->collecting, 1, __ATOMIC_RELEASE);
     mlk_ever_collected = 1;
     mlk_collecting = 1;
@@ -733,6 +746,7 @@ static void fork_prepare(void)
     mlk_unwind_lock_for_fork(1);
     mlk_stacks_lock_for_fork(1);
     mlk_addrs_lock_for_fork(1);
+    mlk_trailers_lock_for_fork(1);
     if (mlk_ever_collected)
         mlk_segment_fork_prepare();
 }
@@ -740,6 +754,7 @@ static void fork_prepare(void)
 static void fork_parent(void)
 {
     mlk_segment_fork_parent();
+    mlk_trailers_lock_for_fork(0);
     mlk_addrs_lock_for_fork(0);
     mlk_stacks_lock_for_fork(0);
     mlk_unwind_lock_for_fork(0);
@@ -768,6 +783,7 @@ static void fork_child(void)
     mlk_lazy_spawn_at = 0;
     if (mlk_collecting && !keeper_holds_us)
         arm_lazy_spawn();
+    mlk_trailers_lock_for_fork(0);
     mlk_addrs_lock_for_fork(0);
     mlk_stacks_lock_for_fork(0);
     mlk_unwind_lock_for_fork(0);

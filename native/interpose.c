@@ -25,6 +25,7 @@ __thread int mlk_in_hook __attribute__((tls_model("initial-exec")));
 static struct {
     void *(*malloc)(size_t);
     void (*free)(void *);
+    size_t (*malloc_usable_size)(void *);
     void *(*calloc)(size_t, size_t);
     void *(*realloc)(void *, size_t);
     int (*posix_memalign)(void **, size_t, size_t);
@@ -68,6 +69,7 @@ static void resolve(void)
 #define GET(name) *(void **)&real.name = dlsym(RTLD_NEXT, #name)
     GET(malloc);
     GET(free);
+    GET(malloc_usable_size);
     GET(calloc);
     GET(realloc);
     GET(posix_memalign);
@@ -107,6 +109,37 @@ static inline int *thread_errno(void)
 #define BEGIN_HOOK() int *errno_p_ = thread_errno(); int saved_errno_ = *errno_p_; mlk_in_hook = 1
 #define END_HOOK() mlk_in_hook = 0; *errno_p_ = saved_errno_
 
+/* Trailers (trailers.c): record new blocks in 16 extra bytes at their end.
+ * A request too big to grow by 16 bytes takes the ordinary path, where the
+ * real allocator refuses it. */
+#define TRAILING() (RECORDING() && mlk_trailer_key)
+#define TRAILABLE(size) ((size) <= (size_t)PTRDIFF_MAX - MLK_TRAILER_SIZE)
+
+static inline __attribute__((always_inline)) void trailed(void *p, size_t size, int kind)
+{
+    BEGIN_HOOK();
+    MLK_WALK_FROM_HERE();
+    mlk_record_trailed(p, real.malloc_usable_size(p), size, kind);
+    END_HOOK();
+}
+
+/* p's trailer if p is a block recorded with one, else NULL. */
+static inline struct mlk_trailer *trailer(void *p)
+{
+    if (MLK_LIKELY(!mlk_trailer_key))
+        return NULL;
+    return mlk_trailer_of(p, real.malloc_usable_size(p));
+}
+
+int mlk_trailers_possible(void)
+{
+    /* The trailer's place comes from the allocator's own malloc_usable_size:
+     * only when the malloc we call has one of its own. */
+    Dl_info a, b;
+    return real.malloc && real.malloc_usable_size && dladdr((void *)real.malloc, &a) &&
+           dladdr((void *)real.malloc_usable_size, &b) && a.dli_fbase == b.dli_fbase;
+}
+
 static inline __attribute__((always_inline)) void after_alloc(void *p, size_t size, int kind)
 {
     if (p && RECORDING() && mlk_sample(size)) {
@@ -132,9 +165,27 @@ EXPORT void *malloc(size_t size)
 {
     if (!READY())
         return boot_alloc(size, 16);
+    if (TRAILING() && TRAILABLE(size)) {
+        void *p = real.malloc(size + MLK_TRAILER_SIZE);
+        if (p)
+            trailed(p, size, MLK_KIND_MALLOC);
+        return p;
+    }
     void *p = real.malloc(size);
     after_alloc(p, size, MLK_KIND_MALLOC);
     return p;
+}
+
+/* A block with a trailer is forgotten by its trailer alone, before the
+ * real free (nothing else can reach it after). */
+static inline int free_trailed(void *p)
+{
+    struct mlk_trailer *t = trailer(p);
+    if (!t)
+        return 0;
+    mlk_trailer_uncount(mlk_trailer_take(t));
+    real.free(p);
+    return 1;
 }
 
 EXPORT void free(void *p)
@@ -143,8 +194,24 @@ EXPORT void free(void *p)
         return;
     if (!READY())
         return; /* cannot happen: only boot pointers exist before resolution */
+    if (free_trailed(p))
+        return;
     before_free(p);
     real.free(p);
+}
+
+EXPORT size_t malloc_usable_size(void *p)
+{
+    if (!p)
+        return 0;
+    if (is_boot(p))
+        return ((size_t *)p)[-1];
+    if (!READY() || !real.malloc_usable_size)
+        return 0;
+    size_t usable = real.malloc_usable_size(p);
+    if (mlk_trailer_key && mlk_trailer_of(p, usable))
+        return usable - MLK_TRAILER_SIZE; /* the trailer is not the program's */
+    return usable;
 }
 
 EXPORT void *calloc(size_t n, size_t size)
@@ -155,6 +222,13 @@ EXPORT void *calloc(size_t n, size_t size)
             return NULL;
         return boot_alloc(total, 16);
     }
+    size_t total;
+    if (TRAILING() && !__builtin_mul_overflow(n, size, &total) && TRAILABLE(total)) {
+        void *p = real.calloc(1, total + MLK_TRAILER_SIZE);
+        if (p)
+            trailed(p, total, MLK_KIND_MALLOC);
+        return p;
+    }
     void *p = real.calloc(n, size);
     after_alloc(p, n * size, MLK_KIND_MALLOC);
     return p;
@@ -162,37 +236,52 @@ EXPORT void *calloc(size_t n, size_t size)
 
 static void *realloc_impl(void *old, size_t size)
 {
-    if (!old) {
-        void *p = real.malloc(size);
-        after_alloc(p, size, MLK_KIND_MALLOC);
-        return p;
-    }
-    if (is_boot(old)) {
-        void *p = real.malloc(size);
-        if (p) {
+    int trailing = TRAILING() && TRAILABLE(size);
+    size_t extra = trailing ? MLK_TRAILER_SIZE : 0;
+    void *p;
+    if (!old || is_boot(old)) {
+        p = real.malloc(size + extra);
+        if (p && old) {
             size_t had = ((size_t *)old)[-1];
             memcpy(p, old, had < size ? had : size);
         }
-        after_alloc(p, size, MLK_KIND_MALLOC);
-        return p;
+    } else {
+        /* realloc(p, 0) frees p (glibc): it must stay a 0 for the real one. */
+        if (size == 0)
+            trailing = 0, extra = 0;
+        /* Forget the old block first (see the top of this file); put it
+         * back if the real realloc fails and leaves it in place. */
+        struct mlk_trailer *t = trailer(old);
+        uint64_t taken = 0;
+        uint32_t stack = MLK_NO_STACK;
+        uint64_t old_size = 0;
+        int had = 0;
+        if (t) {
+            taken = mlk_trailer_take(t);
+        } else if (!mlk_in_hook && mlk_ever_collected && mlk_maybe_recorded(old)) {
+            BEGIN_HOOK();
+            had = mlk_record_take(old, &stack, &old_size);
+            END_HOOK();
+        }
+        p = real.realloc(old, size + extra);
+        if (!p && size != 0) {
+            if (t) {
+                mlk_trailer_restore(old, t);
+            } else if (had) {
+                BEGIN_HOOK();
+                mlk_record_put_back(old, stack, old_size);
+                END_HOOK();
+            }
+            return NULL;
+        }
+        if (t)
+            mlk_trailer_uncount(taken);
     }
-    /* Forget the old block first (see the top of this file); put it back if
-     * the real realloc fails and leaves it in place. */
-    uint32_t stack = MLK_NO_STACK;
-    uint64_t old_size = 0;
-    int had = 0;
-    if (!mlk_in_hook && mlk_ever_collected && mlk_maybe_recorded(old)) {
-        BEGIN_HOOK();
-        had = mlk_record_take(old, &stack, &old_size);
-        END_HOOK();
-    }
-    void *p = real.realloc(old, size);
-    if (p)
-        after_alloc(p, size, MLK_KIND_MALLOC);
-    else if (size != 0 && had) {
-        BEGIN_HOOK();
-        mlk_record_put_back(old, stack, old_size);
-        END_HOOK();
+    if (p) {
+        if (trailing)
+            trailed(p, size, MLK_KIND_MALLOC);
+        else
+            after_alloc(p, size, MLK_KIND_MALLOC);
     }
     return p;
 }
@@ -227,29 +316,44 @@ EXPORT int posix_memalign(void **out, size_t align, size_t size)
         *out = p;
         return 0;
     }
+    if (TRAILING() && TRAILABLE(size)) {
+        int r = real.posix_memalign(out, align, size + MLK_TRAILER_SIZE);
+        if (r == 0)
+            trailed(*out, size, MLK_KIND_MALLOC);
+        return r;
+    }
     int r = real.posix_memalign(out, align, size);
     if (r == 0)
         after_alloc(*out, size, MLK_KIND_MALLOC);
     return r;
 }
 
-#define ALIGNED_HOOK(name, params, call, size_expr)                                                \
+#define ALIGNED_HOOK(name, params, call, trailed_call, size_expr)                                  \
     EXPORT void *name params                                                                       \
     {                                                                                              \
         if (!READY())                                                                              \
             return NULL;                                                                           \
+        if (TRAILING() && TRAILABLE(size)) {                                                       \
+            void *p = real.trailed_call;                                                           \
+            if (p)                                                                                 \
+                trailed(p, size_expr, MLK_KIND_MALLOC);                                            \
+            return p;                                                                              \
+        }                                                                                          \
         void *p = real.call;                                                                       \
         after_alloc(p, size_expr, MLK_KIND_MALLOC);                                                \
         return p;                                                                                  \
     }
 
-ALIGNED_HOOK(aligned_alloc, (size_t align, size_t size), aligned_alloc(align, size), size)
-ALIGNED_HOOK(memalign, (size_t align, size_t size), memalign(align, size), size)
-ALIGNED_HOOK(valloc, (size_t size), valloc(size), size)
+#define T MLK_TRAILER_SIZE
+ALIGNED_HOOK(aligned_alloc, (size_t align, size_t size), aligned_alloc(align, size),
+             aligned_alloc(align, size + T), size)
+ALIGNED_HOOK(memalign, (size_t align, size_t size), memalign(align, size), memalign(align, size + T), size)
+ALIGNED_HOOK(valloc, (size_t size), valloc(size), valloc(size + T), size)
 /* pvalloc allocates whole pages: that is what the program holds. */
-ALIGNED_HOOK(pvalloc, (size_t size), pvalloc(size),
+ALIGNED_HOOK(pvalloc, (size_t size), pvalloc(size), pvalloc(size + T),
              size ? (size + (size_t)getpagesize() - 1) & ~((size_t)getpagesize() - 1)
                   : (size_t)getpagesize())
+#undef T
 
 /* ---- mappings ----------------------------------------------------------- */
 
@@ -424,12 +528,21 @@ static void *fallback_new(size_t size)
     return p;
 }
 
-#define NEW_HOOK(mangled, kind, params, args)                                                      \
+#define NEW_HOOK(mangled, kind, fast, params, args)                                                      \
     EXPORT void *mangled params                                                                    \
     {                                                                                              \
         static new_fn next;                                                                        \
         if (!READY())                                                                              \
             return boot_alloc(size, 16);                                                           \
+        if (fast && TRAILING() && TRAILABLE(size)) {                                               \
+            /* Most news: one malloc.  If it fails, the C++ runtime's      \
+             * new below runs the new-handler loop or throws. */           \
+            void *p = real.malloc(size + MLK_TRAILER_SIZE);                                        \
+            if (MLK_LIKELY(p != NULL)) {                                                           \
+                trailed(p, size, kind);                                                            \
+                return p;                                                                          \
+            }                                                                                      \
+        }                                                                                          \
         if (MLK_UNLIKELY(!next))                                                                   \
             next = (new_fn)next_symbol(#mangled);                                                  \
         void *p;                                                                                   \
@@ -447,15 +560,15 @@ static void *fallback_new(size_t size)
 
 typedef struct nothrow_t nothrow_t;
 /* align_val_t is an enum of size_t: passed as a size_t. */
-NEW_HOOK(_Znwm, MLK_KIND_NEW, (size_t size), (size))
-NEW_HOOK(_Znam, MLK_KIND_NEW, (size_t size), (size))
-NEW_HOOK(_ZnwmRKSt9nothrow_t, MLK_KIND_NEW, (size_t size, const nothrow_t *nt), (size, nt))
-NEW_HOOK(_ZnamRKSt9nothrow_t, MLK_KIND_NEW, (size_t size, const nothrow_t *nt), (size, nt))
-NEW_HOOK(_ZnwmSt11align_val_t, MLK_KIND_NEW, (size_t size, size_t al), (size, al))
-NEW_HOOK(_ZnamSt11align_val_t, MLK_KIND_NEW, (size_t size, size_t al), (size, al))
-NEW_HOOK(_ZnwmSt11align_val_tRKSt9nothrow_t, MLK_KIND_NEW, (size_t size, size_t al, const nothrow_t *nt),
+NEW_HOOK(_Znwm, MLK_KIND_NEW, 1, (size_t size), (size))
+NEW_HOOK(_Znam, MLK_KIND_NEW, 1, (size_t size), (size))
+NEW_HOOK(_ZnwmRKSt9nothrow_t, MLK_KIND_NEW, 1, (size_t size, const nothrow_t *nt), (size, nt))
+NEW_HOOK(_ZnamRKSt9nothrow_t, MLK_KIND_NEW, 1, (size_t size, const nothrow_t *nt), (size, nt))
+NEW_HOOK(_ZnwmSt11align_val_t, MLK_KIND_NEW, 0, (size_t size, size_t al), (size, al))
+NEW_HOOK(_ZnamSt11align_val_t, MLK_KIND_NEW, 0, (size_t size, size_t al), (size, al))
+NEW_HOOK(_ZnwmSt11align_val_tRKSt9nothrow_t, MLK_KIND_NEW, 0, (size_t size, size_t al, const nothrow_t *nt),
          (size, al, nt))
-NEW_HOOK(_ZnamSt11align_val_tRKSt9nothrow_t, MLK_KIND_NEW, (size_t size, size_t al, const nothrow_t *nt),
+NEW_HOOK(_ZnamSt11align_val_tRKSt9nothrow_t, MLK_KIND_NEW, 0, (size_t size, size_t al, const nothrow_t *nt),
          (size, al, nt))
 
 #define DELETE_HOOK(mangled, params, args)                                                         \
@@ -465,6 +578,8 @@ NEW_HOOK(_ZnamSt11align_val_tRKSt9nothrow_t, MLK_KIND_NEW, (size_t size, size_t 
         if (!p || is_boot(p))                                                                      \
             return;                                                                                \
         if (!READY())                                                                              \
+            return;                                                                                \
+        if (free_trailed(p)) /* the runtime's delete would only call free */                    \
             return;                                                                                \
         if (MLK_UNLIKELY(!next))                                                                   \
             next = (delete_fn)next_symbol(#mangled);                                               \

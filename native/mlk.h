@@ -130,8 +130,46 @@ MLK_HIDDEN int mlk_region_open(uint64_t start, uint64_t len, uint32_t stack);
 MLK_HIDDEN void mlk_region_close(uint64_t start, uint64_t len);
 MLK_HIDDEN uint64_t mlk_region_reserved(uint64_t start, uint64_t len);
 
+/* ---- trailers.c: live block -> (stack, size), in the block itself ------ */
+/* The last 16 usable bytes of a block recorded with a trailer (the block is
+ * allocated 16 bytes longer).  Packed: an allocator's usable size need not
+ * be a multiple of 8. */
+struct mlk_trailer {
+    uint64_t meta;   /* size << 24 | stack id; all ones below bit 24: not counted */
+    uint64_t check;  /* block address ^ mlk_trailer_key: "this block has a trailer" */
+} __attribute__((packed));
+#define MLK_TRAILER_SIZE sizeof(struct mlk_trailer)
+/* Nonzero once trailers are in use (never reset: blocks keep theirs). */
+extern MLK_HIDDEN uint64_t mlk_trailer_key;
+static inline struct mlk_trailer *mlk_trailer_at(void *p, size_t usable)
+{
+    return (struct mlk_trailer *)((char *)p + usable - MLK_TRAILER_SIZE);
+}
+/* p's trailer, or NULL if p (of `usable` bytes) has none.  Reads only
+ * inside the block, so it is safe for any block of any allocator. */
+static inline struct mlk_trailer *mlk_trailer_of(void *p, size_t usable)
+{
+    if (usable < MLK_TRAILER_SIZE)
+        return NULL;
+    struct mlk_trailer *t = mlk_trailer_at(p, usable);
+    return t->check == ((uint64_t)p ^ mlk_trailer_key) ? t : NULL;
+}
+MLK_HIDDEN void mlk_trailers_enable(void);
+MLK_HIDDEN int mlk_trailers_possible(void);  /* interpose.c: the allocator allows them */
+/* Writes p's trailer and counts the block for `stack` (MLK_NO_STACK: not
+ * counted); 0 if it could not be counted. */
+MLK_HIDDEN int mlk_trailer_write(void *p, size_t usable, uint64_t size, uint32_t stack);
+/* Unmarks the block (its trailer no longer says "ours") and returns what
+ * mlk_trailer_uncount needs; restore re-marks it (a realloc that failed). */
+MLK_HIDDEN uint64_t mlk_trailer_take(struct mlk_trailer *t);
+MLK_HIDDEN void mlk_trailer_restore(void *p, struct mlk_trailer *t);
+MLK_HIDDEN void mlk_trailer_uncount(uint64_t taken);
+MLK_HIDDEN void mlk_trailers_lock_for_fork(int acquire);
+
 /* ---- record.c: what the hooks call ------------------------------------ */
 MLK_HIDDEN void mlk_record_alloc(void *p, size_t size, int kind);
+/* The same for a block 16 bytes longer than `size`: its trailer records it. */
+MLK_HIDDEN void mlk_record_trailed(void *p, size_t usable, size_t size, int kind);
 MLK_HIDDEN void mlk_record_free(void *p);
 /* realloc: forget p's block but return its stack and size (1 if tracked) ... */
 MLK_HIDDEN int mlk_record_take(void *p, uint32_t *stack, uint64_t *size);

@@ -56,6 +56,15 @@ void mlk_record_alloc(void *p, size_t size, int kind)
         dropped_block();
 }
 
+void mlk_record_trailed(void *p, size_t usable, size_t size, int kind)
+{
+    /* The trailer is written even without a stack: it is what tells the
+     * free that the block is ours. */
+    uint32_t id = current_stack(kind);
+    if (!mlk_trailer_write(p, usable, size, id) && id != MLK_NO_STACK)
+        dropped_block(); /* a size or stack id beyond what a trailer holds */
+}
+
 int mlk_record_take(void *p, uint32_t *stack, uint64_t *size)
 {
     if (mlk_addr_remove((uint64_t)p, stack, size))

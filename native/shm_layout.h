@@ -29,6 +29,10 @@
 #define MLK_KIND_NEW 1
 #define MLK_KIND_MMAP 2
 
+/* struct mlk_header.tracking */
+#define MLK_TRACK_TABLE 0
+#define MLK_TRACK_TRAILERS 1
+
 /* struct mlk_stack.state */
 #define MLK_STACK_EMPTY 0
 #define MLK_STACK_READY 1
@@ -148,5 +152,10 @@ struct mlk_header {
      * descendant only if none was started and no final report was written. */
     uint32_t reporter_starts;   /* reporters started for this segment */
     uint32_t final_done;        /* reporter: the last report (exit or death) is written */
-    uint64_t reserved[6];
+    /* How the process tracks which stack each live block came from:
+     * MLK_TRACK_TABLE (a side table of addresses) or MLK_TRACK_TRAILERS
+     * (16 bytes at the end of each block recorded). */
+    uint32_t tracking;
+    uint32_t reserved32;
+    uint64_t reserved[5];
 };

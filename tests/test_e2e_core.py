@@ -15,10 +15,19 @@ from libmemleak import PACKAGE_DIR, memlog
 
 PAGE = 4096
 
+# Each block's record lives in a trailer at its end (the default) or in a
+# side table (track=table): the same reports either way.
+TRACKING = [pytest.param(None, id="trailers"), pytest.param("mtraceinit,track=table", id="table")]
 
-def test_every_c_allocator_first_incremental_and_final_reports(workdir):
+
+def tracking_of(config):
+    return "table" if config else "trailers"
+
+
+@pytest.mark.parametrize("config", TRACKING)
+def test_every_c_allocator_first_incremental_and_final_reports(workdir, config):
     prog = compile_program("allocators.c")
-    t = Traced([prog], workdir)
+    t = Traced([prog], workdir, config=config)
     first, second = t.reports_at("allocated", "changed")
     assert t.finish() == 0, t.stderr
     assert t.stderr == ""
@@ -40,6 +49,7 @@ def test_every_c_allocator_first_incremental_and_final_reports(workdir):
     assert "site_realloc_fails" not in s1
     assert first.header["reason"] == "signal"
     assert first.header["seq"] == "1" and first.header["pid"] == str(t.pid)
+    assert first.header["tracking"] == tracking_of(config)
     assert int(first.header["live-bytes"]) == sum(e.bytes for e in first.entries)
 
     s2 = by_site(second)
@@ -86,9 +96,10 @@ def test_frames_name_functions_and_modules_in_a_pie_executable(workdir):
     assert first.header["program"] == prog
 
 
-def test_cxx_operators_templates_and_bad_alloc(workdir):
+@pytest.mark.parametrize("config", TRACKING)
+def test_cxx_operators_templates_and_bad_alloc(workdir, config):
     prog = compile_program("cxx.cc")
-    t = Traced([prog], workdir)
+    t = Traced([prog], workdir, config=config)
     first, second = t.reports_at("allocated", "freed")
     assert t.finish() == 0, t.stderr
     s1 = by_site(first)
@@ -106,22 +117,25 @@ def test_cxx_operators_templates_and_bad_alloc(workdir):
     assert s2["site_aligned()"] == (-128, -1)
 
 
-def test_eight_threads_leaking_from_one_stack_exact_total(workdir):
+@pytest.mark.parametrize("config", TRACKING)
+def test_eight_threads_leaking_from_one_stack_exact_total(workdir, config):
     prog = compile_program("threads.c")
-    t = Traced([prog], workdir)
+    t = Traced([prog], workdir, config=config)
     t.expect("joined")
     report = t.signal_report(1)
     t.resume()
     assert t.finish() == 0
+    assert report.header["tracking"] == tracking_of(config)
     sites = by_site(report)
     assert sites["site_thread_leak"] == (8 * 5000 * 24, 8 * 5000)
     assert "site_thread_churn" not in sites
     assert int(report.header["allocations"]) >= 8 * 5000 * 2
 
 
-def test_fork_child_has_its_own_reports_with_inherited_blocks(workdir):
+@pytest.mark.parametrize("config", TRACKING)
+def test_fork_child_has_its_own_reports_with_inherited_blocks(workdir, config):
     prog = compile_program("forker.c")
-    t = Traced([prog], workdir, stdin=False)
+    t = Traced([prog], workdir, config=config, stdin=False)
     assert t.finish() == 0, t.stderr
     parent = t.reports()
     assert len(parent) == 1
@@ -146,6 +160,30 @@ def test_fork_child_has_its_own_reports_with_inherited_blocks(workdir):
     assert p["site_before_fork"] == (1111, 1)
     assert p["site_in_parent"] == (3333, 1)
     assert "site_in_child" not in p
+
+
+@pytest.mark.parametrize("config", ["", "track=table"])
+def test_blocks_recorded_or_not_mix_freely(workdir, config):
+    """Blocks recorded with a trailer, and blocks never recorded (from before
+    collection started, or made while it was stopped), pass through realloc
+    and free in any order; the program owns every byte malloc_usable_size
+    grants; realloc(p, 0) frees.  Both ways of tracking give these reports."""
+    prog = compile_program("trailers.c")
+    t = Traced([prog], workdir, config=config, stdin=False)
+    assert t.finish() == 0, t.stderr
+    assert t.stdout == "usable 1 zero 1\n"
+    assert t.stderr == ""
+    reports = t.reports()
+    assert [r.header["reason"] for r in reports] == ["mtrace", "muntrace", "mtrace", "exit"]
+    assert reports[0].header["tracking"] == ("table" if config else "trailers")
+    s1, s2, s3, s4 = (by_site(r) for r in reports)
+    assert s1 == {"site_adopt": (300, 1), "site_usable": (100, 1), "site_stopped": (64, 1)}
+    assert s2 == {}
+    # The realloc while stopped took the block away from its stack and
+    # recorded the new one nowhere; its free later is one the tracer never saw.
+    assert s3 == {"site_stopped": (-64, -1), "site_usable": (-100, -1)}
+    assert s4["site_adopt"] == (-300, -1)
+    assert [r.header["unknown-frees"] for r in reports] == ["2", "2", "3", "3"]
 
 
 @pytest.mark.parametrize("config", [None, "mtraceinit", ""])
