@@ -59,8 +59,12 @@ MLK_HIDDEN void mlk_modules_lock_for_fork(int acquire);
 /* ---- unwind.c: the backtrace of the current thread -------------------- */
 /* Fills ips with up to max return addresses of the caller of the allocator
  * (our own frames skipped), innermost first; returns how many.  *truncated
- * is set when more frames existed than max. */
-MLK_HIDDEN int mlk_backtrace(uint64_t *ips, int max, int *truncated);
+ * is set when more frames existed than max.  *known: when this walk is one
+ * remembered whole, for which mlk_walk_remember_stack told the stack id
+ * interned for `kind` and `unload_epoch`, that id -- and then ips is left
+ * unfilled; else MLK_NO_STACK. */
+MLK_HIDDEN int mlk_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload_epoch,
+                             uint32_t *known);
 /* Where the next backtrace of this thread may start: the state of a hook's
  * own frame (its return address, CFA and the caller's rbp), so that the walk
  * need not climb back through our frames.  Set right before the hook asks
@@ -83,10 +87,7 @@ MLK_HIDDEN void mlk_unwind_init(void);  /* before the first mlk_backtrace */
 /* A module was unloaded: its addresses may now hold other code, whose
  * unwind rules differ, so cached rules are dropped. */
 MLK_HIDDEN void mlk_unwind_forget(void);
-/* The stack id interned for the walk this thread's last backtrace returned,
- * when that walk was a remembered one (else MLK_NO_STACK); and telling it
- * the id interned for that walk. */
-MLK_HIDDEN uint32_t mlk_walk_known_stack(int kind, uint32_t unload_epoch);
+/* Tells the walk this thread's last backtrace returned the id interned for it. */
 MLK_HIDDEN void mlk_walk_remember_stack(int kind, uint32_t unload_epoch, uint32_t id);
 MLK_HIDDEN void mlk_unwind_lock_for_fork(int acquire);
 #define MLK_UNWIND_FAST 0

@@ -13,13 +13,13 @@ static uint32_t current_stack(int kind)
 {
     uint64_t ips[MLK_MAX_DEPTH];
     int truncated = 0;
-    int depth = mlk_backtrace(ips, (int)mlk_seg->depth, &truncated);
-    if (truncated)
-        __atomic_add_fetch(&mlk_seg->truncated_stacks, 1, __ATOMIC_RELAXED);
     /* A walk that matched a remembered one from its first frame comes with
      * the id interned for that one: same frames, kind and unloads. */
     uint32_t epoch = __atomic_load_n(&mlk_seg->unload_epoch, __ATOMIC_ACQUIRE);
-    uint32_t id = mlk_walk_known_stack(kind, epoch);
+    uint32_t id;
+    int depth = mlk_backtrace(ips, (int)mlk_seg->depth, &truncated, kind, epoch, &id);
+    if (truncated)
+        __atomic_add_fetch(&mlk_seg->truncated_stacks, 1, __ATOMIC_RELAXED);
     if (id == MLK_NO_STACK) {
         id = mlk_stack_intern(ips, depth, kind, epoch);
         if (id != MLK_NO_STACK)

@@ -756,11 +756,12 @@ static void remember(struct memo *m, struct kept_walk *w, int steps, int more, u
     m->victim = (slot + 1) % MEMO_WALKS;
 }
 
-/* Returns the number of frames, or -1 when libgcc must do it. */
+/* Returns the number of frames, or -1 when libgcc must do it.  *known: as
+ * for mlk_backtrace. */
 /* This function keeps a frame pointer whatever the build flags: its own
  * frame is where the walk starts. */
 static __attribute__((noinline, optimize("no-omit-frame-pointer"))) int
-fast_backtrace(uint64_t *ips, int max, int *truncated)
+fast_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload_epoch, uint32_t *known)
 {
     /* Start from our caller's state: this function keeps a frame pointer
      * (libmtrace is built with -fno-omit-frame-pointer), so its CFA is
@@ -809,8 +810,12 @@ fast_backtrace(uint64_t *ips, int max, int *truncated)
                     /* This whole walk is a remembered one, which stays as it
                      * is (its first n frames were ours as well: reached by
                      * other remembered walks, they are written in out). */
-                    for (int k = n; k < w->steps; k++)
-                        ips[k] = w->step[k].ip;
+                    if (w->id != MLK_NO_STACK && w->id_kind == (uint32_t)kind &&
+                        w->id_epoch == unload_epoch)
+                        *known = w->id; /* the frames are not needed: most backtraces end here */
+                    else
+                        for (int k = n; k < w->steps; k++)
+                            ips[k] = w->step[k].ip;
                     *truncated = w->more;
                     m->last = slot;
                     if (n)
@@ -919,17 +924,6 @@ not_understood:
     return -1;
 }
 
-uint32_t mlk_walk_known_stack(int kind, uint32_t unload_epoch)
-{
-    struct memo *m = thread_memo;
-    if (m <= MEMO_NONE || m->last < 0)
-        return MLK_NO_STACK;
-    const struct kept_walk *w = walk_at(m, m->last);
-    if (w->id_kind != (uint32_t)kind || w->id_epoch != unload_epoch)
-        return MLK_NO_STACK;
-    return w->id;
-}
-
 void mlk_walk_remember_stack(int kind, uint32_t unload_epoch, uint32_t id)
 {
     struct memo *m = thread_memo;
@@ -969,10 +963,11 @@ void mlk_unwind_forget(void)
 
 __thread struct mlk_walk_start mlk_walk_start __attribute__((tls_model("initial-exec")));
 
-int mlk_backtrace(uint64_t *ips, int max, int *truncated)
+int mlk_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload_epoch, uint32_t *known)
 {
+    *known = MLK_NO_STACK;
     if (mlk_unwind_mode == MLK_UNWIND_FAST && cache) {
-        int n = fast_backtrace(ips, max, truncated);
+        int n = fast_backtrace(ips, max, truncated, kind, unload_epoch, known);
         mlk_walk_start.sp = 0;
         if (n >= 0)
             return n;
@@ -986,13 +981,13 @@ int mlk_backtrace(uint64_t *ips, int max, int *truncated)
 void mlk_unwind_init(void) {}
 void mlk_unwind_forget(void) {}
 void mlk_unwind_lock_for_fork(int acquire) {}
-uint32_t mlk_walk_known_stack(int kind, uint32_t unload_epoch) { return MLK_NO_STACK; }
 void mlk_walk_remember_stack(int kind, uint32_t unload_epoch, uint32_t id) {}
 
 __thread struct mlk_walk_start mlk_walk_start __attribute__((tls_model("initial-exec")));
 
-int mlk_backtrace(uint64_t *ips, int max, int *truncated)
+int mlk_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload_epoch, uint32_t *known)
 {
+    *known = MLK_NO_STACK;
     return libgcc_backtrace(ips, max, truncated);
 }
 
