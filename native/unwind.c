@@ -592,13 +592,19 @@ static struct memo *memo_of_thread(int max)
  * it was walked (w->steps: none).  Up to there the walk is the same. */
 static int first_change(const struct kept_walk *w, int k)
 {
-    for (; k < w->steps; k++) {
-        const struct step *s = &w->step[k];
-        if (s->ra_at && *(const uint64_t *)s->ra_at != s[1].ip)
+    /* The loop every backtrace runs, once per frame: split where the saved
+     * rbp words stop mattering.  (A step without a return address, ra_at 0,
+     * is one where the walk ended.) */
+    const struct step *s = w->step;
+    int bp_end = w->bp_upto < w->steps ? w->bp_upto : w->steps;
+    for (; k < bp_end; k++)
+        if ((s[k].ra_at && *(const uint64_t *)s[k].ra_at != s[k + 1].ip) ||
+            (s[k].bp_at && *(const uint64_t *)s[k].bp_at != s[k + 1].bp))
             return k;
-        if (k < w->bp_upto && s->bp_at && *(const uint64_t *)s->bp_at != s[1].bp)
+#pragma GCC unroll 4
+    for (; k < w->steps; k++)
+        if (s[k].ra_at && *(const uint64_t *)s[k].ra_at != s[k + 1].ip)
             return k;
-    }
     return k;
 }
 
