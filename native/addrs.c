@@ -1,6 +1,8 @@
 /* Which stack allocated each live block, so a free can be subtracted from the
- * stack of the matching allocation.  Private to the process (the reporter
- * never needs it) and inherited as is by a forked child.
+ * stack of the matching allocation -- for the blocks that have no trailer
+ * (trailers.c): in sampling mode, with track=table, and for blocks from
+ * before collection started.  Private to the process (the reporter never
+ * needs it) and inherited as is by a forked child.
  *
  * Heap blocks: 256 shards chosen by address (shard_of), each an open-addressing
  * table with linear probing and backward-shift deletion under its own

@@ -40,8 +40,8 @@ static void dropped_block(void)
 {
     __atomic_add_fetch(&mlk_seg->dropped_blocks, 1, __ATOMIC_RELAXED);
     if (!__atomic_exchange_n(&warned_blocks, 1, __ATOMIC_RELAXED))
-        mlk_warn("cannot track more live blocks (out of memory for the address table); ",
-                 "the reports count the blocks not tracked", "");
+        mlk_warn("cannot track some live blocks (out of memory for the address table, or a ",
+                 "block of 1 TiB or more); the reports count the blocks not tracked", "");
 }
 
 void mlk_record_alloc(void *p, size_t size, int kind)

@@ -93,7 +93,9 @@ void mlk_trailer_restore(void *p, struct mlk_trailer *t)
 void mlk_trailer_uncount(uint64_t meta)
 {
     uint32_t stack = (uint32_t)(meta & UNCOUNTED);
-    if (stack == UNCOUNTED)
+    /* Not ever_collected: a forked child that could not get a segment of
+     * its own, which must not touch the parent's. */
+    if (stack == UNCOUNTED || MLK_UNLIKELY(!mlk_ever_collected))
         return;
     int64_t size = (int64_t)(meta >> TRAILER_STACK_BITS);
     /* A free inside our own code can only be a signal handler's that
