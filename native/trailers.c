@@ -106,10 +106,14 @@ void mlk_trailer_uncount(uint64_t meta)
         mlk_stack_account(stack, -size, -1);
         return;
     }
+    /* The guard, so that a signal handler that allocates meanwhile passes
+     * straight through instead of waiting for this thread's own lock. */
+    mlk_in_hook = 1;
     mlk_lock_t *l = lock_of_thread();
     mlk_lock(l);
     mlk_stack_account(stack, -size, -1);
     mlk_unlock(l);
+    mlk_in_hook = 0;
 }
 
 void mlk_trailers_lock_for_fork(int acquire)
