@@ -783,7 +783,7 @@ static void fork_child(void)
     mlk_lazy_spawn_at = 0;
     if (mlk_collecting && !keeper_holds_us)
         arm_lazy_spawn();
-    mlk_trailers_lock_for_fork(0);
+    mlk_trailers_fork_child();
     mlk_addrs_lock_for_fork(0);
     mlk_stacks_lock_for_fork(0);
     mlk_unwind_lock_for_fork(0);

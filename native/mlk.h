@@ -165,7 +165,8 @@ MLK_HIDDEN int mlk_trailer_write(void *p, size_t usable, uint64_t size, uint32_t
 MLK_HIDDEN uint64_t mlk_trailer_take(struct mlk_trailer *t);
 MLK_HIDDEN void mlk_trailer_restore(void *p, struct mlk_trailer *t);
 MLK_HIDDEN void mlk_trailer_uncount(uint64_t taken);
-MLK_HIDDEN void mlk_trailers_lock_for_fork(int acquire);
+MLK_HIDDEN void mlk_trailers_lock_for_fork(int acquire);  /* before fork; after, in the parent */
+MLK_HIDDEN void mlk_trailers_fork_child(void);            /* after fork, in the child */
 
 /* ---- record.c: what the hooks call ------------------------------------ */
 MLK_HIDDEN void mlk_record_alloc(void *p, size_t size, int kind);
