@@ -17,6 +17,7 @@ import random
 import re
 import shutil
 import statistics
+import signal
 import subprocess
 import time
 import sys
@@ -142,8 +143,10 @@ def _wait_for_reporters(timeout=300):
         time.sleep(0.1)
 
 
-def run_once(tool, argv, stdin_path, out):
-    """Returns (wall seconds, peak RSS of the program in KiB, reporter peak KiB or None)."""
+def run_once(tool, argv, stdin_path, out, timeout):
+    """Returns (wall seconds, peak RSS of the program in KiB, reporter peak KiB or None),
+    or None if the run did not end within `timeout` seconds (it is killed: a tool
+    that hangs -- heaptrack once did, in a forked shell -- must not stop the bench)."""
     work = os.path.join(out, "run-" + tool)
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
@@ -168,10 +171,19 @@ def run_once(tool, argv, stdin_path, out):
         cmd = ["valgrind", "--tool=memcheck", "--leak-check=full", "--log-file=" + os.path.join(work, "vg.log"), *argv]
     stdin = open(stdin_path) if stdin_path else subprocess.DEVNULL
     result = os.path.join(work, "measure.out")
-    subprocess.run([gen_measure(out), result, *cmd], cwd=work, env=env, stdin=stdin,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-    if stdin_path:
-        stdin.close()
+    proc = subprocess.Popen([gen_measure(out), result, *cmd], cwd=work, env=env, stdin=stdin,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        status = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return None
+    finally:
+        if stdin_path:
+            stdin.close()
+    if status != 0:
+        raise RuntimeError(f"{tool}: the measuring wrapper exited with {status}")
     wall_s, rss_kb, code = open(result).read().split()
     wall, maxrss = float(wall_s), int(rss_kb)
     if code != "0":
@@ -213,6 +225,7 @@ def main():
     wl = workloads(out)
     names = args.only or list(wl)
     results = {}
+    hung = {}
     for rnd in range(args.rounds):
         for name in names:
             argv, stdin_path, valgrind_ok = wl[name]
@@ -221,7 +234,15 @@ def main():
                     continue
                 if tool == "valgrind" and rnd > 0:
                     continue  # one valgrind round: it is slow and steady
-                wall, rss, rep = run_once(tool, argv, stdin_path, out)
+                bare_runs = results.get((name, "bare"))
+                limit = max(60.0, 30 * bare_runs[0][0]) if bare_runs else 3600.0
+                run = run_once(tool, argv, stdin_path, out, limit)
+                if run is None:
+                    hung[(name, tool)] = hung.get((name, tool), 0) + 1
+                    print(f"round {rnd + 1} {name:8} {tool:18} did not end in {limit:.0f} s: killed",
+                          flush=True)
+                    continue
+                wall, rss, rep = run
                 results.setdefault((name, tool), []).append((wall, rss, rep))
                 print(f"round {rnd + 1} {name:8} {tool:18} {wall:7.2f}s  rss {rss / 1024:7.1f} MiB"
                       + (f"  reporter {rep / 1024:.1f} MiB" if rep else ""), flush=True)
@@ -229,6 +250,8 @@ def main():
              "workload   tool                median s  x bare    rss MiB      reporter MiB",
              "=========  ==================  ========  ========  ===========  ============"]
     for name in names:
+        if (name, "bare") not in results:
+            continue  # every bare run hung: nothing to compare with
         bare = statistics.median(w for w, _, _ in results[(name, "bare")])
         for tool in tools:
             rows = results.get((name, tool))
@@ -240,6 +263,9 @@ def main():
             rep = f"{max(reps) / 1024:.0f}" if reps else ""
             lines.append(f"{name:9}  {tool:18}  {med:8.2f}  {med / bare:8.2f}  {rss:11.1f}  {rep:>12}")
     lines.append(lines[0])
+    for (name, tool), n in sorted(hung.items()):
+        lines.append(f"{name} under {tool}: {n} of {args.rounds} runs hung and were killed "
+                     "(not in the median)")
     table = "\n".join(lines)
     print("\n" + table)
     with open(args.out, "w") as f:
