@@ -235,7 +235,7 @@ def main():
                 if tool == "valgrind" and rnd > 0:
                     continue  # one valgrind round: it is slow and steady
                 bare_runs = results.get((name, "bare"))
-                limit = max(60.0, 30 * bare_runs[0][0]) if bare_runs else 3600.0
+                limit = max(120.0, 100 * bare_runs[0][0]) if bare_runs else 3600.0
                 run = run_once(tool, argv, stdin_path, out, limit)
                 if run is None:
                     hung[(name, tool)] = hung.get((name, tool), 0) + 1
