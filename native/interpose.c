@@ -200,6 +200,23 @@ EXPORT void free(void *p)
     real.free(p);
 }
 
+/* C23's sized frees (glibc 2.41) and the old cfree: each is free here.
+ * Were they to reach libc past us, the blocks would still be freed (the
+ * trailer leaves the pointer alone), but never subtracted. */
+EXPORT void free_sized(void *p, size_t size)
+{
+    (void)size;
+    free(p);
+}
+
+EXPORT void free_aligned_sized(void *p, size_t align, size_t size)
+{
+    (void)align, (void)size;
+    free(p);
+}
+
+EXPORT void cfree(void *p) { free(p); }
+
 EXPORT size_t malloc_usable_size(void *p)
 {
     if (!p)

@@ -167,11 +167,12 @@ def test_blocks_recorded_or_not_mix_freely(workdir, config):
     """Blocks recorded with a trailer, and blocks never recorded (from before
     collection started, or made while it was stopped), pass through realloc
     and free in any order; the program owns every byte malloc_usable_size
-    grants; realloc(p, 0) frees.  Both ways of tracking give these reports."""
+    grants; realloc(p, 0) frees; free_sized, free_aligned_sized and cfree are
+    frees.  Both ways of tracking give these reports."""
     prog = compile_program("trailers.c")
     t = Traced([prog], workdir, config=config, stdin=False)
     assert t.finish() == 0, t.stderr
-    assert t.stdout == "usable 1 zero 1\n"
+    assert t.stdout == "usable 1 zero 1 sized 3\n"
     assert t.stderr == ""
     reports = t.reports()
     assert [r.header["reason"] for r in reports] == ["mtrace", "muntrace", "mtrace", "exit"]
