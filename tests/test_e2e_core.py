@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from helpers import (Traced, add_reports, by_site, compile_program, env_for,
-                     report_path, reports_of, wait_for_file)
+from helpers import (Traced, add_reports, by_site, child_pids_with_reports, compile_program,
+                     env_for, report_path, reports_of, wait_for_file)
 from libmemleak import PACKAGE_DIR, memlog
 
 PAGE = 4096
@@ -141,14 +141,8 @@ def test_fork_child_has_its_own_reports_with_inherited_blocks(workdir, config):
     assert len(parent) == 1
     # A child writes its report after it has gone (it does not make its exit
     # wait): wait for that file.
-    deadline = time.monotonic() + 20
-    while True:
-        names = [n for n in os.listdir(workdir) if n.endswith(".memlog")]
-        child_pids = {int(n.split("-")[1]) for n in names} - {t.pid}
-        if child_pids or time.monotonic() > deadline:
-            break
-        time.sleep(0.02)
-    assert len(child_pids) == 1, names
+    child_pids = child_pids_with_reports(str(workdir), "forker", t.pid)
+    assert len(child_pids) == 1, child_pids
     child = reports_of(str(workdir), "forker", child_pids.pop())
     assert len(child) == 1
     c = by_site(child[0])
@@ -176,7 +170,7 @@ def test_blocks_recorded_or_not_mix_freely(workdir, config):
     assert t.stderr == ""
     reports = t.reports()
     assert [r.header["reason"] for r in reports] == ["mtrace", "muntrace", "mtrace", "exit"]
-    assert reports[0].header["tracking"] == ("table" if config else "trailers")
+    assert reports[0].header["tracking"] == tracking_of(config)
     s1, s2, s3, s4 = (by_site(r) for r in reports)
     assert s1 == {"site_adopt": (300, 1), "site_usable": (100, 1), "site_stopped": (64, 1)}
     assert s2 == {}

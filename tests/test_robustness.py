@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from helpers import (PROGRAMS, Traced, add_reports, by_site, compile_program, env_for,
-                     report_path, reports_of, wait_for_file)
+from helpers import (PROGRAMS, Traced, add_reports, by_site, child_pids_with_reports,
+                     compile_program, env_for, report_path, reports_of, wait_for_file)
 from libmemleak import memlog
 
 
@@ -348,14 +348,8 @@ def test_without_membarrier_counters_stay_exact_across_threads_and_fork(workdir)
     forker = compile_program("forker.c")
     t = Traced([launcher, forker], workdir, stdin=False)
     assert t.finish() == 0, t.stderr
-    deadline = time.monotonic() + 20
-    while True:
-        names = [n for n in os.listdir(workdir) if n.startswith("forker-") and n.endswith(".memlog")]
-        child_pids = {int(n.split("-")[1]) for n in names} - {t.pid}
-        if child_pids or time.monotonic() > deadline:
-            break
-        time.sleep(0.02)
-    assert len(child_pids) == 1, names
+    child_pids = child_pids_with_reports(str(workdir), "forker", t.pid)
+    assert len(child_pids) == 1, child_pids
     child = by_site(reports_of(str(workdir), "forker", child_pids.pop())[0])
     assert child["site_before_fork"] == (1111, 1)
     assert child["site_in_child"] == (4444, 2)
