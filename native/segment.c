@@ -15,8 +15,6 @@
 struct mlk_header *mlk_seg;
 int mlk_seg_fd = -1;
 
-#define STACKS_CAP (1ull << 22)  /* 4M distinct stacks: 768 MiB if all used */
-#define FRAMES_CAP (1ull << 26)  /* 64M frames: 512 MiB if all used */
 #define MODULES_CAP 8192ull
 #define STRINGS_CAP (4ull << 20)
 
@@ -69,9 +67,9 @@ int mlk_segment_create(uint32_t depth, const char *dir)
 {
     uint64_t off = align_up(sizeof(struct mlk_header), 4096);
     uint64_t stacks_off = off;
-    off = align_up(off + STACKS_CAP * sizeof(struct mlk_stack), 4096);
+    off = align_up(off + MLK_STACKS_CAP * sizeof(struct mlk_stack), 4096);
     uint64_t frames_off = off;
-    off = align_up(off + FRAMES_CAP * sizeof(uint64_t), 4096);
+    off = align_up(off + MLK_FRAMES_CAP * sizeof(uint64_t), 4096);
     uint64_t modules_off = off;
     off = align_up(off + MODULES_CAP * sizeof(struct mlk_module), 4096);
     uint64_t strings_off = off;
@@ -93,8 +91,8 @@ int mlk_segment_create(uint32_t depth, const char *dir)
     h->frames_off = frames_off;
     h->modules_off = modules_off;
     h->strings_off = strings_off;
-    h->stacks_cap = STACKS_CAP;
-    h->frames_cap = FRAMES_CAP;
+    h->stacks_cap = MLK_STACKS_CAP;
+    h->frames_cap = MLK_FRAMES_CAP;
     h->modules_cap = MODULES_CAP;
     h->strings_cap = STRINGS_CAP;
     h->pid = mlk_getpid();
