@@ -384,9 +384,12 @@ static int compute_rule(uint64_t pc, struct rule_state *st)
 }
 
 /* ---- the rule cache ----------------------------------------------------------
- * One word per rule: bits 0-1 kind (1 = ok, 2 = end, 3 = unknown),
- * bit 2 CFA from rbp, bit 3 rbp saved, bits 16-39 CFA offset (signed),
- * bits 40-51 rbp offset, bits 52-63 return-address offset (signed, bytes).
+ * One word per rule, laid out so that a walk decodes it with a shift or a
+ * sign extension per field (a walk step is ~20 instructions; masking and
+ * sign-fixing 24- and 12-bit fields cost as much again):
+ * bits 0-1 kind (1 = ok, 2 = end, 3 = unknown), bit 2 CFA from rbp, bit 3
+ * rbp saved, bits 8-15 rbp offset / 8, bits 16-23 return-address offset / 8
+ * (signed bytes), bits 32-63 CFA offset (signed).
  * Entries are {key, rule}; a writer clears the key, writes the rule, then
  * publishes the key; a reader checks the key before and after reading. */
 
@@ -397,41 +400,47 @@ struct cache_entry {
 };
 static struct cache_entry *cache;
 
-static int fits(int64_t v, int bits) { return v >= -(1ll << (bits - 1)) && v < (1ll << (bits - 1)); }
+#define RULE_KIND(r) ((int)((r) & 3))
+#define RULE_CFA_FROM_BP(r) ((r) & 4)
+#define RULE_BP_SAVED(r) ((r) & 8)
+#define RULE_BP_OFF(r) ((int64_t)(int8_t)((r) >> 8) * 8)
+#define RULE_RA_OFF(r) ((int64_t)(int8_t)((r) >> 16) * 8)
+#define RULE_CFA_OFF(r) ((int64_t)(r) >> 32)
+
+static int fits8(int64_t v) { return (v & 7) == 0 && v >= -128 * 8 && v < 128 * 8; }
 
 static uint64_t pack(int kind, const struct rule_state *st)
 {
     if (kind != RULE_OK)
         return (uint64_t)(kind == RULE_END ? 2 : 3);
-    if (!fits(st->cfa_off, 24) || !fits(st->rbp_off, 12) || !fits(st->ra_off, 12))
+    if (st->cfa_off < INT32_MIN || st->cfa_off > INT32_MAX || !fits8(st->rbp_off) || !fits8(st->ra_off))
         return 3;
     return 1 | (st->cfa_reg == REG_RBP ? 4u : 0u) | (st->rbp_saved ? 8u : 0u) |
-           ((uint64_t)(st->cfa_off & 0xffffff) << 16) | ((uint64_t)(st->rbp_off & 0xfff) << 40) |
-           ((uint64_t)(st->ra_off & 0xfff) << 52);
+           (uint64_t)(uint8_t)(st->rbp_off / 8) << 8 | (uint64_t)(uint8_t)(st->ra_off / 8) << 16 |
+           (uint64_t)(uint32_t)st->cfa_off << 32;
 }
 
-static int64_t field(uint64_t rule, int shift, int bits)
+/* The rule at pc, computed and cached: the first time a return address is
+ * seen, and after a collision in the cache. */
+static __attribute__((noinline)) uint64_t rule_missing(uint64_t pc, struct cache_entry *e)
 {
-    int64_t v = (int64_t)((rule >> shift) & ((1ull << bits) - 1));
-    return v >= (1ll << (bits - 1)) ? v - (1ll << bits) : v;
-}
-
-static uint64_t rule_for(uint64_t pc)
-{
-    uint64_t h = (pc * 0x9e3779b97f4a7c15ull) >> (64 - CACHE_BITS);
-    struct cache_entry *e = &cache[h];
-    uint64_t key = __atomic_load_n(&e->key, __ATOMIC_ACQUIRE);
-    if (key == pc) {
-        uint64_t rule = __atomic_load_n(&e->rule, __ATOMIC_ACQUIRE);
-        if (__atomic_load_n(&e->key, __ATOMIC_ACQUIRE) == pc)
-            return rule;
-    }
     struct rule_state st;
     uint64_t rule = pack(compute_rule(pc, &st), &st);
     __atomic_store_n(&e->key, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&e->rule, rule, __ATOMIC_RELEASE);
     __atomic_store_n(&e->key, pc, __ATOMIC_RELEASE);
     return rule;
+}
+
+static inline uint64_t rule_for(uint64_t pc)
+{
+    struct cache_entry *e = &cache[(pc * 0x9e3779b97f4a7c15ull) >> (64 - CACHE_BITS)];
+    if (MLK_LIKELY(__atomic_load_n(&e->key, __ATOMIC_ACQUIRE) == pc)) {
+        uint64_t rule = __atomic_load_n(&e->rule, __ATOMIC_ACQUIRE);
+        if (MLK_LIKELY(__atomic_load_n(&e->key, __ATOMIC_ACQUIRE) == pc))
+            return rule;
+    }
+    return rule_missing(pc, e);
 }
 
 /* ---- remembered walks, per thread ------------------------------------------
@@ -447,9 +456,9 @@ static uint64_t rule_for(uint64_t pc)
  *
  * A program's allocations come from a few hundred call paths taken in turn
  * (A B A C A B ...), so one remembered walk is not enough.  A walk's first
- * state looks among the last walks that started there (`firsts`); where it
- * parts from the best of them, the state it reaches looks in an index of the
- * states where earlier walks looked (`index`), and so on.  Most walks turn
+ * state looks among the last walks that started there (`firsts`); the one
+ * the same furthest gives the frames up to where it parts, and the rest is
+ * walked by the rules.  Most walks of programs that repeat their paths turn
  * out to be a remembered one from their first frame on, and then the stack
  * id interned for that one is reused as well.  Coroutines, longjmp and
  * reused stack memory change a state or a word, and then the walk goes on
@@ -459,10 +468,18 @@ static uint64_t rule_for(uint64_t pc)
  * thread's first walk and passed on to a new thread when it exits. */
 
 #define MEMO_WALKS 64      /* walks remembered per thread, replaced in turn */
-#define MEMO_PROBE 16      /* a walk looks in the index at its first steps only */
-#define MEMO_INDEX_BITS 10 /* the index of the states where walks looked */
 #define MEMO_FIRST_SET_BITS 7 /* sets of walks by first state */
 #define MEMO_FIRST_WAYS 8  /* walks per set */
+/* Looking for a remembered walk and writing each new one down costs about
+ * a fifth of what a walk found whole saves (its frames, and interning its
+ * stack): where fewer than one walk in MEMO_MIN_FINDS of a window of
+ * MEMO_WINDOW is found whole (gcc's cc1: 9%, git: 10%; sqlite3 and jq:
+ * 99.9%), a thread walks by the rules alone for a while, then tries again;
+ * the while doubles with each window that does not pay (a program's first
+ * window, new paths all, may well not), up to MEMO_REST_MAX walks. */
+#define MEMO_WINDOW 256
+#define MEMO_MIN_FINDS 8
+#define MEMO_REST_MAX 16384
 
 /* 32 bytes: the state's sp is not kept, as the return address sits right
  * below the CFA, which is the next sp (a walk where it does not is not
@@ -498,11 +515,11 @@ struct memo {
     int last;              /* the slot whose walk the last backtrace returned, or -1 */
     int older_worth;       /* > 0: looking past the latest walk of a first state has paid */
     unsigned walks_since_check;
+    /* Whether remembering pays for this thread: walks and whole finds in
+     * the current window, and how many walks are still to be made without
+     * (see MEMO_WINDOW). */
+    unsigned window_walks, window_finds, resting, rest;
     size_t walk_size;
-    /* State -> where a remembered walk had it: tag << 16 | walk << 8 | step,
-     * tag being other bits of the state's hash.  A hint only: the walk's own
-     * record of the state is what is checked. */
-    uint32_t index[1 << MEMO_INDEX_BITS];
     /* Per first state (hashed), the walks that started there, most recently
      * used first: other bits of the state's hash << 8 | slot (MEMO_WALKS or
      * more: none). */
@@ -534,8 +551,6 @@ static inline uint64_t state_hash(uint64_t ip, uint64_t sp)
 {
     return (ip ^ sp * 0x9e3779b97f4a7c15ull) * 0xc2b2ae3d27d4eb4full;
 }
-#define INDEX_SLOT(h) ((h) >> (64 - MEMO_INDEX_BITS))
-#define INDEX_TAG(h) ((uint32_t)(h) >> 16)
 
 static void memo_release(void *p)
 {
@@ -578,6 +593,8 @@ static struct memo *memo_of_thread(int max)
     }
     memset(m->firsts, 0xff, sizeof m->firsts);
     m->older_worth = 64;
+    m->window_walks = m->window_finds = m->resting = 0;
+    m->rest = MEMO_WINDOW;
     m->victim = 0;
     m->last = -1;
     if (pthread_setspecific(memo_key, m) != 0) {
@@ -630,15 +647,6 @@ static void raise_bp_upto(struct kept_walk *w, int upto)
     if (w->bp_ok < upto)
         w->bp_ok = upto;
     w->bp_upto = upto;
-}
-
-/* Did walk w have the states of our first n steps? */
-static int same_start(const struct kept_walk *w, const struct kept_walk *ours, int n)
-{
-    for (int k = 0; k < n; k++)
-        if (w->step[k].ip != ours->step[k].ip || step_sp(w, k) != step_sp(ours, k) || w->step[k].bp != ours->step[k].bp)
-            return 0;
-    return 1;
 }
 
 /* Is walk w usable now, with state (ip, sp, bp) at its step k? */
@@ -715,33 +723,9 @@ static struct kept_walk *recall_first(struct memo *m, uint64_t ip, uint64_t sp, 
     return best;
 }
 
-/* A remembered walk through state (ip, sp, bp); *at: the step. */
-static struct kept_walk *recall(struct memo *m, uint64_t ip, uint64_t sp, uint64_t bp, uint64_t generation,
-                                int *at, int *slot)
-{
-    uint64_t h = state_hash(ip, sp);
-    uint32_t e = m->index[INDEX_SLOT(h)];
-    if (e >> 16 != INDEX_TAG(h))
-        return NULL;
-    int s = (int)(e >> 8 & 0xff), k = (int)(e & 0xff);
-    if (s == m->victim) /* being rewritten by this walk */
-        return NULL;
-    struct kept_walk *w = walk_at(m, s);
-    if (!walk_has_state(w, k, ip, sp, bp, generation))
-        return NULL;
-    *at = k;
-    *slot = s;
-    return w;
-}
-
-/* The walk in the victim slot is complete: index the states where it
- * looked for a remembered walk (bit k of `probed`: step k), which is where
- * walks of the same shape will look again -- its first, and those right
- * after the frames where a remembered walk stopped being the same.  Indexing
- * every state would mostly overwrite the entries of the outer frames all
- * walks share, and make the useful ones rarer. */
-static void remember(struct memo *m, struct kept_walk *w, int steps, int more, uint64_t generation,
-                     uint32_t probed)
+/* The walk in the victim slot is complete: it becomes the latest of those
+ * that started at its first state. */
+static void remember(struct memo *m, struct kept_walk *w, int steps, int more, uint64_t generation)
 {
     int slot = m->victim;
     w->steps = steps;
@@ -749,21 +733,54 @@ static void remember(struct memo *m, struct kept_walk *w, int steps, int more, u
     w->generation = generation;
     w->id = MLK_NO_STACK;
     w->complete = 1;
-    for (; probed; probed &= probed - 1) {
-        int k = __builtin_ctz(probed);
-        if (k >= steps)
-            break;
-        uint64_t h = state_hash(w->step[k].ip, step_sp(w, k));
-        m->index[INDEX_SLOT(h)] = INDEX_TAG(h) << 16 | (uint32_t)slot << 8 | (uint32_t)k;
-    }
     if (steps)
         walk_to_front(m, w, slot);
     m->last = slot;
     m->victim = (slot + 1) % MEMO_WALKS;
 }
 
+/* One step by the unwind rules, from state (ip, sp, bp) to its caller's;
+ * ra_at and bp_at: where it read the return address and the saved rbp (0:
+ * not read).  Evaluates to 1, 0 when the walk ended there, -1 when the rule
+ * is not one this unwinder follows (libgcc's turn).  A macro over the
+ * caller's locals: the loop that runs it per frame keeps them in registers. */
+#define RULE_STEP(ip, sp, bp, ra_at, bp_at, uses_bp)                                              \
+    ({                                                                                             \
+        /* ip is a return address: the rule that applies is the call's. */                        \
+        uint64_t rule_ = rule_for((ip) - 1);                                                      \
+        int r_ = -1;                                                                               \
+        uint64_t cfa_ = (RULE_CFA_FROM_BP(rule_) ? (bp) : (sp)) + (uint64_t)RULE_CFA_OFF(rule_);   \
+        (uses_bp) = RULE_CFA_FROM_BP(rule_);                                                       \
+        if (MLK_UNLIKELY(RULE_KIND(rule_) != 1)) {                                                 \
+            r_ = RULE_KIND(rule_) == 2 ? 0 : -1;                                                   \
+        } else if (MLK_LIKELY(cfa_ > (sp) && !(cfa_ & 7) && cfa_ - (sp) <= (64u << 20))) {         \
+            /* (A CFA at or below sp, unaligned, or absurdly far means the                         \
+             * rule or the stack is not what we think: let libgcc judge.) */                       \
+            (ra_at) = cfa_ + (uint64_t)RULE_RA_OFF(rule_);                                         \
+            (ip) = *(const uint64_t *)(ra_at);                                                     \
+            (bp_at) = 0;                                                                           \
+            if (RULE_BP_SAVED(rule_)) {                                                            \
+                (bp_at) = cfa_ + (uint64_t)RULE_BP_OFF(rule_);                                     \
+                (bp) = *(const uint64_t *)(bp_at);                                                 \
+            }                                                                                      \
+            (sp) = cfa_;                                                                           \
+            r_ = (ip) >= 4096;                                                                     \
+        }                                                                                          \
+        r_;                                                                                        \
+    })
+
 /* Returns the number of frames, or -1 when libgcc must do it.  *known: as
- * for mlk_backtrace. */
+ * for mlk_backtrace.
+ *
+ * A walk starts with the remembered walks from its first state: one the
+ * same to its end is the answer (and most often its stack id as well);
+ * else the one the same furthest gives the first frames.  The rest is
+ * walked by the rules, frame by frame, and written down as the thread's
+ * newest remembered walk.  (Looking for remembered walks at later states as
+ * well, through an index of states, was tried: on programs whose walks are
+ * many and seldom repeat, gcc's cc1, the looking and splicing cost more
+ * instructions than walking by rules, and where walks repeat, sqlite3 or
+ * jq, nearly all are found whole from their first state.) */
 /* This function keeps a frame pointer whatever the build flags: its own
  * frame is where the walk starts. */
 static __attribute__((noinline, optimize("no-omit-frame-pointer"))) int
@@ -782,146 +799,146 @@ fast_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload
         sp = mlk_walk_start.sp;
         bp = mlk_walk_start.bp;
     }
-    int n = 0;
+    int n = 0, r, uses_bp;
+    uint64_t ra_at = 0, bp_at = 0;
     *truncated = 0;
+    /* Our own frames at the top are not the program's. */
+    for (int skipped = 0; mlk_is_self_address(ip); skipped++) {
+        if (skipped == 64)
+            return -1;
+        r = RULE_STEP(ip, sp, bp, ra_at, bp_at, uses_bp);
+        if (r <= 0)
+            return r;
+    }
     uint64_t generation = __atomic_load_n(&rules_generation, __ATOMIC_ACQUIRE);
     struct memo *m = memo_of_thread(max);
     struct kept_walk *out = NULL; /* where this walk is written down */
-    uint32_t probed = 0;          /* the steps where it looked for a remembered one */
-    int unusual = 0;              /* a return address not right below the CFA: not remembered */
+    if (m && m->resting) {
+        m->resting--;
+        m->last = -1;
+        m = NULL; /* this walk is neither looked for nor written down */
+    }
     if (m) {
+        if (++m->window_walks == MEMO_WINDOW) {
+            if (m->window_finds < MEMO_WINDOW / MEMO_MIN_FINDS) {
+                m->resting = m->rest;
+                m->rest = m->rest < MEMO_REST_MAX ? m->rest * 2 : MEMO_REST_MAX;
+            } else {
+                m->rest = MEMO_WINDOW;
+            }
+            m->window_walks = m->window_finds = 0;
+        }
         m->last = -1;
         out = walk_at(m, m->victim);
-    }
-
-    for (int steps = 0; steps < 256; steps++) {
-        int records = n > 0 || !mlk_is_self_address(ip); /* skip our frames at the top only */
-        if (records) {
-            if (n >= max) {
-                *truncated = 1;
-                break;
-            }
-            int at = 0, slot = -1, change = 0;
-            struct kept_walk *w = NULL;
-            if (m && n == 0) {
-                w = recall_first(m, ip, sp, bp, generation, &slot, &change);
-            } else if (m && n < MEMO_PROBE) {
-                probed |= 1u << n;
-                w = recall(m, ip, sp, bp, generation, &at, &slot);
-                if (w)
-                    change = first_change(w, at);
-            }
-            if (w) {
-                if (change == w->steps && at == n && (!w->more || w->steps == max) && same_start(w, out, n)) {
-                    /* This whole walk is a remembered one, which stays as it
-                     * is (its first n frames were ours as well: reached by
-                     * other remembered walks, they are written in out). */
-                    if (w->id != MLK_NO_STACK && w->id_kind == (uint32_t)kind &&
-                        w->id_epoch == unload_epoch)
-                        *known = w->id; /* the frames are not needed: most backtraces end here */
-                    else
-                        for (int k = n; k < w->steps; k++)
-                            ips[k] = w->step[k].ip;
-                    *truncated = w->more;
-                    m->last = slot;
-                    if (n)
-                        walk_to_front(m, w, slot);
-                    return w->steps;
-                }
-                /* Its frames from `at` to the change (included: its state
-                 * is still right) become ours from n on. */
-                int last = change < w->steps ? change : w->steps - 1;
-                int take = last - at + 1;
-                if (take > max - n)
-                    take = max - n;
-                out->complete = 0;
-                if (n == 0) {
-                    out->sp0 = sp;
-                    out->bp_upto = out->bp_ok = 0;
-                }
-                memcpy(&out->step[n], &w->step[at], (size_t)take * sizeof(struct step));
-                if (w->bp_upto > at) { /* its steps that may have used rbp are ours now */
-                    int upto = n + (w->bp_upto < at + take ? w->bp_upto : at + take) - at;
-                    if (out->bp_ok >= n - 1) /* and right, as it checked them */
-                        out->bp_ok = upto;
-                    raise_bp_upto(out, upto);
-                }
-                for (int k = 0; k < take; k++)
-                    ips[n + k] = w->step[at + k].ip;
-                n += take;
-                const struct step *s = &w->step[at + take - 1];
-                int clamped = at + take - 1 < last;
-                bp = bp_after(w, at, at + take - 1, bp);
-                if (clamped || change == w->steps) {
-                    /* Stopped at max within it, or it held to its end. */
-                    ip = s[1].ip;
-                    sp = s->ra_at + 8;
-                    if (!clamped && !w->more)
-                        goto ended;
-                } else {
-                    /* Its frame `change` read other words this time: the
-                     * state after it is those words'. */
-                    ip = *(const uint64_t *)s->ra_at;
-                    sp = s->ra_at + 8;
-                    if (ip < 4096)
-                        goto ended;
-                }
-                continue;
+        out->complete = 0;
+        out->sp0 = sp;
+        out->bp_upto = out->bp_ok = 0;
+        int slot, change = 0;
+        struct kept_walk *w = recall_first(m, ip, sp, bp, generation, &slot, &change);
+        if (w && change == w->steps && (!w->more || w->steps == max)) {
+            /* This whole walk is a remembered one, which stays as it is. */
+            if (w->id != MLK_NO_STACK && w->id_kind == (uint32_t)kind && w->id_epoch == unload_epoch)
+                *known = w->id; /* the frames are not needed: most backtraces end here */
+            else
+                for (int k = 0; k < w->steps; k++)
+                    ips[k] = w->step[k].ip;
+            *truncated = w->more;
+            m->last = slot;
+            m->window_finds++;
+            return w->steps;
+        }
+        if (w) {
+            /* Its frames up to the change (included: its state is still
+             * right) become ours. */
+            int last = change < w->steps ? change : w->steps - 1;
+            int take = last + 1 < max ? last + 1 : max;
+            memcpy(out->step, w->step, (size_t)take * sizeof(struct step));
+            if (w->bp_upto > 0) /* its steps that may have used rbp are ours, and right */
+                out->bp_ok = out->bp_upto = w->bp_upto < take ? w->bp_upto : take;
+            for (int k = 0; k < take; k++)
+                ips[k] = w->step[k].ip;
+            n = take;
+            const struct step *s = &w->step[take - 1];
+            int clamped = take - 1 < last;
+            bp = bp_after(w, 0, take - 1, bp);
+            sp = s->ra_at + 8;
+            if (clamped || change == w->steps) {
+                /* Stopped at max within it, or it held to its end. */
+                ip = s[1].ip;
+                if (!clamped && !w->more)
+                    goto ended;
+            } else {
+                /* Its frame `change` read other words this time: the state
+                 * after it is those words'. */
+                ip = *(const uint64_t *)s->ra_at;
+                if (ip < 4096)
+                    goto ended;
             }
         }
-        struct step *rec = NULL;
-        if (records) {
-            ips[n] = ip;
-            if (out) {
-                rec = &out->step[n];
-                if (n == 0) {
-                    out->complete = 0;
-                    out->sp0 = sp;
-                    out->bp_upto = out->bp_ok = 0;
-                }
-                *rec = (struct step){ip, bp, 0, 0};
-                if (out->bp_ok == n - 1)
-                    out->bp_ok = n; /* walked here: right */
+    }
+    if (!out)
+        goto walk_unrecorded;
+    /* The walk by rules, written down (the loop nearly every frame of a
+     * walk that is not a remembered one runs). */
+    int bp_ok = out->bp_ok, unusual = 0;
+    for (;; n++) {
+        if (n >= max) {
+            *truncated = 1; /* the state now is a frame too */
+            break;
+        }
+        ips[n] = ip;
+        struct step *rec = &out->step[n];
+        rec->ip = ip;
+        rec->bp = bp;
+        if (bp_ok == n - 1)
+            bp_ok = n; /* walked here: right */
+        r = RULE_STEP(ip, sp, bp, ra_at, bp_at, uses_bp);
+        if (MLK_UNLIKELY(uses_bp)) {
+            out->bp_ok = bp_ok;
+            raise_bp_upto(out, n + 1);
+            bp_ok = out->bp_ok;
+        }
+        if (MLK_UNLIKELY(r <= 0)) {
+            if (r < 0)
+                goto not_understood;
+            rec->ra_at = rec->bp_at = 0; /* ended by its rule */
+            if (ip < 4096) {
+                rec->ra_at = ra_at;
+                rec->bp_at = bp_at;
             }
             n++;
+            break;
         }
-        /* ip is a return address: the rule that applies is the call's. */
-        uint64_t rule = rule_for(ip - 1);
-        int kind = (int)(rule & 3);
-        if (kind == 2)
-            goto ended;
-        if (kind != 1)
-            goto not_understood;
-        uint64_t cfa = ((rule & 4) ? bp : sp) + (uint64_t)field(rule, 16, 24);
-        if ((rule & 4) && rec)
-            raise_bp_upto(out, n); /* rec is step n - 1 */
-        /* A CFA at or below sp, unaligned, or absurdly far means the rule or
-         * the stack is not what we think: let libgcc judge. */
-        if (cfa <= sp || (cfa & 7) || cfa - sp > (64u << 20))
-            goto not_understood;
-        uint64_t ra_at = cfa + (uint64_t)field(rule, 52, 12);
-        ip = *(const uint64_t *)ra_at;
-        if (rec) {
-            rec->ra_at = ra_at;
-            if (ra_at != cfa - 8)
-                unusual = 1; /* its sp could not be derived */
-        }
-        if (rule & 8) {
-            uint64_t bp_at = cfa + (uint64_t)field(rule, 40, 12);
-            bp = *(const uint64_t *)bp_at;
-            if (rec)
-                rec->bp_at = bp_at;
-        }
-        sp = cfa;
-        if (ip < 4096)
-            goto ended;
+        rec->ra_at = ra_at;
+        rec->bp_at = bp_at;
+        if (MLK_UNLIKELY(ra_at != sp - 8))
+            unusual = 1; /* its sp could not be derived */
     }
-    /* Stopped at max (or after 256 steps): the state now is a frame too. */
-    *truncated = 1;
-ended:
-    if (out && !unusual) {
+    out->bp_ok = bp_ok;
+    if (!unusual) {
         out->step[n] = (struct step){ip, bp, 0, 0};
-        remember(m, out, n, *truncated, generation, probed);
+        remember(m, out, n, *truncated, generation);
+    }
+    return n;
+
+walk_unrecorded: /* this thread keeps no walks (exiting, or out of memory) */
+    for (;; n++) {
+        if (n >= max) {
+            *truncated = 1;
+            return n;
+        }
+        ips[n] = ip;
+        r = RULE_STEP(ip, sp, bp, ra_at, bp_at, uses_bp);
+        if (r < 0)
+            return -1;
+        if (r == 0)
+            return n + 1;
+    }
+
+ended: /* where a remembered walk ended, after the frames taken from it */
+    if (out) {
+        out->step[n] = (struct step){ip, bp, 0, 0};
+        remember(m, out, n, *truncated, generation);
     }
     return n;
 not_understood:
