@@ -91,6 +91,7 @@ static const uint64_t position_mul[MLK_MAX_DEPTH] = {
 static uint64_t hash_stack(const uint64_t *ips, int depth, int kind, uint32_t unload_epoch)
 {
     uint64_t h = ((uint64_t)kind << 32 | unload_epoch) ^ (uint64_t)depth << 48;
+#pragma GCC unroll 4
     for (int i = 0; i < depth; i++)
         h += (ips[i] ^ ips[i] >> 29) * position_mul[i];
     return mix64(h) | 1; /* never 0 */
@@ -115,6 +116,7 @@ static inline int same_stack(uint64_t entry, const uint64_t *ips, int depth, int
         return 0; /* another depth or kind */
     const uint64_t *frames = mlk_frames() + (entry >> ENTRY_ID_BITS & ((1ull << ENTRY_OFF_BITS) - 1));
     uint64_t diff = 0;
+#pragma GCC unroll 4
     for (int i = 0; i < depth; i++)
         diff |= frames[i] ^ ips[i];
     return diff == 0;
