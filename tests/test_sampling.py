@@ -41,9 +41,13 @@ def test_estimates_are_near_the_truth_and_frees_cancel_exactly(workdir, rate):
     assert int(allocated.header["allocations"]) > SMALL  # estimated, churn included
     assert "unknown-frees" not in allocated.header
 
-    # Everything freed: what the reports say is live adds up to nothing.
-    assert add_reports([allocated, freed]) == {}
-    assert freed.header["live-bytes"] == "0"
+    # Everything the program freed: what the reports say is live adds up to
+    # nothing -- but glibc's own, which a sample may catch: joined threads'
+    # stacks and their TLS (allocate_dtv) stay in its thread-stack cache.
+    live = add_reports([allocated, freed])
+    assert {k: v for k, v in live.items() if not any(f[0] == "allocate_stack" for f in k)} == {}
+    if not live:
+        assert freed.header["live-bytes"] == "0"
     assert "unknown-frees" not in freed.header
 
 
