@@ -29,6 +29,7 @@ struct index_slot {
 #define ENTRY_ID_BITS 23
 #define ENTRY_OFF_BITS 26
 #define ENTRY_DEPTH_BITS 7
+#define ENTRY_SHAPE_SHIFT (ENTRY_ID_BITS + ENTRY_OFF_BITS) /* then depth | kind << ENTRY_DEPTH_BITS */
 _Static_assert(MLK_STACKS_CAP < (1ull << ENTRY_ID_BITS) && MLK_FRAMES_CAP <= (1ull << ENTRY_OFF_BITS) &&
                    MLK_MAX_DEPTH < (1 << ENTRY_DEPTH_BITS),
                "an index slot's entry word holds any id, frame offset and depth");
@@ -36,8 +37,7 @@ _Static_assert(MLK_STACKS_CAP < (1ull << ENTRY_ID_BITS) && MLK_FRAMES_CAP <= (1u
 static inline uint64_t pack_entry(uint32_t id, uint64_t frames_off, int depth, int kind)
 {
     return (uint64_t)(id + 1) | frames_off << ENTRY_ID_BITS |
-           (uint64_t)depth << (ENTRY_ID_BITS + ENTRY_OFF_BITS) |
-           (uint64_t)kind << (ENTRY_ID_BITS + ENTRY_OFF_BITS + ENTRY_DEPTH_BITS);
+           ((uint64_t)depth | (uint64_t)kind << ENTRY_DEPTH_BITS) << ENTRY_SHAPE_SHIFT;
 }
 
 struct stack_index {
@@ -105,24 +105,27 @@ static struct stack_index *new_index(uint64_t cap)
     return ix;
 }
 
+static inline uint32_t entry_id(uint64_t entry) { return (uint32_t)(entry & ((1u << ENTRY_ID_BITS) - 1)) - 1; }
+static inline uint64_t entry_frames_off(uint64_t entry)
+{
+    return entry >> ENTRY_ID_BITS & ((1ull << ENTRY_OFF_BITS) - 1);
+}
+
 /* Is the entry word's stack these frames?  (The hash matched.)  The
  * comparison is one accumulated difference and one branch, not memcmp: the
  * branch is predicted equal, so the program runs on while the frames, most
  * likely a cache miss, are still being loaded. */
 static inline int same_stack(uint64_t entry, const uint64_t *ips, int depth, int kind)
 {
-    if (entry != pack_entry((uint32_t)(entry & ((1u << ENTRY_ID_BITS) - 1)) - 1,
-                            entry >> ENTRY_ID_BITS & ((1ull << ENTRY_OFF_BITS) - 1), depth, kind))
+    if (entry >> ENTRY_SHAPE_SHIFT != ((uint64_t)depth | (uint64_t)kind << ENTRY_DEPTH_BITS))
         return 0; /* another depth or kind */
-    const uint64_t *frames = mlk_frames() + (entry >> ENTRY_ID_BITS & ((1ull << ENTRY_OFF_BITS) - 1));
+    const uint64_t *frames = mlk_frames() + entry_frames_off(entry);
     uint64_t diff = 0;
 #pragma GCC unroll 4
     for (int i = 0; i < depth; i++)
         diff |= frames[i] ^ ips[i];
     return diff == 0;
 }
-
-static inline uint32_t entry_id(uint64_t entry) { return (uint32_t)(entry & ((1u << ENTRY_ID_BITS) - 1)) - 1; }
 
 /* Put an existing entry into an index (used while growing). */
 static void index_put(struct stack_index *ix, uint64_t hash, uint64_t entry)

@@ -626,15 +626,15 @@ static int first_change(const struct kept_walk *w, int k)
 }
 
 /* rbp in the state after step k of walk w, from the stack as it is now:
- * the saved rbp the latest step from `at` to k read, else bp_at_state
- * (rbp in the state of step `at`, which was checked).  The walk's own record
- * of it may be stale past w->bp_upto. */
-static uint64_t bp_after(const struct kept_walk *w, int at, int k, uint64_t bp_at_state)
+ * the saved rbp the latest step up to k read, else bp_at_start (rbp in
+ * w's first state, which was checked).  The walk's own record of it may be
+ * stale past w->bp_upto. */
+static uint64_t bp_after(const struct kept_walk *w, int k, uint64_t bp_at_start)
 {
-    for (; k >= at; k--)
+    for (; k >= 0; k--)
         if (w->step[k].bp_at)
             return *(const uint64_t *)w->step[k].bp_at;
-    return bp_at_state;
+    return bp_at_start;
 }
 
 /* A rule at a step before `upto` uses rbp: make the walk's rbp values
@@ -860,7 +860,7 @@ fast_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload
             n = take;
             const struct step *s = &w->step[take - 1];
             int clamped = take - 1 < last;
-            bp = bp_after(w, 0, take - 1, bp);
+            bp = bp_after(w, take - 1, bp);
             sp = s->ra_at + 8;
             if (clamped || change == w->steps) {
                 /* Stopped at max within it, or it held to its end. */
