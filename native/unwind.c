@@ -384,63 +384,71 @@ static int compute_rule(uint64_t pc, struct rule_state *st)
 }
 
 /* ---- the rule cache ----------------------------------------------------------
- * One word per rule, laid out so that a walk decodes it with a shift or a
- * sign extension per field (a walk step is ~20 instructions; masking and
- * sign-fixing 24- and 12-bit fields cost as much again):
- * bits 0-1 kind (1 = ok, 2 = end, 3 = unknown), bit 2 CFA from rbp, bit 3
- * rbp saved, bits 8-15 rbp offset / 8, bits 16-23 return-address offset / 8
- * (signed bytes), bits 32-63 CFA offset (signed).
- * Entries are {key, rule}; a writer clears the key, writes the rule, then
- * publishes the key; a reader checks the key before and after reading. */
+ * One 8-byte word per return address, read with one load and no re-check:
+ * the key is kept exactly, in half a word.  A return address is below 2^48
+ * (user space); multiplying it by an odd constant modulo 2^48 is a
+ * bijection, so bits 32-47 of the product (the slot) and bits 0-31 (the
+ * tag, kept in the word) together name exactly one address.  The other half
+ * is the rule, laid out for a walk step to decode each field with one shift
+ * or sign extension (a step was 48 instructions with a 16-byte {key, rule}
+ * entry read twice around the rule and fields to sign-fix; cc1 takes 15
+ * steps per allocation):
+ *   bits 32-39  rbp offset / 8 from the CFA (signed), when rbp is saved
+ *   bit  40     CFA from rbp (else from rsp)     bit 41  rbp saved
+ *   bit  42     the walk ends here               bit 43  not understood
+ *   bits 48-63  CFA offset / 8 (signed)
+ * The return address is always at CFA - 8 (a rule saying otherwise is "not
+ * understood").  An end or not-understood rule has CFA offset 0 from rsp,
+ * which no walk step accepts (the return address would be below sp), so
+ * the step's one range check sends it, like a slot of another address, to
+ * the out-of-line path.  An empty slot (0) is tag 0 with such a rule too. */
 
 #define CACHE_BITS 16
-struct cache_entry {
-    uint64_t key;
-    uint64_t rule;
-};
-static struct cache_entry *cache;
+#define RULE_MUL 0x9e3779b97f4a7c15ull
+#define RULE_CFA_FROM_BP (1ull << 40)
+#define RULE_BP_SAVED (1ull << 41)
+#define RULE_ENDS (1ull << 42)
+#define RULE_NOT_UNDERSTOOD (1ull << 43)
+#define RULE_BP_OFF(r) ((int64_t)(int8_t)((r) >> 32) * 8)
+#define RULE_CFA_OFF(r) (((int64_t)(r) >> 48) * 8)
+/* The furthest a CFA may be above sp: further means the rule or the stack
+ * is not what we think, and libgcc judges. */
+#define MAX_FRAME (64u << 20)
+static uint64_t *cache;
 
-#define RULE_KIND(r) ((int)((r) & 3))
-#define RULE_CFA_FROM_BP(r) ((r) & 4)
-#define RULE_BP_SAVED(r) ((r) & 8)
-#define RULE_BP_OFF(r) ((int64_t)(int8_t)((r) >> 8) * 8)
-#define RULE_RA_OFF(r) ((int64_t)(int8_t)((r) >> 16) * 8)
-#define RULE_CFA_OFF(r) ((int64_t)(r) >> 32)
+static inline uint64_t *rule_slot(uint64_t ra, uint64_t *tag)
+{
+    uint64_t h = ra * RULE_MUL;
+    *tag = (uint32_t)h;
+    return &cache[(h >> 32) & ((1u << CACHE_BITS) - 1)];
+}
 
-static int fits8(int64_t v) { return (v & 7) == 0 && v >= -128 * 8 && v < 128 * 8; }
+static int fits8(int64_t v, int bits) { return (v & 7) == 0 && v >= -(8ll << (bits - 1)) && v < (8ll << (bits - 1)); }
 
 static uint64_t pack(int kind, const struct rule_state *st)
 {
-    if (kind != RULE_OK)
-        return (uint64_t)(kind == RULE_END ? 2 : 3);
-    if (st->cfa_off < INT32_MIN || st->cfa_off > INT32_MAX || !fits8(st->rbp_off) || !fits8(st->ra_off))
-        return 3;
-    return 1 | (st->cfa_reg == REG_RBP ? 4u : 0u) | (st->rbp_saved ? 8u : 0u) |
-           (uint64_t)(uint8_t)(st->rbp_off / 8) << 8 | (uint64_t)(uint8_t)(st->ra_off / 8) << 16 |
-           (uint64_t)(uint32_t)st->cfa_off << 32;
+    if (kind == RULE_END)
+        return RULE_ENDS;
+    if (kind != RULE_OK || st->ra_off != -8 || !fits8(st->cfa_off, 16) || (st->rbp_saved && !fits8(st->rbp_off, 8)) ||
+        (st->cfa_reg == REG_RSP && st->cfa_off == 0))
+        return RULE_NOT_UNDERSTOOD;
+    return (st->cfa_reg == REG_RBP ? RULE_CFA_FROM_BP : 0) | (st->rbp_saved ? RULE_BP_SAVED : 0) |
+           (uint64_t)(uint8_t)(st->rbp_off / 8) << 32 | (uint64_t)(uint16_t)(st->cfa_off / 8) << 48;
 }
 
-/* The rule at pc, computed and cached: the first time a return address is
- * seen, and after a collision in the cache. */
-static __attribute__((noinline)) uint64_t rule_missing(uint64_t pc, struct cache_entry *e)
+/* The rule for return address ra (the call's rule), computed the first time
+ * the address is seen and after another address took its slot. */
+static uint64_t rule_of(uint64_t ra)
 {
+    uint64_t tag, *slot = rule_slot(ra, &tag);
+    uint64_t word = __atomic_load_n(slot, __ATOMIC_RELAXED);
+    if ((uint32_t)word == tag && word >> 32) /* (a rule kept is never 0 in its upper half: 0 is empty) */
+        return word;
     struct rule_state st;
-    uint64_t rule = pack(compute_rule(pc, &st), &st);
-    __atomic_store_n(&e->key, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&e->rule, rule, __ATOMIC_RELEASE);
-    __atomic_store_n(&e->key, pc, __ATOMIC_RELEASE);
-    return rule;
-}
-
-static inline uint64_t rule_for(uint64_t pc)
-{
-    struct cache_entry *e = &cache[(pc * 0x9e3779b97f4a7c15ull) >> (64 - CACHE_BITS)];
-    if (MLK_LIKELY(__atomic_load_n(&e->key, __ATOMIC_ACQUIRE) == pc)) {
-        uint64_t rule = __atomic_load_n(&e->rule, __ATOMIC_ACQUIRE);
-        if (MLK_LIKELY(__atomic_load_n(&e->key, __ATOMIC_ACQUIRE) == pc))
-            return rule;
-    }
-    return rule_missing(pc, e);
+    word = pack(compute_rule(ra - 1, &st), &st) | tag;
+    if (ra < (1ull << 48)) /* (else the tag does not name it exactly: not kept) */
+        __atomic_store_n(slot, word, __ATOMIC_RELAXED);
+    return word;
 }
 
 /* ---- remembered walks, per thread ------------------------------------------
@@ -482,8 +490,8 @@ static inline uint64_t rule_for(uint64_t pc)
 #define MEMO_REST_MAX 16384
 
 /* 32 bytes: the state's sp is not kept, as the return address sits right
- * below the CFA, which is the next sp (a walk where it does not is not
- * remembered): fewer cache lines to check a remembered walk. */
+ * below the CFA, which is the next sp (the rules this unwinder follows say
+ * so): fewer cache lines to check a remembered walk. */
 struct step {
     uint64_t ip, bp;       /* the state (with sp: see step_sp); ip is the frame recorded */
     uint64_t ra_at;        /* where the return address (the next ip) was read; 0: the walk ended */
@@ -742,29 +750,74 @@ static void remember(struct memo *m, struct kept_walk *w, int steps, int more, u
 /* One step by the unwind rules, from state (ip, sp, bp) to its caller's;
  * ra_at and bp_at: where it read the return address and the saved rbp (0:
  * not read).  Evaluates to 1, 0 when the walk ended there, -1 when the rule
- * is not one this unwinder follows (libgcc's turn).  A macro over the
- * caller's locals: the loop that runs it per frame keeps them in registers. */
+ * is not one this unwinder follows (libgcc's turn).
+ *
+ * The inline part is the step nearly every frame takes: the rule in its
+ * slot, a CFA at least 8 above sp, within MAX_FRAME and 8-aligned (sp is:
+ * a walk starts from an aligned frame address and each sp is a CFA), as
+ * one rotate and compare.  Everything else -- another address's slot, an
+ * end, a rule not understood, a stack not as the rule says -- goes to
+ * step_slow, which judges with the rule computed if need be.  A macro over
+ * the caller's locals: the loop that runs it per frame keeps them in
+ * registers. */
+struct slow_step {
+    uint64_t ip, sp, bp, ra_at, bp_at;
+    int r, uses_bp;
+};
+
+/* (Values in, values out: a pointer to the walk's locals would keep them in
+ * memory on the inline path too.) */
+static __attribute__((noinline)) struct slow_step step_slow(uint64_t ip, uint64_t sp, uint64_t bp)
+{
+    struct slow_step s = {ip, sp, bp, 0, 0, -1, 0};
+    uint64_t rule = rule_of(ip);
+    s.uses_bp = (rule & RULE_CFA_FROM_BP) != 0;
+    if (rule & (RULE_ENDS | RULE_NOT_UNDERSTOOD)) {
+        s.r = rule & RULE_ENDS ? 0 : -1;
+        return s;
+    }
+    uint64_t cfa = ((rule & RULE_CFA_FROM_BP) ? bp : sp) + (uint64_t)RULE_CFA_OFF(rule);
+    if (cfa < sp + 8 || (cfa & 7) || cfa - sp > MAX_FRAME)
+        return s;
+    s.ra_at = cfa - 8;
+    s.ip = *(const uint64_t *)s.ra_at;
+    if (rule & RULE_BP_SAVED) {
+        s.bp_at = cfa + (uint64_t)RULE_BP_OFF(rule);
+        s.bp = *(const uint64_t *)s.bp_at;
+    }
+    s.sp = cfa;
+    s.r = s.ip >= 4096;
+    return s;
+}
+
 #define RULE_STEP(ip, sp, bp, ra_at, bp_at, uses_bp)                                              \
     ({                                                                                             \
-        /* ip is a return address: the rule that applies is the call's. */                        \
-        uint64_t rule_ = rule_for((ip) - 1);                                                      \
-        int r_ = -1;                                                                               \
-        uint64_t cfa_ = (RULE_CFA_FROM_BP(rule_) ? (bp) : (sp)) + (uint64_t)RULE_CFA_OFF(rule_);   \
-        (uses_bp) = RULE_CFA_FROM_BP(rule_);                                                       \
-        if (MLK_UNLIKELY(RULE_KIND(rule_) != 1)) {                                                 \
-            r_ = RULE_KIND(rule_) == 2 ? 0 : -1;                                                   \
-        } else if (MLK_LIKELY(cfa_ > (sp) && !(cfa_ & 7) && cfa_ - (sp) <= (64u << 20))) {         \
-            /* (A CFA at or below sp, unaligned, or absurdly far means the                         \
-             * rule or the stack is not what we think: let libgcc judge.) */                       \
-            (ra_at) = cfa_ + (uint64_t)RULE_RA_OFF(rule_);                                         \
+        uint64_t h_ = (ip) * RULE_MUL;                                                             \
+        uint64_t rule_ = rules[(h_ >> 32) & ((1u << CACHE_BITS) - 1)];                             \
+        uint64_t cfa_ = ((rule_ & RULE_CFA_FROM_BP) ? (bp) : (sp)) + (uint64_t)RULE_CFA_OFF(rule_); \
+        uint64_t over_ = cfa_ - (sp) - 8;                                                          \
+        int r_;                                                                                    \
+        if (MLK_LIKELY((uint32_t)rule_ == (uint32_t)h_ &&                                          \
+                       ((over_ >> 3) | (over_ << 61)) <= (MAX_FRAME - 8) / 8)) {                   \
+            (uses_bp) = (rule_ & RULE_CFA_FROM_BP) != 0;                                           \
+            (ra_at) = cfa_ - 8;                                                                    \
             (ip) = *(const uint64_t *)(ra_at);                                                     \
             (bp_at) = 0;                                                                           \
-            if (RULE_BP_SAVED(rule_)) {                                                            \
+            if (rule_ & RULE_BP_SAVED) {                                                           \
                 (bp_at) = cfa_ + (uint64_t)RULE_BP_OFF(rule_);                                     \
                 (bp) = *(const uint64_t *)(bp_at);                                                 \
             }                                                                                      \
             (sp) = cfa_;                                                                           \
             r_ = (ip) >= 4096;                                                                     \
+        } else {                                                                                   \
+            struct slow_step s_ = step_slow((ip), (sp), (bp));                                     \
+            (ip) = s_.ip;                                                                          \
+            (sp) = s_.sp;                                                                          \
+            (bp) = s_.bp;                                                                          \
+            (ra_at) = s_.ra_at;                                                                    \
+            (bp_at) = s_.bp_at;                                                                    \
+            (uses_bp) = s_.uses_bp;                                                                \
+            r_ = s_.r;                                                                             \
         }                                                                                          \
         r_;                                                                                        \
     })
@@ -789,6 +842,7 @@ fast_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload
     /* Start from our caller's state: this function keeps a frame pointer
      * (libmtrace is built with -fno-omit-frame-pointer), so its CFA is
      * rbp + 16 and the caller's rbp is saved at [rbp]. */
+    const uint64_t *rules = cache;
     uint64_t *fp = __builtin_frame_address(0);
     uint64_t ip = (uint64_t)__builtin_return_address(0);
     uint64_t sp = (uint64_t)fp + 16;
@@ -799,6 +853,8 @@ fast_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload
         sp = mlk_walk_start.sp;
         bp = mlk_walk_start.bp;
     }
+    if (MLK_UNLIKELY(sp & 7))
+        return -1; /* cannot be (the steps' check relies on an aligned sp) */
     int n = 0, r, uses_bp;
     uint64_t ra_at = 0, bp_at = 0;
     *truncated = 0;
@@ -880,7 +936,7 @@ fast_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload
         goto walk_unrecorded;
     /* The walk by rules, written down (the loop nearly every frame of a
      * walk that is not a remembered one runs). */
-    int bp_ok = out->bp_ok, unusual = 0;
+    int bp_ok = out->bp_ok;
     for (;; n++) {
         if (n >= max) {
             *truncated = 1; /* the state now is a frame too */
@@ -909,16 +965,12 @@ fast_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload
             n++;
             break;
         }
-        rec->ra_at = ra_at;
+        rec->ra_at = ra_at; /* = sp - 8: the rules put the return address there */
         rec->bp_at = bp_at;
-        if (MLK_UNLIKELY(ra_at != sp - 8))
-            unusual = 1; /* its sp could not be derived */
     }
     out->bp_ok = bp_ok;
-    if (!unusual) {
-        out->step[n] = (struct step){ip, bp, 0, 0};
-        remember(m, out, n, *truncated, generation);
-    }
+    out->step[n] = (struct step){ip, bp, 0, 0};
+    remember(m, out, n, *truncated, generation);
     return n;
 
 walk_unrecorded: /* this thread keeps no walks (exiting, or out of memory) */
@@ -969,18 +1021,18 @@ void mlk_unwind_lock_for_fork(int acquire)
 void mlk_unwind_init(void)
 {
     if (!cache)
-        cache = mlk_map_anon(sizeof(struct cache_entry) << CACHE_BITS);
+        cache = mlk_map_anon(sizeof *cache << CACHE_BITS);
     if (!memo_key_made)
         memo_key_made = pthread_key_create(&memo_key, memo_release) == 0;
 }
 
 void mlk_unwind_forget(void)
 {
-    /* A reader checks the key after reading the rule, so clearing keys is
-     * enough: one racing with this recomputes its rule. */
+    /* Every rule word is one store, so clearing them is enough: a walk
+     * racing with this recomputes its rule or uses the word it read. */
     if (cache)
         for (uint64_t i = 0; i < (1u << CACHE_BITS); i++)
-            __atomic_store_n(&cache[i].key, 0, __ATOMIC_RELEASE);
+            __atomic_store_n(&cache[i], 0, __ATOMIC_RELAXED);
     __atomic_add_fetch(&rules_generation, 1, __ATOMIC_RELEASE); /* every thread's remembered walks */
 }
 
