@@ -93,7 +93,7 @@ static uint64_t hash_stack(const uint64_t *ips, int depth, int kind, uint32_t un
     uint64_t h = ((uint64_t)kind << 32 | unload_epoch) ^ (uint64_t)depth << 48;
 #pragma GCC unroll 4
     for (int i = 0; i < depth; i++)
-        h += (ips[i] ^ ips[i] >> 29) * position_mul[i];
+        h += ips[i] * position_mul[i];
     return mix64(h) | 1; /* never 0 */
 }
 
