@@ -795,12 +795,13 @@ static __attribute__((noinline)) struct slow_step step_slow(uint64_t ip, uint64_
         uint64_t h_ = (ip) * RULE_MUL;                                                             \
         uint64_t rule_ = rules[(h_ >> 32) & ((1u << CACHE_BITS) - 1)];                             \
         uint64_t cfa_ = ((rule_ & RULE_CFA_FROM_BP) ? (bp) : (sp)) + (uint64_t)RULE_CFA_OFF(rule_); \
-        uint64_t over_ = cfa_ - (sp) - 8;                                                          \
+        uint64_t ra_at_ = cfa_ - 8;                                                                \
+        uint64_t over_ = ra_at_ - (sp);                                                            \
         int r_;                                                                                    \
         if (MLK_LIKELY((uint32_t)rule_ == (uint32_t)h_ &&                                          \
                        ((over_ >> 3) | (over_ << 61)) <= (MAX_FRAME - 8) / 8)) {                   \
             (uses_bp) = (rule_ & RULE_CFA_FROM_BP) != 0;                                           \
-            (ra_at) = cfa_ - 8;                                                                    \
+            (ra_at) = ra_at_;                                                                      \
             (ip) = *(const uint64_t *)(ra_at);                                                     \
             (bp_at) = 0;                                                                           \
             if (rule_ & RULE_BP_SAVED) {                                                           \
@@ -973,18 +974,18 @@ fast_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload
     remember(m, out, n, *truncated, generation);
     return n;
 
-walk_unrecorded: /* this thread keeps no walks (exiting, or out of memory) */
-    for (;; n++) {
-        if (n >= max) {
+walk_unrecorded: /* a resting thread, or one that keeps no walks (exiting, out of memory) */
+    for (uint64_t *frame = ips + n, *end = ips + max;; frame++) {
+        if (frame == end) {
             *truncated = 1;
-            return n;
+            return max;
         }
-        ips[n] = ip;
+        *frame = ip;
         r = RULE_STEP(ip, sp, bp, ra_at, bp_at, uses_bp);
         if (r < 0)
             return -1;
         if (r == 0)
-            return n + 1;
+            return (int)(frame - ips) + 1;
     }
 
 ended: /* where a remembered walk ended, after the frames taken from it */
