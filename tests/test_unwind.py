@@ -20,6 +20,7 @@ def stacks(workdir, prog, config, checkpoints):
     ("paths.c", ("-O2",), ["done"]),
     ("paths.c", ("-O0",), ["done"]),
     ("paths.c", ("-O2", "-DMIXED_FRAMES"), ["done"]),
+    ("bigframe.c", ("-O2",), ["done"]),
 ])
 def test_fast_unwinder_matches_libgcc(tmp_path, source, flags, checkpoints):
     prog = compile_program(source, *flags, name=f"{source.split('.')[0]}{flags[0]}")
