@@ -31,13 +31,13 @@ from libmemleak import preload_path  # noqa: E402
 
 # -- inputs -------------------------------------------------------------------
 
-def gen_sqlite(out):
-    path = os.path.join(out, "sqlite.sql")
+def gen_sqlite(out, rows=150_000):
+    path = os.path.join(out, "sqlite.sql" if rows == 150_000 else f"sqlite-{rows}.sql")
     if not os.path.exists(path):
         rnd = random.Random(1)
         with open(path, "w") as f:
             f.write("create table t(id integer, name text, grp integer, val real);\nbegin;\n")
-            for i in range(150_000):
+            for i in range(rows):
                 f.write(f"insert into t values({i}, 'name{rnd.randrange(10**6)}', {i % 977}, {rnd.random()});\n")
             f.write("commit;\ncreate index t_grp on t(grp);\n")
             f.write("select grp, count(*), avg(val) from t group by grp order by 2 desc limit 3;\n")
@@ -56,12 +56,12 @@ def gen_json(out):
     return path
 
 
-def gen_c(out):
-    path = os.path.join(out, "big.c")
+def gen_c(out, functions=1500):
+    path = os.path.join(out, "big.c" if functions == 1500 else f"big-{functions}.c")
     if not os.path.exists(path):
         with open(path, "w") as f:
             f.write("unsigned long strlen(const char *);\nstruct s { int a; double b; char c[16]; };\n")
-            for i in range(1500):
+            for i in range(functions):
                 f.write(f"int f{i}(struct s *p, int n) {{ int acc = {i};\n"
                         f"  for (int k = 0; k < n; k++) {{ acc += p[k].a * {i % 7 + 1} + (int)p[k].b;\n"
                         f"    if (acc > {1000 + i}) acc ^= (int)strlen(p[k].c); }}\n"

@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""Deterministic cost of tracing (issue 4): instructions and cache misses
+counted by valgrind's callgrind, bare and under libmemleak, on cut-down
+versions of bench/run.py's cc1 and sqlite3 workloads.
+
+Wall-clock ratios on a shared machine move by 20-40% from run to run;
+these counts move by well under 1%, so they are what a change to the hot
+path should be judged by.  The estimate of cycles is
+
+    est = Ir + 10 x (L1 misses) + 40 x (last-level misses)
+
+with callgrind's last level set to 512 KiB, 8-way (the L2 of the machine
+this was tuned on): a miss there is what costs on real hardware.
+
+    python bench/callgrind.py                  # cc1 and sqlite3, full and sampled
+    python bench/callgrind.py --only cc1 --no-sampled
+    python bench/callgrind.py --lib /path/to/libmtrace.so   # another build
+
+Each run writes its counts to a fresh directory; the file of the traced
+program is the largest one there (libmemleak's reporter is a child process
+and gets a file of its own).
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+from libmemleak import preload_path  # noqa: E402
+from run import SAMPLE_BYTES, gen_c, gen_sqlite  # noqa: E402
+
+CC1_FUNCTIONS = 120   # of bench/run.py's 1,500: about a minute under callgrind
+SQLITE_ROWS = 8000    # of its 150,000
+LAST_LEVEL = "524288,8,64"
+
+
+def workloads(out):
+    cc1 = subprocess.run(["gcc", "-print-prog-name=cc1"], capture_output=True, text=True).stdout.strip()
+    return {
+        "cc1": ([cc1, "-O2", "-quiet", gen_c(out, CC1_FUNCTIONS), "-o", os.path.join(out, "small.s")], None),
+        "sqlite3": (["sqlite3", ":memory:"], gen_sqlite(out, SQLITE_ROWS)),
+    }
+
+
+def totals(path):
+    """{event: count} from a callgrind output file's events and totals lines."""
+    events = summary = None
+    with open(path) as f:
+        for line in f:
+            if line.startswith("events:"):
+                events = line.split()[1:]
+            elif line.startswith(("summary:", "totals:")):
+                summary = [int(x) for x in line.split()[1:]]
+    if not events or not summary:
+        raise ValueError(f"{path}: no events or totals line (did callgrind finish?)")
+    return dict(zip(events, summary))
+
+
+def measure(argv, stdin_path, env):
+    with tempfile.TemporaryDirectory(prefix="mlk-callgrind-") as d:
+        cmd = ["valgrind", "--tool=callgrind", "--cache-sim=yes", f"--LL={LAST_LEVEL}",
+               f"--callgrind-out-file={d}/cg.%p", *argv]
+        stdin = open(stdin_path) if stdin_path else subprocess.DEVNULL
+        try:
+            r = subprocess.run(cmd, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               env=env, cwd=d, text=True)
+        finally:
+            if stdin_path:
+                stdin.close()
+        files = [os.path.join(d, f) for f in os.listdir(d) if f.startswith("cg.")]
+        if r.returncode != 0 or not files:
+            raise RuntimeError(f"{' '.join(argv[:2])}: exit {r.returncode}\n{r.stderr[-2000:]}")
+        t = totals(max(files, key=os.path.getsize))
+    l1 = t.get("I1mr", 0) + t.get("D1mr", 0) + t.get("D1mw", 0)
+    ll = t.get("ILmr", 0) + t.get("DLmr", 0) + t.get("DLmw", 0)
+    return {"Ir": t["Ir"], "L1": l1, "LL": ll, "est": t["Ir"] + 10 * l1 + 40 * ll}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", nargs="+", choices=["cc1", "sqlite3"], help="these workloads only")
+    ap.add_argument("--lib", default=None, help="the libmtrace.so to measure (default: this checkout's)")
+    ap.add_argument("--no-sampled", action="store_true", help=f"skip sampling mode (sample={SAMPLE_BYTES})")
+    args = ap.parse_args()
+    if not shutil.which("valgrind"):
+        sys.exit("bench/callgrind.py: valgrind is not installed (apt-get install valgrind)")
+    lib = os.path.abspath(args.lib) if args.lib else preload_path()
+    if not os.path.exists(lib):
+        sys.exit(f"bench/callgrind.py: {lib} does not exist (pip install . builds it)")
+    out = os.path.join(HERE, "out")
+    os.makedirs(out, exist_ok=True)
+    reports = tempfile.mkdtemp(prefix="mlk-callgrind-reports-")
+    tools = [("bare", None), ("libmemleak", "mtraceinit")]
+    if not args.no_sampled:
+        tools.append(("libmemleak-sampled", f"mtraceinit,sample={SAMPLE_BYTES}"))
+    rows = []
+    for name, (argv, stdin_path) in workloads(out).items():
+        if args.only and name not in args.only:
+            continue
+        base = None
+        for tool, config in tools:
+            env = dict(os.environ)
+            env.pop("LD_PRELOAD", None)
+            env.pop("MEMLEAK_CONFIG", None)
+            if config:
+                # valgrind passes its environment on: the preload is loaded into the
+                # program it runs, and the reporter is started from there.
+                env["LD_PRELOAD"] = lib
+                env["MEMLEAK_CONFIG"] = f"{config},dir={reports}"
+            m = measure(argv, stdin_path, env)
+            base = base or m["est"]
+            rows.append((name, tool, m, m["est"] / base))
+            print(f"{name:8} {tool:19} Ir {m['Ir'] / 1e6:9.1f}M  L1 misses {m['L1'] / 1e6:7.2f}M  "
+                  f"LL misses {m['LL'] / 1e6:6.2f}M  est {m['est'] / 1e6:9.1f}M  {m['est'] / base:5.3f}x",
+                  flush=True)
+    shutil.rmtree(reports, ignore_errors=True)
+    rule = "=========  ==================  ==========  ===========  ===========  ==========  ======"
+    print()
+    print(rule)
+    print("workload   tool                Ir (M)      L1 miss (M)  LL miss (M)  est (M)     x bare")
+    print(rule)
+    for name, tool, m, ratio in rows:
+        print(f"{name:9}  {tool:18}  {m['Ir'] / 1e6:10.1f}  {m['L1'] / 1e6:11.2f}  {m['LL'] / 1e6:11.2f}  "
+              f"{m['est'] / 1e6:10.1f}  {ratio:6.3f}")
+    print(rule)
+
+
+if __name__ == "__main__":
+    main()
