@@ -21,6 +21,8 @@ def stacks(workdir, prog, config, checkpoints):
     ("paths.c", ("-O0",), ["done"]),
     ("paths.c", ("-O2", "-DMIXED_FRAMES"), ["done"]),
     ("bigframe.c", ("-O2",), ["done"]),
+    ("manypaths.c", ("-O2",), ["done"]),
+    ("manypaths.c", ("-O2", "-DMIXED_FRAMES"), ["done"]),
 ])
 def test_fast_unwinder_matches_libgcc(tmp_path, source, flags, checkpoints):
     prog = compile_program(source, *flags, name=f"{source.split('.')[0]}{flags[0]}")
@@ -58,3 +60,25 @@ def test_remembered_walks_give_every_path_exactly(tmp_path, flags):
             expected[(which, depth, "main")] = (30 * (100 + which), 30)
             expected[(which, depth, "thread")] = (150 * (100 + which), 150)
     assert got == expected
+
+
+@pytest.mark.parametrize("flags", [("-O2",), ("-O0",), ("-O2", "-DMIXED_FRAMES")])
+@pytest.mark.parametrize("depth", [16, 8])
+def test_walks_by_rules_give_every_path_exactly(tmp_path, flags, depth):
+    """256 call paths, more than the remembered whole walks hold: the thread
+    rests from remembering and walks by the rules, with windows of trying
+    again.  Each path keeps 40 blocks of 100 + p bytes; at depth 8 the
+    outermost level is cut off, so paths p and p + 128 share a stack."""
+    prog = compile_program("manypaths.c", *flags, name="manypaths" + "".join(flags))
+    got = stacks(tmp_path, prog, f"mtraceinit,unwind=fast,depth={depth}", ["done"])
+    paths = {key: v for key, v in got.items() if key and key[0][0] == "leaf"}
+    levels = min(8, depth - 1)
+    seen = {}
+    for key, value in paths.items():
+        names = [f for f, _, _ in key[1:1 + levels]]
+        assert [n[:-2] for n in names] == [f"level{k}" for k in range(levels)], key
+        seen[sum(int(n[-1]) << k for k, n in enumerate(names))] = value
+    if depth == 16:
+        assert seen == {p: (40 * (100 + p), 40) for p in range(256)}
+    else:  # the outermost level is cut off: p and p + 128 share a stack
+        assert seen == {p: (40 * (100 + p) + 40 * (228 + p), 80) for p in range(128)}
