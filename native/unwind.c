@@ -386,9 +386,14 @@ static int compute_rule(uint64_t pc, struct rule_state *st)
 /* ---- the rule cache ----------------------------------------------------------
  * One 8-byte word per return address, read with one load and no re-check:
  * the key is kept exactly, in half a word.  A return address is below 2^48
- * (user space); multiplying it by an odd constant modulo 2^48 is a
- * bijection, so bits 32-47 of the product (the slot) and bits 0-31 (the
- * tag, kept in the word) together name exactly one address.  The other half
+ * (user space with 4-level page tables: below 2^47); multiplying it by an
+ * odd constant modulo 2^48 is a bijection, so bits 32-47 of the product (the
+ * slot) and bits 0-31 (the tag, kept in the word) together name exactly one
+ * address.  Rules of addresses above (5-level page tables, an mmap asked to
+ * go there) are not kept: each of their steps computes the rule again.  (A
+ * word above 2^48 read as a return address from a corrupt stack could meet
+ * the rule of the address it equals in its low 48 bits: one chance in about
+ * 2^48 / (rules kept), and a walk through a corrupt stack is wrong anyway.)  The other half
  * is the rule, laid out for a walk step to decode each field with one shift
  * or sign extension (a step was 48 instructions with a 16-byte {key, rule}
  * entry read twice around the rule and fields to sign-fix; cc1 takes 15
@@ -416,21 +421,21 @@ static int compute_rule(uint64_t pc, struct rule_state *st)
 #define MAX_FRAME (64u << 20)
 static uint64_t *cache;
 
-static inline uint64_t *rule_slot(uint64_t ra, uint64_t *tag)
-{
-    uint64_t h = ra * RULE_MUL;
-    *tag = (uint32_t)h;
-    return &cache[(h >> 32) & ((1u << CACHE_BITS) - 1)];
-}
+/* The slot of a return address whose product with RULE_MUL is h (its tag: (uint32_t)h). */
+#define RULE_SLOT(h) (((h) >> 32) & ((1u << CACHE_BITS) - 1))
 
-static int fits8(int64_t v, int bits) { return (v & 7) == 0 && v >= -(8ll << (bits - 1)) && v < (8ll << (bits - 1)); }
+/* Is v a multiple of 8 whose eighth fits a signed field of `bits` bits? */
+static int fits_in_eighths(int64_t v, int bits)
+{
+    return (v & 7) == 0 && v >= -(8ll << (bits - 1)) && v < (8ll << (bits - 1));
+}
 
 static uint64_t pack(int kind, const struct rule_state *st)
 {
     if (kind == RULE_END)
         return RULE_ENDS;
-    if (kind != RULE_OK || st->ra_off != -8 || !fits8(st->cfa_off, 16) || (st->rbp_saved && !fits8(st->rbp_off, 8)) ||
-        (st->cfa_reg == REG_RSP && st->cfa_off == 0))
+    if (kind != RULE_OK || st->ra_off != -8 || !fits_in_eighths(st->cfa_off, 16) ||
+        (st->rbp_saved && !fits_in_eighths(st->rbp_off, 8)) || (st->cfa_reg == REG_RSP && st->cfa_off == 0))
         return RULE_NOT_UNDERSTOOD;
     return (st->cfa_reg == REG_RBP ? RULE_CFA_FROM_BP : 0) | (st->rbp_saved ? RULE_BP_SAVED : 0) |
            (uint64_t)(uint8_t)(st->rbp_off / 8) << 32 | (uint64_t)(uint16_t)(st->cfa_off / 8) << 48;
@@ -440,7 +445,7 @@ static uint64_t pack(int kind, const struct rule_state *st)
  * the address is seen and after another address took its slot. */
 static uint64_t rule_of(uint64_t ra)
 {
-    uint64_t tag, *slot = rule_slot(ra, &tag);
+    uint64_t h = ra * RULE_MUL, tag = (uint32_t)h, *slot = &cache[RULE_SLOT(h)];
     uint64_t word = __atomic_load_n(slot, __ATOMIC_RELAXED);
     if ((uint32_t)word == tag && word >> 32) /* (a rule kept is never 0 in its upper half: 0 is empty) */
         return word;
@@ -793,7 +798,7 @@ static __attribute__((noinline)) struct slow_step step_slow(uint64_t ip, uint64_
 #define RULE_STEP(ip, sp, bp, ra_at, bp_at, uses_bp)                                              \
     ({                                                                                             \
         uint64_t h_ = (ip) * RULE_MUL;                                                             \
-        uint64_t rule_ = rules[(h_ >> 32) & ((1u << CACHE_BITS) - 1)];                             \
+        uint64_t rule_ = rules[RULE_SLOT(h_)];                                                     \
         uint64_t cfa_ = ((rule_ & RULE_CFA_FROM_BP) ? (bp) : (sp)) + (uint64_t)RULE_CFA_OFF(rule_); \
         uint64_t ra_at_ = cfa_ - 8;                                                                \
         uint64_t over_ = ra_at_ - (sp);                                                            \
