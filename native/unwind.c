@@ -955,6 +955,12 @@ fast_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload
         if (bp_ok == n - 1)
             bp_ok = n; /* walked here: right */
         r = RULE_STEP(ip, sp, bp, ra_at, bp_at, uses_bp);
+        /* Where this step read (both 0 when it ended by its rule; ra_at =
+         * sp - 8, as the rules put the return address there) -- written
+         * before raise_bp_upto reads it: what the slot held before is
+         * another walk's, maybe of another thread's stack, long unmapped. */
+        rec->ra_at = ra_at;
+        rec->bp_at = bp_at;
         if (MLK_UNLIKELY(uses_bp)) {
             out->bp_ok = bp_ok;
             raise_bp_upto(out, n + 1);
@@ -963,16 +969,9 @@ fast_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload
         if (MLK_UNLIKELY(r <= 0)) {
             if (r < 0)
                 goto not_understood;
-            rec->ra_at = rec->bp_at = 0; /* ended by its rule */
-            if (ip < 4096) {
-                rec->ra_at = ra_at;
-                rec->bp_at = bp_at;
-            }
             n++;
             break;
         }
-        rec->ra_at = ra_at; /* = sp - 8: the rules put the return address there */
-        rec->bp_at = bp_at;
     }
     out->bp_ok = bp_ok;
     out->step[n] = (struct step){ip, bp, 0, 0};
