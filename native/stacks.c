@@ -139,10 +139,10 @@ static void index_put(struct stack_index *ix, uint64_t hash, uint64_t entry)
         }
 }
 
-static void maybe_grow(struct stack_index *ix)
+/* Replaces ix, if it is still the current index, by one 4 times bigger,
+ * built from the entries array.  Called with grow_lock held. */
+static void grow_locked(struct stack_index *ix)
 {
-    if (ix->used * 2 < ix->mask + 1 || !__sync_bool_compare_and_swap(&grow_lock.held, 0, 1))
-        return;
     if (__atomic_load_n(&current_index, __ATOMIC_ACQUIRE) == ix) {
         struct stack_index *bigger = new_index((ix->mask + 1) * 4);
         if (bigger) {
@@ -157,6 +157,22 @@ static void maybe_grow(struct stack_index *ix)
             __atomic_store_n(&current_index, bigger, __ATOMIC_RELEASE);
         }
     }
+}
+
+/* At half full, the thread that sees it grows the index unless another
+ * already is; the others go on (until 3/4: see intern_in). */
+static void maybe_grow(struct stack_index *ix)
+{
+    if (ix->used * 2 < ix->mask + 1 || !__sync_bool_compare_and_swap(&grow_lock.held, 0, 1))
+        return;
+    grow_locked(ix);
+    mlk_unlock(&grow_lock);
+}
+
+static void grow(struct stack_index *ix)
+{
+    mlk_lock(&grow_lock);
+    grow_locked(ix);
     mlk_unlock(&grow_lock);
 }
 
@@ -185,23 +201,22 @@ static uint32_t create_entry(uint64_t hash, const uint64_t *ips, int depth, int 
     return (uint32_t)id;
 }
 
-uint32_t mlk_stack_intern(const uint64_t *ips, int depth, int kind, uint32_t unload_epoch)
+/* The stack's id through index ix, adding it if it is new; INDEX_FULL when
+ * ix is too full to add to (the caller grows it or waits for it to grow). */
+#define INDEX_FULL (MLK_NO_STACK - 1)
+static uint32_t intern_in(struct stack_index *ix, uint64_t hash, const uint64_t *ips, int depth, int kind,
+                          uint32_t unload_epoch)
 {
-    struct stack_index *ix = __atomic_load_n(&current_index, __ATOMIC_ACQUIRE);
-    if (MLK_UNLIKELY(!ix)) {
-        mlk_lock(&grow_lock);
-        if (!current_index)
-            __atomic_store_n(&current_index, new_index(1u << 13), __ATOMIC_RELEASE);
-        mlk_unlock(&grow_lock);
-        ix = __atomic_load_n(&current_index, __ATOMIC_ACQUIRE);
-        if (!ix)
-            return MLK_NO_STACK;
-    }
-    uint64_t hash = hash_stack(ips, depth, kind, unload_epoch);
     for (uint64_t i = hash & ix->mask, probes = 0; probes <= ix->mask; i = (i + 1) & ix->mask, probes++) {
         struct index_slot *slot = &ix->slots[i];
         uint64_t h = __atomic_load_n(&slot->hash, __ATOMIC_ACQUIRE);
         if (h == 0) {
+            /* A new stack.  Not into an index 3/4 full: while one thread
+             * builds the bigger index, the others would go on filling this
+             * one, and with many threads making new stacks (bench/scale.py,
+             * 16 threads) it filled up and stacks were dropped. */
+            if (__atomic_load_n(&ix->used, __ATOMIC_RELAXED) * 4 >= (ix->mask + 1) * 3)
+                return INDEX_FULL;
             if (!__atomic_compare_exchange_n(&slot->hash, &h, hash, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
                 if (h != hash)
                     continue; /* another stack took it */
@@ -227,7 +242,41 @@ uint32_t mlk_stack_intern(const uint64_t *ips, int depth, int kind, uint32_t unl
                 return entry_id(entry);
         }
     }
-    return MLK_NO_STACK; /* full: cannot happen while growth works; never spin */
+    return INDEX_FULL;
+}
+
+uint32_t mlk_stack_intern(const uint64_t *ips, int depth, int kind, uint32_t unload_epoch)
+{
+    struct stack_index *ix = __atomic_load_n(&current_index, __ATOMIC_ACQUIRE);
+    if (MLK_UNLIKELY(!ix)) {
+        mlk_lock(&grow_lock);
+        if (!current_index)
+            __atomic_store_n(&current_index, new_index(1u << 13), __ATOMIC_RELEASE);
+        mlk_unlock(&grow_lock);
+        ix = __atomic_load_n(&current_index, __ATOMIC_ACQUIRE);
+        if (!ix)
+            return MLK_NO_STACK;
+    }
+    uint64_t hash = hash_stack(ips, depth, kind, unload_epoch);
+    for (;;) {
+        uint32_t id = intern_in(ix, hash, ips, depth, kind, unload_epoch);
+        if (MLK_LIKELY(id != INDEX_FULL))
+            return id;
+        /* Too full to add to: grow it, or wait for the thread growing it
+         * (the lock is held only while the bigger index is built).  A
+         * growth that failed (out of memory) leaves the same index: then
+         * the stack is dropped, and the reports count it. */
+        mlk_lock(&grow_lock);
+        struct stack_index *now = __atomic_load_n(&current_index, __ATOMIC_ACQUIRE);
+        mlk_unlock(&grow_lock);
+        if (now == ix) {
+            grow(ix);
+            now = __atomic_load_n(&current_index, __ATOMIC_ACQUIRE);
+            if (now == ix)
+                return MLK_NO_STACK;
+        }
+        ix = now;
+    }
 }
 
 _Static_assert(sizeof(struct mlk_counters) == 64 && offsetof(struct mlk_stack, counters) == 64 &&

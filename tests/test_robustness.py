@@ -368,3 +368,23 @@ def test_walks_remembered_on_a_stack_since_unmapped_are_not_read(workdir):
     t.resume()
     assert t.finish() == 0, t.stderr
     assert by_site(report)["site_on_own_stack"] == (6 * 48, 6)
+
+
+def test_no_stack_is_dropped_while_threads_grow_the_index(workdir):
+    """16 threads making 16,384 new stacks at once: the stack index grows
+    several times meanwhile.  Threads used to go on adding to the old index
+    while one built the bigger one, filled it up and dropped stacks (and
+    their blocks) -- 2 runs in 3 of bench/scale.py with 16 threads.  Every
+    block must be in the report, and nothing dropped (without the fix this
+    failed in each of several tries)."""
+    prog = compile_program("newstacks.c", "-O2")
+    for _ in range(2):
+        t = Traced([prog], workdir, config="mtraceinit,depth=40")
+        t.expect("ready")
+        report = t.signal_report(1)
+        t.resume()
+        assert t.finish() == 0, t.stderr
+        assert "dropped-stacks" not in report.header, report.header
+        assert by_site(report)["site_new_stack"] == (16384 * 24, 16384)
+        for f in os.listdir(workdir):
+            os.unlink(os.path.join(workdir, f))
