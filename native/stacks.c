@@ -6,7 +6,8 @@
  * full one thread builds a bigger one from the entries array and publishes
  * it; entries added to the old index meanwhile may later be added again,
  * which is harmless: each entry has its own counters and the reporter
- * merges equal stacks.  Old indexes are never freed (a reader may still be
+ * merges equal stacks.  Past 3/4 full nothing is added to an index: a
+ * thread with a new stack waits for the bigger one (or builds it).  Old indexes are never freed (a reader may still be
  * in one); together they weigh less than the current one. */
 #define _GNU_SOURCE
 #include <string.h>
