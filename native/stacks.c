@@ -170,12 +170,6 @@ static void maybe_grow(struct stack_index *ix)
     mlk_unlock(&grow_lock);
 }
 
-static void grow(struct stack_index *ix)
-{
-    mlk_lock(&grow_lock);
-    grow_locked(ix);
-    mlk_unlock(&grow_lock);
-}
 
 static uint32_t create_entry(uint64_t hash, const uint64_t *ips, int depth, int kind, uint32_t unload_epoch,
                              uint64_t *frames_off)
@@ -268,14 +262,11 @@ uint32_t mlk_stack_intern(const uint64_t *ips, int depth, int kind, uint32_t unl
          * growth that failed (out of memory) leaves the same index: then
          * the stack is dropped, and the reports count it. */
         mlk_lock(&grow_lock);
+        grow_locked(ix); /* (nothing to do if another thread grew it meanwhile) */
         struct stack_index *now = __atomic_load_n(&current_index, __ATOMIC_ACQUIRE);
         mlk_unlock(&grow_lock);
-        if (now == ix) {
-            grow(ix);
-            now = __atomic_load_n(&current_index, __ATOMIC_ACQUIRE);
-            if (now == ix)
-                return MLK_NO_STACK;
-        }
+        if (now == ix)
+            return MLK_NO_STACK;
         ix = now;
     }
 }
