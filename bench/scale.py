@@ -40,7 +40,7 @@ def run(exe, args, traced, out, depth):
     t0 = time.monotonic()
     p = subprocess.Popen([exe, *args], cwd=out, env=env, stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE)
-    assert p.stdout.readline() == b"ready\n"
+    assert p.stdout.readline() == b"checkpoint ready\n"
     alloc = time.monotonic() - t0
     result = {"alloc s": alloc, "rss MiB": status(p.pid, "VmHWM")}
     if traced:
@@ -60,7 +60,7 @@ def run(exe, args, traced, out, depth):
                     "corrupt-stacks", "reporter-vm-hwm"):
             m = re.search(rf"^# {key}: (.*)$", head, re.M)
             result[key] = m.group(1) if m else "0"
-    p.stdin.write(b"x")
+    p.stdin.write(b"\n")
     p.stdin.close()
     p.wait()
     return result

@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 from helpers import (PROGRAMS, Traced, add_reports, by_site, child_pids_with_reports,
                      compile_program, env_for, report_path, reports_of, wait_for_file)
 from libmemleak import memlog
@@ -371,20 +373,25 @@ def test_walks_remembered_on_a_stack_since_unmapped_are_not_read(workdir):
 
 
 def test_no_stack_is_dropped_while_threads_grow_the_index(workdir):
-    """16 threads making 16,384 new stacks at once: the stack index grows
-    several times meanwhile.  Threads used to go on adding to the old index
-    while one built the bigger one, filled it up and dropped stacks (and
-    their blocks) -- 2 runs in 3 of bench/scale.py with 16 threads.  Every
-    block must be in the report, and nothing dropped (without the fix this
-    failed in each of several tries)."""
-    prog = compile_program("newstacks.c", "-O2")
+    """16 threads making 16,384 new stacks at once (bench's scale program: a
+    binary recursion 14 levels deep, the path taken is the stack, two frames
+    a level, so traced at depth 40): the stack index grows several times
+    meanwhile.  Threads used to go on adding to the old index while one
+    built the bigger one, filled it up and dropped stacks (and their blocks)
+    -- 2 runs in 3 of bench/scale.py with 16 threads.  Every block must be in
+    the report, and nothing dropped (without the fix this failed in each of
+    several tries)."""
+    prog = compile_program(os.path.join(ROOT, "bench", "programs", "scale.c"), "-O2", name="scale")
     for _ in range(2):
-        t = Traced([prog], workdir, config="mtraceinit,depth=40")
+        t = Traced([prog, "16", "16384", "14"], workdir, config="mtraceinit,depth=40")
         t.expect("ready")
         report = t.signal_report(1)
         t.resume()
         assert t.finish() == 0, t.stderr
         assert "dropped-stacks" not in report.header, report.header
-        assert by_site(report)["site_new_stack"] == (16384 * 24, 16384)
+        recursion = [e for e in report.entries if any(f.function == "step" for f in e.frames)]
+        assert len({tuple((f.function, f.line) for f in e.frames) for e in recursion}) == 16384
+        assert sum(e.bytes for e in recursion) == 16384 * 24
+        assert sum(e.blocks for e in recursion) == 16384
         for f in os.listdir(workdir):
             os.unlink(os.path.join(workdir, f))

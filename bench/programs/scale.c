@@ -1,7 +1,8 @@
 /* Scale check: T threads allocate N live blocks in all, from 2^B distinct
  * call stacks (a binary recursion B levels deep: the path taken is the
- * stack).  Prints "ready" and waits for a line on stdin, then frees
- * everything.  Usage: scale THREADS BLOCKS BITS */
+ * stack).  Prints "checkpoint ready" and waits for a line on stdin (the
+ * tests' checkpoint protocol: tests/test_robustness.py runs it too), then
+ * frees everything.  Usage: scale THREADS BLOCKS BITS */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,11 +50,13 @@ int main(int argc, char **argv)
         pthread_create(&t[i], NULL, worker, (void *)i);
     for (int i = 0; i < threads; i++)
         pthread_join(t[i], NULL);
-    printf("ready\n");
+    printf("checkpoint ready\n");
     fflush(stdout);
     char c;
-    if (read(0, &c, 1) != 1)
-        return 1;
+    do
+        if (read(0, &c, 1) != 1)
+            return 1;
+    while (c != '\n');
     for (long i = 0; i < blocks; i++)
         free(slots[i]);
     free(slots);
