@@ -7,8 +7,9 @@
  * it; entries added to the old index meanwhile may later be added again,
  * which is harmless: each entry has its own counters and the reporter
  * merges equal stacks.  Past 3/4 full nothing is added to an index: a
- * thread with a new stack waits for the bigger one (or builds it).  Old indexes are never freed (a reader may still be
- * in one); together they weigh less than the current one. */
+ * thread with a new stack waits for the bigger one (or builds it).  Old
+ * indexes are never freed (a reader may still be in one); together they
+ * weigh less than the current one. */
 #define _GNU_SOURCE
 #include <string.h>
 
@@ -169,7 +170,6 @@ static void maybe_grow(struct stack_index *ix)
     grow_locked(ix);
     mlk_unlock(&grow_lock);
 }
-
 
 static uint32_t create_entry(uint64_t hash, const uint64_t *ips, int depth, int kind, uint32_t unload_epoch,
                              uint64_t *frames_off)
