@@ -409,7 +409,11 @@ static int compute_rule(uint64_t pc, struct rule_state *st)
  * the out-of-line path.  An empty slot (0) is tag 0 with such a rule too. */
 
 #define CACHE_BITS 16
-#define RULE_MUL 0x9e3779b97f4a7c15ull
+/* Odd (so the product names the address exactly) and below 2^31: x86-64
+ * multiplies by it in one instruction, with no register to load it into
+ * (a 64-bit constant took two: cc1, -26M instructions).  Its product's bits
+ * 32-47 still depend on all of an address's low 48 bits. */
+#define RULE_MUL 0x5bd1e995ull
 #define RULE_CFA_FROM_BP (1ull << 40)
 #define RULE_BP_SAVED (1ull << 41)
 #define RULE_ENDS (1ull << 42)
