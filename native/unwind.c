@@ -774,6 +774,21 @@ struct slow_step {
     int r, uses_bp;
 };
 
+/* The end of a step by a rule accepted, whose CFA is cfa: the return
+ * address and the saved rbp (if the rule saved it) are read, sp becomes
+ * the CFA. */
+#define FOLLOW_RULE(rule, cfa, ip, sp, bp, ra_at, bp_at)      \
+    do {                                                      \
+        (ra_at) = (cfa) - 8;                                  \
+        (ip) = *(const uint64_t *)(ra_at);                    \
+        (bp_at) = 0;                                          \
+        if ((rule) & RULE_BP_SAVED) {                         \
+            (bp_at) = (cfa) + (uint64_t)RULE_BP_OFF(rule);    \
+            (bp) = *(const uint64_t *)(bp_at);                \
+        }                                                     \
+        (sp) = (cfa);                                         \
+    } while (0)
+
 /* (Values in, values out: a pointer to the walk's locals would keep them in
  * memory on the inline path too.) */
 static __attribute__((noinline)) struct slow_step step_slow(uint64_t ip, uint64_t sp, uint64_t bp)
@@ -788,13 +803,7 @@ static __attribute__((noinline)) struct slow_step step_slow(uint64_t ip, uint64_
     uint64_t cfa = ((rule & RULE_CFA_FROM_BP) ? bp : sp) + (uint64_t)RULE_CFA_OFF(rule);
     if (cfa < sp + 8 || (cfa & 7) || cfa - sp > MAX_FRAME)
         return s;
-    s.ra_at = cfa - 8;
-    s.ip = *(const uint64_t *)s.ra_at;
-    if (rule & RULE_BP_SAVED) {
-        s.bp_at = cfa + (uint64_t)RULE_BP_OFF(rule);
-        s.bp = *(const uint64_t *)s.bp_at;
-    }
-    s.sp = cfa;
+    FOLLOW_RULE(rule, cfa, s.ip, s.sp, s.bp, s.ra_at, s.bp_at);
     s.r = s.ip >= 4096;
     return s;
 }
@@ -810,14 +819,7 @@ static __attribute__((noinline)) struct slow_step step_slow(uint64_t ip, uint64_
         if (MLK_LIKELY((uint32_t)rule_ == (uint32_t)h_ &&                                          \
                        ((over_ >> 3) | (over_ << 61)) <= (MAX_FRAME - 8) / 8)) {                   \
             (uses_bp) = (rule_ & RULE_CFA_FROM_BP) != 0;                                           \
-            (ra_at) = ra_at_;                                                                      \
-            (ip) = *(const uint64_t *)(ra_at);                                                     \
-            (bp_at) = 0;                                                                           \
-            if (rule_ & RULE_BP_SAVED) {                                                           \
-                (bp_at) = cfa_ + (uint64_t)RULE_BP_OFF(rule_);                                     \
-                (bp) = *(const uint64_t *)(bp_at);                                                 \
-            }                                                                                      \
-            (sp) = cfa_;                                                                           \
+            FOLLOW_RULE(rule_, cfa_, ip, sp, bp, ra_at, bp_at);                                    \
             r_ = (ip) >= 4096;                                                                     \
         } else {                                                                                   \
             struct slow_step s_ = step_slow((ip), (sp), (bp));                                     \
