@@ -12,12 +12,14 @@ from libmemleak.cli import traced_environment
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAMS = os.path.join(HERE, "programs")
+BENCH_PROGRAMS = os.path.join(os.path.dirname(HERE), "bench", "programs")  # the tests run some of them too
 BUILD = os.environ.get("MEMLEAK_TEST_BUILD", "/tmp/libmemleak-test-build")
 REPORT_TIMEOUT = 20.0
 
 
 def compile_program(source, *flags, name=None):
-    """Compile tests/programs/SOURCE (cached by content and flags)."""
+    """Compile tests/programs/SOURCE, or SOURCE when it is an absolute path
+    (cached by content and flags)."""
     path = os.path.join(PROGRAMS, source)
     with open(path, "rb") as f:
         digest = hashlib.sha1(f.read() + repr(flags).encode()).hexdigest()[:12]

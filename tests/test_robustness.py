@@ -8,9 +8,7 @@ import time
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-from helpers import (PROGRAMS, Traced, add_reports, by_site, child_pids_with_reports,
+from helpers import (BENCH_PROGRAMS, PROGRAMS, Traced, add_reports, by_site, child_pids_with_reports,
                      compile_program, env_for, report_path, reports_of, wait_for_file)
 from libmemleak import memlog
 
@@ -381,7 +379,7 @@ def test_no_stack_is_dropped_while_threads_grow_the_index(workdir):
     -- 2 runs in 3 of bench/scale.py with 16 threads.  Every block must be in
     the report, and nothing dropped (without the fix this failed in each of
     several tries)."""
-    prog = compile_program(os.path.join(ROOT, "bench", "programs", "scale.c"), "-O2", name="scale")
+    prog = compile_program(os.path.join(BENCH_PROGRAMS, "scale.c"), "-O2", name="scale")
     for _ in range(2):
         t = Traced([prog, "16", "16384", "14"], workdir, config="mtraceinit,depth=40")
         t.expect("ready")

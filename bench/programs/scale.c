@@ -53,10 +53,10 @@ int main(int argc, char **argv)
     printf("checkpoint ready\n");
     fflush(stdout);
     char c;
-    do
+    do {
         if (read(0, &c, 1) != 1)
             return 1;
-    while (c != '\n');
+    } while (c != '\n');
     for (long i = 0; i < blocks; i++)
         free(slots[i]);
     free(slots);
