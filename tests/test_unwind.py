@@ -23,6 +23,8 @@ def stacks(workdir, prog, config, checkpoints):
     ("bigframe.c", ("-O2",), ["done"]),
     ("manypaths.c", ("-O2",), ["done"]),
     ("manypaths.c", ("-O2", "-DMIXED_FRAMES"), ["done"]),
+    ("keyedpaths.c", ("-O2",), ["done"]),
+    ("keyedpaths.c", ("-O2", "-DMIXED_FRAMES"), ["done"]),
 ])
 def test_fast_unwinder_matches_libgcc(tmp_path, source, flags, checkpoints):
     prog = compile_program(source, *flags, name=f"{source.split('.')[0]}{flags[0]}")
@@ -82,3 +84,26 @@ def test_walks_by_rules_give_every_path_exactly(tmp_path, flags, depth):
         assert seen == {p: (40 * (100 + p), 40) for p in range(256)}
     else:  # the outermost level is cut off: p and p + 128 share a stack
         assert seen == {p: (40 * (100 + p) + 40 * (228 + p), 80) for p in range(128)}
+
+
+@pytest.mark.parametrize("flags", [("-O2",), ("-O0",), ("-O2", "-DMIXED_FRAMES")])
+@pytest.mark.parametrize("depth", [16, 5])
+def test_remembered_paths_give_every_path_exactly(tmp_path, flags, depth):
+    """256 call paths that differ within their first four frames: the thread
+    rests from remembering whole walks, and its remembered paths (first
+    frames and stack pointer, then the words read) serve the walks.  Each
+    path keeps 40 blocks of 100 + p bytes, whether its stack ends at _start
+    (depth 16) or is cut off one frame above the four levels (depth 5)."""
+    prog = compile_program("keyedpaths.c", *flags, name="keyedpaths" + "".join(flags))
+    got = stacks(tmp_path, prog, f"mtraceinit,unwind=fast,depth={depth}", ["done"])
+    seen = {}
+    for key, value in got.items():
+        names = [f for f, _, _ in key]
+        if not names or not (names[0] or "").startswith("level0_"):
+            continue
+        assert [n[:-2] for n in names[:4]] == ["level0", "level1", "level2", "level3"], key
+        assert names[4] == "descend" and len(names) == (5 if depth == 5 else len(names)), key
+        path = sum(int(n[-1]) << (2 * level) for level, n in enumerate(names[:4]))
+        assert path not in seen, key
+        seen[path] = value
+    assert seen == {p: (40 * (100 + p), 40) for p in range(256)}

@@ -1,0 +1,83 @@
+/* Allocations from 256 call paths taken in turn, like manypaths.c, but each
+ * path differs from the others within its first four frames: four levels
+ * of four functions each.  Too many paths for the unwinder's remembered
+ * whole walks, so the thread rests from them -- and then its remembered
+ * paths (keyed by the first frames and the stack pointer, checked word by
+ * word from there on) serve nearly every walk.
+ *
+ * Path p (0..255) takes at level L (0 innermost) the function for digit L
+ * of p in base 4, and allocates 100 + p bytes.  Round i keeps its block when
+ * i % 3 == 0; the first half of the rounds takes the paths in order, the
+ * second in a scattered order, each half a multiple of 768 rounds: each path
+ * keeps ROUNDS / 768 blocks.
+ * -DMIXED_FRAMES: levels 1 and 3 keep a frame pointer (CFA from rbp). */
+#include <stdlib.h>
+
+#include "checkpoint.h"
+
+#define ROUNDS (768 * 40)
+#define OPAQUE() __asm__ volatile("" ::: "memory")
+
+#ifdef MIXED_FRAMES
+#define ODD_FRAMES __attribute__((optimize("no-omit-frame-pointer")))
+#else
+#define ODD_FRAMES
+#endif
+
+void *kept[ROUNDS / 3 + 1]; /* (visible: the compiler may not drop the mallocs) */
+int nkept;
+
+/* Level 0's four functions allocate; level L's call level L-1's function for
+ * digit L-1 of the path.  (noipa: identical functions must stay apart.) */
+#define LEAF(D)                                                                                    \
+    __attribute__((noipa)) static void *level0_##D(int path)                                      \
+    {                                                                                              \
+        void *p = malloc(100 + (size_t)path);                                                      \
+        OPAQUE();                                                                                  \
+        return p;                                                                                  \
+    }
+LEAF(0)
+LEAF(1)
+LEAF(2)
+LEAF(3)
+
+#define PICK(PREV, L, path)                                                                        \
+    ((path) >> (2 * ((L) - 1)) & 3) == 0   ? PREV##_0(path)                                        \
+    : ((path) >> (2 * ((L) - 1)) & 3) == 1 ? PREV##_1(path)                                        \
+    : ((path) >> (2 * ((L) - 1)) & 3) == 2 ? PREV##_2(path)                                        \
+                                           : PREV##_3(path)
+
+#define LEVEL_FN(L, PREV, D, ATTR)                                                                 \
+    ATTR __attribute__((noipa)) static void *level##L##_##D(int path)                              \
+    {                                                                                              \
+        void *p = PICK(PREV, L, path);                                                             \
+        OPAQUE();                                                                                  \
+        return p;                                                                                  \
+    }
+#define LEVEL(L, PREV, ATTR)                                                                       \
+    LEVEL_FN(L, PREV, 0, ATTR) LEVEL_FN(L, PREV, 1, ATTR) LEVEL_FN(L, PREV, 2, ATTR)              \
+    LEVEL_FN(L, PREV, 3, ATTR)
+
+LEVEL(1, level0, ODD_FRAMES)
+LEVEL(2, level1, )
+LEVEL(3, level2, ODD_FRAMES)
+
+__attribute__((noipa)) static void *descend(int path)
+{
+    void *p = PICK(level3, 4, path);
+    OPAQUE(); /* (not a tail call: descend keeps its frame) */
+    return p;
+}
+
+int main(void)
+{
+    for (int i = 0; i < ROUNDS; i++) {
+        void *p = descend(i < ROUNDS / 2 ? i % 256 : (i * 37) % 256);
+        if (i % 3 == 0)
+            kept[nkept++] = p;
+        else
+            free(p);
+    }
+    checkpoint("done");
+    return 0;
+}
