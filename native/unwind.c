@@ -1018,12 +1018,10 @@ path_walk(struct paths *pc, uint64_t *ips, int max, int *truncated, int kind, ui
             same_key &= p->ip[k] == ips[k];
         if (!same_key)
             continue;
-        /* Two words a turn, the second read only if the first held. */
         const struct path_word *word = p->word, *end = word + p->nwords;
-        while (word + 1 < end && *(const uint64_t *)(sp + word[0].at) == word[0].expect &&
-               *(const uint64_t *)(sp + word[1].at) == word[1].expect)
-            word += 2;
-        if (word + 1 < end || (word < end && *(const uint64_t *)(sp + word->at) != word->expect))
+        while (word < end && *(const uint64_t *)(sp + word->at) == word->expect)
+            word++;
+        if (word < end)
             continue;
         /* This walk is the path's. */
         for (uint32_t i = 0, moved = e; i <= (uint32_t)w; i++) { /* to the front (not memmove: a call) */
