@@ -10,7 +10,10 @@
  * i % 3 == 0; the first half of the rounds takes the paths in order, the
  * second in a scattered order, each half a multiple of 768 rounds: each path
  * keeps ROUNDS / 768 blocks.
- * -DMIXED_FRAMES: levels 1 and 3 keep a frame pointer (CFA from rbp). */
+ * -DMIXED_FRAMES: levels 1 and 3 keep a frame pointer (CFA from rbp).
+ * -DTHREADS: the rounds run in a thread, then again in a second one, which
+ * is handed the first one's remembered paths (and most likely its stack). */
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "checkpoint.h"
@@ -24,7 +27,7 @@
 #define ODD_FRAMES
 #endif
 
-void *kept[ROUNDS / 3 + 1]; /* (visible: the compiler may not drop the mallocs) */
+void *kept[2 * (ROUNDS / 3 + 1)]; /* (visible: the compiler may not drop the mallocs) */
 int nkept;
 
 /* Level 0's four functions allocate; level L's call level L-1's function for
@@ -69,8 +72,9 @@ __attribute__((noipa)) static void *descend(int path)
     return p;
 }
 
-int main(void)
+static void *rounds(void *unused)
 {
+    (void)unused;
     for (int i = 0; i < ROUNDS; i++) {
         void *p = descend(i < ROUNDS / 2 ? i % 256 : (i * 37) % 256);
         if (i % 3 == 0)
@@ -78,6 +82,20 @@ int main(void)
         else
             free(p);
     }
+    return NULL;
+}
+
+int main(void)
+{
+#ifdef THREADS
+    for (int t = 0; t < 2; t++) {
+        pthread_t thread;
+        if (pthread_create(&thread, NULL, rounds, NULL) != 0 || pthread_join(thread, NULL) != 0)
+            return 1;
+    }
+#else
+    rounds(NULL);
+#endif
     checkpoint("done");
     return 0;
 }
