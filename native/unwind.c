@@ -1116,7 +1116,9 @@ path_walk(struct paths *pc, uint64_t *ips, int max, int *truncated, int kind, ui
  * well, through an index of states, was tried: on programs whose walks are
  * many and seldom repeat, gcc's cc1, the looking and splicing cost more
  * instructions than walking by rules, and where walks repeat, sqlite3 or
- * jq, nearly all are found whole from their first state.) */
+ * jq, nearly all are found whole from their first state.  Such programs,
+ * cc1, are served by remembered paths instead, keyed by their first
+ * frames: see path_walk.) */
 /* This function keeps a frame pointer whatever the build flags: its own
  * frame is where the walk starts. */
 static __attribute__((noinline, optimize("no-omit-frame-pointer"))) int

@@ -1,8 +1,9 @@
 /* Allocations from 256 call paths taken in turn: too many for the
  * unwinder's remembered whole walks (it remembers the last 64), so after a
- * window of walks the thread rests and walks by the rules alone -- the
- * unwinder's path on programs with many paths (gcc's cc1).  Then, every so
- * often, it tries remembering again.
+ * window of walks the thread rests from them.  Its remembered paths do not
+ * pay either (32 paths share each set of first frames: more than a set
+ * holds, see keyedpaths.c for paths that do), so it walks by the rules
+ * alone.  Then, every so often, it tries remembering again.
  *
  * Path p (0..255) descends through eight levels, taking at level L the
  * function for bit L of p, and allocates 100 + p bytes.
