@@ -922,11 +922,11 @@ struct path_word {
 
 struct path {
     uint64_t ip[PATH_KEY_STEPS + 1]; /* the key: first frames, and the state's ip after them */
-    uint64_t sp, bp;               /* the state's sp and rbp (rbp compared only if bp_key) */
+    uint64_t sp, bp;               /* the state's sp and rbp (rbp compared only if bp_in_key) */
     uint32_t generation;           /* rules_generation it was walked under; 0: being written */
     uint32_t id, id_epoch;         /* the stack interned for it (id MLK_NO_STACK: none yet) */
     uint8_t id_kind;
-    uint8_t bp_key;                /* a rule uses the state's rbp before any saved one is read */
+    uint8_t bp_in_key;             /* a rule uses the state's rbp before any saved one is read */
     uint8_t frames;                /* frames of the whole walk */
     uint8_t more;                  /* it stopped at max */
     uint16_t nwords;
@@ -943,7 +943,7 @@ struct paths {
     /* then `count` paths of path_size bytes */
 };
 #define PATHS_HEAD ((sizeof(struct paths) + 63) & ~(size_t)63) /* paths start on a cache line */
-#define PATHS_NONE ((struct paths *)1) /* could not be mapped: not tried again */
+#define PATHS_NONE ((struct paths *)1) /* none for this thread (depth too small, or out of memory) */
 
 static inline struct path *path_at(struct paths *pc, uint32_t i)
 {
@@ -954,6 +954,8 @@ static struct paths *paths_of(struct memo *m)
 {
     if (MLK_LIKELY(m->paths != NULL))
         return m->paths;
+    if (m->max <= PATH_KEY_STEPS + 1)
+        return m->paths = PATHS_NONE; /* no room for a path past its key */
     size_t words = 2 * (size_t)m->max; /* a return address and a saved rbp per step, at most */
     size_t path_size = (sizeof(struct path) + words * sizeof(struct path_word) + 63) & ~(size_t)63;
     size_t count = (PATH_BYTES - PATHS_HEAD) / path_size;
@@ -993,8 +995,6 @@ path_walk(struct paths *pc, uint64_t *ips, int max, int *truncated, int kind, ui
     const uint64_t *rules = cache;
     uint64_t ra_at, bp_at;
     int r, uses_bp;
-    if (max <= PATH_KEY_STEPS + 1)
-        return PATH_PLAIN;
     if (!payoff_try(&pc->payoff))
         return PATH_PLAIN;
     /* The key: the first frames by the rules. */
@@ -1013,7 +1013,7 @@ path_walk(struct paths *pc, uint64_t *ips, int max, int *truncated, int kind, ui
             continue;
         struct path *p = path_at(pc, (e & PATH_IDX_MASK) - 1);
         int same_key = p->generation == generation && p->ip[PATH_KEY_STEPS] == ip && p->sp == sp &&
-                       (!p->bp_key || p->bp == bp);
+                       (!p->bp_in_key || p->bp == bp);
         for (int k = 0; k < PATH_KEY_STEPS; k++)
             same_key &= p->ip[k] == ips[k];
         if (!same_key)
@@ -1033,7 +1033,6 @@ path_walk(struct paths *pc, uint64_t *ips, int max, int *truncated, int kind, ui
         if (MLK_LIKELY(p->id != MLK_NO_STACK && p->id_kind == (uint8_t)kind && p->id_epoch == unload_epoch)) {
             *truncated = p->more;
             *known = p->id;
-            pc->last = p;
             return p->frames;
         }
         break; /* its frames are walked again, and its id is this walk's */
@@ -1043,7 +1042,7 @@ path_walk(struct paths *pc, uint64_t *ips, int max, int *truncated, int kind, ui
      * meanwhile).  Which saved rbp words a later rule used is known only at
      * the end: `used` has a bit per word. */
     struct path *p = path_at(pc, pc->victim);
-    uint64_t ip_key = ip, sp_key = sp, bp_key = bp;
+    uint64_t ip_at_key = ip, sp_at_key = sp, bp_at_key = bp;
     uint64_t used[(2 * MLK_MAX_DEPTH + 63) / 64] = {0};
     int nw = 0, last_bp_word = -1, bp_used_first = 0, n = PATH_KEY_STEPS;
     int keep = 1; /* every word within 4 GiB above the state's sp */
@@ -1064,14 +1063,14 @@ path_walk(struct paths *pc, uint64_t *ips, int max, int *truncated, int kind, ui
         if (MLK_UNLIKELY(r < 0))
             return -1;
         if (ra_at) {
-            keep &= ra_at - sp_key < (1ull << 32);
+            keep &= ra_at - sp_at_key < (1ull << 32);
             used[nw / 64] |= 1ull << (nw % 64);
-            p->word[nw++] = (struct path_word){(uint32_t)(ra_at - sp_key), ip};
+            p->word[nw++] = (struct path_word){(uint32_t)(ra_at - sp_at_key), ip};
         }
         if (bp_at) {
-            keep &= bp_at - sp_key < (1ull << 32);
+            keep &= bp_at - sp_at_key < (1ull << 32);
             last_bp_word = nw;
-            p->word[nw++] = (struct path_word){(uint32_t)(bp_at - sp_key), bp};
+            p->word[nw++] = (struct path_word){(uint32_t)(bp_at - sp_at_key), bp};
         }
         if (r == 0) {
             n++;
@@ -1089,10 +1088,10 @@ path_walk(struct paths *pc, uint64_t *ips, int max, int *truncated, int kind, ui
     p->nwords = (uint16_t)kept;
     for (int k = 0; k < PATH_KEY_STEPS; k++)
         p->ip[k] = ips[k];
-    p->ip[PATH_KEY_STEPS] = ip_key;
-    p->sp = sp_key;
-    p->bp = bp_key;
-    p->bp_key = (uint8_t)bp_used_first;
+    p->ip[PATH_KEY_STEPS] = ip_at_key;
+    p->sp = sp_at_key;
+    p->bp = bp_at_key;
+    p->bp_in_key = (uint8_t)bp_used_first;
     p->frames = (uint8_t)n;
     p->more = (uint8_t)*truncated;
     p->id = MLK_NO_STACK;

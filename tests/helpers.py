@@ -1,6 +1,7 @@
 """Shared test machinery: compile real programs, run them under the real
 preload library, stop them at checkpoints, and read their real reports."""
 
+import glob
 import hashlib
 import os
 import signal
@@ -23,8 +24,9 @@ def compile_program(source, *flags, name=None):
     path = os.path.join(PROGRAMS, source)
     with open(path, "rb") as f:
         digest = hashlib.sha1(f.read() + repr(flags).encode()).hexdigest()[:12]
-    with open(os.path.join(PROGRAMS, "checkpoint.h"), "rb") as f:
-        digest += hashlib.sha1(f.read()).hexdigest()[:4]
+    for header in sorted(glob.glob(os.path.join(PROGRAMS, "*.h"))):  # what the programs include
+        with open(header, "rb") as f:
+            digest += hashlib.sha1(f.read()).hexdigest()[:4]
     base = name or os.path.splitext(source)[0]
     out_dir = os.path.join(BUILD, digest)
     out = os.path.join(out_dir, base)

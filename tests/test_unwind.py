@@ -104,7 +104,7 @@ def test_remembered_paths_give_every_path_exactly(tmp_path, flags, depth):
         if not names or not (names[0] or "").startswith("level0_"):
             continue
         assert [n[:-2] for n in names[:4]] == ["level0", "level1", "level2", "level3"], key
-        assert names[4] == "descend" and len(names) == (5 if depth == 5 else len(names)), key
+        assert names[4] == "descend" and (depth != 5 or len(names) == 5), key
         path = sum(int(n[-1]) << (2 * level) for level, n in enumerate(names[:4]))
         assert path not in seen, key
         seen[path] = value

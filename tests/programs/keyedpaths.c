@@ -6,10 +6,8 @@
  * word from there on) serve nearly every walk.
  *
  * Path p (0..255) takes at level L (0 innermost) the function for digit L
- * of p in base 4, and allocates 100 + p bytes.  Round i keeps its block when
- * i % 3 == 0; the first half of the rounds takes the paths in order, the
- * second in a scattered order, each half a multiple of 768 rounds: each path
- * keeps ROUNDS / 768 blocks.
+ * of p in base 4, and allocates 100 + p bytes, on rounds.h's schedule:
+ * each path keeps ROUNDS / 768 blocks per run.
  * -DMIXED_FRAMES: levels 1 and 3 keep a frame pointer (CFA from rbp).
  * -DTHREADS: the rounds run in a thread, then again in a second one, which
  * is handed the first one's remembered paths (and most likely its stack). */
@@ -17,8 +15,7 @@
 #include <stdlib.h>
 
 #include "checkpoint.h"
-
-#define ROUNDS (768 * 40)
+#include "rounds.h"
 #define OPAQUE() __asm__ volatile("" ::: "memory")
 
 #ifdef MIXED_FRAMES
@@ -26,9 +23,6 @@
 #else
 #define ODD_FRAMES
 #endif
-
-void *kept[2 * (ROUNDS / 3 + 1)]; /* (visible: the compiler may not drop the mallocs) */
-int nkept;
 
 /* Level 0's four functions allocate; level L's call level L-1's function for
  * digit L-1 of the path.  (noipa: identical functions must stay apart.) */
@@ -75,13 +69,7 @@ __attribute__((noipa)) static void *descend(int path)
 static void *rounds(void *unused)
 {
     (void)unused;
-    for (int i = 0; i < ROUNDS; i++) {
-        void *p = descend(i < ROUNDS / 2 ? i % 256 : (i * 37) % 256);
-        if (i % 3 == 0)
-            kept[nkept++] = p;
-        else
-            free(p);
-    }
+    allocate_rounds(descend);
     return NULL;
 }
 

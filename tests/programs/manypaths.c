@@ -6,17 +6,13 @@
  * alone.  Then, every so often, it tries remembering again.
  *
  * Path p (0..255) descends through eight levels, taking at level L the
- * function for bit L of p, and allocates 100 + p bytes.
- * The first half of the rounds takes the paths in order (the upper levels
- * change slowly), the second in a scattered order; round i keeps its block
- * when i % 3 == 0.  Each half is a
- * multiple of 768 rounds, so each path keeps ROUNDS / 768 blocks.
+ * function for bit L of p, and allocates 100 + p bytes, on rounds.h's
+ * schedule: each path keeps ROUNDS / 768 blocks.
  * -DMIXED_FRAMES: the even levels keep a frame pointer (CFA from rbp). */
 #include <stdlib.h>
 
 #include "checkpoint.h"
-
-#define ROUNDS (768 * 40) /* each half a multiple of 768 */
+#include "rounds.h"
 #define OPAQUE() __asm__ volatile("" ::: "memory")
 
 #ifdef MIXED_FRAMES
@@ -24,9 +20,6 @@
 #else
 #define EVEN_FRAMES
 #endif
-
-void *kept[ROUNDS / 3 + 1]; /* (visible: the compiler may not drop the mallocs) */
-int nkept;
 
 __attribute__((noipa)) static void *leaf(int path)
 {
@@ -66,13 +59,7 @@ static void *descend(int path) { return path >> 7 & 1 ? level7_1(path) : level7_
 
 int main(void)
 {
-    for (int i = 0; i < ROUNDS; i++) {
-        void *p = descend(i < ROUNDS / 2 ? i % 256 : (i * 37) % 256);
-        if (i % 3 == 0)
-            kept[nkept++] = p;
-        else
-            free(p);
-    }
+    allocate_rounds(descend);
     checkpoint("done");
     return 0;
 }
