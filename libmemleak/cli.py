@@ -59,7 +59,67 @@ def traced_environment(env=None):
     env.pop("MEMLEAK_REPORTER", None)
     env.pop("MEMLEAK_ROOT_PID", None)  # the traced program is a new root
     env.pop("MEMLEAK_KEEPER", None)    # with a keeper of its own
+    env.pop("MEMLEAK_ANNOUNCE", None)  # `run` sets it for its own program only
     return env
+
+
+# Exit statuses of the libmemleak command (docs/cli.md).  `run` becomes the
+# program, so its status is the program's; before that it fails as env(1),
+# nohup(1) and timeout(1) do, so a caller can tell the wrapper from the
+# program: 127 the program is not found, 126 it is found but cannot be run
+# or traced.  Every other mistake in what the user typed is 2.
+EXIT_USAGE, EXIT_CANNOT_RUN, EXIT_NOT_FOUND = 2, 126, 127
+
+PYTHON_NAMES = ("python", "python2", "python3", "pypy", "pypy3")
+
+
+def is_python(program):
+    name = os.path.basename(os.path.realpath(program))
+    return name.startswith(PYTHON_NAMES) and name.rstrip("0123456789.").endswith(("python", "pypy"))
+
+
+def run_config(args):
+    """MEMLEAK_CONFIG for `run`, or (None, why not).  `run` collects from
+    the start: a bare MEMLEAK_CONFIG means "wait for the program's
+    mtrace()", which almost no program calls, so `run --config
+    depth=32` used to trace nothing (issue: silent non-tracing)."""
+    items = [i.strip() for i in (args.config or "").split(",") if i.strip()]
+    if args.sample is not None:
+        if args.sample < 0:
+            return None, "run: --sample takes a number of bytes (0 = record every allocation)"
+        items.append(f"sample={args.sample}")
+    if args.wait_for_mtrace:
+        if "mtraceinit" in items:
+            return None, "run: --wait-for-mtrace and mtraceinit in --config contradict each other"
+    elif "mtraceinit" not in items:
+        items.insert(0, "mtraceinit")
+    return ",".join(items), None
+
+
+def report_dir_of(config):
+    for item in config.split(","):
+        key, _, value = item.strip().partition("=")
+        if key.strip() == "dir" and value.strip():
+            return os.path.join(os.getcwd(), value.strip())
+    return os.getcwd()
+
+
+def announce(argv, program, config, wait_for_mtrace):
+    """What valgrind and heaptrack say at start: what is traced, where the
+    reports go and how to ask for one."""
+    pid = os.getpid()
+    name = os.path.basename(argv[0])
+    where = report_dir_of(config)
+    start = ("collection starts at the program's first mtrace() call" if wait_for_mtrace
+             else f"ask for a report with: kill -USR1 {pid}")
+    lines = [f"tracing {name} (pid {pid}); reports go to {where}/{name}-{pid}-N.memlog; {start}; "
+             "a final one at exit"]
+    if is_python(program) and os.environ.get("PYTHONMALLOC") != "malloc":
+        lines.append("a Python program: under pymalloc, growth is blamed on whichever call opened "
+                     "a new 256 KiB arena; run it with PYTHONMALLOC=malloc to see each object's "
+                     "own stack")
+    for line in lines:
+        print(f"libmemleak: {line}", file=sys.stderr, flush=True)
 
 
 def cmd_run(args):
@@ -69,30 +129,29 @@ def cmd_run(args):
     if not argv:
         return fail("run: name the program to trace: libmemleak run [--] PROGRAM [ARGS...]")
     if not os.path.exists(preload_path()):
-        return fail(f"the hook library is missing ({preload_path()}): reinstall with 'pip install .'")
+        return fail(f"the hook library is missing ({preload_path()}): reinstall with 'pip install .'",
+                    EXIT_CANNOT_RUN)
     program = argv[0] if "/" in argv[0] else shutil.which(argv[0])
-    if program is None:
-        return fail(f"run: {argv[0]}: command not found", 127)
+    if program is None or not os.path.exists(program):
+        return fail(f"run: {argv[0]}: command not found", EXIT_NOT_FOUND)
     why = check_traceable(program)
     if why:
-        return fail(f"run: {why}")
-    config = args.config
-    if args.sample is not None:
-        if args.sample < 0:
-            return fail("run: --sample takes a number of bytes (0 = record every allocation)")
-        # Sampling is for long runs: collect from the start unless the
-        # options given say otherwise.
-        config = f"{config},sample={args.sample}" if config else f"mtraceinit,sample={args.sample}"
-    if config is not None:
-        os.environ["MEMLEAK_CONFIG"] = config
+        return fail(f"run: {why}", EXIT_CANNOT_RUN)
+    config, why = run_config(args)
+    if why:
+        return fail(why)
+    os.environ["MEMLEAK_CONFIG"] = config
     try:
         # exec, not a child: the program keeps this pid (the reports are named
         # after it) and its exit status is the command's.
         env = traced_environment()
         env["MEMLEAK_ROOT_PID"] = str(os.getpid())  # the program keeps this pid
+        if not args.quiet:
+            env["MEMLEAK_ANNOUNCE"] = "1"  # the reporter lists the reports at the end
+            announce(argv, program, config, args.wait_for_mtrace)
         os.execve(program, argv, env)
     except OSError as e:
-        return fail(f"run: {program}: {e.strerror}", 126)
+        return fail(f"run: {program}: {e.strerror}", EXIT_CANNOT_RUN)
 
 
 def cmd_preload_path(args):
@@ -109,21 +168,28 @@ def cmd_demo(args):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="libmemleak",
         description="Find what a native program leaks, while it runs. Reports are written as "
                     "PROG-PID-SEQ.memlog on SIGUSR1, on mtrace()/muntrace() and at exit.")
     p.add_argument("--version", action="version", version=f"libmemleak {__version__}")
-    sub = p.add_subparsers(dest="command_name", metavar="COMMAND")
+    sub = p.add_subparsers(dest="command_name", metavar="COMMAND", parser_class=_Parser)
     run = sub.add_parser("run", help="run a program traced from its start",
                          description="Run PROGRAM with the tracer preloaded (same pid, same exit "
                                      "status). Send it SIGUSR1 for a report while it runs.")
     run.add_argument("--config", metavar="OPTIONS",
-                     help="MEMLEAK_CONFIG options, e.g. 'depth=32,dir=/tmp/reports'")
+                     help="MEMLEAK_CONFIG options, e.g. 'depth=32,dir=/tmp/reports' "
+                          "(collection still starts at once; see --wait-for-mtrace)")
     run.add_argument("--sample", metavar="BYTES", type=int,
                      help="record a byte-weighted random sample of allocations, one per BYTES "
                           "allocated on average (e.g. 524288), and report scaled estimates: "
-                          "much faster on allocation-heavy programs")
+                          "cheaper on allocation-heavy programs, but small or rare leaks may "
+                          "be missed (see docs/sampling.md)")
+    run.add_argument("--wait-for-mtrace", action="store_true",
+                     help="collect nothing until the program calls mtrace() (as a bare "
+                          "MEMLEAK_CONFIG without mtraceinit does)")
+    run.add_argument("-q", "--quiet", action="store_true",
+                     help="say nothing on stderr at start and at the end")
     run.add_argument("command", nargs=argparse.REMAINDER, help="[--] PROGRAM [ARGS...]")
     run.set_defaults(func=cmd_run)
     pp = sub.add_parser("preload-path", help="print the path of libmtrace.so for LD_PRELOAD")
@@ -134,10 +200,20 @@ def build_parser():
     return p
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors as one line in our form (status 2)."""
+
+    def error(self, message):
+        self.exit(EXIT_USAGE, f"libmemleak: {message} (see '{self.prog} --help')\n")
+
+
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    return args.func(args)
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        return 130

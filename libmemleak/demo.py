@@ -24,13 +24,43 @@ def _wait_for(path, timeout=30):
         time.sleep(0.02)
 
 
+def fail(message, code):
+    print(f"libmemleak: demo: {message}", file=sys.stderr)
+    return code
+
+
 def run_demo(keep_dir=None):
+    """Exit status: 0, 2 for a bad --keep, 1 when the demo itself could not
+    be built or run (no compiler, a failed build, no report in time)."""
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not cc:
-        print("libmemleak demo: needs a C compiler (cc or gcc) to build the example", file=sys.stderr)
-        return 2
+        return fail("needs a C compiler (cc or gcc) to build the example", 1)
+    if keep_dir:
+        if os.path.exists(keep_dir) and not os.path.isdir(keep_dir):
+            return fail(f"--keep {keep_dir}: not a directory", 2)
+        try:
+            os.makedirs(keep_dir, exist_ok=True)
+        except OSError as e:
+            return fail(f"--keep {keep_dir}: {e.strerror}", 2)
+        if not os.access(keep_dir, os.W_OK | os.X_OK):
+            return fail(f"--keep {keep_dir}: not a directory we can write in", 2)
     work = keep_dir or tempfile.mkdtemp(prefix="libmemleak-demo-")
-    os.makedirs(work, exist_ok=True)
+    try:
+        return _demo(cc, work, keep_dir)
+    except subprocess.CalledProcessError:
+        return fail(f"building the example with {cc} failed (its errors are above)", 1)
+    except subprocess.TimeoutExpired:
+        return fail("the traced example did not finish within 60 s", 1)
+    except TimeoutError as e:
+        return fail(f"no report appeared at {e} within 30 s", 1)
+    except OSError as e:
+        return fail(f"{e.filename or work}: {e.strerror}", 1)
+    finally:
+        if not keep_dir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _demo(cc, work, keep_dir):
     prog = os.path.join(work, "leaky_server")
     subprocess.run([cc, "-g", "-O0", EXAMPLE, "-o", prog], check=True)
     print(f"$ libmemleak run {prog}      # in {work}")
@@ -49,8 +79,6 @@ def run_demo(keep_dir=None):
         print(f"\n==> {path}   [{what}]")
         with open(path) as f:
             print(f.read().rstrip())
-    if not keep_dir:
-        shutil.rmtree(work, ignore_errors=True)
     print("\nEach entry: change in live bytes and blocks of one call stack, innermost frame first.")
     print("Stacks that keep growing report after report are your leaks: here strdup in "
           "parse_request and cache_put.")

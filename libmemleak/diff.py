@@ -23,6 +23,7 @@ class StackDelta(NamedTuple):  # a named tuple: thousands are built per report
     blocks: int
     live_bytes: int     # live now (over the merged entries that changed)
     live_blocks: int
+    samples: int = -1   # sampled reports: change in recorded blocks behind the estimate
 
 
 @dataclass(frozen=True)
@@ -182,9 +183,9 @@ class Deltas:
             i += len(self)
         if not 0 <= i < len(self):
             raise IndexError(i)
-        kid, pos, nbytes, blocks, live_b, live_k = self.rows.row(i)
+        kid, pos, nbytes, blocks, live_b, live_k, samples = self.rows.row(i)
         key, mods = self._keys.key(kid)
-        return StackDelta(key, self._ids[pos], mods, nbytes, blocks, live_b, live_k)
+        return StackDelta(key, self._ids[pos], mods, nbytes, blocks, live_b, live_k, samples)
 
     def __iter__(self):
         return (self[i] for i in range(len(self)))
@@ -199,7 +200,9 @@ def diff_snapshot(snapshot, resolver=None):
     if resolver is None or resolver.modules != tuple(snapshot.modules):
         resolver = FrameResolver(snapshot.modules, resolver.keys if resolver else None)
     live_bytes, live_blocks, reported_bytes, reported_blocks = _estimated(snapshot)
-    changes = report_core.Changes(live_bytes, live_blocks, reported_bytes, reported_blocks)
+    samples = ((snapshot.live_blocks, snapshot.reported_blocks) if snapshot.sample_bytes
+               else None)
+    changes = report_core.Changes(live_bytes, live_blocks, reported_bytes, reported_blocks, samples)
     ids, stacks = snapshot.ids, snapshot.stacks
     if report_core.positions_are_ids(ids):  # the resolver's own array serves
         resolver.cover(len(ids))

@@ -17,7 +17,7 @@ from libmemleak.layout import ffi as layout_ffi
 ffi = cffi.FFI()
 ffi.include(layout_ffi)
 ffi.cdef("""
-struct mlk_rc_row { int64_t key, pos, bytes, blocks, live_bytes, live_blocks; };
+struct mlk_rc_row { int64_t key, pos, bytes, blocks, live_bytes, live_blocks, samples; };
 struct mlk_rc_texts { const char *arena; const int64_t *line_off; const int32_t *pool;
                       const int64_t *key_first; const int32_t *key_lines; int64_t keys; };
 void mlk_rc_columns(const struct mlk_stack *, int64_t, const uint8_t *, int64_t *, int64_t *,
@@ -25,7 +25,8 @@ void mlk_rc_columns(const struct mlk_stack *, int64_t, const uint8_t *, int64_t 
 int64_t mlk_rc_unkeyed(int64_t, const int64_t *, const int64_t *, const int64_t *,
                        const int64_t *, const int64_t *, int64_t *, int64_t);
 int64_t mlk_rc_merge(int64_t, const int64_t *, const int64_t *, const int64_t *, const int64_t *,
-                     const int64_t *, int64_t, int64_t *, struct mlk_rc_row *);
+                     const int64_t *, int64_t, int64_t *, const int64_t *, const int64_t *,
+                     struct mlk_rc_row *);
 int64_t mlk_rc_textless(const struct mlk_rc_row *, int64_t, const int64_t *, int64_t, int64_t *,
                         int64_t);
 int64_t mlk_rc_render(const struct mlk_rc_row *, int64_t, int64_t, const struct mlk_rc_texts *,
@@ -100,8 +101,11 @@ def commit(stacks_ptr, live_bytes, live_blocks, reported_bytes, reported_blocks)
 class Changes:
     """The changed stacks of a snapshot, column by column (array('q'))."""
 
-    def __init__(self, live_bytes, live_blocks, reported_bytes, reported_blocks):
+    def __init__(self, live_bytes, live_blocks, reported_bytes, reported_blocks, samples=None):
+        """samples: for a sampled snapshot, the recorded (unscaled) live and
+        reported blocks, whose difference each row carries."""
         self.cols = [_as_q(c) for c in (live_bytes, live_blocks, reported_bytes, reported_blocks)]
+        self.samples = [_as_q(c) for c in samples] if samples else None
         self.n = len(self.cols[0])
 
     def unkeyed(self, key_of):
@@ -114,7 +118,9 @@ class Changes:
         nkeys entries, all -1 (left so)."""
         rows = zeros(self.n * ROW_WORDS)
         with ffi.from_buffer("struct mlk_rc_row[]", rows) as out:
-            count = lib.mlk_rc_merge(self.n, *map(_q, self.cols), _q(key_of), nkeys, _q(scratch), out)
+            samples = list(map(_q, self.samples)) if self.samples else [ffi.NULL, ffi.NULL]
+            count = lib.mlk_rc_merge(self.n, *map(_q, self.cols), _q(key_of), nkeys, _q(scratch),
+                                     *samples, out)
         if count < 0:
             raise ValueError("a changed stack has no key")
         del rows[count * ROW_WORDS:]
@@ -123,7 +129,7 @@ class Changes:
 
 class Rows:
     """Report entries as fixed-size records: key, pos, bytes, blocks,
-    live_bytes, live_blocks (struct mlk_rc_row)."""
+    live_bytes, live_blocks, samples (struct mlk_rc_row)."""
 
     def __init__(self, words):
         self.words = words

@@ -14,6 +14,8 @@ import gc
 import itertools
 import os
 import select
+import stat
+import tempfile
 import time
 
 from libmemleak import __version__
@@ -33,6 +35,7 @@ REASON_FIELDS = (("exit", "exit_requests", "seen_exit"),
                  ("muntrace", "muntrace_requests", "seen_muntrace"),
                  ("mtrace", "mtrace_requests", "seen_mtrace"),
                  ("signal", "signal_requests", "seen_signal"))
+FINAL_REASONS = ("exit", "death", "muntrace")  # no report of this process follows
 SELF_LIBRARY = "libmtrace.so"
 NOT_THE_PROGRAMS = -1  # a frame left out of reports: our own hooks'
 
@@ -127,6 +130,10 @@ class Reporter:
         self.texts = TextStore()
         self.token_lines = {}    # frame token -> line id (or NOT_THE_PROGRAMS)
         self.watch = ProgramWatch(self.h.pid, os.fstat(segment_fd).st_ino, pidfd)
+        self.written = []        # paths of the reports this reporter wrote
+        # `libmemleak run` (not -q) asked for the list of reports at the end,
+        # for the process it started (a descendant's parent-pid is set).
+        self.announce = bool(os.environ.get("MEMLEAK_ANNOUNCE")) and not segment.header.parent_pid
 
     # -- the loop -----------------------------------------------------------
 
@@ -205,8 +212,14 @@ class Reporter:
 
     def final_report(self):
         """The program died without asking (exit handlers skipped, a signal,
-        SIGKILL, OOM kill): write what the segment holds."""
+        SIGKILL, OOM kill): write what the segment holds -- unless its final
+        report is written already.  A process's reports end with exactly
+        one final report, however many reporters saw it die (one started in
+        the moment its exit report was being finished, say)."""
         h = self.h
+        if h.final_done:
+            h.done_seq = h.request_seq  # nobody waits any more: the process is gone
+            return
         if h.request_seq != h.done_seq:
             self.handle(h.request_seq)
         elif h.collecting:
@@ -216,15 +229,14 @@ class Reporter:
 
     def report(self, reason):
         try:
-            self._report(reason)
-        except OSError as e:
-            self.h.report_errors += 1
-            where = getattr(e, "filename", None) or self.seg.take_snapshot().report_dir
-            key = (type(e), e.errno, where)
-            if key not in self.warned:
-                self.warned.add(key)
-                say(f"cannot write a report in {where}: {e.strerror}; "
-                    "the data is kept for the next report")
+            try:
+                path = self._report(reason)
+            except OSError as e:
+                path = self.cannot_write(reason, e)
+            if path:
+                self.written.append(path)
+                if reason in FINAL_REASONS and self.announce:
+                    say(written_summary(self.written))
         except Exception as e:  # a reporter bug must not surface as a traceback
             self.h.report_errors += 1
             tb = e.__traceback__
@@ -235,19 +247,46 @@ class Reporter:
             if os.environ.get("MEMLEAK_DEBUG"):
                 raise
 
-    def _report(self, reason):
+    def cannot_write(self, reason, error):
+        """The report directory refused a report.  A report that is not the
+        last keeps its data in the segment for the next one; the last one
+        has no next, so it goes to a fallback directory (said where).
+        Messages name the directory, never a temporary file in it."""
+        self.h.report_errors += 1
+        directory = self.seg.take_snapshot().report_dir
+        first_time = (error.errno, directory) not in self.warned
+        self.warned.add((error.errno, directory))
+        if reason not in FINAL_REASONS:
+            if first_time:
+                say(f"cannot write a report in {directory}: {error.strerror}; "
+                    "the data is kept for the next report")
+            return None
+        try:
+            fallback = fallback_directory()
+            path = self._report(reason, fallback)
+        except OSError as e2:
+            say(f"cannot write the final report in {directory} ({error.strerror}) nor in a "
+                f"fallback directory ({e2.strerror}): it is lost")
+            return None
+        say(f"cannot write a report in {directory}: {error.strerror}; "
+            f"the final report went to {path}")
+        return path
+
+    def _report(self, reason, directory=None):
         # A report makes hundreds of thousands of short-lived containers and
         # no cycles: collections in the middle of it only scan (diffing
         # 100,000 changed stacks: 0.83 -> 0.59 s without them).
         collecting = gc.isenabled()
         gc.disable()
         try:
-            self._report_now(reason)
+            return self._report_now(reason, directory)
         finally:
             if collecting:
                 gc.enable()
 
-    def _report_now(self, reason):
+    def _report_now(self, reason, directory=None):
+        """Write one report (in `directory`, else the configured one) and
+        return its path."""
         snap = self.seg.take_snapshot()
         self.update_resolver(snap.modules)
         deltas = diff_snapshot(snap, self.resolver)
@@ -262,7 +301,7 @@ class Reporter:
             # written: a report of a million stacks never exists whole.
             partial = self.symbolize_keys(deltas.rows.textless(texts.key_first))
             seq = self.h.report_seq + 1
-            prog = os.path.basename(snap.exe) or "unknown"
+            prog = snap.name
             header = render(self.header_lines(snap, sums, seq, reason), ())
             texts.begin_temporary()  # the texts of partly symbolized keys: this report only
             try:
@@ -271,8 +310,8 @@ class Reporter:
                                            for x in items])
                 body = texts.render(deltas.rows)
                 try:
-                    write_report(snap.report_dir, report_name(prog, snap.pid, seq),
-                                 itertools.chain([header], body))
+                    path = write_report(directory or snap.report_dir, report_name(prog, snap.pid, seq),
+                                        itertools.chain([header], body))
                 finally:
                     body.close()
             finally:
@@ -282,6 +321,7 @@ class Reporter:
         self.seg.commit_baseline(snap)
         self.h.report_seq = seq
         settle_memory()
+        return path
 
     def symbolize_keys(self, key_ids):
         """Store the frame lines of these keys in the text store.  Keys with
@@ -367,6 +407,36 @@ class Reporter:
         return lines
 
 
+def fallback_directory():
+    """Where a final report goes when its directory refuses it:
+    /tmp/libmemleak-UID, owner-only, made here if missing; if that name is
+    taken by anything else (another user's directory, a symlink), a fresh
+    private directory."""
+    path = f"/tmp/libmemleak-{os.geteuid()}"
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return tempfile.mkdtemp(prefix="libmemleak-")
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return tempfile.mkdtemp(prefix="libmemleak-")
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077:
+        return path
+    return tempfile.mkdtemp(prefix="libmemleak-")
+
+
+def written_summary(paths):
+    """One line: which report files this process's reporter wrote."""
+    if len(paths) == 1:
+        return f"wrote {paths[0]}"
+    if len({os.path.dirname(p) for p in paths}) == 1 and len(paths) > 3:
+        return f"wrote {len(paths)} reports: {paths[0]} ... {os.path.basename(paths[-1])}"
+    return f"wrote {len(paths)} reports: " + ", ".join(paths)
+
+
 def settle_memory():
     """Move what the caches hold out of the cyclic garbage collector's
     sight.  Symbol caches are hundreds of thousands of long-lived objects
@@ -409,8 +479,22 @@ def main():
     try:
         return _run_reporter(segment)
     finally:
+        # The program is gone (or another image runs): hold none of its
+        # descriptors from here on.  Its stderr may be a pipe someone reads
+        # to its end (`prog 2>&1 | tee`, a build tool); a keeper still
+        # waiting for a daemon's descendants would keep that pipe open.
+        _let_go_of_stderr()
         if keeper is not None:
             keeper.finish()
+
+
+def _let_go_of_stderr():
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        return
+    os.dup2(null, 2)
+    os.close(null)
 
 
 def _run_reporter(segment):

@@ -63,6 +63,7 @@ class Snapshot:
     pid: int
     parent_pid: int
     exe: str
+    name: str               # as invoked (argv[0]'s last part): what reports are named after
     report_dir: str
     taken_ns: int
     start_time_ns: int
@@ -204,7 +205,10 @@ class Segment:
             cols = {name: array("q", (col[i] for i in ids)) for name, col in cols.items()}
         return Snapshot(
             pid=h.pid, parent_pid=h.parent_pid,
-            exe=self._string(h.exe_off, h.exe_len), report_dir=self._string(h.dir_off, h.dir_len),
+            exe=self._string(h.exe_off, h.exe_len),
+            name=(self._string(h.name_off, h.name_len) if h.name_len else "")
+            or os.path.basename(self._string(h.exe_off, h.exe_len)) or "unknown",
+            report_dir=self._string(h.dir_off, h.dir_len),
             taken_ns=taken, start_time_ns=h.start_time_ns, depth=h.depth,
             collecting=bool(h.collecting),
             health={name: getattr(h, name) for name in HEALTH_FIELDS},

@@ -37,6 +37,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -134,6 +135,39 @@ static void bad_option(const char *opt, size_t n, const char *why)
     mlk_warn("MEMLEAK_CONFIG: ignoring '", buf, why);
 }
 
+static const char *skip_blanks(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t'))
+        p++;
+    return p;
+}
+
+static size_t trimmed_length(const char *p, const char *end)
+{
+    while (end > p && (end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+    return (size_t)(end - p);
+}
+
+/* The options that take a value, and what the value is: for "needs ..."
+ * when it is missing.  NULL for anything else. */
+static const char *value_wanted(const char *key, size_t n)
+{
+    static const struct {
+        const char *name, *wants;
+    } known[] = {{"depth", "': needs a number of frames, 1 to 64 (depth=32)"},
+                 {"dir", "': needs a path (dir=/tmp/reports)"},
+                 {"signal", "': needs a signal name (signal=USR2) or none"},
+                 {"unwind", "': needs fast or libgcc"},
+                 {"sample", "': needs a mean number of bytes between samples (sample=524288)"},
+                 {"track", "': needs trailers or table"},
+                 {"exit_timeout", "': needs a number of seconds"}};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strlen(known[i].name) == n && strncmp(key, known[i].name, n) == 0)
+            return known[i].wants;
+    return NULL;
+}
+
 static void parse_config(const char *cfg, const char *cwd)
 {
     if (!cfg) {
@@ -141,21 +175,29 @@ static void parse_config(const char *cfg, const char *cwd)
         return;
     }
     config.collect_at_load = 0;
-    const char *p = cfg;
-    while (*p) {
-        const char *end = p;
+    const char *next = cfg;
+    while (*next) {
+        /* One item, blanks around it and around its '=' left out
+         * ("mtraceinit, depth = 8" is what people write). */
+        const char *p = next, *end = next;
         while (*end && *end != ',')
             end++;
-        size_t n = (size_t)(end - p);
+        next = *end ? end + 1 : end;
+        p = skip_blanks(p, end);
+        size_t n = trimmed_length(p, end);
         const char *eq = memchr(p, '=', n);
-        size_t key = eq ? (size_t)(eq - p) : n;
-        const char *val = eq ? eq + 1 : NULL;
-        size_t vn = eq ? (size_t)(end - val) : 0;
+        size_t key = eq ? trimmed_length(p, eq) : n;
+        const char *val = eq ? skip_blanks(eq + 1, p + n) : NULL;
+        size_t vn = eq ? (size_t)(p + n - val) : 0;
         uint64_t num;
 #define KEY(s) (key == sizeof(s) - 1 && strncmp(p, s, key) == 0)
         if (n == 0) {
+        } else if ((!val || vn == 0) && value_wanted(p, key)) {
+            bad_option(p, n, value_wanted(p, key));
         } else if (KEY("mtraceinit") && !val) {
             config.collect_at_load = 1;
+        } else if (KEY("mtraceinit")) {
+            bad_option(p, n, "': mtraceinit takes no value");
         } else if (KEY("depth") && val) {
             if (parse_uint(val, vn, &num) && num >= 1 && num <= MLK_MAX_DEPTH)
                 config.depth = (uint32_t)num;
@@ -214,7 +256,6 @@ static void parse_config(const char *cfg, const char *cwd)
                              "track=trailers|table, exit_timeout=SECONDS)");
         }
 #undef KEY
-        p = *end ? end + 1 : end;
     }
 }
 
@@ -602,6 +643,13 @@ static uint32_t post_request(uint32_t *reason_counter)
     return mine;
 }
 
+/* Has the report of request `mine` been written?  (The reporter sets
+ * done_seq before it clears reporter_pid or exits.) */
+static int report_done(uint32_t mine)
+{
+    return (int32_t)(__atomic_load_n(&mlk_seg->done_seq, __ATOMIC_ACQUIRE) - mine) >= 0;
+}
+
 void mlk_request_report(uint32_t *reason_counter, int wait)
 {
     struct mlk_header *h = mlk_seg;
@@ -624,18 +672,21 @@ void mlk_request_report(uint32_t *reason_counter, int wait)
     int respawned = 0;
     for (;;) {
         uint32_t done = __atomic_load_n(&h->done_seq, __ATOMIC_ACQUIRE);
-        if ((int32_t)(done - mine) >= 0)
+        if (report_done(mine))
             return;
         if (mlk_now_ns(CLOCK_MONOTONIC) > deadline)
             break;
         if (__atomic_load_n(&h->reporter_pid, __ATOMIC_ACQUIRE) < 0)
             return; /* no reporter can be started: already said so */
+        /* A reporter that finished our report may have left since `done`
+         * was read: the report is there.  Look again before starting another
+         * (it would find the program gone and write a second final report). */
         if (by_keeper) {
-            if (!keeper_reachable()) { /* the keeper died with our request */
+            if (!keeper_reachable() && !report_done(mine)) { /* the keeper died with our request */
                 by_keeper = keeper_holds_us = 0;
                 spawn_reporter();
             }
-        } else if (!reporter_alive()) {
+        } else if (!reporter_alive() && !report_done(mine)) {
             if (respawned++ >= 2)
                 break;
             spawn_reporter();
@@ -649,12 +700,32 @@ void mlk_request_report(uint32_t *reason_counter, int wait)
 
 /* ---- triggers ----------------------------------------------------------- */
 
+/* A report signal while nothing is collected writes no report; say why,
+ * once, or the signal looks swallowed.  write() only: async-signal-safe. */
+static int warned_not_collecting;
+
+static void say_not_collecting(void)
+{
+    if (__atomic_exchange_n(&warned_not_collecting, 1, __ATOMIC_RELAXED))
+        return;
+    if (mlk_ever_collected)
+        mlk_warn("report signal: no report written: collection was stopped by muntrace() ",
+                 "(the program's mtrace() starts it again)", "");
+    else
+        mlk_warn("report signal: no report written: nothing is being collected yet. ",
+                 "MEMLEAK_CONFIG is set without mtraceinit, so collection waits for the program's "
+                 "first mtrace() call; ",
+                 "add mtraceinit to MEMLEAK_CONFIG, or use 'libmemleak run' without --wait-for-mtrace");
+}
+
 static void on_report_signal(int sig)
 {
     (void)sig;
     int saved = errno;
     if (mlk_collecting && mlk_seg && mlk_seg->pid == mlk_getpid())
         mlk_request_report(&mlk_seg->signal_requests, 0);
+    else if (!mlk_collecting && !inert)
+        say_not_collecting();
     errno = saved;
 }
 
@@ -680,6 +751,28 @@ void mlk_lazy_spawn(void)
         spawn_reporter();
 }
 
+/* Say at once, not at the first report, when the report directory cannot
+ * take reports (the user is still watching the start).  Only the root:
+ * its descendants share the directory. */
+static void check_report_dir(void)
+{
+    struct stat st;
+    const char *why = NULL;
+    if (stat(config.dir, &st) != 0)
+        why = strerror(errno);
+    else if (!S_ISDIR(st.st_mode))
+        why = "not a directory";
+    else if (access(config.dir, W_OK | X_OK) != 0)
+        why = strerror(errno);
+    if (!why)
+        return;
+    char line[4096 + 256];
+    snprintf(line, sizeof line, "report directory %s: %s; a report asked for while it cannot be "
+             "written keeps its data for the next one, and the final report goes to "
+             "/tmp/libmemleak-%u instead", config.dir, why, (unsigned)geteuid());
+    mlk_warn(line, "", "");
+}
+
 int mlk_start_collecting(void)
 {
     if (inert)
@@ -698,6 +791,8 @@ int mlk_start_collecting(void)
         mlk_seg->report_signal = (uint32_t)config.signal;
         if (!is_root)
             keeper_holds_us = keeper_register();
+        else
+            check_report_dir();
     }
     /* Sampling records few blocks: the side table costs little there, and
      * the unrecorded ones then keep their exact size. */

@@ -63,6 +63,32 @@ static int make_memfd(uint64_t size)
     return fd;
 }
 
+/* argv[0]'s last part, from /proc/self/cmdline (raw calls: this runs in
+ * our constructor and after fork, with no allocation). */
+static void invoked_name(struct mlk_header *h)
+{
+    char buf[4096];
+    int fd = (int)mlk_syscall6(SYS_open, (long)"/proc/self/cmdline", O_RDONLY | O_CLOEXEC, 0, 0, 0, 0);
+    if (fd < 0)
+        return;
+    long n = mlk_syscall6(SYS_read, fd, (long)buf, sizeof buf - 1, 0, 0, 0);
+    mlk_syscall6(SYS_close, fd, 0, 0, 0, 0, 0);
+    if (n <= 0)
+        return;
+    buf[n] = 0;
+    const char *name = buf;
+    for (const char *c = buf; *c; c++)
+        if (*c == '/' && c[1])
+            name = c + 1;
+    uint32_t len = (uint32_t)mlk_strlen(name);
+    if (len && name[len - 1] == '/')
+        len--;
+    if (len == 0 || (len == 1 && name[0] == '.') || (len == 2 && name[0] == '.' && name[1] == '.'))
+        return;
+    h->name_off = mlk_string_add(name, len);
+    h->name_len = len;
+}
+
 int mlk_segment_create(uint32_t depth, const char *dir)
 {
     uint64_t off = align_up(sizeof(struct mlk_header), 4096);
@@ -109,6 +135,7 @@ int mlk_segment_create(uint32_t depth, const char *dir)
         n = 0;
     h->exe_off = mlk_string_add(exe, (uint32_t)n);
     h->exe_len = (uint32_t)n;
+    invoked_name(h);
     h->dir_len = (uint32_t)mlk_strlen(dir);
     h->dir_off = mlk_string_add(dir, h->dir_len);
     __atomic_store_n(&h->magic, MLK_MAGIC, __ATOMIC_RELEASE);

@@ -157,5 +157,11 @@ struct mlk_header {
      * (16 bytes at the end of each block recorded). */
     uint32_t tracking;
     uint32_t reserved32;
-    uint64_t reserved[5];
+    /* The program's name as invoked (argv[0]'s last part), in strings: what
+     * reports are named after (redis-server, not the redis-check-rdb its
+     * link resolves to).  0/0 in segments of older builds: the reporter then
+     * uses exe's last part. */
+    uint32_t name_off;
+    uint32_t name_len;
+    uint64_t reserved[4];
 };

@@ -13,7 +13,7 @@ PLUGIN_NEW = Module(2, "/lib/b.so", base=0x100000, lo=0x100000, hi=0x108000, loa
 def snap(rows, modules=(EXE,)):
     """rows: (id, frames, epoch, live_bytes, live_blocks, reported_bytes, reported_blocks)"""
     stacks = {r[0]: Stack(r[0], "malloc", tuple(r[1]), r[2]) for r in rows}
-    return Snapshot(pid=1, parent_pid=0, exe="/bin/prog", report_dir="/tmp", taken_ns=0,
+    return Snapshot(pid=1, parent_pid=0, exe="/bin/prog", name="prog", report_dir="/tmp", taken_ns=0,
                     start_time_ns=0, depth=16, collecting=True, health={}, modules=tuple(modules),
                     stacks=stacks, ids=[r[0] for r in rows],
                     live_bytes=[r[3] for r in rows], live_blocks=[r[4] for r in rows],
@@ -31,6 +31,17 @@ def test_changes_are_live_minus_baseline_sorted_with_negatives_last():
     assert d[0].key == ("malloc", (("/bin/prog", 0x300),))
     t = totals(s)
     assert (t.live_bytes, t.change_bytes, t.change_blocks) == (607, 336, 2)
+
+
+def test_frees_only_list_the_largest_first():
+    """Growth first, then shrinkage, each by size: -16384 before -8."""
+    s = snap([(0, [0x1100], 1, 0, 0, 8, 1),
+              (1, [0x1200], 1, 0, 0, 16384, 1),
+              (2, [0x1300], 1, 0, 0, 512, 4),
+              (3, [0x1400], 1, 32, 1, 0, 0),
+              (4, [0x1500], 1, 4096, 1, 0, 0)])
+    d = diff_snapshot(s)
+    assert [x.bytes for x in d] == [4096, 32, -16384, -512, -8]
 
 
 def test_entries_of_one_stack_are_merged():

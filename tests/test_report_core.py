@@ -70,13 +70,28 @@ def test_merge_sums_by_key_sorts_and_drops_what_cancels():
     rep_k = [0, 0, 2, 0, 1, 1]
     key_of = [2, 0, 1, 0, -1, 3]  # pos 4 unchanged: needs no key
     rows = merged(live_b, live_k, rep_b, rep_k, key_of)
-    # key 0 = pos 1 + 3 (80 bytes, 4 blocks); key 3 changed by -10 bytes, +1 block
-    assert rows == [[2, 0, 100, 1, 100, 1], [0, 1, 80, 4, 80, 4],
-                    [3, 5, -10, 1, 10, 2], [1, 2, -64, -2, 0, 0]]
+    # key 0 = pos 1 + 3 (80 bytes, 4 blocks); key 3 changed by -10 bytes, +1 block;
+    # shrinkage by size too: -64 before -10
+    # (not sampled: -1 samples)
+    assert rows == [[2, 0, 100, 1, 100, 1, -1], [0, 1, 80, 4, 80, 4, -1],
+                    [1, 2, -64, -2, 0, 0, -1], [3, 5, -10, 1, 10, 2, -1]]
     # equal bytes: more blocks first, then the lower position; a sum of zero is left out
     rows = merged([8, 8, 8, 5, 0], [1, 2, 1, 1, 0], [0, 0, 0, 0, 5], [0, 0, 0, 0, 1],
                   [0, 1, 2, 3, 3])
     assert [r[0] for r in rows] == [1, 0, 2]
+
+
+def test_sampled_rows_carry_the_recorded_blocks_behind_them():
+    """A sampled entry says how many recorded samples its estimate rests on
+    (issue: one sample scaled to 7,282 blocks with nothing to show it)."""
+    changes = Changes([7282, 300, 50], [7282, 3, 1], [0, 0, 50], [0, 0, 1],
+                      samples=([1, 3, 1], [0, 0, 1]))
+    rows = changes.merge(array("q", [0, 1, 0]), 2, array("q", [-1, -1]))
+    assert [rows.row(i) for i in range(len(rows))] == [[0, 0, 7282, 7282, 7282, 7282, 1],
+                                                       [1, 1, 300, 3, 300, 3, 3]]
+    store = store_with({0: ["	a	(/bin/p)"], 1: ["	b	(/bin/p)"]})
+    assert b"".join(store.render(rows)) == (b"+7282 +7282 samples=+1\n\ta\t(/bin/p)\n"
+                                            b"+300 +3 samples=+3\n\tb\t(/bin/p)\n")
 
 
 def test_unkeyed_lists_changed_positions_without_a_key():
@@ -99,7 +114,7 @@ def test_render_writes_what_memlog_writes():
     store = store_with(frames)
     words = array("q")
     for key, b, k in ((2, 1 << 62, 7), (0, 100, 1), (1, 0, -3), (0, -(1 << 63), -(1 << 63))):
-        words.extend([key, 0, b, k, 0, 0])
+        words.extend([key, 0, b, k, 0, 0, -1])
     rows = report_core.Rows(words)
     expected = render((), [Entry(b, k, [], frames_text="\n".join(frames[key]))
                            for key, b, k in ((2, 1 << 62, 7), (0, 100, 1), (1, 0, -3),
@@ -114,7 +129,7 @@ def test_temporary_texts_are_dropped_after_the_report():
     store = store_with({0: ["\ta\t(/bin/p)"]})
     store.begin_temporary()
     store.set_key(3, [store.add_line("\tpartial\t(/bin/p)"), 0])
-    rows = report_core.Rows(array("q", [3, 0, 1, 1, 0, 0, 0, 0, 2, 1, 0, 0]))
+    rows = report_core.Rows(array("q", [3, 0, 1, 1, 0, 0, -1, 0, 2, 2, 1, 0, 0, -1]))
     body = store.render(rows)
     text = b"".join(body).decode()
     store.end_temporary()
@@ -126,6 +141,6 @@ def test_temporary_texts_are_dropped_after_the_report():
 
 def test_a_key_beyond_the_store_is_textless_and_written_without_frames():
     store = store_with({0: ["\ta\t(/bin/p)"]})
-    rows = report_core.Rows(array("q", [10, 0, 5, 1, 0, 0]))
+    rows = report_core.Rows(array("q", [10, 0, 5, 1, 0, 0, -1]))
     assert rows.textless(store.key_first) == [10]
     assert b"".join(store.render(rows)) == b"+5 +1\n"

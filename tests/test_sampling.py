@@ -36,6 +36,15 @@ def test_estimates_are_near_the_truth_and_frees_cancel_exactly(workdir, rate):
     # Big blocks are each sampled with probability 1 - exp(-200000 / rate).
     assert close_to(big_bytes, 200000 * BIG, 0.2), big_bytes
     assert close_to(big_blocks, BIG, 0.2), big_blocks
+    # Each entry says how many recorded samples its estimate rests on: the
+    # big site's blocks are nearly all recorded, the small site's few.
+    for entry in allocated.entries:
+        [samples] = [f for f in entry.extra if f.startswith("samples=")]
+        recorded = int(samples.split("=")[1])
+        assert 0 < recorded <= entry.blocks, (entry.extra, entry.blocks)
+    small = [e for e in allocated.entries if e.frames[0].function == "site_small"]
+    small_samples = sum(int(e.extra[0].split("=")[1]) for e in small)
+    assert small_samples < small_blocks / 4  # an estimate scaled from far fewer samples
     # Churned blocks were all freed before the report.
     assert "site_churn" not in sites
     assert int(allocated.header["allocations"]) > SMALL  # estimated, churn included
@@ -58,4 +67,5 @@ def test_bad_sample_option_is_one_line_and_collection_is_exact(workdir):
     assert t.finish() == 0
     assert t.stderr.count("\n") == 1 and "sample" in t.stderr, t.stderr
     assert "sampled" not in allocated.header
+    assert all(e.extra == [] for e in allocated.entries)  # exact: no sample counts
     assert by_site(allocated)["site_small"] == (48 * 1000, 1000)

@@ -102,7 +102,11 @@ class Symbolizer:
         for loc in locations:
             name = loc.function
             if not loc.inlined and symtab_name and (not name or "(" not in name):
-                name = symtab_name if not name or symtab_name.startswith(name) else name
+                # The symbol table's name where it is the same function: with
+                # parameters (C++), or the public alias of an internal name.
+                if (not name or symtab_name.startswith(name) or name in syms.elf.aliases_at(pc)
+                        or name.lstrip("_") == symtab_name.lstrip("_")):
+                    name = symtab_name
             frames.append(Frame(name or symtab_name, module.path, offset, loc.file, loc.line,
                                 loc.inlined))
         return tuple(frames)

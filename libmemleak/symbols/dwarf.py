@@ -26,6 +26,14 @@ from libmemleak.symbols.lines import END, decode_rows
 _PARSE_ERRORS = READ_ERRORS
 
 
+def _source_path(path):
+    """A source path as gdb prints it: normalized, but a path relative to
+    the compilation directory keeps its leading "./" (Debian's packages are
+    built with -fdebug-prefix-map=...=., giving "./string/strdup.c")."""
+    clean = os.path.normpath(path)
+    return "./" + clean if path.startswith("./") and not clean.startswith(".") else clean
+
+
 @dataclass(frozen=True)
 class Location:
     function: str | None
@@ -85,9 +93,12 @@ class _Unit:
         for entry in lp.header["file_entry"]:
             name = _s(entry.name)
             d = dirs[entry.dir_index] if entry.dir_index < len(dirs) else ""
-            if d and not os.path.isabs(d):
+            # Directory 0 is the compilation directory itself (DWARF 5 writes
+            # it there; for 2-4 we put comp_dir there above): joining a
+            # relative one with comp_dir again gave "sub/sub/x.c".
+            if d and entry.dir_index > 0 and not os.path.isabs(d):
                 d = os.path.join(comp_dir, d)
-            files.append(os.path.normpath(os.path.join(d, name)) if not os.path.isabs(name) else name)
+            files.append(_source_path(os.path.join(d, name)) if not os.path.isabs(name) else name)
         self._files = files
         self._line_file_base = 0 if version >= 5 else 1
         lp.stream.seek(lp.program_start_offset)
@@ -315,7 +326,11 @@ class DwarfIndex:
     def _name_of(self, unit, die, hops):
         a = die.attrs
         linkage = a.get(dies.AT_linkage_name) or a.get(dies.AT_MIPS_linkage_name)
-        if isinstance(linkage, str):
+        # A mangled C++ name says more than DW_AT_name (its scope and
+        # parameters).  A C function has a linkage name only from an asm
+        # label, which names an internal alias (glibc's __GI___strdup for
+        # __strdup): the name in the source is the one users know.
+        if isinstance(linkage, str) and linkage.startswith("_Z"):
             return demangle(linkage)
         for ref in (dies.AT_abstract_origin, dies.AT_specification):
             target = a.get(ref)
@@ -323,10 +338,12 @@ class DwarfIndex:
                 owner = unit if unit.offset <= target < unit.end else self._reader_holding(target)
                 other = owner.die(target) if owner is not None else None
                 if other is not None:
-                    return self._name_of(owner, other, hops + 1)
+                    found = self._name_of(owner, other, hops + 1)
+                    if found:
+                        return found
         name = a.get(dies.AT_name)
         if not isinstance(name, str):
-            return None
+            return linkage if isinstance(linkage, str) else None
         parts = [name]
         for parent in unit.parents(die):
             if parent.tag in _NAMED_SCOPES:

@@ -85,15 +85,32 @@ struct mlk_rc_row {
     int64_t blocks;
     int64_t live_bytes;     /* live now, over the merged positions */
     int64_t live_blocks;
+    int64_t samples;        /* sampled reports: change in recorded blocks behind the
+                             * estimate (what it rests on); -1 when not sampled */
 };
+
+/* Report order (docs/memlog.md): growth before shrinkage, and within
+ * each, the largest change first -- +4096 before +8, and -16384 before -8
+ * (a report made only of frees lists the biggest first, not the smallest). */
+static int sign_group(int64_t bytes, int64_t blocks)
+{
+    if (bytes != 0)
+        return bytes > 0 ? 0 : 2;
+    return blocks >= 0 ? 1 : 2;
+}
+
+static uint64_t magnitude(int64_t v) { return v < 0 ? -(uint64_t)v : (uint64_t)v; }
 
 static int row_order(const void *a, const void *b)
 {
     const struct mlk_rc_row *x = a, *y = b;
+    int gx = sign_group(x->bytes, x->blocks), gy = sign_group(y->bytes, y->blocks);
+    if (gx != gy)
+        return gx < gy ? -1 : 1;
     if (x->bytes != y->bytes)
-        return x->bytes > y->bytes ? -1 : 1;     /* largest byte change first */
+        return magnitude(x->bytes) > magnitude(y->bytes) ? -1 : 1;
     if (x->blocks != y->blocks)
-        return x->blocks > y->blocks ? -1 : 1;
+        return magnitude(x->blocks) > magnitude(y->blocks) ? -1 : 1;
     return x->pos < y->pos ? -1 : x->pos > y->pos;
 }
 
@@ -105,6 +122,7 @@ static int row_order(const void *a, const void *b)
 EXPORT int64_t mlk_rc_merge(int64_t n, const int64_t *live_bytes, const int64_t *live_blocks,
                             const int64_t *reported_bytes, const int64_t *reported_blocks,
                             const int64_t *key_of, int64_t nkeys, int64_t *slot_of_key,
+                            const int64_t *sampled_live, const int64_t *sampled_reported,
                             struct mlk_rc_row *rows)
 {
     int64_t used = 0, bad = 0;
@@ -119,17 +137,20 @@ EXPORT int64_t mlk_rc_merge(int64_t n, const int64_t *live_bytes, const int64_t 
         /* wrapping arithmetic, as the counters themselves */
         uint64_t db = (uint64_t)live_bytes[i] - (uint64_t)reported_bytes[i];
         uint64_t dk = (uint64_t)live_blocks[i] - (uint64_t)reported_blocks[i];
+        int64_t ds = sampled_live ? sampled_live[i] - sampled_reported[i] : -1;
         int64_t slot = slot_of_key[key];
         if (slot < 0) {
             slot_of_key[key] = used;
             rows[used++] = (struct mlk_rc_row){key, i, (int64_t)db, (int64_t)dk,
-                                               live_bytes[i], live_blocks[i]};
+                                               live_bytes[i], live_blocks[i], ds};
         } else {
             struct mlk_rc_row *r = &rows[slot];
             r->bytes = (int64_t)((uint64_t)r->bytes + db);
             r->blocks = (int64_t)((uint64_t)r->blocks + dk);
             r->live_bytes = (int64_t)((uint64_t)r->live_bytes + (uint64_t)live_bytes[i]);
             r->live_blocks = (int64_t)((uint64_t)r->live_blocks + (uint64_t)live_blocks[i]);
+            if (sampled_live)
+                r->samples += ds;
         }
     }
     int64_t kept = 0;
@@ -200,7 +221,7 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
         const struct mlk_rc_row *row = &rows[r];
         int64_t first = row->key >= 0 && row->key < t->keys ? t->key_first[row->key] : -1;
         int32_t lines = first < 0 ? 0 : t->key_lines[row->key];
-        int64_t need = 42;   /* two signed 64-bit numbers, a space, a newline */
+        int64_t need = 72;   /* three signed 64-bit numbers, spaces, "samples=", a newline */
         for (int32_t k = 0; k < lines; k++) {
             int32_t l = t->pool[first + k];
             need += t->line_off[l + 1] - t->line_off[l];
@@ -214,6 +235,11 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
         p += put_signed(p, row->bytes);
         *p++ = ' ';
         p += put_signed(p, row->blocks);
+        if (row->samples != -1) {
+            memcpy(p, " samples=", 9);
+            p += 9;
+            p += put_signed(p, row->samples);
+        }
         *p++ = '\n';
         for (int32_t k = 0; k < lines; k++) {
             int32_t l = t->pool[first + k];
