@@ -27,6 +27,8 @@ int64_t mlk_rc_unkeyed(int64_t, const int64_t *, const int64_t *, const int64_t 
 int64_t mlk_rc_merge(int64_t, const int64_t *, const int64_t *, const int64_t *, const int64_t *,
                      const int64_t *, int64_t, int64_t *, const int64_t *, const int64_t *,
                      struct mlk_rc_row *);
+int64_t mlk_rc_merge_same_text(struct mlk_rc_row *, int64_t, const int64_t *, int64_t, int64_t *,
+                               int64_t);
 int64_t mlk_rc_textless(const struct mlk_rc_row *, int64_t, const int64_t *, int64_t, int64_t *,
                         int64_t);
 int64_t mlk_rc_render(const struct mlk_rc_row *, int64_t, int64_t, const struct mlk_rc_texts *,
@@ -145,6 +147,15 @@ class Rows:
         (the array cannot be resized) while it lives."""
         return ffi.from_buffer("struct mlk_rc_row[]", self.words)
 
+    def merge_same_text(self, canon, scratch):
+        """Merge rows whose keys print the same frames (canon: key id ->
+        the key id first seen with that text, -1 for itself); scratch as
+        for Changes.merge, of at least as many entries as key ids."""
+        with self.pointer() as rows:
+            count = lib.mlk_rc_merge_same_text(rows, len(self), _q(canon), len(canon), _q(scratch),
+                                               len(scratch))
+        del self.words[count * ROW_WORDS:]
+
     def textless(self, key_first):
         """Key ids of rows without text in key_first (-1)."""
         rows, n = self.pointer(), len(self)
@@ -169,17 +180,31 @@ class TextStore:
         self.key_lines = array("i")
         self._mark = None
         self._temporary_keys = []
+        # key id -> the first key id whose frames print the same (-1: none
+        # before it); such keys are one entry (Rows.merge_same_text).
+        self.canon = array("q")
+        self._key_of_text = {}    # line ids of a complete key -> its key id
+        self._line_of_text = {}   # text -> line id, so equal lines get one id
 
     def grow_keys(self, nkeys):
         extend_to(self.key_first, nkeys)
         extend_to(self.key_lines, nkeys, 0)
+        extend_to(self.canon, nkeys)
 
     def add_line(self, text):
-        """A new line id for `text` (one or more frame lines, no final newline)."""
+        """The line id of `text` (one or more frame lines, no final newline):
+        equal texts share one id, so that equal stacks have equal runs."""
+        if self._mark is None:
+            known = self._line_of_text.get(text)
+            if known is not None:
+                return known
         data = text.encode("utf-8", "surrogateescape")
         self.arena += data + b"\n" if data else b""
         self.line_off.append(len(self.arena))
-        return len(self.line_off) - 2
+        line_id = len(self.line_off) - 2
+        if self._mark is None:  # temporary lines are dropped after the report
+            self._line_of_text[text] = line_id
+        return line_id
 
     def has(self, key_id):
         return key_id < len(self.key_first) and self.key_first[key_id] >= 0
@@ -191,6 +216,9 @@ class TextStore:
         self.pool.extend(array("i", line_ids))
         if self._mark is not None:
             self._temporary_keys.append(key_id)
+        else:
+            first = self._key_of_text.setdefault(tuple(line_ids), key_id)
+            self.canon[key_id] = first if first != key_id else -1
 
     def begin_temporary(self):
         self._mark = (len(self.arena), len(self.line_off), len(self.pool))

@@ -22,6 +22,7 @@ from libmemleak import __version__
 from libmemleak.diff import FrameResolver, KeyTable, diff_snapshot, totals
 from libmemleak.keeper import Keeper
 from libmemleak.memlog import render, render_frames, report_name, write_report
+from libmemleak import report_core
 from libmemleak.report_core import TextStore
 from libmemleak.segment import Segment, SegmentError, futex_wait, futex_wake
 from libmemleak.symbols import Symbolizer
@@ -308,6 +309,9 @@ class Reporter:
                 for key_id, items in partial:
                     texts.set_key(key_id, [x if isinstance(x, int) else texts.add_line(x)
                                            for x in items])
+                texts.grow_keys(len(self.keys.keys))
+                report_core.extend_to(self.resolver.scratch, len(texts.canon))
+                deltas.rows.merge_same_text(texts.canon, self.resolver.scratch)
                 body = texts.render(deltas.rows)
                 try:
                     path = write_report(directory or snap.report_dir, report_name(prog, snap.pid, seq),

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from helpers import PROGRAMS, by_site, compile_program, reports_of, wait_for_file
+from helpers import (Traced, by_site, compile_program, reports_of, wait_for_file,
+                     wait_for_reporter)
 from libmemleak import PACKAGE_DIR, memlog
 
 CLI_ENV = dict(os.environ, PYTHONPATH=os.path.dirname(PACKAGE_DIR))
@@ -70,7 +71,6 @@ def test_bare_config_without_mtraceinit_explains_the_ignored_signal(workdir):
     """The seed's semantics stay for LD_PRELOAD with MEMLEAK_CONFIG, but the
     signal that does nothing says why."""
     prog = compile_program("blocked.c")
-    from helpers import Traced
     t = Traced([prog], workdir, config="depth=8")
     t.expect("blocked")
     t.proc.send_signal(signal.SIGUSR1)
@@ -123,8 +123,9 @@ def test_every_run_ends_with_exactly_one_final_report(workdir):
             for _ in range(2)]
     try:
         for run in range(10):
-            p = subprocess.Popen(libmemleak("run", "-q", prog, "900"), cwd=workdir, env=CLI_ENV,
+            p = subprocess.Popen(libmemleak("run", "-q", prog, "1500"), cwd=workdir, env=CLI_ENV,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            wait_for_reporter(p.pid)  # started after the signal handler: signals are safe now
             for _ in range(3):
                 time.sleep(0.25)
                 p.send_signal(signal.SIGUSR1)
@@ -147,7 +148,6 @@ def test_a_reporter_that_finds_the_final_report_written_writes_no_other(workdir)
     finds it gone.  It must not write a `death` report after the `exit`
     one."""
     prog = compile_program("blocked.c")
-    from helpers import Traced, wait_for_reporter
     t = Traced([prog], workdir, config="mtraceinit")
     t.expect("blocked")
     reporter = wait_for_reporter(t.pid)
@@ -202,6 +202,22 @@ def test_relative_compilation_directory_is_not_doubled_and_public_names_win(work
         assert entry.frames[0].file == "./string/strdup.c"
 
 
+# -- 11. one stack, one entry ------------------------------------------------
+
+@pytest.mark.parametrize("opt", ["-O0", "-O1"])
+def test_calls_that_print_as_one_stack_are_one_entry(workdir, opt):
+    prog = compile_program("oneline.c", opt, name=f"oneline{opt}")
+    p = subprocess.Popen(libmemleak("run", "-q", prog), cwd=workdir, env=CLI_ENV,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    [report] = reports_of(str(workdir), f"oneline{opt}", p.pid)
+    copies = [e for e in report.entries if any(f.function == "prefix_copy" for f in e.frames)]
+    assert [(e.bytes, e.blocks) for e in copies] == [(85, 5)]
+    texts = [tuple((f.function, f.module, f.file, f.line) for f in e.frames) for e in report.entries]
+    assert len(texts) == len(set(texts))  # no two entries print the same
+
+
 # -- 6. mistakes get one line and a documented status ------------------------
 
 def one_line(r):
@@ -243,7 +259,6 @@ def test_user_mistakes_get_one_line_and_a_documented_status(workdir, args, statu
 ])
 def test_config_items_are_trimmed_and_missing_values_named(workdir, config, said):
     prog = compile_program("blocked.c")
-    from helpers import Traced
     t = Traced([prog], workdir, config=config)
     t.expect("blocked")
     report = t.signal_report(1)

@@ -94,6 +94,32 @@ def test_sampled_rows_carry_the_recorded_blocks_behind_them():
                                             b"+300 +3 samples=+3\n\tb\t(/bin/p)\n")
 
 
+def test_keys_that_print_the_same_frames_are_one_entry():
+    """Different return addresses on one line of code, or frames that differ
+    only below what is printed, give keys with the same text: one entry."""
+    store = TextStore()
+    store.set_key(0, [store.add_line("\tf\t(/bin/p)\tp.c:3"), store.add_line("\tmain\t(/bin/p)")])
+    store.set_key(1, [store.add_line("\tg\t(/bin/p)\tp.c:9")])
+    store.set_key(2, [store.add_line("\tf\t(/bin/p)\tp.c:3"), store.add_line("\tmain\t(/bin/p)")])
+    store.set_key(3, [store.add_line("\tf\t(/bin/p)\tp.c:3"), store.add_line("\tmain\t(/bin/p)")])
+    assert list(store.canon) == [-1, -1, 0, 0]
+    words = array("q")
+    for key, pos, b, k in ((1, 0, 40, 1), (0, 1, 17, 1), (2, 2, 17, 1), (3, 3, -34, -2)):
+        words.extend([key, pos, b, k, 100, 1, -1])
+    rows = report_core.Rows(words)
+    scratch = array("q", [-1] * 4)
+    rows.merge_same_text(store.canon, scratch)
+    assert [rows.row(i) for i in range(len(rows))] == [[1, 0, 40, 1, 100, 1, -1]]  # 17+17-34: gone
+    assert list(scratch) == [-1] * 4
+    words = array("q")
+    for key, pos, b, k in ((0, 1, 17, 1), (1, 0, 40, 1), (2, 2, 17, 1), (3, 3, 17, 1)):
+        words.extend([key, pos, b, k, 100, 1, -1])
+    rows = report_core.Rows(words)
+    rows.merge_same_text(store.canon, scratch)
+    assert [rows.row(i) for i in range(len(rows))] == [[0, 1, 51, 3, 300, 3, -1],
+                                                       [1, 0, 40, 1, 100, 1, -1]]
+
+
 def test_unkeyed_lists_changed_positions_without_a_key():
     changes = Changes([1, 0, 3] * 700, [1, 0, 1] * 700, [0] * 2100, [0] * 2100)
     key_of = array("q", [-1, -1, 5] * 700)

@@ -163,6 +163,56 @@ EXPORT int64_t mlk_rc_merge(int64_t n, const int64_t *live_bytes, const int64_t 
     return bad ? -1 : kept;
 }
 
+/* Merge rows whose keys print the same frames (canon[key]: the first key
+ * seen with that text, or -1 for itself), as the original MTrace merged
+ * identically formatted stacks: two keys can differ only below what a
+ * report shows (return addresses in one line of code, a frame of our own
+ * hooks, a different allocator entry point), and a user must see one
+ * entry per stack.  slot_of_key: as for mlk_rc_merge.  Rows stay in
+ * report order; returns their new number. */
+EXPORT int64_t mlk_rc_merge_same_text(struct mlk_rc_row *rows, int64_t n, const int64_t *canon,
+                                      int64_t ncanon, int64_t *slot_of_key, int64_t nkeys)
+{
+    int64_t used = 0, merged = 0;
+    for (int64_t r = 0; r < n; r++) {
+        struct mlk_rc_row row = rows[r];
+        int64_t key = row.key;
+        if (key >= 0 && key < ncanon && canon[key] >= 0)
+            key = canon[key];
+        if (key < 0 || key >= nkeys) {
+            rows[used++] = row;
+            continue;
+        }
+        int64_t slot = slot_of_key[key];
+        if (slot < 0) {
+            slot_of_key[key] = used;
+            row.key = key;
+            rows[used++] = row;
+            continue;
+        }
+        struct mlk_rc_row *into = &rows[slot];
+        into->bytes = (int64_t)((uint64_t)into->bytes + (uint64_t)row.bytes);
+        into->blocks = (int64_t)((uint64_t)into->blocks + (uint64_t)row.blocks);
+        into->live_bytes = (int64_t)((uint64_t)into->live_bytes + (uint64_t)row.live_bytes);
+        into->live_blocks = (int64_t)((uint64_t)into->live_blocks + (uint64_t)row.live_blocks);
+        if (into->samples != -1)
+            into->samples += row.samples;
+        if (row.pos < into->pos)
+            into->pos = row.pos;
+        merged = 1;
+    }
+    int64_t kept = 0;
+    for (int64_t r = 0; r < used; r++) {
+        if (rows[r].key >= 0 && rows[r].key < nkeys)
+            slot_of_key[rows[r].key] = -1;
+        if (rows[r].bytes || rows[r].blocks)
+            rows[kept++] = rows[r];
+    }
+    if (merged)
+        qsort(rows, (size_t)kept, sizeof *rows, row_order);
+    return kept;
+}
+
 /* Keys of rows[0..nrows) that have no text yet (key_first < 0, or beyond
  * its nkeys entries): the reporter symbolizes those.  Returns how many; writes at most cap. */
 EXPORT int64_t mlk_rc_textless(const struct mlk_rc_row *rows, int64_t nrows,
