@@ -111,7 +111,7 @@ def announce(argv, program, config, wait_for_mtrace):
     name = os.path.basename(argv[0])
     where = report_dir_of(config)
     start = ("collection starts at the program's first mtrace() call" if wait_for_mtrace
-             else f"ask for a report with: kill -USR1 {pid}")
+             else f"ask for a report with: kill -USR1 {pid} (or: libmemleak snapshot {pid})")
     lines = [f"tracing {name} (pid {pid}); reports go to {where}/{name}-{pid}-N.memlog; {start}; "
              "a final one at exit"]
     if is_python(program) and os.environ.get("PYTHONMALLOC") != "malloc":
@@ -197,6 +197,8 @@ def build_parser():
     demo = sub.add_parser("demo", help="trace a bundled leaking example and show its reports")
     demo.add_argument("--keep", metavar="DIR", help="build and run in DIR and keep the files")
     demo.set_defaults(func=cmd_demo)
+    from libmemleak.commands import snapshot
+    snapshot.add_parser(sub)
     return p
 
 

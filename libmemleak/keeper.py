@@ -46,12 +46,13 @@ class Ward:
     """A descendant whose segment the keeper holds.  The watcher thread
     owns the table of wards; everything that reads or closes a ward's
     segment happens in the writer thread, in queue order."""
-    __slots__ = ("pid", "segment_fd", "pidfd", "died_at", "reporter")
+    __slots__ = ("pid", "segment_fd", "pidfd", "died_at", "reporter", "queued")
 
     def __init__(self, pid, segment_fd, pidfd):
         self.pid, self.segment_fd, self.pidfd = pid, segment_fd, pidfd
         self.died_at = None
         self.reporter = None      # made at its first report, kept for its caches
+        self.queued = False       # a "serve" job for it is waiting (set by the watcher)
 
     def release(self):
         if self.reporter is not None:
@@ -118,18 +119,12 @@ class Keeper:
 
     def finish(self):
         """The root is done: go on until no descendant is left, then stop.
-        Meanwhile hold none of the program's files: a shell pipeline reading
-        the root's stderr must see its end when the root ends, not when a
-        daemon it left behind does."""
+        (The reporter has let go of the program's stderr by now: a shell
+        pipeline reading it must see its end when the root ends, not when a
+        daemon it left behind does.)"""
         self.root_done.set()
         if self.watcher is None:
             return
-        try:
-            null = os.open(os.devnull, os.O_RDWR)
-            os.dup2(null, 2)
-            os.close(null)
-        except OSError:
-            pass
         self.watcher.join()
         self.writer.join()
 
@@ -143,6 +138,7 @@ class Keeper:
                         self.wards[fd].died_at = time.monotonic()
                         self.poller.unregister(fd)
                 self.settle_dead()
+                self.serve_posted()
                 if self.root_done.is_set() and not self.wards:
                     self.accept_all()   # one that registered just now
                     if not self.wards:
@@ -207,11 +203,33 @@ class Keeper:
             return
         for fd in fds:
             os.close(fd)
-        if uid == self.uid and sender == pid and tag == REQUEST and not fds:
+        if sender == pid and tag == REQUEST and not fds:
+            # From a ward, whatever its uid now: a worker that dropped its
+            # privileges after it was handed over (nginx's, as nobody) is
+            # still served.  SO_PEERCRED's pid is the kernel's word that the
+            # sender is that ward; anybody else is not listened to.
             for ward in self.wards.values():
                 if ward.pid == pid and ward.died_at is None:
-                    self.jobs.put(("serve", ward))
+                    self.serve(ward)
         # anything else (a reachability probe, a stranger): nothing to do
+
+    def serve(self, ward):
+        if not ward.queued:
+            ward.queued = True
+            self.jobs.put(("serve", ward))
+
+    def serve_posted(self):
+        """Requests posted in a live ward's segment with nobody to serve
+        them -- `libmemleak snapshot` posts them there, without a signal or
+        a word to us -- are served here, within a poll."""
+        for ward in self.wards.values():
+            if ward.died_at is not None or ward.queued:
+                continue
+            h = header_fields(ward.segment_fd, DECISION_FIELDS)
+            if (h is not None and h["pid"] == ward.pid and h["request_seq"] != h["done_seq"]
+                    and not h["final_done"]
+                    and not (h["reporter_pid"] > 0 and _alive(h["reporter_pid"]))):
+                self.serve(ward)
 
     def register(self, pid, segment_fd, pidfd):
         # The same pid again: its old image exec'd, and that segment is done.
@@ -257,6 +275,7 @@ class Keeper:
         one's last report -- the exit report it asked for, else its death
         report.  Written here, in this process, with symbols shared by every
         descendant, so a build's thousandth cc1 costs little."""
+        ward.queued = False
         reporter = self.reporter_for(ward)
         if reporter is None:
             return

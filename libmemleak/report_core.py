@@ -33,6 +33,7 @@ int64_t mlk_rc_textless(const struct mlk_rc_row *, int64_t, const int64_t *, int
                         int64_t);
 int64_t mlk_rc_render(const struct mlk_rc_row *, int64_t, int64_t, const struct mlk_rc_texts *,
                       char *, int64_t, int64_t *);
+uint32_t mlk_rc_post_snapshot(struct mlk_header *);
 void mlk_rc_commit(struct mlk_stack *, int64_t, const int64_t *, const int64_t *,
                    const int64_t *, const int64_t *);
 """)

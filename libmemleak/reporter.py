@@ -35,7 +35,8 @@ DEFAULT_SYMBOL_BUDGET = 15.0
 REASON_FIELDS = (("exit", "exit_requests", "seen_exit"),
                  ("muntrace", "muntrace_requests", "seen_muntrace"),
                  ("mtrace", "mtrace_requests", "seen_mtrace"),
-                 ("signal", "signal_requests", "seen_signal"))
+                 ("signal", "signal_requests", "seen_signal"),
+                 ("snapshot", "snapshot_requests", "seen_snapshot"))
 FINAL_REASONS = ("exit", "death", "muntrace")  # no report of this process follows
 SELF_LIBRARY = "libmtrace.so"
 NOT_THE_PROGRAMS = -1  # a frame left out of reports: our own hooks'

@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 from libmemleak import report_core
 from libmemleak.layout import CONST, HEADER_SIZE, MODULE_SIZE, STACK_SIZE, ffi, stack_word
+from libmemleak.memlog import report_name
 
 KIND_NAMES = {CONST["MLK_KIND_MALLOC"]: "malloc", CONST["MLK_KIND_NEW"]: "new",
               CONST["MLK_KIND_MMAP"]: "mmap"}
@@ -160,6 +161,19 @@ class Segment:
 
     # -- small readers -----------------------------------------------------
 
+    def program_name(self):
+        """The program as invoked (argv[0]'s last part), which reports are
+        named after; the executable's name for segments without it."""
+        h = self.header
+        return ((self._string(h.name_off, h.name_len) if h.name_len else "")
+                or os.path.basename(self._string(h.exe_off, h.exe_len)) or "unknown")
+
+    def report_path(self, seq):
+        """Where report `seq` of this segment's process is written."""
+        h = self.header
+        return os.path.join(self._string(h.dir_off, h.dir_len),
+                            report_name(self.program_name(), h.pid, seq))
+
     def _string(self, off, length):
         used = min(self.header.strings_used, self.header.strings_cap)
         if off + length > used:
@@ -206,8 +220,7 @@ class Segment:
         return Snapshot(
             pid=h.pid, parent_pid=h.parent_pid,
             exe=self._string(h.exe_off, h.exe_len),
-            name=(self._string(h.name_off, h.name_len) if h.name_len else "")
-            or os.path.basename(self._string(h.exe_off, h.exe_len)) or "unknown",
+            name=self.program_name(),
             report_dir=self._string(h.dir_off, h.dir_len),
             taken_ns=taken, start_time_ns=h.start_time_ns, depth=h.depth,
             collecting=bool(h.collecting),

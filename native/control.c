@@ -74,6 +74,11 @@ static char keeper_name[48];    /* keeper_name[0] == 0: abstract namespace */
 static size_t keeper_name_len;  /* 0 = no keeper */
 static int keeper_listen_fd = -1;
 static int keeper_holds_us;     /* this process's segment is with the keeper */
+/* The keeper runs as the user the root started as, which is what we were
+ * when we learned its name.  A worker that drops its privileges later
+ * (nginx's run as nobody) still trusts that user's keeper -- and no other:
+ * a stranger who binds the name after the keeper died is not it. */
+static uid_t keeper_uid;
 #define KEEPER_FD 5             /* where the reporter finds the listening socket */
 
 /* Prepared once at start, so that spawning needs no allocation. */
@@ -458,6 +463,7 @@ static int keeper_socket_is_ours(int fd)
 /* Root only, at start: make the socket and announce its name. */
 static void keeper_listen(void)
 {
+    keeper_uid = (uid_t)raw(SYS_geteuid, 0, 0, 0);
     static const char hex[] = "0123456789abcdef";
     unsigned char rnd[16];
     if (raw(SYS_getrandom, (long)rnd, sizeof rnd, 1 /* GRND_NONBLOCK */) != (long)sizeof rnd)
@@ -499,6 +505,7 @@ static void keeper_listen(void)
 /* Descendants: where to find the keeper (read once, at start). */
 static void keeper_find(void)
 {
+    keeper_uid = (uid_t)raw(SYS_geteuid, 0, 0, 0);
     const char *v = secure_getenv("MEMLEAK_KEEPER");
     size_t n = v ? strlen(v) : 0;
     if (n == 0 || n + 1 > sizeof keeper_name) {
@@ -525,7 +532,7 @@ static int keeper_connect(void)
     socklen_t peer_len = sizeof peer;
     if (raw(SYS_connect, s, (long)&a, len) == 0 &&
         mlk_syscall6(SYS_getsockopt, s, SOL_SOCKET, SO_PEERCRED, (long)&peer, (long)&peer_len, 0) == 0 &&
-        peer.uid == (uid_t)raw(SYS_geteuid, 0, 0, 0))
+        peer.uid == keeper_uid)
         return s;
     raw(SYS_close, s, 0, 0);
     return -1;
@@ -717,6 +724,11 @@ static void say_not_collecting(void)
                  "first mtrace() call; ",
                  "add mtraceinit to MEMLEAK_CONFIG, or use 'libmemleak run' without --wait-for-mtrace");
 }
+
+static void on_report_signal(int sig);
+
+int mlk_report_signal(void) { return config.signal; }
+void (*const mlk_report_handler)(int) = on_report_signal;
 
 static void on_report_signal(int sig)
 {

@@ -24,6 +24,9 @@ MLK_HIDDEN int mlk_futex_wait(uint32_t *word, uint32_t expected, int timeout_ms)
 MLK_HIDDEN uint64_t mlk_now_ns(int clock);
 /* One line on stderr: "libmemleak: " + the message; no stdio, no malloc. */
 MLK_HIDDEN void mlk_warn(const char *a, const char *b, const char *c);
+/* The report signal (0 = none) and our handler for it (control.c). */
+MLK_HIDDEN int mlk_report_signal(void);
+MLK_HIDDEN extern void (*const mlk_report_handler)(int);
 MLK_HIDDEN size_t mlk_strlen(const char *s);
 MLK_HIDDEN void mlk_fmt_u64(char *buf, uint64_t v);  /* buf >= 21 bytes */
 

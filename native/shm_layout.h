@@ -163,5 +163,11 @@ struct mlk_header {
      * uses exe's last part. */
     uint32_t name_off;
     uint32_t name_len;
-    uint64_t reserved[4];
+    /* Reports asked for from outside the program, without a signal
+     * (`libmemleak snapshot PID`: the program's own use of every signal is
+     * left alone).  Bumped by the asker, compared by the reporter like the
+     * other request counts. */
+    uint32_t snapshot_requests;
+    uint32_t seen_snapshot;
+    uint64_t reserved[3];
 };

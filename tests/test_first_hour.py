@@ -283,7 +283,7 @@ def test_run_says_what_it_traces_and_which_reports_it_wrote(workdir):
     lines = err.splitlines()
     assert lines[0] == (f"libmemleak: tracing blocked (pid {p.pid}); reports go to "
                         f"{workdir}/blocked-{p.pid}-N.memlog; ask for a report with: "
-                        f"kill -USR1 {p.pid}; a final one at exit")
+                        f"kill -USR1 {p.pid} (or: libmemleak snapshot {p.pid}); a final one at exit")
     assert lines[-1] == (f"libmemleak: wrote 2 reports: {workdir}/blocked-{p.pid}-1.memlog, "
                          f"{workdir}/blocked-{p.pid}-2.memlog")
     quiet = run_blocked(workdir, "-q")

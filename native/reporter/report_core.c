@@ -316,3 +316,13 @@ EXPORT void mlk_rc_commit(struct mlk_stack *stacks, int64_t n, const int64_t *li
             stacks[i].reported_blocks = live_blocks[i];
     }
 }
+
+/* A report request from outside the program (`libmemleak snapshot`):
+ * counted with the same atomic increments the program's own requests use,
+ * so that none is lost when both ask at once.  Returns the request's
+ * number; the caller wakes the reporter and waits for done_seq to reach it. */
+EXPORT uint32_t mlk_rc_post_snapshot(struct mlk_header *h)
+{
+    __atomic_add_fetch(&h->snapshot_requests, 1, __ATOMIC_RELEASE);
+    return __atomic_add_fetch(&h->request_seq, 1, __ATOMIC_ACQ_REL);
+}

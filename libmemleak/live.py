@@ -1,0 +1,86 @@
+"""Talking to a traced process from outside it, without a signal.
+
+The control channel is the process's own segment: a traced process keeps
+it open as a memfd, and anyone allowed to open /proc/PID/fd/N of it -- the
+kernel's ptrace access check, the one gdb passes: the same user (and a
+dumpable process), or root -- can post a report request in it and wait for
+the answer.  No socket, no name to guess, nothing another user's process
+can reach.  Whoever serves the process serves the request: its own
+reporter (woken through the futex), or the keeper, which holds the
+segments of descendants that have no reporter of their own (it looks at
+their requests every half second: a worker that dropped its privileges
+cannot poke it).
+
+`libmemleak snapshot` uses this today; `attach`/`shell` are to reuse it."""
+
+import os
+import time
+
+from libmemleak import report_core
+from libmemleak.segment import Segment, SegmentError, futex_wait, futex_wake
+
+MEMFD_NAME = "/memfd:libmemleak"
+
+
+class LiveError(Exception):
+    """Why a live process cannot be asked (one line, for the user)."""
+
+
+def open_segment(pid):
+    """The segment of the traced process `pid`, mapped writable."""
+    fd_dir = f"/proc/{pid}/fd"
+    try:
+        names = os.listdir(fd_dir)
+    except FileNotFoundError:
+        raise LiveError(f"no process {pid}") from None
+    except PermissionError:
+        raise LiveError(f"process {pid} belongs to another user: not allowed to read it "
+                        "(run as its user or as root)") from None
+    found_other = False
+    for name in names:
+        try:
+            if not os.readlink(f"{fd_dir}/{name}").startswith(MEMFD_NAME):
+                continue
+            fd = os.open(f"{fd_dir}/{name}", os.O_RDWR | os.O_CLOEXEC)
+        except PermissionError:
+            raise LiveError(f"process {pid}: not allowed to open its segment "
+                            "(run as its user or as root)") from None
+        except OSError:
+            continue
+        try:
+            segment = Segment.from_fd(fd)
+        except (OSError, SegmentError, ValueError):
+            os.close(fd)
+            continue
+        if segment.header.pid == pid:
+            return segment, fd
+        found_other = True  # a parent's segment, inherited across fork: not this one
+        segment.close()
+        os.close(fd)
+    if found_other:
+        raise LiveError(f"process {pid} is traced but has no segment of its own yet")
+    raise LiveError(f"process {pid} is not traced by libmemleak (start it with 'libmemleak run')")
+
+
+def request_report(pid, timeout=60.0):
+    """Ask process `pid` for a report and wait for it; the report's path."""
+    segment, fd = open_segment(pid)
+    try:
+        h = segment.header
+        if not h.collecting:
+            raise LiveError(f"process {pid} is not collecting (it waits for its mtrace(), or "
+                            "called muntrace()): no report to write")
+        mine = report_core.lib.mlk_rc_post_snapshot(h)
+        futex_wake(segment.field_address("request_seq"))
+        done_at = segment.field_address("done_seq")
+        deadline = time.monotonic() + timeout
+        while ((h.done_seq - mine) & 0xffffffff) >= 1 << 31:  # done_seq before mine
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise LiveError(f"process {pid}: no report within {timeout:g} s (is its reporter "
+                                "running? the request stays posted and is served when one runs)")
+            futex_wait(done_at, h.done_seq, min(left, 0.5))
+        return segment.report_path(h.report_seq)
+    finally:
+        segment.close()
+        os.close(fd)

@@ -1,0 +1,90 @@
+"""Servers as people run them (issue "Real servers"): programs that own the
+report signal, workers that drop their privileges, reports asked for
+without a signal (`libmemleak snapshot`)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import Traced, by_site, compile_program, reports_of, wait_for_file
+from libmemleak import PACKAGE_DIR, memlog
+
+CLI_ENV = dict(os.environ, PYTHONPATH=os.path.dirname(PACKAGE_DIR))
+CLI_ENV.pop("LD_PRELOAD", None)
+
+
+def snapshot(*args):
+    return subprocess.run([sys.executable, "-m", "libmemleak", "snapshot", *map(str, args)],
+                          env=CLI_ENV, capture_output=True, text=True, timeout=90)
+
+
+def test_snapshot_reports_without_a_signal_where_the_program_owns_it(workdir):
+    """memcached shuts down on SIGUSR1: a user must never have to send it.
+    The program's own handler is left alone (it does not run), the program
+    is told once that the signal is its own now, and snapshot reports."""
+    prog = compile_program("blocked.c")
+    t = Traced([prog, "own-handler"], workdir, config="mtraceinit")
+    t.expect("blocked")
+    r = snapshot(t.pid)
+    assert r.returncode == 0, r.stderr
+    path = r.stdout.strip()
+    assert path == os.path.join(str(workdir), f"blocked-{t.pid}-1.memlog")
+    report = memlog.read(path)
+    assert report.header["reason"] == "snapshot"
+    assert by_site(report)["site_blocked"] == (4242, 1)
+    t.resume()
+    assert t.finish() == 0
+    assert "own handler ran" not in t.stdout  # no signal reached the program
+    said = [line for line in t.stderr.splitlines() if "installs its own handler" in line]
+    assert len(said) == 1 and f"libmemleak snapshot {t.pid}" in said[0], t.stderr
+    assert [r.header["reason"] for r in t.reports()] == ["snapshot", "exit"]
+
+
+def test_snapshot_of_what_is_not_traced_is_one_line(workdir):
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        for pid, words in ((sleeper.pid, "is not traced"), (2 ** 22 + 7, "no process")):
+            r = snapshot(pid)
+            assert r.returncode == 1 and r.stdout == ""
+            assert r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_worker_that_dropped_privileges_reports_on_signal_and_on_snapshot(workdir):
+    """nginx's workers run as nobody: the root's keeper refused them, and
+    their own reporter could not start.  The keeper already holds the
+    worker's segment: it serves it whatever its uid now."""
+    prog = compile_program("dropuid.c")
+    os.chmod(workdir, 0o755)
+    t = Traced([prog], workdir, config="mtraceinit")
+    line = t.proc.stdout.readline().decode().split()
+    worker, uid = int(line[1]), int(line[3])
+    if os.geteuid() == 0:
+        assert uid == 65534
+    t.expect("dropped")
+    os.kill(worker, signal.SIGUSR1)
+    first = memlog.read(wait_for_file(os.path.join(str(workdir), f"dropuid-{worker}-1.memlog")))
+    assert first.header["reason"] == "signal"
+    assert by_site(first)["site_worker"] == (777, 1)
+    assert by_site(first)["site_master"] == (1000, 1)  # inherited across fork
+    t.resume()
+    t.expect("later")
+    r = snapshot(worker)
+    assert r.returncode == 0, r.stderr
+    second = memlog.read(r.stdout.strip())
+    assert second.header["reason"] == "snapshot"
+    assert by_site(second) == {"site_worker_later": (333, 1)}
+    t.resume()
+    assert t.finish() == 0, t.stderr
+    deadline = time.monotonic() + 20
+    while len(reports_of(str(workdir), "dropuid", worker)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    reasons = [r.header["reason"] for r in reports_of(str(workdir), "dropuid", worker)]
+    assert reasons == ["signal", "snapshot", "exit"]
+    assert "could not start the reporter" not in t.stderr, t.stderr
