@@ -229,7 +229,7 @@ static inline int mlk_maybe_recorded(const void *p)
            __atomic_load_n(&mlk_sampled_filter[mlk_filter_index((uint64_t)p)], __ATOMIC_RELAXED);
 }
 
-/* ---- control.c: configuration, triggers, the reporter ----------------- */
+/* ---- control.c and its neighbours (control.h): configuration, triggers, the reporter */
 extern MLK_HIDDEN volatile int mlk_collecting;  /* mirror of mlk_seg->collecting */
 extern MLK_HIDDEN volatile int mlk_ever_collected;
 MLK_HIDDEN void mlk_init(void);                  /* idempotent */

@@ -1,0 +1,182 @@
+/* MEMLEAK_CONFIG: the options, parsed once at start with no allocation.
+ * A bad item gets one line on stderr and its default; the program runs on. */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "control.h"
+
+struct mlk_config mlk_config = {1, 16, SIGUSR1, 60000, 0, ""};
+
+static int parse_uint(const char *s, size_t n, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (n == 0 || n > 18)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    *out = v;
+    return 1;
+}
+
+static int parse_signal(const char *s, size_t n)
+{
+    static const struct {
+        const char *name;
+        int sig;
+    } names[] = {{"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"HUP", SIGHUP},   {"ALRM", SIGALRM},
+                 {"PROF", SIGPROF}, {"WINCH", SIGWINCH}, {"URG", SIGURG}, {"IO", SIGIO},
+                 {"PWR", SIGPWR},   {"VTALRM", SIGVTALRM}, {"TERM", SIGTERM}, {"INT", SIGINT},
+                 {"QUIT", SIGQUIT}, {"CONT", SIGCONT}, {"NONE", 0}};
+    uint64_t num;
+    if (parse_uint(s, n, &num))
+        return num < 65 ? (int)num : -1;
+    if (n > 3 && strncasecmp(s, "SIG", 3) == 0)
+        s += 3, n -= 3;
+    if (n > 6 && strncasecmp(s, "RTMIN+", 6) == 0 && parse_uint(s + 6, n - 6, &num) &&
+        (int)num <= SIGRTMAX - SIGRTMIN)
+        return SIGRTMIN + (int)num;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strlen(names[i].name) == n && strncasecmp(s, names[i].name, n) == 0)
+            return names[i].sig;
+    return -1;
+}
+
+static void bad_option(const char *opt, size_t n, const char *why)
+{
+    char buf[256];
+    if (n > sizeof buf - 1)
+        n = sizeof buf - 1;
+    memcpy(buf, opt, n);
+    buf[n] = 0;
+    mlk_warn("MEMLEAK_CONFIG: ignoring '", buf, why);
+}
+
+static const char *skip_blanks(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t'))
+        p++;
+    return p;
+}
+
+static size_t trimmed_length(const char *p, const char *end)
+{
+    while (end > p && (end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+    return (size_t)(end - p);
+}
+
+/* The options that take a value, and what the value is: for "needs ..."
+ * when it is missing.  NULL for anything else. */
+static const char *value_wanted(const char *key, size_t n)
+{
+    static const struct {
+        const char *name, *wants;
+    } known[] = {{"depth", "': needs a number of frames, 1 to 64 (depth=32)"},
+                 {"dir", "': needs a path (dir=/tmp/reports)"},
+                 {"signal", "': needs a signal name (signal=USR2) or none"},
+                 {"unwind", "': needs fast or libgcc"},
+                 {"sample", "': needs a mean number of bytes between samples (sample=524288)"},
+                 {"track", "': needs trailers or table"},
+                 {"exit_timeout", "': needs a number of seconds"}};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strlen(known[i].name) == n && strncmp(key, known[i].name, n) == 0)
+            return known[i].wants;
+    return NULL;
+}
+
+void mlk_config_parse(const char *cfg, const char *cwd)
+{
+    if (!cfg) {
+        mlk_config.collect_at_load = 1;
+        return;
+    }
+    mlk_config.collect_at_load = 0;
+    const char *next = cfg;
+    while (*next) {
+        /* One item, blanks around it and around its '=' left out
+         * ("mtraceinit, depth = 8" is what people write). */
+        const char *p = next, *end = next;
+        while (*end && *end != ',')
+            end++;
+        next = *end ? end + 1 : end;
+        p = skip_blanks(p, end);
+        size_t n = trimmed_length(p, end);
+        const char *eq = memchr(p, '=', n);
+        size_t key = eq ? trimmed_length(p, eq) : n;
+        const char *val = eq ? skip_blanks(eq + 1, p + n) : NULL;
+        size_t vn = eq ? (size_t)(p + n - val) : 0;
+        uint64_t num;
+#define KEY(s) (key == sizeof(s) - 1 && strncmp(p, s, key) == 0)
+        if (n == 0) {
+        } else if ((!val || vn == 0) && value_wanted(p, key)) {
+            bad_option(p, n, value_wanted(p, key));
+        } else if (KEY("mtraceinit") && !val) {
+            mlk_config.collect_at_load = 1;
+        } else if (KEY("mtraceinit")) {
+            bad_option(p, n, "': mtraceinit takes no value");
+        } else if (KEY("depth") && val) {
+            if (parse_uint(val, vn, &num) && num >= 1 && num <= MLK_MAX_DEPTH)
+                mlk_config.depth = (uint32_t)num;
+            else
+                bad_option(p, n, "': depth must be 1 to 64; using 16");
+        } else if (KEY("dir") && val && vn > 0) {
+            size_t used = 0;
+            if (val[0] != '/') {
+                used = strlen(cwd);
+                if (used + 1 < sizeof mlk_config.dir) {
+                    memcpy(mlk_config.dir, cwd, used);
+                    mlk_config.dir[used++] = '/';
+                }
+            }
+            if (used + vn < sizeof mlk_config.dir) {
+                memcpy(mlk_config.dir + used, val, vn);
+                mlk_config.dir[used + vn] = 0;
+            } else {
+                bad_option(p, n, "': path too long; reports go to the working directory");
+                mlk_config.dir[0] = 0;
+            }
+        } else if (KEY("signal") && val) {
+            int sig = parse_signal(val, vn);
+            if (sig < 0 || sig == SIGKILL || sig == SIGSTOP)
+                bad_option(p, n, "': not a signal name; using USR1");
+            else
+                mlk_config.signal = sig;
+        } else if (KEY("unwind") && val) {
+            if (vn == 6 && strncmp(val, "libgcc", 6) == 0)
+                mlk_unwind_mode = MLK_UNWIND_LIBGCC;
+            else if (vn == 4 && strncmp(val, "fast", 4) == 0)
+                mlk_unwind_mode = MLK_UNWIND_FAST;
+            else
+                bad_option(p, n, "': unwind is 'fast' or 'libgcc'; using fast");
+        } else if (KEY("sample") && val) {
+            if (parse_uint(val, vn, &num) && num <= (1ull << 40))
+                mlk_sample_bytes = num;
+            else
+                bad_option(p, n, "': sample takes a mean number of bytes between samples "
+                                 "(0 = record every allocation)");
+        } else if (KEY("track") && val) {
+            if (vn == 5 && strncmp(val, "table", 5) == 0)
+                mlk_config.track_in_table = 1;
+            else if (vn == 8 && strncmp(val, "trailers", 8) == 0)
+                mlk_config.track_in_table = 0;
+            else
+                bad_option(p, n, "': track is 'trailers' or 'table'; using trailers");
+        } else if (KEY("exit_timeout") && val) {
+            if (parse_uint(val, vn, &num) && num <= 86400)
+                mlk_config.exit_timeout_ms = (int)num * 1000;
+            else
+                bad_option(p, n, "': exit_timeout takes seconds (0 to 86400)");
+        } else {
+            bad_option(p, n, "': unknown option (known: mtraceinit, depth=N, dir=PATH, "
+                             "signal=NAME, unwind=fast|libgcc, sample=BYTES, "
+                             "track=trailers|table, exit_timeout=SECONDS)");
+        }
+#undef KEY
+    }
+}

@@ -1,0 +1,46 @@
+/* What the control modules share (not the hot path's business):
+ *   config.c         MEMLEAK_CONFIG
+ *   spawn.c          starting the reporter, knowing whether one runs
+ *   keeper_client.c  the keeper, from the traced process's side
+ *   control.c        report requests, triggers, fork, start and exit
+ *   signals.c        the program's own handlers for the report signal */
+#ifndef MLK_CONTROL_H
+#define MLK_CONTROL_H
+
+#include <stdint.h>
+#include <sys/syscall.h>
+
+#include "mlk.h"
+
+struct mlk_config {
+    int collect_at_load;
+    uint32_t depth;
+    int signal;          /* 0 = no report signal */
+    int exit_timeout_ms;
+    int track_in_table;  /* track=table: no trailers (trailers.c) */
+    char dir[4096];
+};
+MLK_HIDDEN extern struct mlk_config mlk_config;
+MLK_HIDDEN void mlk_config_parse(const char *cfg, const char *cwd);
+
+#define KEEPER_FD 5      /* where the reporter finds the keeper's listening socket */
+MLK_HIDDEN void mlk_keeper_listen(void);   /* root, at start */
+MLK_HIDDEN void mlk_keeper_find(void);     /* descendants, at start */
+MLK_HIDDEN int mlk_keeper_register(void);
+MLK_HIDDEN int mlk_keeper_request(void);
+MLK_HIDDEN int mlk_keeper_reachable(void);
+MLK_HIDDEN int mlk_keeper_listener(void);
+MLK_HIDDEN void mlk_keeper_listener_handed_over(void);
+MLK_HIDDEN void mlk_keeper_fork_child(void);
+
+MLK_HIDDEN void mlk_spawn_prepare(void);
+MLK_HIDDEN void mlk_spawn_reporter(void);  /* async-signal-safe */
+MLK_HIDDEN int mlk_reporter_alive(void);
+MLK_HIDDEN void mlk_ensure_reporter(void);
+MLK_HIDDEN void mlk_spawn_fork_child(void);
+
+/* Raw system calls only: these run in signal handlers, fork's child
+ * handler and between clone and exec. */
+static inline long raw(long n, long a, long b, long c) { return mlk_syscall6(n, a, b, c, 0, 0, 0); }
+
+#endif

@@ -1,0 +1,229 @@
+/* Starting the reporter, and knowing whether one runs.  Why it is safe
+ * for the program is told at the top of control.c. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "control.h"
+
+/* Prepared once at start, so that spawning needs no allocation. */
+static char python_path[4096];
+static char main_script[4096];
+static char *spawn_argv[4];
+static char **spawn_envp;
+static uint64_t spawned_at_ns;
+static int warned_spawn;
+
+extern char **environ;
+
+static int mentions_us(const char *entry, size_t n)
+{
+    const char *me = "libmtrace.so";
+    size_t m = strlen(me);
+    return n >= m && memcmp(entry + n - m, me, m) == 0;
+}
+
+/* Environment for the reporter: ours minus our library in LD_PRELOAD, plus
+ * MEMLEAK_REPORTER=1.  Built once with the real malloc (guard set). */
+void mlk_spawn_prepare(void)
+{
+    Dl_info info;
+    const char *self = NULL;
+    if (dladdr((void *)&mlk_init, &info) && info.dli_fname)
+        self = info.dli_fname;
+    const char *py = secure_getenv("MEMLEAK_PYTHON");
+#ifdef MLK_PYTHON
+    if (!py || !*py)
+        py = MLK_PYTHON;
+#endif
+    if (!py || !*py)
+        py = "/usr/bin/python3";
+    snprintf(python_path, sizeof python_path, "%s", py);
+    if (self) {
+        const char *slash = strrchr(self, '/');
+        int dirlen = slash ? (int)(slash - self) : 1;
+        snprintf(main_script, sizeof main_script, "%.*s/_reporter_main.py", dirlen, slash ? self : ".");
+    }
+    spawn_argv[0] = python_path;
+    spawn_argv[1] = "-E";
+    spawn_argv[2] = main_script;
+    spawn_argv[3] = NULL;
+
+    size_t n = 0;
+    for (char **e = environ; e && *e; e++)
+        n++;
+    spawn_envp = malloc((n + 2) * sizeof *spawn_envp);
+    if (!spawn_envp)
+        return;
+    size_t k = 0;
+    for (char **e = environ; e && *e; e++) {
+        if (strncmp(*e, "MEMLEAK_REPORTER=", 17) == 0)
+            continue;
+        if (strncmp(*e, "LD_PRELOAD=", 11) != 0) {
+            spawn_envp[k++] = *e;
+            continue;
+        }
+        const char *v = *e + 11;
+        size_t len = strlen(v);
+        char *out = malloc(11 + len + 1);
+        if (!out)
+            continue;
+        memcpy(out, "LD_PRELOAD=", 11);
+        size_t o = 11;
+        const char *q = v;
+        while (*q) {
+            const char *s = q;
+            while (*q && *q != ':' && *q != ' ')
+                q++;
+            if (q > s && !mentions_us(s, (size_t)(q - s))) {
+                if (o > 11)
+                    out[o++] = ':';
+                memcpy(out + o, s, (size_t)(q - s));
+                o += (size_t)(q - s);
+            }
+            while (*q == ':' || *q == ' ')
+                q++;
+        }
+        out[o] = 0;
+        if (o > 11)
+            spawn_envp[k++] = out;
+    }
+    spawn_envp[k++] = "MEMLEAK_REPORTER=1";
+    spawn_envp[k] = NULL;
+}
+
+/* Runs in the grandchild: only raw system calls from here on. */
+static __attribute__((noreturn)) void exec_reporter(int seg_fd, int pidfd, int keeper_fd)
+{
+    raw(SYS_setsid, 0, 0, 0);
+    int s = (int)raw(SYS_fcntl, seg_fd, F_DUPFD, 10);
+    int p = pidfd >= 0 ? (int)raw(SYS_fcntl, pidfd, F_DUPFD, 10) : -1;
+    int k = keeper_fd >= 0 && p >= 0 ? (int)raw(SYS_fcntl, keeper_fd, F_DUPFD, 10) : -1;
+    raw(SYS_dup2, s, 3, 0);
+    if (p >= 0)
+        raw(SYS_dup2, p, 4, 0);
+    if (k >= 0)
+        raw(SYS_dup2, k, KEEPER_FD, 0);
+    int null = (int)raw(SYS_open, (long)"/dev/null", O_RDWR, 0);
+    if (null >= 0) {
+        raw(SYS_dup2, null, 0, 0);
+        raw(SYS_dup2, null, 1, 0);
+    }
+    int first_to_close = k >= 0 ? KEEPER_FD + 1 : p >= 0 ? 4 + 1 : 4;
+    if (raw(SYS_close_range, first_to_close, ~0u, 0) < 0)
+        for (int fd = first_to_close; fd < 65536; fd++)
+            raw(SYS_close, fd, 0, 0);
+    uint64_t empty = 0;
+    mlk_syscall6(SYS_rt_sigprocmask, SIG_SETMASK, (long)&empty, 0, 8, 0, 0);
+    /* From here on the program can tell whether its reporter is alive. */
+    __atomic_store_n(&mlk_seg->reporter_pid, mlk_getpid(), __ATOMIC_RELEASE);
+    raw(SYS_execve, (long)spawn_argv[0], (long)spawn_argv, (long)spawn_envp);
+    /* exec failed: tell the program, so that it does not wait for us. */
+    __atomic_store_n(&mlk_seg->reporter_pid, -1, __ATOMIC_RELEASE);
+    mlk_futex_wake(&mlk_seg->done_seq);
+    for (;;)
+        raw(SYS_exit_group, 127, 0, 0);
+}
+
+/* Async-signal-safe: may run in our signal handler. */
+void mlk_spawn_reporter(void)
+{
+    if (!mlk_seg || !spawn_envp || !main_script[0])
+        return;
+    spawned_at_ns = mlk_now_ns(CLOCK_MONOTONIC);
+    mlk_seg->reporter_pid = 0;
+    __atomic_add_fetch(&mlk_seg->reporter_starts, 1, __ATOMIC_RELEASE);
+    int pidfd = (int)raw(SYS_pidfd_open, mlk_getpid(), 0, 0);
+    /* The root's first reporter becomes the keeper: it takes the listening
+     * socket, and the program keeps no descriptor of it. */
+    int keeper_fd = mlk_keeper_listener();
+    /* The reporter is a grandchild whose parent exits at once, so that it is
+     * not our child.  But an orphan goes to the nearest child subreaper
+     * above it -- us, if the program made itself one -- and would turn up in
+     * its wait().  (A direct child with no exit signal would not, but exec
+     * gives it SIGCHLD back.)  So a subreaper stops being one until the
+     * middle process is reaped, which is when its orphan has moved on.  An
+     * orphan of the program's own in that moment of microseconds would go
+     * to the next subreaper up, or init. */
+    int subreaper = 0;
+    raw(SYS_prctl, PR_GET_CHILD_SUBREAPER, (long)&subreaper, 0);
+    if (subreaper)
+        raw(SYS_prctl, PR_SET_CHILD_SUBREAPER, 0, 0);
+    long child = mlk_syscall6(SYS_clone, 0 /* no exit signal */, 0, 0, 0, 0, 0);
+    if (child == 0) {
+        long grandchild = mlk_syscall6(SYS_clone, SIGCHLD, 0, 0, 0, 0, 0);
+        if (grandchild == 0)
+            exec_reporter(mlk_seg_fd, pidfd, keeper_fd);
+        for (;;)
+            raw(SYS_exit_group, 0, 0, 0);
+    }
+    if (child > 0)
+        mlk_syscall6(SYS_wait4, child, 0, __WCLONE, 0, 0, 0);
+    if (subreaper)
+        raw(SYS_prctl, PR_SET_CHILD_SUBREAPER, 1, 0);
+    if (pidfd >= 0)
+        raw(SYS_close, pidfd, 0, 0);
+    if (child < 0) {
+        mlk_seg->reporter_pid = -1;
+    } else if (keeper_fd >= 0) {
+        mlk_keeper_listener_handed_over();
+    }
+}
+
+/* Is pid a live process (not a zombie nobody reaped)?  Raw calls only. */
+static int process_alive(int pid)
+{
+    char path[40] = "/proc/";
+    mlk_fmt_u64(path + 6, (uint64_t)pid);
+    size_t n = mlk_strlen(path);
+    memcpy(path + n, "/stat", 6);
+    int fd = (int)raw(SYS_open, (long)path, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return raw(SYS_kill, pid, 0, 0) != -ESRCH;
+    char buf[512];
+    long got = raw(SYS_read, fd, (long)buf, sizeof buf - 1);
+    raw(SYS_close, fd, 0, 0);
+    if (got <= 0)
+        return 0;
+    buf[got] = 0;
+    /* "pid (comm) S ...": the state follows the last ')'. */
+    char *close = NULL;
+    for (char *c = buf; *c; c++)
+        if (*c == ')')
+            close = c;
+    return close && close[1] == ' ' && close[2] != 'Z' && close[2] != 'X';
+}
+
+/* 1 when a reporter is running or being started, 0 when there is none. */
+int mlk_reporter_alive(void)
+{
+    int pid = __atomic_load_n(&mlk_seg->reporter_pid, __ATOMIC_ACQUIRE);
+    if (pid > 0)
+        return process_alive(pid);
+    /* Between our clone and the grandchild publishing its pid: a moment. */
+    return pid == 0 && spawned_at_ns && mlk_now_ns(CLOCK_MONOTONIC) - spawned_at_ns < 2000000000ull;
+}
+
+void mlk_ensure_reporter(void)
+{
+    if (mlk_reporter_alive())
+        return;
+    int failed = __atomic_load_n(&mlk_seg->reporter_pid, __ATOMIC_ACQUIRE) < 0;
+    if (failed && !__atomic_exchange_n(&warned_spawn, 1, __ATOMIC_RELAXED))
+        mlk_warn("could not start the reporter (", python_path,
+                 " -E .../_reporter_main.py); the program runs on, but no report is written "
+                 "until one starts");
+    mlk_spawn_reporter();
+}
+
+/* A forked child has started no reporter of its own yet. */
+void mlk_spawn_fork_child(void) { spawned_at_ns = 0; }
