@@ -394,6 +394,8 @@ class Reporter:
                                      "(byte-weighted); bytes and blocks are estimates"))
         if not self.watch.dead():  # else the pid may already be another process's
             lines += process_status(snap.pid)
+        elif self.h.exit_hwm_kb:  # what it said of itself as it exited
+            lines += [("vm-rss", f"{self.h.exit_rss_kb} kB"), ("vm-hwm", f"{self.h.exit_hwm_kb} kB")]
         # Which process wrote it: a descendant's own reporter, or the keeper
         # (the root's reporter), which writes most descendants' last reports.
         lines.append(("reporter-pid", os.getpid()))

@@ -27,6 +27,7 @@
  *    losing anything: the baseline of the next report lives in the segment.
  */#define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -374,12 +375,42 @@ __attribute__((constructor)) static void mlk_constructor(void) { mlk_init(); }
 /* Runs at exit() and return from main, after the program's own atexit
  * handlers and static destructors (our library was initialised before
  * the program, so it is finalised after it). */
+/* The value in kB of a "Key:   1234 kB" line of /proc/self/status. */
+static uint32_t status_kb(const char *status, const char *key)
+{
+    const char *line = strstr(status, key);
+    if (!line)
+        return 0;
+    uint64_t v = 0;
+    for (const char *c = line + strlen(key); *c && *c != '\n'; c++)
+        if (*c >= '0' && *c <= '9')
+            v = v * 10 + (uint64_t)(*c - '0');
+    return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+}
+
+/* For the exit report, which for a descendant is written after it is gone. */
+static void record_exit_memory(void)
+{
+    char buf[4096];
+    int fd = (int)raw(SYS_open, (long)"/proc/self/status", O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return;
+    long n = raw(SYS_read, fd, (long)buf, sizeof buf - 1);
+    raw(SYS_close, fd, 0, 0);
+    if (n <= 0)
+        return;
+    buf[n] = 0;
+    mlk_seg->exit_rss_kb = status_kb(buf, "\nVmRSS:");
+    mlk_seg->exit_hwm_kb = status_kb(buf, "\nVmHWM:");
+}
+
 __attribute__((destructor)) static void mlk_destructor(void)
 {
     if (!mlk_seg || inert || !mlk_collecting || mlk_seg->pid != mlk_getpid())
         return;
     int was = mlk_in_hook;
     mlk_in_hook = 1;
+    record_exit_memory();
     /* A descendant the keeper holds leaves its exit report to the keeper
      * (no Python process per exiting child), if the keeper is still there
      * to see it die and no reporter of its own is running anyway. */

@@ -169,5 +169,10 @@ struct mlk_header {
      * other request counts. */
     uint32_t snapshot_requests;
     uint32_t seen_snapshot;
-    uint64_t reserved[3];
+    /* The process's VmRSS and VmHWM in kB as it exits: a descendant's exit
+     * report is written after it is gone, when /proc no longer says.
+     * 0 = not known. */
+    uint32_t exit_rss_kb;
+    uint32_t exit_hwm_kb;
+    uint64_t reserved[2];
 };

@@ -85,6 +85,10 @@ def test_worker_that_dropped_privileges_reports_on_signal_and_on_snapshot(workdi
     deadline = time.monotonic() + 20
     while len(reports_of(str(workdir), "dropuid", worker)) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
-    reasons = [r.header["reason"] for r in reports_of(str(workdir), "dropuid", worker)]
-    assert reasons == ["signal", "snapshot", "exit"]
+    reports = reports_of(str(workdir), "dropuid", worker)
+    assert [r.header["reason"] for r in reports] == ["signal", "snapshot", "exit"]
+    # every report of a descendant says its memory, the last one (written
+    # after it was gone) what it had as it exited
+    assert all(r.header["vm-hwm"].endswith(" kB") and int(r.header["vm-hwm"].split()[0]) > 0
+               for r in reports)
     assert "could not start the reporter" not in t.stderr, t.stderr
