@@ -284,6 +284,8 @@ class Keeper:
             if what == "final":
                 reporter.final_report()
                 h.final_done = 1
+            elif reporter.watch.dead():
+                return  # it died meanwhile: its final report answers what it asked
             else:
                 while h.request_seq != h.done_seq and not h.final_done:
                     if reporter.handle(h.request_seq) == "exit":

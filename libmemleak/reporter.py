@@ -223,7 +223,14 @@ class Reporter:
             h.done_seq = h.request_seq  # nobody waits any more: the process is gone
             return
         if h.request_seq != h.done_seq:
-            self.handle(h.request_seq)
+            # A request was pending as it died.  Its exit (or muntrace) asked
+            # for this report; anything else (a signal, a snapshot) is
+            # answered by the death report, which says how the process ended.
+            request = h.request_seq
+            reason = self.reason()
+            self.report(reason if reason in FINAL_REASONS else "death")
+            h.done_seq = request
+            futex_wake(self.seg.field_address("done_seq"))
         elif h.collecting:
             self.report("death")
 

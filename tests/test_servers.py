@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from helpers import Traced, by_site, compile_program, reports_of, wait_for_file
+from helpers import Traced, by_site, compile_program, reports_of, wait_for_file, wait_for_reporter
 from libmemleak import PACKAGE_DIR, memlog
 
 CLI_ENV = dict(os.environ, PYTHONPATH=os.path.dirname(PACKAGE_DIR))
@@ -92,3 +92,29 @@ def test_worker_that_dropped_privileges_reports_on_signal_and_on_snapshot(workdi
     assert all(r.header["vm-hwm"].endswith(" kB") and int(r.header["vm-hwm"].split()[0]) > 0
                for r in reports)
     assert "could not start the reporter" not in t.stderr, t.stderr
+
+
+def test_a_worker_killed_with_a_request_pending_ends_with_a_death_report(workdir):
+    """Its one report used to say `reason: signal`: a process's last report
+    says how it ended.  (The keeper is held still so that the request is
+    certainly pending when the worker dies.)"""
+    prog = compile_program("dropuid.c")
+    os.chmod(workdir, 0o755)
+    t = Traced([prog], workdir, config="mtraceinit")
+    worker = int(t.proc.stdout.readline().decode().split()[1])
+    t.expect("dropped")
+    keeper = wait_for_reporter(t.pid)
+    os.kill(keeper, signal.SIGSTOP)
+    try:
+        os.kill(worker, signal.SIGUSR1)
+        time.sleep(0.3)  # its handler posts the request and tells the (stopped) keeper
+        os.kill(worker, signal.SIGKILL)
+        time.sleep(0.2)
+    finally:
+        os.kill(keeper, signal.SIGCONT)
+    path = wait_for_file(os.path.join(str(workdir), f"dropuid-{worker}-1.memlog"))
+    assert t.finish() == 100  # the parent saw its worker killed
+    time.sleep(0.5)
+    [report] = reports_of(str(workdir), "dropuid", worker)
+    assert report.header["reason"] == "death"
+    assert by_site(report)["site_worker"] == (777, 1)
