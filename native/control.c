@@ -212,6 +212,7 @@ int mlk_start_collecting(void)
             inert = 1;
             return -1;
         }
+        mlk_note_allocator();
         mlk_modules_scan();
         mlk_unwind_init();
         /* The reporter also answers this signal when the program blocks it

@@ -131,6 +131,24 @@ static inline struct mlk_trailer *trailer(void *p)
     return mlk_trailer_of(p, real.malloc_usable_size(p));
 }
 
+/* Where the malloc we forward to lives, when that is not libc: jemalloc
+ * or tcmalloc preloaded or linked in (Debian's redis).  Their mmaps are the
+ * arenas that hold the blocks our malloc hooks already count; counted
+ * again they doubled redis's live bytes (the mapping hooks skip them). */
+void mlk_note_allocator(void)
+{
+    Dl_info info;
+    if (!real.malloc || !dladdr((void *)real.malloc, &info) || !info.dli_fname)
+        return;
+    const char *name = strrchr(info.dli_fname, '/');
+    name = name ? name + 1 : info.dli_fname;
+    if (strncmp(name, "libc.so", 7) != 0 && strncmp(name, "libc-", 5) != 0)
+        mlk_modules_set_allocator((void *)real.malloc);
+}
+
+/* Mapping calls made by that allocator itself. */
+#define BY_THE_ALLOCATOR() mlk_is_allocator_address((uint64_t)__builtin_return_address(0))
+
 int mlk_trailers_possible(void)
 {
     /* The trailer's place comes from the allocator's own malloc_usable_size:
@@ -394,7 +412,7 @@ EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off
 {
     void *p = real.mmap ? real.mmap(addr, len, prot, flags, fd, off)
                         : raw_mmap(addr, len, prot, flags, fd, off);
-    if (p == MAP_FAILED || mlk_in_hook || !mlk_ever_collected)
+    if (p == MAP_FAILED || mlk_in_hook || !mlk_ever_collected || BY_THE_ALLOCATOR())
         return p;
     BEGIN_HOOK();
     if ((flags & MAP_ANONYMOUS) && prot == PROT_NONE)
@@ -414,7 +432,7 @@ EXPORT int munmap(void *addr, size_t len)
 {
     int r = real.munmap ? real.munmap(addr, len)
                         : (int)mlk_syscall6(SYS_munmap, (long)addr, (long)len, 0, 0, 0, 0);
-    if (r == 0 && !mlk_in_hook && mlk_ever_collected) {
+    if (r == 0 && !mlk_in_hook && mlk_ever_collected && !BY_THE_ALLOCATOR()) {
         BEGIN_HOOK();
         mlk_record_munmap(addr, page_round(len));
         END_HOOK();
@@ -432,7 +450,7 @@ EXPORT int mprotect(void *addr, size_t len, int prot)
         errno = -r;
         r = -1;
     }
-    if (r == 0 && !mlk_in_hook && mlk_ever_collected) {
+    if (r == 0 && !mlk_in_hook && mlk_ever_collected && !BY_THE_ALLOCATOR()) {
         BEGIN_HOOK();
         mlk_record_mprotect(addr, page_round(len), prot);
         END_HOOK();
@@ -452,7 +470,7 @@ EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
     if (!READY())
         return MAP_FAILED;
     void *p = real.mremap(old, old_len, new_len, flags, target);
-    if (p == MAP_FAILED || mlk_in_hook || !mlk_ever_collected)
+    if (p == MAP_FAILED || mlk_in_hook || !mlk_ever_collected || BY_THE_ALLOCATOR())
         return p;
     BEGIN_HOOK();
     /* Like realloc: the old range is freed, the new one is a new block of

@@ -59,6 +59,11 @@ MLK_HIDDEN void mlk_modules_catch_up(void);      /* rescan if the loader unloade
 MLK_HIDDEN int mlk_modules_cover(const uint64_t *ips, int n); /* all ips known? */
 MLK_HIDDEN void mlk_modules_set_self(const void *any_address_in_libmtrace);
 MLK_HIDDEN int mlk_is_self_address(uint64_t ip);
+/* Any address in the allocator our malloc forwards to, if that is a library
+ * of its own (not libc); and whether ip is in it. */
+MLK_HIDDEN void mlk_modules_set_allocator(const void *any_address_in_it);
+MLK_HIDDEN int mlk_is_allocator_address(uint64_t ip);
+MLK_HIDDEN void mlk_note_allocator(void);
 MLK_HIDDEN void mlk_modules_lock_for_fork(int acquire);
 
 /* ---- unwind.c: the backtrace of the current thread -------------------- */

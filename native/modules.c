@@ -25,6 +25,11 @@ static uint32_t live_count;
 static mlk_lock_t modules_lock;
 static uint64_t self_lo, self_hi;
 static const void *self_probe;
+/* The allocator our hooks forward to, when it is a library of its own
+ * (jemalloc, tcmalloc, mimalloc; not libc, whose malloc maps its memory
+ * past our hooks).  Its own mmaps hold the blocks we already count. */
+static uint64_t allocator_lo, allocator_hi;
+static const void *allocator_probe;
 
 struct scan_state {
     struct live_range *seen;
@@ -161,6 +166,15 @@ static void sort_ranges(struct live_range *r, uint32_t n)
     }
 }
 
+static void range_holding(const void *probe, uint64_t *lo, uint64_t *hi)
+{
+    for (uint32_t i = 0; i < live_count; i++)
+        if ((uint64_t)probe >= live[i].lo && (uint64_t)probe < live[i].hi) {
+            *lo = live[i].lo;
+            *hi = live[i].hi;
+        }
+}
+
 void mlk_modules_scan(void)
 {
     if (!mlk_seg)
@@ -205,11 +219,9 @@ void mlk_modules_scan(void)
     memcpy(live, seen, st.seen_count * sizeof *live);
     __atomic_store_n(&live_count, st.seen_count, __ATOMIC_RELEASE);
     if (self_probe && !self_hi)
-        for (uint32_t i = 0; i < live_count; i++)
-            if ((uint64_t)self_probe >= live[i].lo && (uint64_t)self_probe < live[i].hi) {
-                self_lo = live[i].lo;
-                self_hi = live[i].hi;
-            }
+        range_holding(self_probe, &self_lo, &self_hi);
+    if (allocator_probe && !allocator_hi)
+        range_holding(allocator_probe, &allocator_lo, &allocator_hi);
     mlk_unlock(&modules_lock);
 }
 
@@ -243,6 +255,10 @@ int mlk_modules_cover(const uint64_t *ips, int n)
 void mlk_modules_set_self(const void *p) { self_probe = p; }
 
 int mlk_is_self_address(uint64_t ip) { return ip >= self_lo && ip < self_hi; }
+
+void mlk_modules_set_allocator(const void *p) { allocator_probe = p; }
+
+int mlk_is_allocator_address(uint64_t ip) { return ip >= allocator_lo && ip < allocator_hi; }
 
 void mlk_modules_lock_for_fork(int acquire)
 {
