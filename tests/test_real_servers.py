@@ -1,0 +1,219 @@
+"""Real servers from Debian's packages, as people run them, on loopback with
+a bounded load (issue "Real servers"): redis (jemalloc in a shared
+library), memcached (which shuts down on SIGUSR1) and nginx (workers that
+run as nobody).  .ci/run installs them; a machine without them skips."""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from helpers import reports_of
+from libmemleak import PACKAGE_DIR, memlog
+
+CLI_ENV = dict(os.environ, PYTHONPATH=os.path.dirname(PACKAGE_DIR))
+for _name in ("LD_PRELOAD", "MEMLEAK_CONFIG", "MEMLEAK_ROOT_PID", "MEMLEAK_KEEPER"):
+    CLI_ENV.pop(_name, None)
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the server drops privileges: needs root")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def traced(argv, cwd):
+    return subprocess.Popen([sys.executable, "-m", "libmemleak", "run", "-q", *argv], cwd=cwd,
+                            env=CLI_ENV, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+
+
+def wait_for_port(port, proc, timeout=20):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"nothing listens on {port}")
+
+
+def snapshot(pid):
+    r = subprocess.run([sys.executable, "-m", "libmemleak", "snapshot", str(pid)], env=CLI_ENV,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    report = memlog.read(r.stdout.strip())
+    assert report.header["reason"] == "snapshot"
+    return report
+
+
+def wait_for_reports(directory, prog, pid, count, timeout=30):
+    deadline = time.monotonic() + timeout
+    while True:
+        reports = reports_of(directory, prog, pid)
+        if len(reports) >= count or time.monotonic() > deadline:
+            return reports
+        time.sleep(0.05)
+
+
+@pytest.mark.skipif(not shutil.which("redis-server") or not shutil.which("redis-benchmark"),
+                    reason="needs Debian's redis-server and redis-tools")
+def test_redis_live_bytes_match_its_own_count(workdir):
+    """Debian's redis uses jemalloc from a shared library: its arenas were
+    counted on top of the blocks (live-bytes 122 MB for a 89 MB process).
+    With ~1 KB values jemalloc's size classes round little, so libmemleak's
+    live bytes (requested sizes) land within 10% of redis's used_memory
+    (jemalloc's allocated bytes, rounded to its classes)."""
+    port = free_port()
+    server = traced(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                     "--appendonly", "no"], workdir)
+    try:
+        wait_for_port(port, server)
+        subprocess.run(["redis-benchmark", "-p", str(port), "-n", "20000", "-d", "1000", "-t", "set",
+                        "-r", "10000", "-q"], capture_output=True, timeout=120, check=True)
+        report = snapshot(server.pid)
+        info = subprocess.run(["redis-cli", "-p", str(port), "info", "memory"], capture_output=True,
+                              text=True, timeout=30).stdout
+        used = int(next(line.split(":")[1] for line in info.splitlines()
+                        if line.startswith("used_memory:")))
+        live = int(report.header["live-bytes"])
+        assert abs(live - used) <= 0.10 * used, (live, used)
+        assert not [e for e in report.entries
+                    if e.frames and "libjemalloc" in (e.frames[0].module or "") and e.bytes > 1 << 20]
+        assert reports_of(str(workdir), "redis-server", server.pid)
+        subprocess.run(["redis-cli", "-p", str(port), "shutdown", "nosave"], capture_output=True,
+                       timeout=30)
+        assert server.wait(timeout=60) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    reasons = [r.header["reason"] for r in wait_for_reports(str(workdir), "redis-server",
+                                                             server.pid, 2)]
+    assert reasons == ["snapshot", "exit"]
+
+
+def memcached_command(port, line, read_until=b"END\r\n"):
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(line)
+        data = b""
+        while not data.endswith(read_until):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        return data
+
+
+@needs_root
+@pytest.mark.skipif(not shutil.which("memcached"), reason="needs Debian's memcached")
+def test_memcached_reports_without_the_signal_that_stops_it(workdir):
+    """memcached's SIGUSR1 handler shuts it down: snapshot asks without it,
+    memcached serves on, and it was told once that USR1 is its own."""
+    port = free_port()
+    os.chmod(workdir, 0o755)
+    server = traced(["memcached", "-p", str(port), "-U", "0", "-l", "127.0.0.1", "-u", "nobody",
+                     "-m", "64"], workdir)
+    try:
+        wait_for_port(port, server)
+        value = b"x" * 1000
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            for i in range(2000):
+                s.sendall(b"set key%d 0 0 %d\r\n%s\r\n" % (i, len(value), value))
+                assert s.recv(64) == b"STORED\r\n"
+        report = snapshot(server.pid)
+        assert int(report.header["live-bytes"]) > 0
+        assert memcached_command(port, b"get key7\r\n").startswith(b"VALUE key7 0 1000\r\n")
+        assert server.poll() is None  # still serving
+        server.send_signal(signal.SIGTERM)
+        _, err = server.communicate(timeout=60)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    said = [line for line in err.decode().splitlines() if "installs its own handler" in line]
+    assert len(said) == 1 and "SIGUSR1" in said[0], err
+    reasons = [r.header["reason"] for r in wait_for_reports(str(workdir), "memcached",
+                                                             server.pid, 2)]
+    assert reasons[0] == "snapshot" and reasons[-1] in ("exit", "death")
+
+
+NGINX_CONF = """
+user nobody nogroup;
+worker_processes 2;
+daemon off;
+master_process on;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log;
+events {{ worker_connections 64; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{ return 200 "hello\\n"; }}
+    }}
+}}
+"""
+
+
+def children(pid):
+    out = subprocess.run(["ps", "-o", "pid=,uid=", "--ppid", str(pid)], capture_output=True,
+                         text=True).stdout
+    return [tuple(map(int, line.split())) for line in out.splitlines() if line.strip()]
+
+
+@needs_root
+@pytest.mark.skipif(not shutil.which("nginx") and not os.path.exists("/usr/sbin/nginx"),
+                    reason="needs Debian's nginx")
+def test_nginx_workers_running_as_nobody_report_on_request(workdir):
+    """nginx's workers drop to nobody; its USR1 reopens the logs.  Every
+    worker reports on `snapshot`; a USR1 to a worker stays nginx's."""
+    port = free_port()
+    os.chmod(workdir, 0o755)
+    conf = workdir / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(dir=workdir, port=port))
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    master = traced([nginx, "-c", str(conf), "-p", str(workdir)], workdir)
+    try:
+        wait_for_port(port, master)
+        for _ in range(50):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as r:
+                assert r.read() == b"hello\n"
+        deadline = time.monotonic() + 10
+        while len(children(master.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        workers = children(master.pid)
+        assert len(workers) == 2 and all(uid == 65534 for _, uid in workers), workers
+        for pid, _ in workers:
+            report = snapshot(pid)
+            assert report.header["parent-pid"] == str(master.pid)
+        # nginx's own USR1 (reopen the logs) still works and writes no report
+        pid = workers[0][0]
+        os.kill(pid, signal.SIGUSR1)
+        time.sleep(1.0)
+        assert len(reports_of(str(workdir), "nginx", pid)) == 1
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as r:
+            assert r.read() == b"hello\n"
+        master.send_signal(signal.SIGQUIT)  # graceful stop
+        assert master.wait(timeout=60) == 0
+    finally:
+        if master.poll() is None:
+            master.kill()
+            master.wait()
+    for pid, _ in workers:
+        reasons = [r.header["reason"] for r in wait_for_reports(str(workdir), "nginx", pid, 2)]
+        assert reasons == ["snapshot", "exit"], (pid, reasons)
