@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 
-from setuptools import Command, Distribution, setup
+from setuptools import Command, Distribution, find_packages, setup
 from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -86,7 +86,7 @@ if __name__ == "__main__":  # importable by the tests, for build_native()
         long_description_content_type="text/x-rst",
         license="MIT",
         python_requires=">=3.10",
-        packages=["libmemleak", "libmemleak.symbols"],
+        packages=find_packages(include=["libmemleak", "libmemleak.*"]),
         package_data={"libmemleak": ["examples/*.c"]},
         install_requires=["cffi>=1.15", "pyelftools>=0.29", "sortedcontainers>=2.4"],
         entry_points={"console_scripts": ["libmemleak = libmemleak.cli:main"]},
