@@ -30,6 +30,9 @@ def open_segment(pid):
     """The segment of the traced process `pid`, mapped writable."""
     fd_dir = f"/proc/{pid}/fd"
     try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            if f.read().rpartition(b")")[2].split()[:1] in ([b"Z"], [b"X"]):
+                raise LiveError(f"process {pid} has exited")
         names = os.listdir(fd_dir)
     except FileNotFoundError:
         raise LiveError(f"no process {pid}") from None

@@ -46,14 +46,18 @@ def test_snapshot_reports_without_a_signal_where_the_program_owns_it(workdir):
 
 def test_snapshot_of_what_is_not_traced_is_one_line(workdir):
     sleeper = subprocess.Popen(["sleep", "30"])
+    zombie = subprocess.Popen(["true"])
+    time.sleep(0.3)  # exited, not yet waited for
     try:
-        for pid, words in ((sleeper.pid, "is not traced"), (2 ** 22 + 7, "no process")):
+        for pid, words in ((sleeper.pid, "is not traced"), (2 ** 22 + 7, "no process"),
+                           (zombie.pid, "has exited")):
             r = snapshot(pid)
             assert r.returncode == 1 and r.stdout == ""
             assert r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
     finally:
         sleeper.kill()
         sleeper.wait()
+        zombie.wait()
 
 
 def test_worker_that_dropped_privileges_reports_on_signal_and_on_snapshot(workdir):
