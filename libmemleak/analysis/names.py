@@ -1,0 +1,64 @@
+"""Readable frames: C++ names shortened the way heaptrack shows them, and a
+stack cut to the frames that matter (the first frames of the program's own
+code), with a count of the rest."""
+
+LIBRARY_HINTS = ("/libc.so", "/libstdc++.so", "/ld-linux", "/libm.so", "/libgcc_s.so",
+                 "/libpthread.so")
+
+
+def short_name(name):
+    """Template arguments and parameter lists elided:
+    `std::vector<int, std::allocator<int> >::_M_realloc_insert<int const&>(...)`
+    -> `std::vector::_M_realloc_insert`.  `operator<` and the like are kept."""
+    if not name or ("<" not in name and "(" not in name):
+        return name
+    out, depth, i = [], 0, 0
+    while i < len(name):
+        if name.startswith("operator", i) and depth == 0:
+            j = i + len("operator")
+            while j < len(name) and name[j] in "<>=!+-*/%^&|~[]() ,":
+                if name[j] == "(" and name.startswith("()", j):
+                    j += 2
+                    break
+                if name[j] == "(":
+                    break
+                j += 1
+            out.append(name[i:j])
+            i = j
+            continue
+        c = name[i]
+        if c in "<(":
+            depth += 1
+        elif c in ">)" and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(c)
+        i += 1
+    return "".join(out).strip() or name
+
+
+def is_library(module):
+    return bool(module) and any(hint in module for hint in LIBRARY_HINTS)
+
+
+def shown_frames(frames, executable=None, keep=4):
+    """(frames to show, how many are left out above, below).  The shown ones
+    start at the first frame in the program's own code (the executable, or
+    any module that is not a system library), so the allocator wrappers
+    above it do not push it out of sight."""
+    first = 0
+    for i, f in enumerate(frames):
+        if (executable and f.module == executable) or not is_library(f.module):
+            first = i
+            break
+    shown = frames[first:first + keep]
+    return shown, first, max(0, len(frames) - first - keep)
+
+
+def frame_text(frame, full=False):
+    name = frame.function if full else short_name(frame.function)
+    if name is None:
+        return f"{frame.module}+{frame.offset:#x}" if frame.module else f"{frame.offset:#x}"
+    where = f"{frame.file.rsplit('/', 1)[-1]}:{frame.line}" if frame.file and frame.line else (
+        frame.module.rsplit("/", 1)[-1] if frame.module else "")
+    return f"{name}{' [inlined]' if frame.inlined else ''} ({where})" if where else name

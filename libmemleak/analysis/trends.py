@@ -1,0 +1,153 @@
+"""A process's reports -> one trend per call stack, and the leak-suspect
+ranking.  Pure functions over series.Series: tested without a process.
+
+What makes a leak stand out from the rest of a busy heap (the idea of Carlo
+Wood's interval ranking, and of Cork's and BLeak's growth tests):
+
+- a leaked block is never freed, so a leaking stack's live bytes **never go
+  down** from one report to the next, while churn goes up and down;
+- it grows in **many** intervals, where start-up grows once, in the first;
+- it **keeps** growing: a cache that fills and then plateaus grew only early.
+
+So each stack is scored on the intervals after its first report (which
+holds start-up): the share of them it grew in, whether it ever shrank,
+whether it still grew in the recent half, and how much.  The final `exit`
+report is the program's teardown: it is not ranked on (a server that runs
+for weeks never gets there), and what it freed is said instead."""
+
+import math
+from dataclasses import dataclass, field
+
+TEARDOWN = "exit"
+
+
+def stack_key(entry):
+    """A stack's identity across reports: what a report prints of it."""
+    return tuple((f.function, f.module, f.file, f.line, f.inlined) for f in entry.frames)
+
+
+@dataclass
+class Trend:
+    key: tuple
+    frames: list                       # memlog frames (of the first entry seen)
+    deltas: list                       # byte change per report (0 where absent)
+    block_deltas: list
+    samples: int = 0                   # sampled reports: recorded blocks behind the estimates
+    # filled in by rank():
+    live_bytes: int = 0
+    live_blocks: int = 0
+    running_live_bytes: int = 0        # live at the last report before teardown
+    grew: int = 0                      # intervals (after the first report) it grew in
+    shrank: int = 0
+    intervals: int = 0
+    recent_grew: int = 0
+    growth_bytes: int = 0              # net change over those intervals
+    rate: float | None = None          # bytes per second over them
+    freed_at_exit: int = 0
+    score: float = 0.0
+    suspect: bool = False
+    verdict: str = ""
+
+
+@dataclass
+class Analysis:
+    series: object                     # series.Series
+    trends: list                       # every stack, by live bytes
+    suspects: list                     # the ranked ones, most likely leak first
+    live_bytes: int = 0
+    live_blocks: int = 0
+    running_reports: int = 0
+    seconds: float | None = None       # from the first to the last running report
+    notes: list = field(default_factory=list)
+
+
+def trends_of(series):
+    """Every stack of the process, with its change in each report."""
+    n = len(series.reports)
+    by_key = {}
+    for i, report in enumerate(series.reports):
+        for entry in report.entries:
+            key = stack_key(entry)
+            t = by_key.get(key)
+            if t is None:
+                t = by_key[key] = Trend(key, entry.frames, [0] * n, [0] * n)
+            t.deltas[i] += entry.bytes
+            t.block_deltas[i] += entry.blocks or 0
+            for extra in entry.extra:
+                if extra.startswith("samples="):
+                    try:
+                        t.samples += int(extra.split("=", 1)[1])
+                    except ValueError:
+                        pass
+    return list(by_key.values())
+
+
+def analyse(series, recent=None):
+    """Trends, totals and the ranking of one process."""
+    reports = series.reports
+    trends = trends_of(series)
+    running = len(reports) - (1 if reports and reports[-1].reason == TEARDOWN and len(reports) > 1 else 0)
+    times = [r.time for r in reports[:running]]
+    seconds = (times[-1] - times[0]) if running > 1 and None not in (times[0], times[-1]) else None
+    a = Analysis(series, trends, [], running_reports=running, seconds=seconds)
+    for t in trends:
+        t.live_bytes, t.live_blocks = sum(t.deltas), sum(t.block_deltas)
+        t.running_live_bytes = sum(t.deltas[:running])
+        t.freed_at_exit = -t.deltas[-1] if running < len(reports) and t.deltas[-1] < 0 else 0
+        later = t.deltas[1:running]
+        t.intervals = len(later)
+        t.grew = sum(1 for d in later if d > 0)
+        t.shrank = sum(1 for d in later if d < 0)
+        half = later[len(later) // 2:]
+        t.recent_grew = sum(1 for d in half if d > 0)
+        t.growth_bytes = sum(later)
+        if seconds:
+            t.rate = t.growth_bytes / seconds
+        _judge(t)
+        a.live_bytes += t.live_bytes
+        a.live_blocks += t.live_blocks
+    a.trends.sort(key=lambda t: -t.live_bytes)  # stable: first seen first among equals
+    a.suspects = sorted((t for t in trends if t.suspect), key=lambda t: -t.score)
+    if running < 3:
+        a.notes.append(f"{running} report{'s' if running != 1 else ''} before exit: a stack must "
+                       "grow across two intervals to be a suspect; take more reports while it "
+                       "runs (kill -USR1 PID or libmemleak snapshot PID)")
+    if not series.complete:
+        a.notes.extend(series.problems)
+    return a
+
+
+def _judge(t):
+    """Suspect or not, its score and verdict."""
+    # Two intervals of growth at least: one is a burst, or start-up.
+    if t.intervals < 2 or t.running_live_bytes <= 0 or t.growth_bytes <= 0:
+        return
+    if t.grew < 2 or t.recent_grew == 0:
+        return
+    steadiness = t.grew / t.intervals
+    never_freed = t.shrank == 0
+    if not never_freed and steadiness < 0.5:
+        return  # goes up and down: churn
+    recent = t.recent_grew / max(1, t.intervals - t.intervals // 2)
+    t.suspect = True
+    t.score = ((1.0 if never_freed else 0.5) * (0.25 + 0.75 * steadiness)
+               * (0.25 + 0.75 * recent) * math.log2(2 + t.growth_bytes))
+    words = [f"grows in {t.grew} of {t.intervals} interval{'s' if t.intervals != 1 else ''}"]
+    if t.rate is not None:
+        words.append(f"{human_bytes(t.rate, sign=True)}/s")
+    words.append(f"{t.live_blocks:,} block{'s' if t.live_blocks != 1 else ''} live")
+    words.append("never freed" if never_freed else f"freed in {t.shrank}")
+    if t.freed_at_exit:
+        words.append(f"{human_bytes(t.freed_at_exit)} freed at exit")
+    t.verdict = ", ".join(words)
+
+
+def human_bytes(n, sign=False):
+    prefix = ("+" if n >= 0 else "-") if sign else ("-" if n < 0 else "")
+    n = abs(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            text = f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+            return prefix + text
+        n /= 1024
+    return prefix + f"{n:.1f} TB"

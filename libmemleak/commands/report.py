@@ -1,0 +1,82 @@
+"""`libmemleak report PATH...`: ranked leak suspects, live totals and
+trends for every process whose reports are found in PATH (files or
+directories).  Exit status: 0; 1 when a process's reports are incomplete
+(a gap in its sequence: its sums would be wrong); 2 when nothing could be
+read or the options are wrong."""
+
+import re
+import sys
+
+from libmemleak.analysis.trends import analyse
+from libmemleak.outputs import json_doc, text
+from libmemleak.series import InputError, read_series
+
+
+def add_parser(sub):
+    p = sub.add_parser("report", help="rank leak suspects across a process's reports",
+                       description="Read the reports in PATH (files or directories) and show, "
+                                   "per process, what is live and which stacks leak: those "
+                                   "whose live bytes grow steadily across the reports.")
+    p.add_argument("paths", metavar="PATH", nargs="+")
+    p.add_argument("--pid", type=int, help="only this process")
+    p.add_argument("--top", type=int, default=10, metavar="N", help="suspects shown (10)")
+    p.add_argument("--min-bytes", type=int, default=0, metavar="BYTES",
+                   help="leave out stacks with fewer live bytes")
+    p.add_argument("--include", metavar="REGEX", help="only stacks with a frame (function or "
+                                                       "module) matching REGEX")
+    p.add_argument("--exclude", metavar="REGEX", help="leave out stacks with a frame matching REGEX")
+    p.add_argument("--all", action="store_true", help="every stack, not only suspects")
+    p.add_argument("--full-names", action="store_true", help="C++ names with their template "
+                                                            "arguments and parameters")
+    p.add_argument("--json", action="store_true", help="the JSON document (docs/report-json.md)")
+    p.set_defaults(func=run)
+
+
+def _pattern(text_, option):
+    if text_ is None:
+        return None
+    try:
+        return re.compile(text_)
+    except re.error as e:
+        raise InputError(f"{option} {text_!r}: not a regular expression ({e})") from None
+
+
+def _matches(pattern, trend):
+    return any(pattern.search(f.function or "") or pattern.search(f.module or "")
+               for f in trend.frames)
+
+
+def run(args):
+    try:
+        include = _pattern(args.include, "--include")
+        exclude = _pattern(args.exclude, "--exclude")
+        series, problems = read_series(args.paths)
+    except InputError as e:
+        print(f"libmemleak: report: {e}", file=sys.stderr)
+        return 2
+    if args.pid is not None:
+        series = [s for s in series if s.pid == args.pid]
+        if not series:
+            print(f"libmemleak: report: no reports of pid {args.pid} in {', '.join(args.paths)}",
+                  file=sys.stderr)
+            return 2
+    analyses = []
+    for s in series:
+        a = analyse(s)
+        keep = (lambda t: t.live_bytes >= args.min_bytes
+                and (include is None or _matches(include, t))
+                and (exclude is None or not _matches(exclude, t)))
+        a.trends = [t for t in a.trends if keep(t)]
+        a.suspects = [t for t in a.suspects if keep(t)]
+        analyses.append(a)
+    for problem in problems + [p for s in series for p in s.problems]:
+        print(f"libmemleak: report: {problem}", file=sys.stderr)
+    try:
+        if args.json:
+            json_doc.write(sys.stdout, analyses, problems)
+        else:
+            text.write(sys.stdout, analyses, [], top=args.top, full_names=args.full_names,
+                       all_stacks=args.all)
+    except BrokenPipeError:
+        return 0
+    return 1 if any(not s.complete for s in series) else 0

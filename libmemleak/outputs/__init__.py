@@ -1,0 +1,2 @@
+"""One small module per output format, each over the analysis of
+libmemleak/analysis (memray's reporters pattern): text, json."""

@@ -1,0 +1,39 @@
+"""`libmemleak report --json`: the document scripts read instead of parsing
+.memlog files (docs/report-json.md)."""
+
+import json
+
+
+def frame_dict(f):
+    return {"function": f.function, "module": f.module, "file": f.file, "line": f.line,
+            "inlined": bool(f.inlined)}
+
+
+def trend_dict(t, rank=None):
+    d = {"live_bytes": t.live_bytes, "live_blocks": t.live_blocks,
+         "growth_bytes": t.growth_bytes, "intervals_grown": t.grew, "intervals_shrunk": t.shrank,
+         "intervals": t.intervals, "rate_bytes_per_s": t.rate,
+         "freed_at_exit_bytes": t.freed_at_exit, "trend": t.deltas,
+         "frames": [frame_dict(f) for f in t.frames]}
+    if t.samples:
+        d["samples"] = t.samples
+    if rank is not None:
+        d = {"rank": rank, "verdict": t.verdict, "score": round(t.score, 3), **d}
+    return d
+
+
+def document(analyses, problems):
+    return {"processes": [{
+        "program": a.series.program, "executable": a.series.executable, "pid": a.series.pid,
+        "reports": len(a.series.reports), "complete": a.series.complete,
+        "ended": a.series.ended, "sampled": a.series.sampled,
+        "seconds": a.seconds, "live_bytes": a.live_bytes, "live_blocks": a.live_blocks,
+        "notes": a.notes,
+        "suspects": [trend_dict(t, i) for i, t in enumerate(a.suspects, 1)],
+        "stacks": [trend_dict(t) for t in a.trends],
+    } for a in analyses], "problems": problems}
+
+
+def write(out, analyses, problems):
+    json.dump(document(analyses, problems), out, indent=1)
+    out.write("\n")

@@ -1,0 +1,51 @@
+"""`libmemleak report`: one screen per process -- what is live, over what
+time, and the leak suspects with a verdict in words, readable frames and a
+compact trend."""
+
+from libmemleak.analysis.names import frame_text, shown_frames
+from libmemleak.analysis.trends import human_bytes
+
+TREND_POINTS = 8
+
+
+def compact_trend(deltas):
+    shown = deltas[-TREND_POINTS:]
+    text = " ".join(human_bytes(d, sign=True).replace(" ", "") if d else "0" for d in shown)
+    return ("... " if len(deltas) > len(shown) else "") + text
+
+
+def write(out, analyses, problems, top=10, full_names=False, all_stacks=False):
+    for a in analyses:
+        s = a.series
+        span = f", {a.seconds:.1f} s between the first and the last" if a.seconds else ""
+        ended = f", ended: {s.ended}" if s.ended else ", still running at the last report"
+        out.write(f"{s.program} (pid {s.pid}): {len(s.reports)} report{'s' if len(s.reports) != 1 else ''}"
+                  f"{span}{ended}\n")
+        out.write(f"  live now: {human_bytes(a.live_bytes)} in {a.live_blocks:,} blocks"
+                  f"{' (estimates: sampled)' if s.sampled else ''}\n")
+        for note in a.notes:
+            out.write(f"  note: {note}\n")
+        rows = a.trends if all_stacks else a.suspects
+        if not rows:
+            out.write("  no leak suspects: no stack grew steadily while it ran\n\n")
+            continue
+        title = "stacks, by live bytes" if all_stacks else "leak suspects, most likely first"
+        out.write(f"  {title}:\n")
+        for rank, t in enumerate(rows[:top], 1):
+            verdict = t.verdict or "not a suspect"
+            live = (f"{human_bytes(t.running_live_bytes)} live before exit" if t.freed_at_exit
+                    else f"{human_bytes(t.live_bytes)} live in {t.live_blocks:,} blocks")
+            out.write(f"  #{rank} {live} -- {verdict}\n")
+            out.write(f"     trend: {compact_trend(t.deltas)}\n")
+            frames, above, below = shown_frames(t.frames, s.executable)
+            if above:
+                out.write(f"     ({above} frame{'s' if above != 1 else ''} in libraries above)\n")
+            for f in frames:
+                out.write(f"       {frame_text(f, full_names)}\n")
+            if below:
+                out.write(f"       ... {below} more\n")
+        if len(rows) > top:
+            out.write(f"  ({len(rows) - top} more: --top N)\n")
+        out.write("\n")
+    for problem in problems:
+        out.write(f"note: {problem}\n")

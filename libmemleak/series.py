@@ -1,0 +1,144 @@
+"""The one reader of the offline tools: report files or directories -> one
+series of reports per process, validated.  Everything that analyses reports
+(analysis/) reads only this.
+
+A problem with the input -- a corrupt or truncated file, a foreign one, a
+gap in a process's sequence numbers (a deleted report: its sums would be
+wrong), two programs under one pid -- is said once, in a line, and the rest
+is still read.  `Series.complete` says whether a process's sums can be
+trusted."""
+
+import datetime
+import os
+import re
+from dataclasses import dataclass, field
+
+from libmemleak import memlog
+
+REPORT_NAME = re.compile(r"^(?P<prog>.+)-(?P<pid>\d+)-(?P<seq>\d+)\.memlog$")
+
+
+@dataclass
+class Report:
+    path: str
+    seq: int
+    reason: str
+    time: float | None       # seconds since the epoch, None if the header lacks it
+    header: dict
+    entries: list            # memlog.Entry
+
+
+@dataclass
+class Series:
+    program: str             # the name reports are filed under (argv[0]'s last part)
+    executable: str          # the header's `program:` (resolved path)
+    pid: int
+    reports: list = field(default_factory=list)   # Report, by seq
+    problems: list = field(default_factory=list)  # one line each
+
+    @property
+    def complete(self):
+        """Every report from 1 to the last is here: the sums are what was live."""
+        return [r.seq for r in self.reports] == list(range(1, len(self.reports) + 1))
+
+    @property
+    def sampled(self):
+        return any("sampled" in r.header for r in self.reports)
+
+    @property
+    def ended(self):
+        """How the process ended, if its last report says so."""
+        last = self.reports[-1].reason if self.reports else None
+        return last if last in ("exit", "death", "muntrace") else None
+
+
+class InputError(Exception):
+    """Nothing readable was given (one line, for the user)."""
+
+
+def _files(paths, problems):
+    for path in paths:
+        if os.path.isdir(path):
+            try:
+                names = sorted(os.listdir(path))
+            except OSError as e:
+                problems.append(f"{path}: {e.strerror}")
+                continue
+            for name in names:
+                if name.endswith(".memlog") and not name.startswith("."):
+                    yield os.path.join(path, name)
+        elif os.path.exists(path):
+            yield path
+        else:
+            problems.append(f"{path}: no such file or directory")
+
+
+def _time(text):
+    try:
+        return datetime.datetime.fromisoformat(text).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
+def read_series(paths):
+    """(list of Series ordered by program and pid, list of problems that
+    concern no single process).  Raises InputError when no report at all
+    could be read."""
+    problems = []
+    by_process = {}
+    for path in _files(paths, problems):
+        try:
+            parsed = memlog.read(path)
+        except memlog.MemlogError as e:
+            problems.append(f"{e}: not read")
+            continue
+        h = parsed.header
+        match = REPORT_NAME.match(os.path.basename(path))
+        try:
+            pid = int(h.get("pid") or (match and match["pid"]))
+            seq = int(h.get("seq") or (match and match["seq"]))
+        except (TypeError, ValueError):
+            problems.append(f"{path}: not a libmemleak report (no pid or seq): not read")
+            continue
+        executable = h.get("program", "?")
+        program = match["prog"] if match else os.path.basename(executable)
+        key = (program, pid, executable)
+        series = by_process.get(key)
+        if series is None:
+            series = by_process[key] = Series(program, executable, pid)
+        series.reports.append(Report(path, seq, h.get("reason", "?"), _time(h.get("time")), h,
+                                     parsed.entries))
+    if not by_process:
+        where = ", ".join(paths)
+        raise InputError(f"no report could be read in {where}" + (f" ({problems[0]})" if problems else ""))
+    seen_pids = {}
+    for (program, pid, executable), series in by_process.items():
+        series.reports.sort(key=lambda r: r.seq)
+        seqs = [r.seq for r in series.reports]
+        if len(set(seqs)) != len(seqs):
+            series.problems.append(f"{program} pid {pid}: two reports with one seq number")
+        missing = sorted(set(range(1, max(seqs) + 1)) - set(seqs))
+        if missing:
+            series.problems.append(
+                f"{program} pid {pid}: report{'s' if len(missing) > 1 else ''} "
+                f"{_ranges(missing)} missing: live totals are wrong")
+        seen_pids.setdefault(pid, []).append(series)
+    for pid, group in seen_pids.items():
+        if len(group) > 1:
+            problems.append(f"pid {pid}: reports of {len(group)} different programs "
+                            f"({', '.join(s.executable for s in group)}): kept apart")
+    ordered = sorted(by_process.values(), key=lambda s: (s.program, s.pid))
+    return ordered, problems
+
+
+def _ranges(numbers):
+    out, start, prev = [], None, None
+    for n in numbers + [None]:
+        if start is None:
+            start = prev = n
+        elif n == prev + 1:
+            prev = n
+        else:
+            out.append(f"{start}" if start == prev else f"{start}-{prev}")
+            start = prev = n
+    return ", ".join(out)

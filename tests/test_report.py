@@ -1,0 +1,115 @@
+"""`libmemleak report` on the real reports of a real program with known
+leaks among churn (issue "Answers, not files")."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from helpers import Traced, compile_program
+from libmemleak import PACKAGE_DIR
+
+CLI_ENV = dict(os.environ, PYTHONPATH=os.path.dirname(PACKAGE_DIR))
+CLI_ENV.pop("LD_PRELOAD", None)
+ROUNDS = 8
+
+
+def report_cmd(*args):
+    return subprocess.run([sys.executable, "-m", "libmemleak", "report", *map(str, args)],
+                          env=CLI_ENV, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def slowleaks(tmp_path_factory):
+    """A directory with the reports of one run: one per round, then exit."""
+    workdir = tmp_path_factory.mktemp("slowleaks")
+    prog = compile_program("slowleaks.c")
+    t = Traced([prog], workdir, config="mtraceinit")
+    t.reports_at(*["round"] * ROUNDS)
+    assert t.finish() == 0, t.stderr
+    return workdir, t.pid
+
+
+def first_function(stack):
+    return next((f["function"] for f in stack["frames"] if (f["function"] or "").startswith("site_")),
+                None)
+
+
+def test_report_ranks_the_leaks_and_not_the_churn(slowleaks):
+    workdir, pid = slowleaks
+    r = report_cmd(workdir, "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    [proc] = doc["processes"]
+    assert (proc["program"], proc["pid"], proc["reports"], proc["ended"]) == ("slowleaks", pid,
+                                                                              ROUNDS + 1, "exit")
+    suspects = {first_function(s): s for s in doc["processes"][0]["suspects"]}
+    assert {"site_leak", "site_rare", "site_cache_grow"} <= set(suspects), list(suspects)
+    for not_a_leak in ("site_churn", "site_lru", "site_startup"):
+        assert not_a_leak not in suspects
+    leak, rare, cache = suspects["site_leak"], suspects["site_rare"], suspects["site_cache_grow"]
+    assert (leak["live_bytes"], leak["live_blocks"]) == (64 * ROUNDS, ROUNDS)
+    assert (rare["live_bytes"], rare["live_blocks"]) == (600, 3)
+    assert leak["intervals_grown"] == ROUNDS - 1 and leak["intervals_shrunk"] == 0
+    assert "never freed" in leak["verdict"] and f"grows in {ROUNDS - 1} of {ROUNDS - 1}" in leak["verdict"]
+    # teardown does not hide growth: freed by its atexit handler, still a suspect
+    assert cache["live_bytes"] == 0 and cache["freed_at_exit_bytes"] == 48 * ROUNDS
+    assert "freed at exit" in cache["verdict"]
+    assert [s["rank"] for s in proc["suspects"]] == list(range(1, len(proc["suspects"]) + 1))
+    # the steady leak ranks above the rare one
+    assert leak["rank"] < rare["rank"]
+
+
+def test_json_live_totals_are_the_sum_of_the_reports(slowleaks):
+    workdir, pid = slowleaks
+    doc = json.loads(report_cmd(workdir, "--json").stdout)
+    [proc] = doc["processes"]
+    from libmemleak import memlog
+    reports = [memlog.read(os.path.join(workdir, f"slowleaks-{pid}-{seq}.memlog"))
+               for seq in range(1, ROUNDS + 2)]
+    assert proc["live_bytes"] == sum(int(r.header["change-bytes"]) for r in reports)
+    assert proc["live_bytes"] == int(reports[-1].header["live-bytes"])
+    assert proc["live_blocks"] == int(reports[-1].header["live-blocks"])
+    assert sum(s["live_bytes"] for s in proc["stacks"]) == proc["live_bytes"]
+
+
+def test_text_report_fits_a_screen_and_names_the_leak_first(slowleaks):
+    workdir, pid = slowleaks
+    r = report_cmd(workdir)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith(f"slowleaks (pid {pid}): {ROUNDS + 1} reports")
+    first = next(i for i, line in enumerate(lines) if line.lstrip().startswith("#1 "))
+    assert "never freed" in lines[first]
+    assert any("site_leak (slowleaks.c:" in line for line in lines[first:first + 6])
+    assert len(lines) < 60
+
+
+def test_a_missing_report_is_said_and_the_exit_status_says_the_sums_are_wrong(slowleaks, tmp_path):
+    workdir, pid = slowleaks
+    for name in os.listdir(workdir):
+        shutil.copy(os.path.join(workdir, name), tmp_path)
+    os.unlink(tmp_path / f"slowleaks-{pid}-3.memlog")
+    (tmp_path / "broken-1-1.memlog").write_text("# pid: 1\n+12 +1\nnot an entry\n")
+    r = report_cmd(tmp_path)
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr
+    assert f"slowleaks pid {pid}: report 3 missing: live totals are wrong" in r.stderr
+    assert "broken-1-1.memlog:3" in r.stderr
+    assert r.stdout.startswith(f"slowleaks (pid {pid}): {ROUNDS} reports")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["{empty}"], "no report could be read"),
+    (["/no/such/dir"], "no such file or directory"),
+    (["{empty}", "--include", "("], "not a regular expression"),
+])
+def test_nothing_to_read_is_one_line_and_status_2(tmp_path, args, words):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = report_cmd(*[a.replace("{empty}", str(empty)) for a in args])
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
