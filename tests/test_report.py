@@ -113,3 +113,72 @@ def test_nothing_to_read_is_one_line_and_status_2(tmp_path, args, words):
     r = report_cmd(*[a.replace("{empty}", str(empty)) for a in args])
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
+
+
+def diff_cmd(*args):
+    return subprocess.run([sys.executable, "-m", "libmemleak", "diff", *map(str, args)],
+                          env=CLI_ENV, capture_output=True, text=True, timeout=120)
+
+
+def test_diff_of_two_reports_is_what_was_live_between_them(slowleaks):
+    workdir, pid = slowleaks
+    r = diff_cmd(workdir / f"slowleaks-{pid}-2.memlog", workdir / f"slowleaks-{pid}-6.memlog", "--json")
+    assert r.returncode == 0, r.stderr
+    stacks = {first_function(s): s for s in json.loads(r.stdout)["stacks"]}
+    assert (stacks["site_leak"]["change_bytes"], stacks["site_leak"]["change_blocks"]) == (256, 4)
+    assert (stacks["site_cache_grow"]["change_bytes"], stacks["site_cache_grow"]["change_blocks"]) == (192, 4)
+    assert (stacks["site_rare"]["change_bytes"], stacks["site_rare"]["change_blocks"]) == (200, 1)
+    assert all(s["status"] == "grown" for k, s in stacks.items() if k in ("site_leak", "site_rare"))
+
+
+def test_diff_of_two_runs_matches_stacks_across_aslr(slowleaks, tmp_path):
+    """Another run: every address differs (ASLR), the stacks are the same."""
+    workdir, pid = slowleaks
+    prog = compile_program("slowleaks.c")
+    t = Traced([prog], tmp_path, config="mtraceinit")
+    t.reports_at(*["round"] * (ROUNDS - 2))   # two rounds fewer before its exit
+    t.proc.stdin.write(b"\n\n")
+    t.proc.stdin.flush()
+    assert t.finish() == 0, t.stderr
+    r = diff_cmd(workdir, tmp_path, "--json")
+    assert r.returncode == 0, r.stderr
+    stacks = {first_function(s): s for s in json.loads(r.stdout)["stacks"]}
+    # run 2 exited after as many rounds (its last two without a report): same leaks
+    assert "site_leak" not in stacks and "site_rare" not in stacks
+    assert not [s for s in json.loads(r.stdout)["stacks"] if s["status"] in ("new", "gone")
+                and first_function(s)]
+
+
+def test_the_reader_survives_damaged_reports(slowleaks, tmp_path):
+    """Truncated and corrupted copies of real reports, and foreign files:
+    one line each, never a traceback, the rest still read."""
+    from hypothesis import given, settings, strategies as st
+    from libmemleak.series import InputError, read_series
+    workdir, pid = slowleaks
+    original = (workdir / f"slowleaks-{pid}-2.memlog").read_bytes()
+
+    @settings(max_examples=150, deadline=None)
+    @given(cut=st.integers(0, len(original)), flips=st.lists(
+        st.tuples(st.integers(0, len(original) - 1), st.integers(0, 255)), max_size=8),
+        junk=st.binary(max_size=200))
+    def damaged(cut, flips, junk):
+        data = bytearray(original[:cut]) + junk
+        for at, value in flips:
+            if at < len(data):
+                data[at] = value
+        d = tmp_path / "case"
+        d.mkdir(exist_ok=True)
+        for old in d.iterdir():
+            old.unlink()
+        (d / f"slowleaks-{pid}-1.memlog").write_bytes(data)
+        (d / "other-9-1.memlog").write_bytes(original)
+        try:
+            series, problems = read_series([str(d)])
+        except InputError:
+            return
+        assert series  # the intact one at least
+        from libmemleak.analysis.trends import analyse
+        for s in series:
+            analyse(s)
+
+    damaged()

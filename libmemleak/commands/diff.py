@@ -1,0 +1,55 @@
+"""`libmemleak diff BEFORE AFTER`: what changed between two states -- two
+reports of one process (what was live at each), two directories of
+reports, two runs of one program -- with stacks matched by function and
+file:line, so that it survives ASLR and rebuilds.  Exit status: 0; 2 when
+a side cannot be read."""
+
+import json
+import sys
+
+from libmemleak.analysis.compare import compare
+from libmemleak.analysis.names import frame_text, shown_frames
+from libmemleak.analysis.trends import human_bytes
+from libmemleak.outputs.json_doc import frame_dict
+from libmemleak.series import InputError
+
+
+def add_parser(sub):
+    p = sub.add_parser("diff", help="what grew, shrank, appeared or went away between two states",
+                       description="Compare what was live at BEFORE and at AFTER: each a report "
+                                   "file (what was live when it was written) or a directory of "
+                                   "reports (what was live at the last report of each process).")
+    p.add_argument("before", metavar="BEFORE")
+    p.add_argument("after", metavar="AFTER")
+    p.add_argument("--top", type=int, default=20, metavar="N", help="stacks shown (20)")
+    p.add_argument("--json", action="store_true",
+                   help='{"stacks": [{"status", "change_bytes", "change_blocks", "frames"}]}')
+    p.set_defaults(func=run)
+
+
+def run(args):
+    try:
+        changes, notes = compare(args.before, args.after)
+    except InputError as e:
+        print(f"libmemleak: diff: {e}", file=sys.stderr)
+        return 2
+    for note in notes:
+        print(f"libmemleak: diff: {note}", file=sys.stderr)
+    if args.json:
+        json.dump({"stacks": [{"status": c.status, "change_bytes": c.change_bytes,
+                               "change_blocks": c.change_blocks,
+                               "before_bytes": c.before_bytes, "after_bytes": c.after_bytes,
+                               "frames": [frame_dict(f) for f in c.frames]} for c in changes]},
+                  sys.stdout, indent=1)
+        print()
+        return 0
+    total = sum(c.change_bytes for c in changes)
+    print(f"{len(changes)} stacks changed, {human_bytes(total, sign=True)} in all")
+    for c in changes[:args.top]:
+        print(f"  {c.status:6s} {human_bytes(c.change_bytes, sign=True):>10s} {c.change_blocks:+,d} blocks")
+        frames, above, _ = shown_frames(c.frames, keep=2)
+        for f in frames:
+            print(f"           {frame_text(f)}")
+    if len(changes) > args.top:
+        print(f"  ({len(changes) - args.top} more: --top N)")
+    return 0
