@@ -24,6 +24,7 @@ class StackDelta(NamedTuple):  # a named tuple: thousands are built per report
     live_bytes: int     # live now (over the merged entries that changed)
     live_blocks: int
     samples: int = -1   # sampled reports: change in recorded blocks behind the estimate
+    allocs: int = -1    # allocations made since the previous report (-1: not known)
 
 
 @dataclass(frozen=True)
@@ -183,9 +184,9 @@ class Deltas:
             i += len(self)
         if not 0 <= i < len(self):
             raise IndexError(i)
-        kid, pos, nbytes, blocks, live_b, live_k, samples = self.rows.row(i)
+        kid, pos, nbytes, blocks, live_b, live_k, samples, allocs = self.rows.row(i)
         key, mods = self._keys.key(kid)
-        return StackDelta(key, self._ids[pos], mods, nbytes, blocks, live_b, live_k, samples)
+        return StackDelta(key, self._ids[pos], mods, nbytes, blocks, live_b, live_k, samples, allocs)
 
     def __iter__(self):
         return (self[i] for i in range(len(self)))
@@ -202,7 +203,12 @@ def diff_snapshot(snapshot, resolver=None):
     live_bytes, live_blocks, reported_bytes, reported_blocks = _estimated(snapshot)
     samples = ((snapshot.live_blocks, snapshot.reported_blocks) if snapshot.sample_bytes
                else None)
-    changes = report_core.Changes(live_bytes, live_blocks, reported_bytes, reported_blocks, samples)
+    # Allocation counts per entry where they are exact (a sampled one counts
+    # recorded allocations only).
+    allocs = ((snapshot.alloc_count, snapshot.reported_allocs)
+              if not snapshot.sample_bytes and snapshot.reported_allocs is not None else None)
+    changes = report_core.Changes(live_bytes, live_blocks, reported_bytes, reported_blocks, samples,
+                                  allocs)
     ids, stacks = snapshot.ids, snapshot.stacks
     if report_core.positions_are_ids(ids):  # the resolver's own array serves
         resolver.cover(len(ids))

@@ -17,16 +17,16 @@ from libmemleak.layout import ffi as layout_ffi
 ffi = cffi.FFI()
 ffi.include(layout_ffi)
 ffi.cdef("""
-struct mlk_rc_row { int64_t key, pos, bytes, blocks, live_bytes, live_blocks, samples; };
+struct mlk_rc_row { int64_t key, pos, bytes, blocks, live_bytes, live_blocks, samples, allocs; };
 struct mlk_rc_texts { const char *arena; const int64_t *line_off; const int32_t *pool;
                       const int64_t *key_first; const int32_t *key_lines; int64_t keys; };
 void mlk_rc_columns(const struct mlk_stack *, int64_t, const uint8_t *, int64_t *, int64_t *,
-                    int64_t *, int64_t *, int64_t *, int64_t *);
+                    int64_t *, int64_t *, int64_t *, int64_t *, int64_t *);
 int64_t mlk_rc_unkeyed(int64_t, const int64_t *, const int64_t *, const int64_t *,
                        const int64_t *, const int64_t *, int64_t *, int64_t);
 int64_t mlk_rc_merge(int64_t, const int64_t *, const int64_t *, const int64_t *, const int64_t *,
                      const int64_t *, int64_t, int64_t *, const int64_t *, const int64_t *,
-                     struct mlk_rc_row *);
+                     const int64_t *, const int64_t *, struct mlk_rc_row *);
 int64_t mlk_rc_merge_same_text(struct mlk_rc_row *, int64_t, const int64_t *, int64_t, int64_t *,
                                int64_t);
 int64_t mlk_rc_textless(const struct mlk_rc_row *, int64_t, const int64_t *, int64_t, int64_t *,
@@ -35,7 +35,7 @@ int64_t mlk_rc_render(const struct mlk_rc_row *, int64_t, int64_t, const struct 
                       char *, int64_t, int64_t *);
 uint32_t mlk_rc_post_snapshot(struct mlk_header *);
 void mlk_rc_commit(struct mlk_stack *, int64_t, const int64_t *, const int64_t *,
-                   const int64_t *, const int64_t *);
+                   const int64_t *, const int64_t *, const int64_t *, const int64_t *);
 """)
 _LIBRARY = os.path.join(PACKAGE_DIR, "libmlkreport.so")
 try:
@@ -46,7 +46,7 @@ except OSError as e:  # the installation is broken: say which file, not a traceb
 
 ROW_WORDS = ffi.sizeof("struct mlk_rc_row") // 8
 COLUMNS = ("live_bytes", "live_blocks", "alloc_count", "alloc_bytes",
-           "reported_bytes", "reported_blocks")
+           "reported_bytes", "reported_blocks", "reported_allocs")
 
 
 def _q(a):
@@ -95,20 +95,26 @@ def columns(stacks_ptr, n, ok):
     return cols
 
 
-def commit(stacks_ptr, live_bytes, live_blocks, reported_bytes, reported_blocks):
-    """reported := live in the segment, for stacks 0..n-1 (positions are ids)."""
+def commit(stacks_ptr, live_bytes, live_blocks, reported_bytes, reported_blocks, alloc_count,
+           reported_allocs):
+    """reported := live (and allocations made) in the segment, for stacks
+    0..n-1 (positions are ids)."""
     lib.mlk_rc_commit(stacks_ptr, len(live_bytes), _q(live_bytes), _q(live_blocks),
-                      _q(reported_bytes), _q(reported_blocks))
+                      _q(reported_bytes), _q(reported_blocks), _q(alloc_count),
+                      _q(reported_allocs))
 
 
 class Changes:
     """The changed stacks of a snapshot, column by column (array('q'))."""
 
-    def __init__(self, live_bytes, live_blocks, reported_bytes, reported_blocks, samples=None):
+    def __init__(self, live_bytes, live_blocks, reported_bytes, reported_blocks, samples=None,
+                 allocs=None):
         """samples: for a sampled snapshot, the recorded (unscaled) live and
-        reported blocks, whose difference each row carries."""
+        reported blocks, whose difference each row carries; allocs: the
+        allocation counts now and at the previous report, likewise."""
         self.cols = [_as_q(c) for c in (live_bytes, live_blocks, reported_bytes, reported_blocks)]
         self.samples = [_as_q(c) for c in samples] if samples else None
+        self.allocs = [_as_q(c) for c in allocs] if allocs else None
         self.n = len(self.cols[0])
 
     def unkeyed(self, key_of):
@@ -122,8 +128,9 @@ class Changes:
         rows = zeros(self.n * ROW_WORDS)
         with ffi.from_buffer("struct mlk_rc_row[]", rows) as out:
             samples = list(map(_q, self.samples)) if self.samples else [ffi.NULL, ffi.NULL]
+            allocs = list(map(_q, self.allocs)) if self.allocs else [ffi.NULL, ffi.NULL]
             count = lib.mlk_rc_merge(self.n, *map(_q, self.cols), _q(key_of), nkeys, _q(scratch),
-                                     *samples, out)
+                                     *samples, *allocs, out)
         if count < 0:
             raise ValueError("a changed stack has no key")
         del rows[count * ROW_WORDS:]
@@ -132,7 +139,7 @@ class Changes:
 
 class Rows:
     """Report entries as fixed-size records: key, pos, bytes, blocks,
-    live_bytes, live_blocks, samples (struct mlk_rc_row)."""
+    live_bytes, live_blocks, samples, allocs (struct mlk_rc_row)."""
 
     def __init__(self, words):
         self.words = words

@@ -392,10 +392,14 @@ class Reporter:
             ("change-blocks", f"{sums.change_blocks:+d}"),
             ("allocated-bytes", sums.alloc_bytes),
             ("allocations", sums.alloc_count),
+            ("collecting-seconds", f"{max(0, snap.taken_ns - snap.start_time_ns) / 1e9:.3f}"),
             ("stacks", sums.stacks),
             ("depth", snap.depth),
             ("tracking", snap.tracking),
         ]
+        if snap.last_report_ns:
+            lines.append(("interval-seconds",
+                          f"{max(0, snap.taken_ns - snap.last_report_ns) / 1e9:.3f}"))
         if snap.sample_bytes:
             lines.append(("sampled", f"every {snap.sample_bytes} bytes on average "
                                      "(byte-weighted); bytes and blocks are estimates"))

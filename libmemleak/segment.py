@@ -27,6 +27,7 @@ _W_FRAMES = stack_word("frames_off")
 _W_EPOCHS = stack_word("map_epoch")  # map_epoch:u32 | unload_epoch:u32
 _W_REP_BYTES = stack_word("reported_bytes")
 _W_REP_BLOCKS = stack_word("reported_blocks")
+_W_REP_ALLOCS = stack_word("reported_allocs")
 
 HEALTH_FIELDS = ("dropped_stacks", "dropped_blocks", "unknown_frees", "truncated_stacks")
 
@@ -84,6 +85,8 @@ class Snapshot:
     notes: list = field(default_factory=list)
     sample_bytes: int = 0   # sampling mode: mean bytes between samples; 0 = exact
     tracking: str = "table"  # how live blocks are tracked: "table" or "trailers"
+    reported_allocs: object = None  # allocations made as of the previous report, per position
+    last_report_ns: int = 0  # when the previous report's snapshot was taken (0: none)
 
 
 class _StackView:
@@ -227,7 +230,8 @@ class Segment:
             health={name: getattr(h, name) for name in HEALTH_FIELDS},
             modules=self.modules(), stacks=self.stacks, ids=ids,
             corrupt_stacks=self._corrupt, sample_bytes=h.sample_bytes,
-            tracking=TRACKING_NAMES.get(h.tracking, "unknown"), **cols)
+            tracking=TRACKING_NAMES.get(h.tracking, "unknown"), last_report_ns=h.last_report_ns,
+            **cols)
 
     def _learn_new_stacks(self):
         """Validate the stacks published since the last call, once each:
@@ -297,17 +301,22 @@ class Segment:
         """Record that a report now covers `snapshot`: the next report is the
         change from here.  Called only after the report file is in place."""
         ids = snapshot.ids
+        self.header.last_report_ns = snapshot.taken_ns
         if report_core.positions_are_ids(ids):
             report_core.commit(self._stacks_ptr, snapshot.live_bytes, snapshot.live_blocks,
-                               snapshot.reported_bytes, snapshot.reported_blocks)
+                               snapshot.reported_bytes, snapshot.reported_blocks,
+                               snapshot.alloc_count, snapshot.reported_allocs)
             return
         words = self._stack_words
-        for i, b, k, rb, rk in zip(ids, snapshot.live_bytes, snapshot.live_blocks,
-                                    snapshot.reported_bytes, snapshot.reported_blocks):
+        for i, b, k, a, rb, rk, ra in zip(ids, snapshot.live_bytes, snapshot.live_blocks,
+                                          snapshot.alloc_count, snapshot.reported_bytes,
+                                          snapshot.reported_blocks, snapshot.reported_allocs):
             if b != rb:
                 words[i * _W + _W_REP_BYTES] = b
             if k != rk:
                 words[i * _W + _W_REP_BLOCKS] = k
+            if a != ra:
+                words[i * _W + _W_REP_ALLOCS] = a
 
     def field_address(self, name):
         return int(ffi.cast("uintptr_t", ffi.addressof(self.header, name)))

@@ -252,7 +252,11 @@ int mlk_segment_fork_child(void)
     for (uint64_t i = 0; i < h->stacks_used; i++) {
         st[i].reported_bytes = 0;
         st[i].reported_blocks = 0;
+        st[i].reported_allocs = 0;
     }
+    h->last_report_ns = 0;
+    h->snapshot_requests = h->seen_snapshot = 0;
+    h->exit_rss_kb = h->exit_hwm_kb = 0;
     h->parent_pid = h->pid;
     h->pid = mlk_getpid();
     h->reporter_pid = 0;

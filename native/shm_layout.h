@@ -68,7 +68,8 @@ struct mlk_stack {
     uint32_t unload_epoch;  /* module unloads seen before the stack was first seen */
     int64_t reported_bytes;  /* reporter: live bytes as of the last report */
     int64_t reported_blocks; /* reporter: live blocks as of the last report */
-    uint64_t reserved[2];
+    int64_t reported_allocs; /* reporter: allocations made as of the last report */
+    uint64_t reserved;
     struct mlk_counters counters[3]; /* MLK_COUNTER_STRIPES */
 };
 
@@ -174,5 +175,6 @@ struct mlk_header {
      * 0 = not known. */
     uint32_t exit_rss_kb;
     uint32_t exit_hwm_kb;
-    uint64_t reserved[2];
+    uint64_t last_report_ns;    /* reporter: CLOCK_REALTIME of the last report's snapshot */
+    uint64_t reserved[1];
 };

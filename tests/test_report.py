@@ -55,6 +55,9 @@ def test_report_ranks_the_leaks_and_not_the_churn(slowleaks):
     assert (rare["live_bytes"], rare["live_blocks"]) == (600, 3)
     assert leak["intervals_grown"] == ROUNDS - 1 and leak["intervals_shrunk"] == 0
     assert "never freed" in leak["verdict"] and f"grows in {ROUNDS - 1} of {ROUNDS - 1}" in leak["verdict"]
+    # allocation counts tell a steady path from a rare one
+    assert leak["allocations"] == ROUNDS and rare["allocations"] == 3
+    assert f"allocated {ROUNDS} times" in leak["verdict"]
     # teardown does not hide growth: freed by its atexit handler, still a suspect
     assert cache["live_bytes"] == 0 and cache["freed_at_exit_bytes"] == 48 * ROUNDS
     assert "freed at exit" in cache["verdict"]

@@ -47,9 +47,11 @@ def test_commit_writes_only_what_changed():
     cols = report_core.columns(table, 2, bytearray([1, 1]))
     table[1].reported_bytes = 1234  # a change after the snapshot: commit must not undo it
     report_core.commit(table, cols["live_bytes"], cols["live_blocks"],
-                       cols["reported_bytes"], cols["reported_blocks"])
+                       cols["reported_bytes"], cols["reported_blocks"],
+                       cols["alloc_count"], cols["reported_allocs"])
     assert (table[0].reported_bytes, table[0].reported_blocks) == (8, 1)
     assert (table[1].reported_bytes, table[1].reported_blocks) == (1234, 1)
+    assert (table[0].reported_allocs, table[1].reported_allocs) == (1, 1)
 
 
 def merged(live_b, live_k, rep_b, rep_k, key_of):
@@ -73,8 +75,8 @@ def test_merge_sums_by_key_sorts_and_drops_what_cancels():
     # key 0 = pos 1 + 3 (80 bytes, 4 blocks); key 3 changed by -10 bytes, +1 block;
     # shrinkage by size too: -64 before -10
     # (not sampled: -1 samples)
-    assert rows == [[2, 0, 100, 1, 100, 1, -1], [0, 1, 80, 4, 80, 4, -1],
-                    [1, 2, -64, -2, 0, 0, -1], [3, 5, -10, 1, 10, 2, -1]]
+    assert rows == [[2, 0, 100, 1, 100, 1, -1, -1], [0, 1, 80, 4, 80, 4, -1, -1],
+                    [1, 2, -64, -2, 0, 0, -1, -1], [3, 5, -10, 1, 10, 2, -1, -1]]
     # equal bytes: more blocks first, then the lower position; a sum of zero is left out
     rows = merged([8, 8, 8, 5, 0], [1, 2, 1, 1, 0], [0, 0, 0, 0, 5], [0, 0, 0, 0, 1],
                   [0, 1, 2, 3, 3])
@@ -87,8 +89,8 @@ def test_sampled_rows_carry_the_recorded_blocks_behind_them():
     changes = Changes([7282, 300, 50], [7282, 3, 1], [0, 0, 50], [0, 0, 1],
                       samples=([1, 3, 1], [0, 0, 1]))
     rows = changes.merge(array("q", [0, 1, 0]), 2, array("q", [-1, -1]))
-    assert [rows.row(i) for i in range(len(rows))] == [[0, 0, 7282, 7282, 7282, 7282, 1],
-                                                       [1, 1, 300, 3, 300, 3, 3]]
+    assert [rows.row(i) for i in range(len(rows))] == [[0, 0, 7282, 7282, 7282, 7282, 1, -1],
+                                                       [1, 1, 300, 3, 300, 3, 3, -1]]
     store = store_with({0: ["	a	(/bin/p)"], 1: ["	b	(/bin/p)"]})
     assert b"".join(store.render(rows)) == (b"+7282 +7282 samples=+1\n\ta\t(/bin/p)\n"
                                             b"+300 +3 samples=+3\n\tb\t(/bin/p)\n")
@@ -105,19 +107,29 @@ def test_keys_that_print_the_same_frames_are_one_entry():
     assert list(store.canon) == [-1, -1, 0, 0]
     words = array("q")
     for key, pos, b, k in ((1, 0, 40, 1), (0, 1, 17, 1), (2, 2, 17, 1), (3, 3, -34, -2)):
-        words.extend([key, pos, b, k, 100, 1, -1])
+        words.extend([key, pos, b, k, 100, 1, -1, 10])
     rows = report_core.Rows(words)
     scratch = array("q", [-1] * 4)
     rows.merge_same_text(store.canon, scratch)
-    assert [rows.row(i) for i in range(len(rows))] == [[1, 0, 40, 1, 100, 1, -1]]  # 17+17-34: gone
+    assert [rows.row(i) for i in range(len(rows))] == [[1, 0, 40, 1, 100, 1, -1, 10]]  # 17+17-34: gone
     assert list(scratch) == [-1] * 4
     words = array("q")
     for key, pos, b, k in ((0, 1, 17, 1), (1, 0, 40, 1), (2, 2, 17, 1), (3, 3, 17, 1)):
-        words.extend([key, pos, b, k, 100, 1, -1])
+        words.extend([key, pos, b, k, 100, 1, -1, 10])
     rows = report_core.Rows(words)
     rows.merge_same_text(store.canon, scratch)
-    assert [rows.row(i) for i in range(len(rows))] == [[0, 1, 51, 3, 300, 3, -1],
-                                                       [1, 0, 40, 1, 100, 1, -1]]
+    assert [rows.row(i) for i in range(len(rows))] == [[0, 1, 51, 3, 300, 3, -1, 30],
+                                                       [1, 0, 40, 1, 100, 1, -1, 10]]
+
+
+def test_rows_carry_the_allocations_made_since_the_previous_report():
+    """'allocated 901,000 times' tells a hot path from a rare error path."""
+    changes = Changes([64, 0, 10], [1, 0, 1], [0, 0, 10], [0, 0, 1],
+                      allocs=([901000, 5, 7], [0, 5, 3]))
+    rows = changes.merge(array("q", [0, 1, 2]), 3, array("q", [-1, -1, -1]))
+    assert [rows.row(i) for i in range(len(rows))] == [[0, 0, 64, 1, 64, 1, -1, 901000]]
+    store = store_with({0: ["\ta\t(/bin/p)"]})
+    assert b"".join(store.render(rows)) == b"+64 +1 allocs=+901000\n\ta\t(/bin/p)\n"
 
 
 def test_unkeyed_lists_changed_positions_without_a_key():
@@ -140,7 +152,7 @@ def test_render_writes_what_memlog_writes():
     store = store_with(frames)
     words = array("q")
     for key, b, k in ((2, 1 << 62, 7), (0, 100, 1), (1, 0, -3), (0, -(1 << 63), -(1 << 63))):
-        words.extend([key, 0, b, k, 0, 0, -1])
+        words.extend([key, 0, b, k, 0, 0, -1, -1])
     rows = report_core.Rows(words)
     expected = render((), [Entry(b, k, [], frames_text="\n".join(frames[key]))
                            for key, b, k in ((2, 1 << 62, 7), (0, 100, 1), (1, 0, -3),
@@ -155,7 +167,7 @@ def test_temporary_texts_are_dropped_after_the_report():
     store = store_with({0: ["\ta\t(/bin/p)"]})
     store.begin_temporary()
     store.set_key(3, [store.add_line("\tpartial\t(/bin/p)"), 0])
-    rows = report_core.Rows(array("q", [3, 0, 1, 1, 0, 0, -1, 0, 2, 2, 1, 0, 0, -1]))
+    rows = report_core.Rows(array("q", [3, 0, 1, 1, 0, 0, -1, -1, 0, 2, 2, 1, 0, 0, -1, -1]))
     body = store.render(rows)
     text = b"".join(body).decode()
     store.end_temporary()
@@ -167,6 +179,6 @@ def test_temporary_texts_are_dropped_after_the_report():
 
 def test_a_key_beyond_the_store_is_textless_and_written_without_frames():
     store = store_with({0: ["\ta\t(/bin/p)"]})
-    rows = report_core.Rows(array("q", [10, 0, 5, 1, 0, 0, -1]))
+    rows = report_core.Rows(array("q", [10, 0, 5, 1, 0, 0, -1, -1]))
     assert rows.textless(store.key_first) == [10]
     assert b"".join(store.render(rows)) == b"+5 +1\n"

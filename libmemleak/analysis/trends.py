@@ -33,6 +33,7 @@ class Trend:
     deltas: list                       # byte change per report (0 where absent)
     block_deltas: list
     samples: int = 0                   # sampled reports: recorded blocks behind the estimates
+    allocations: int | None = None     # allocations made (reports that count them: allocs=)
     # filled in by rank():
     live_bytes: int = 0
     live_blocks: int = 0
@@ -74,11 +75,14 @@ def trends_of(series):
             t.deltas[i] += entry.bytes
             t.block_deltas[i] += entry.blocks or 0
             for extra in entry.extra:
-                if extra.startswith("samples="):
-                    try:
-                        t.samples += int(extra.split("=", 1)[1])
-                    except ValueError:
-                        pass
+                name, _, value = extra.partition("=")
+                try:
+                    if name == "samples":
+                        t.samples += int(value)
+                    elif name == "allocs":
+                        t.allocations = (t.allocations or 0) + int(value)
+                except ValueError:
+                    pass
     return list(by_key.values())
 
 
@@ -136,6 +140,8 @@ def _judge(t):
     if t.rate is not None:
         words.append(f"{human_bytes(t.rate, sign=True)}/s")
     words.append(f"{t.live_blocks:,} block{'s' if t.live_blocks != 1 else ''} live")
+    if t.allocations is not None:
+        words.append(f"allocated {t.allocations:,} time{'s' if t.allocations != 1 else ''}")
     words.append("never freed" if never_freed else f"freed in {t.shrank}")
     if t.freed_at_exit:
         words.append(f"{human_bytes(t.freed_at_exit)} freed at exit")

@@ -17,6 +17,8 @@ def trend_dict(t, rank=None):
          "frames": [frame_dict(f) for f in t.frames]}
     if t.samples:
         d["samples"] = t.samples
+    if t.allocations is not None:
+        d["allocations"] = t.allocations
     if rank is not None:
         d = {"rank": rank, "verdict": t.verdict, "score": round(t.score, 3), **d}
     return d

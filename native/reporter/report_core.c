@@ -29,12 +29,13 @@
 EXPORT void mlk_rc_columns(const struct mlk_stack *stacks, int64_t n, const uint8_t *ok,
                            int64_t *live_bytes, int64_t *live_blocks,
                            int64_t *alloc_count, int64_t *alloc_bytes,
-                           int64_t *reported_bytes, int64_t *reported_blocks)
+                           int64_t *reported_bytes, int64_t *reported_blocks,
+                           int64_t *reported_allocs)
 {
     for (int64_t i = 0; i < n; i++) {
         if (!ok[i]) {
             live_bytes[i] = live_blocks[i] = alloc_count[i] = alloc_bytes[i] = 0;
-            reported_bytes[i] = reported_blocks[i] = 0;
+            reported_bytes[i] = reported_blocks[i] = reported_allocs[i] = 0;
             continue;
         }
         const struct mlk_stack *s = &stacks[i];
@@ -54,6 +55,7 @@ EXPORT void mlk_rc_columns(const struct mlk_stack *stacks, int64_t n, const uint
         live_blocks[i] = (int64_t)(count - freed_count);
         reported_bytes[i] = s->reported_bytes;
         reported_blocks[i] = s->reported_blocks;
+        reported_allocs[i] = s->reported_allocs;
     }
 }
 
@@ -87,6 +89,7 @@ struct mlk_rc_row {
     int64_t live_blocks;
     int64_t samples;        /* sampled reports: change in recorded blocks behind the
                              * estimate (what it rests on); -1 when not sampled */
+    int64_t allocs;         /* allocations made since the previous report; -1 = not known */
 };
 
 /* Report order (docs/memlog.md): growth before shrinkage, and within
@@ -123,6 +126,7 @@ EXPORT int64_t mlk_rc_merge(int64_t n, const int64_t *live_bytes, const int64_t 
                             const int64_t *reported_bytes, const int64_t *reported_blocks,
                             const int64_t *key_of, int64_t nkeys, int64_t *slot_of_key,
                             const int64_t *sampled_live, const int64_t *sampled_reported,
+                            const int64_t *alloc_count, const int64_t *reported_allocs,
                             struct mlk_rc_row *rows)
 {
     int64_t used = 0, bad = 0;
@@ -138,11 +142,12 @@ EXPORT int64_t mlk_rc_merge(int64_t n, const int64_t *live_bytes, const int64_t 
         uint64_t db = (uint64_t)live_bytes[i] - (uint64_t)reported_bytes[i];
         uint64_t dk = (uint64_t)live_blocks[i] - (uint64_t)reported_blocks[i];
         int64_t ds = sampled_live ? sampled_live[i] - sampled_reported[i] : -1;
+        int64_t da = alloc_count ? alloc_count[i] - reported_allocs[i] : -1;
         int64_t slot = slot_of_key[key];
         if (slot < 0) {
             slot_of_key[key] = used;
             rows[used++] = (struct mlk_rc_row){key, i, (int64_t)db, (int64_t)dk,
-                                               live_bytes[i], live_blocks[i], ds};
+                                               live_bytes[i], live_blocks[i], ds, da};
         } else {
             struct mlk_rc_row *r = &rows[slot];
             r->bytes = (int64_t)((uint64_t)r->bytes + db);
@@ -151,6 +156,8 @@ EXPORT int64_t mlk_rc_merge(int64_t n, const int64_t *live_bytes, const int64_t 
             r->live_blocks = (int64_t)((uint64_t)r->live_blocks + (uint64_t)live_blocks[i]);
             if (sampled_live)
                 r->samples += ds;
+            if (alloc_count)
+                r->allocs += da;
         }
     }
     int64_t kept = 0;
@@ -197,6 +204,8 @@ EXPORT int64_t mlk_rc_merge_same_text(struct mlk_rc_row *rows, int64_t n, const 
         into->live_blocks = (int64_t)((uint64_t)into->live_blocks + (uint64_t)row.live_blocks);
         if (into->samples != -1)
             into->samples += row.samples;
+        if (into->allocs != -1)
+            into->allocs += row.allocs;
         if (row.pos < into->pos)
             into->pos = row.pos;
         merged = 1;
@@ -271,7 +280,7 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
         const struct mlk_rc_row *row = &rows[r];
         int64_t first = row->key >= 0 && row->key < t->keys ? t->key_first[row->key] : -1;
         int32_t lines = first < 0 ? 0 : t->key_lines[row->key];
-        int64_t need = 72;   /* three signed 64-bit numbers, spaces, "samples=", a newline */
+        int64_t need = 100;  /* four signed 64-bit numbers, spaces, "samples=", "allocs=", a newline */
         for (int32_t k = 0; k < lines; k++) {
             int32_t l = t->pool[first + k];
             need += t->line_off[l + 1] - t->line_off[l];
@@ -285,6 +294,11 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
         p += put_signed(p, row->bytes);
         *p++ = ' ';
         p += put_signed(p, row->blocks);
+        if (row->allocs != -1) {
+            memcpy(p, " allocs=", 8);
+            p += 8;
+            p += put_signed(p, row->allocs);
+        }
         if (row->samples != -1) {
             memcpy(p, " samples=", 9);
             p += 9;
@@ -307,9 +321,12 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
  * stacks whose values changed (untouched lines stay clean). */
 EXPORT void mlk_rc_commit(struct mlk_stack *stacks, int64_t n, const int64_t *live_bytes,
                           const int64_t *live_blocks, const int64_t *reported_bytes,
-                          const int64_t *reported_blocks)
+                          const int64_t *reported_blocks, const int64_t *alloc_count,
+                          const int64_t *reported_allocs)
 {
     for (int64_t i = 0; i < n; i++) {
+        if (alloc_count[i] != reported_allocs[i])
+            stacks[i].reported_allocs = alloc_count[i];
         if (live_bytes[i] != reported_bytes[i])
             stacks[i].reported_bytes = live_bytes[i];
         if (live_blocks[i] != reported_blocks[i])
