@@ -260,9 +260,7 @@ def test_user_mistakes_get_one_line_and_a_documented_status(workdir, args, statu
 def test_config_items_are_trimmed_and_missing_values_named(workdir, config, said):
     prog = compile_program("blocked.c")
     t = Traced([prog], workdir, config=config)
-    t.expect("blocked")
-    report = t.signal_report(1)
-    t.resume()
+    [report] = t.reports_at("blocked")
     assert t.finish() == 0
     lines = [line for line in t.stderr.splitlines() if "MEMLEAK_CONFIG" in line]
     if said is None:

@@ -14,12 +14,13 @@ import urllib.request
 
 import pytest
 
-from helpers import reports_of
+from helpers import BENCH_PROGRAMS, reports_of
 from libmemleak import PACKAGE_DIR, memlog
 
 CLI_ENV = dict(os.environ, PYTHONPATH=os.path.dirname(PACKAGE_DIR))
 for _name in ("LD_PRELOAD", "MEMLEAK_CONFIG", "MEMLEAK_ROOT_PID", "MEMLEAK_KEEPER"):
     CLI_ENV.pop(_name, None)
+sys.path.insert(0, os.path.dirname(BENCH_PROGRAMS))
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the server drops privileges: needs root")
 
 
@@ -147,27 +148,7 @@ def test_memcached_reports_without_the_signal_that_stops_it(workdir):
     assert reasons[0] == "snapshot" and reasons[-1] in ("exit", "death")
 
 
-NGINX_CONF = """
-user nobody nogroup;
-worker_processes 2;
-daemon off;
-master_process on;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log;
-events {{ worker_connections 64; }}
-http {{
-    access_log off;
-    client_body_temp_path {dir}/body;
-    proxy_temp_path {dir}/proxy;
-    fastcgi_temp_path {dir}/fastcgi;
-    uwsgi_temp_path {dir}/uwsgi;
-    scgi_temp_path {dir}/scgi;
-    server {{
-        listen 127.0.0.1:{port};
-        location / {{ return 200 "hello\\n"; }}
-    }}
-}}
-"""
+from servers import NGINX_CONF  # noqa: E402 -- bench/servers.py runs the same nginx
 
 
 def children(pid):
@@ -185,7 +166,7 @@ def test_nginx_workers_running_as_nobody_report_on_request(workdir):
     port = free_port()
     os.chmod(workdir, 0o755)
     conf = workdir / "nginx.conf"
-    conf.write_text(NGINX_CONF.format(dir=workdir, port=port))
+    conf.write_text(NGINX_CONF.format(dir=workdir, port=port, user="user nobody nogroup;"))
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     master = traced([nginx, "-c", str(conf), "-p", str(workdir)], workdir)
     try:
