@@ -18,11 +18,10 @@ import stat
 import tempfile
 import time
 
-from libmemleak import __version__
+from libmemleak import __version__, report_core
 from libmemleak.diff import FrameResolver, KeyTable, diff_snapshot, totals
 from libmemleak.keeper import Keeper
 from libmemleak.memlog import render, render_frames, report_name, write_report
-from libmemleak import report_core
 from libmemleak.report_core import TextStore
 from libmemleak.segment import Segment, SegmentError, futex_wait, futex_wake
 from libmemleak.symbols import Symbolizer
@@ -262,7 +261,7 @@ class Reporter:
         has no next, so it goes to a fallback directory (said where).
         Messages name the directory, never a temporary file in it."""
         self.h.report_errors += 1
-        directory = self.seg.take_snapshot().report_dir
+        directory = self.seg.report_dir()
         first_time = (error.errno, directory) not in self.warned
         self.warned.add((error.errno, directory))
         if reason not in FINAL_REASONS:

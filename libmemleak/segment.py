@@ -171,11 +171,13 @@ class Segment:
         return ((self._string(h.name_off, h.name_len) if h.name_len else "")
                 or os.path.basename(self._string(h.exe_off, h.exe_len)) or "unknown")
 
+    def report_dir(self):
+        """The directory the process's reports go to."""
+        return self._string(self.header.dir_off, self.header.dir_len)
+
     def report_path(self, seq):
         """Where report `seq` of this segment's process is written."""
-        h = self.header
-        return os.path.join(self._string(h.dir_off, h.dir_len),
-                            report_name(self.program_name(), h.pid, seq))
+        return os.path.join(self.report_dir(), report_name(self.program_name(), self.header.pid, seq))
 
     def _string(self, off, length):
         used = min(self.header.strings_used, self.header.strings_cap)
@@ -224,7 +226,7 @@ class Segment:
             pid=h.pid, parent_pid=h.parent_pid,
             exe=self._string(h.exe_off, h.exe_len),
             name=self.program_name(),
-            report_dir=self._string(h.dir_off, h.dir_len),
+            report_dir=self.report_dir(),
             taken_ns=taken, start_time_ns=h.start_time_ns, depth=h.depth,
             collecting=bool(h.collecting),
             health={name: getattr(h, name) for name in HEALTH_FIELDS},
