@@ -356,6 +356,7 @@ void mlk_init(void)
         decide_root();
         mlk_spawn_prepare();
         pthread_atfork(fork_prepare, fork_parent, fork_child);
+        mlk_signals_init();
         if (mlk_config.signal) {
             struct sigaction sa;
             memset(&sa, 0, sizeof sa);

@@ -48,18 +48,33 @@ static void program_takes(int sig, void (*handler)(int))
     mlk_warn(line, "", "");
 }
 
+/* The real functions, looked up at start (mlk_signals_init) so that a
+ * program calling them from a signal handler never waits on dlsym's lock;
+ * looked up on first use if a constructor calls them before ours ran. */
+static int (*next_sigaction)(int, const struct sigaction *, struct sigaction *);
+typedef __sighandler_t (*signal_fn)(int, __sighandler_t);
+static signal_fn next_signal, next_sysv_signal, next_bsd_signal, next_sigset;
+
 #define NEXT(var, name) (var ? var : (*(void **)&var = dlsym(RTLD_NEXT, name), var))
+
+void mlk_signals_init(void)
+{
+    NEXT(next_sigaction, "sigaction");
+    NEXT(next_signal, "signal");
+    NEXT(next_sysv_signal, "sysv_signal");
+    NEXT(next_bsd_signal, "bsd_signal");
+    NEXT(next_sigset, "sigset");
+}
 
 EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
-    static int (*next)(int, const struct sigaction *, struct sigaction *);
-    if (!NEXT(next, "sigaction")) {
+    if (!NEXT(next_sigaction, "sigaction")) {
         errno = ENOSYS;
         return -1;
     }
     if (act)
         program_takes(sig, act->sa_handler);
-    return next(sig, act, old);
+    return next_sigaction(sig, act, old);
 }
 
 /* glibc's signal() and its variants call sigaction inside libc, past the
@@ -67,13 +82,12 @@ EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old
 #define SIGNAL_HOOK(name)                                                                          \
     EXPORT __sighandler_t name(int sig, __sighandler_t handler)                                    \
     {                                                                                              \
-        static __sighandler_t (*next)(int, __sighandler_t);                                        \
-        if (!NEXT(next, #name)) {                                                                  \
+        if (!NEXT(next_##name, #name)) {                                                           \
             errno = ENOSYS;                                                                        \
             return SIG_ERR;                                                                        \
         }                                                                                          \
         program_takes(sig, handler);                                                               \
-        return next(sig, handler);                                                                 \
+        return next_##name(sig, handler);                                                          \
     }
 
 SIGNAL_HOOK(signal)
