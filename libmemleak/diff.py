@@ -76,6 +76,10 @@ class KeyTable:
             self.keys.append(key)
         return kid
 
+    def kind(self, kid):
+        """The allocator family of key kid ("malloc", "new", "mmap")."""
+        return self.kinds[memoryview(self.keys[kid]).cast("i")[0]]
+
     def tokens(self, kid):
         """The frame tokens of key kid, innermost first (a sequence of ints)."""
         return memoryview(self.keys[kid]).cast("i")[1:]

@@ -19,7 +19,8 @@ ffi.include(layout_ffi)
 ffi.cdef("""
 struct mlk_rc_row { int64_t key, pos, bytes, blocks, live_bytes, live_blocks, samples, allocs; };
 struct mlk_rc_texts { const char *arena; const int64_t *line_off; const int32_t *pool;
-                      const int64_t *key_first; const int32_t *key_lines; int64_t keys; };
+                      const int64_t *key_first; const int32_t *key_lines; const int8_t *key_kind;
+                      int64_t keys; };
 void mlk_rc_columns(const struct mlk_stack *, int64_t, const uint8_t *, int64_t *, int64_t *,
                     int64_t *, int64_t *, int64_t *, int64_t *, int64_t *);
 int64_t mlk_rc_unkeyed(int64_t, const int64_t *, const int64_t *, const int64_t *,
@@ -186,6 +187,7 @@ class TextStore:
         self.pool = array("i")
         self.key_first = array("q")
         self.key_lines = array("i")
+        self.key_kind = array("b")  # MLK_KIND_* per key: the entry's kind= field
         self._mark = None
         self._temporary_keys = []
         # key id -> the first key id whose frames print the same (-1: none
@@ -197,6 +199,7 @@ class TextStore:
     def grow_keys(self, nkeys):
         extend_to(self.key_first, nkeys)
         extend_to(self.key_lines, nkeys, 0)
+        extend_to(self.key_kind, nkeys, 0)
         extend_to(self.canon, nkeys)
 
     def add_line(self, text):
@@ -217,15 +220,17 @@ class TextStore:
     def has(self, key_id):
         return key_id < len(self.key_first) and self.key_first[key_id] >= 0
 
-    def set_key(self, key_id, line_ids):
+    def set_key(self, key_id, line_ids, kind=0):
+        """The frame lines of a key, and its allocator family (MLK_KIND_*)."""
         self.grow_keys(key_id + 1)
+        self.key_kind[key_id] = kind
         self.key_first[key_id] = len(self.pool)
         self.key_lines[key_id] = len(line_ids)
         self.pool.extend(array("i", line_ids))
         if self._mark is not None:
             self._temporary_keys.append(key_id)
         else:
-            first = self._key_of_text.setdefault(tuple(line_ids), key_id)
+            first = self._key_of_text.setdefault((kind, *line_ids), key_id)
             self.canon[key_id] = first if first != key_id else -1
 
     def begin_temporary(self):
@@ -246,7 +251,8 @@ class TextStore:
         generator is finished or closed (C holds its buffers)."""
         keep = [ffi.from_buffer("char[]", self.arena), _q(self.line_off),
                 ffi.from_buffer("int32_t[]", self.pool), _q(self.key_first),
-                ffi.from_buffer("int32_t[]", self.key_lines)]
+                ffi.from_buffer("int32_t[]", self.key_lines),
+                ffi.from_buffer("int8_t[]", self.key_kind)]
         try:
             texts = ffi.new("struct mlk_rc_texts *", keep + [len(self.key_first)])
             rows_ptr, total = rows.pointer(), len(rows)

@@ -23,7 +23,7 @@ from libmemleak.diff import FrameResolver, KeyTable, diff_snapshot, totals
 from libmemleak.keeper import Keeper
 from libmemleak.memlog import render, render_frames, report_name, write_report
 from libmemleak.report_core import TextStore
-from libmemleak.segment import Segment, SegmentError, futex_wait, futex_wake
+from libmemleak.segment import KIND_NAMES, Segment, SegmentError, futex_wait, futex_wake
 from libmemleak.symbols import Symbolizer
 
 SEGMENT_FD, PIDFD = 3, 4
@@ -36,6 +36,7 @@ REASON_FIELDS = (("exit", "exit_requests", "seen_exit"),
                  ("mtrace", "mtrace_requests", "seen_mtrace"),
                  ("signal", "signal_requests", "seen_signal"),
                  ("snapshot", "snapshot_requests", "seen_snapshot"))
+KIND_CODES = {name: code for code, name in KIND_NAMES.items()}
 FINAL_REASONS = ("exit", "death", "muntrace")  # no report of this process follows
 SELF_LIBRARY = "libmtrace.so"
 NOT_THE_PROGRAMS = -1  # a frame left out of reports: our own hooks'
@@ -315,7 +316,7 @@ class Reporter:
             try:
                 for key_id, items in partial:
                     texts.set_key(key_id, [x if isinstance(x, int) else texts.add_line(x)
-                                           for x in items])
+                                           for x in items], self.kind_code(key_id))
                 texts.grow_keys(len(self.keys.keys))
                 report_core.extend_to(self.resolver.scratch, len(texts.canon))
                 deltas.rows.merge_same_text(texts.canon, self.resolver.scratch)
@@ -351,10 +352,13 @@ class Reporter:
             if NOT_THE_PROGRAMS in items:
                 items = [x for x in items if x != NOT_THE_PROGRAMS]
             if complete:
-                texts.set_key(key_id, items)
+                texts.set_key(key_id, items, self.kind_code(key_id))
             else:
                 partial.append((key_id, items))
         return partial
+
+    def kind_code(self, key_id):
+        return KIND_CODES.get(self.keys.kind(key_id), 0)
 
     def line_of(self, token):
         """The line id of the frame lines of this frame token; their text if

@@ -132,6 +132,22 @@ def test_rows_carry_the_allocations_made_since_the_previous_report():
     assert b"".join(store.render(rows)) == b"+64 +1 allocs=+901000\n\ta\t(/bin/p)\n"
 
 
+def test_entries_name_their_allocator_family_and_kinds_are_not_merged():
+    """`new` and `mmap` are said (malloc's is the default); a new[] and a
+    malloc on one line stay two entries."""
+    store = TextStore()
+    line = store.add_line("\tf\t(/bin/p)\tp.c:3")
+    store.set_key(0, [line], kind=0)
+    store.set_key(1, [line], kind=1)
+    store.set_key(2, [line], kind=2)
+    assert list(store.canon) == [-1, -1, -1]
+    words = array("q")
+    for key, b in ((2, 8192), (1, 40), (0, 10)):
+        words.extend([key, key, b, 1, b, 1, -1, -1])
+    text = b"".join(store.render(report_core.Rows(words))).decode()
+    assert text.splitlines()[::2] == ["+8192 +1 kind=mmap", "+40 +1 kind=new", "+10 +1"]
+
+
 def test_unkeyed_lists_changed_positions_without_a_key():
     changes = Changes([1, 0, 3] * 700, [1, 0, 1] * 700, [0] * 2100, [0] * 2100)
     key_of = array("q", [-1, -1, 5] * 700)

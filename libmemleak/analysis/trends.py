@@ -22,8 +22,10 @@ TEARDOWN = "exit"
 
 
 def stack_key(entry):
-    """A stack's identity across reports: what a report prints of it."""
-    return tuple((f.function, f.module, f.file, f.line, f.inlined) for f in entry.frames)
+    """A stack's identity across reports: what a report prints of it, and
+    its allocator family."""
+    kind = next((x for x in entry.extra if x.startswith("kind=")), "")
+    return (kind, *((f.function, f.module, f.file, f.line, f.inlined) for f in entry.frames))
 
 
 @dataclass
@@ -34,6 +36,7 @@ class Trend:
     block_deltas: list
     samples: int = 0                   # sampled reports: recorded blocks behind the estimates
     allocations: int | None = None     # allocations made (reports that count them: allocs=)
+    kind: str = "malloc"               # allocator family: malloc, new, mmap (kind=)
     # filled in by rank():
     live_bytes: int = 0
     live_blocks: int = 0
@@ -81,6 +84,8 @@ def trends_of(series):
                         t.samples += int(value)
                     elif name == "allocs":
                         t.allocations = (t.allocations or 0) + int(value)
+                    elif name == "kind":
+                        t.kind = value
                 except ValueError:
                     pass
     return list(by_key.values())

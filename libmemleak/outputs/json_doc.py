@@ -10,7 +10,7 @@ def frame_dict(f):
 
 
 def trend_dict(t, rank=None):
-    d = {"live_bytes": t.live_bytes, "live_blocks": t.live_blocks,
+    d = {"kind": t.kind, "live_bytes": t.live_bytes, "live_blocks": t.live_blocks,
          "growth_bytes": t.growth_bytes, "intervals_grown": t.grew, "intervals_shrunk": t.shrank,
          "intervals": t.intervals, "rate_bytes_per_s": t.rate,
          "freed_at_exit_bytes": t.freed_at_exit, "trend": t.deltas,

@@ -248,8 +248,13 @@ struct mlk_rc_texts {
     const int32_t *pool;
     const int64_t *key_first;
     const int32_t *key_lines;
-    int64_t keys;           /* entries of key_first and key_lines */
+    const int8_t *key_kind; /* MLK_KIND_* of each key: the allocator family */
+    int64_t keys;           /* entries of key_first, key_lines and key_kind */
 };
+
+/* How an entry names its allocator family; malloc's is left unsaid. */
+static const char *const kind_field[] = {[MLK_KIND_NEW] = " kind=new", [MLK_KIND_MMAP] = " kind=mmap"};
+#define KIND_FIELDS ((int)(sizeof kind_field / sizeof kind_field[0]))
 
 static int put_signed(char *p, int64_t v)
 {
@@ -280,7 +285,7 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
         const struct mlk_rc_row *row = &rows[r];
         int64_t first = row->key >= 0 && row->key < t->keys ? t->key_first[row->key] : -1;
         int32_t lines = first < 0 ? 0 : t->key_lines[row->key];
-        int64_t need = 100;  /* four signed 64-bit numbers, spaces, "samples=", "allocs=", a newline */
+        int64_t need = 112;  /* four signed numbers, the kind, "samples=", "allocs=", a newline */
         for (int32_t k = 0; k < lines; k++) {
             int32_t l = t->pool[first + k];
             need += t->line_off[l + 1] - t->line_off[l];
@@ -294,6 +299,12 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
         p += put_signed(p, row->bytes);
         *p++ = ' ';
         p += put_signed(p, row->blocks);
+        int kind = row->key >= 0 && row->key < t->keys ? t->key_kind[row->key] : 0;
+        if (kind > 0 && kind < KIND_FIELDS && kind_field[kind]) {
+            size_t n = strlen(kind_field[kind]);
+            memcpy(p, kind_field[kind], n);
+            p += n;
+        }
         if (row->allocs != -1) {
             memcpy(p, " allocs=", 8);
             p += 8;
