@@ -185,3 +185,19 @@ def test_the_reader_survives_damaged_reports(slowleaks, tmp_path):
             analyse(s)
 
     damaged()
+
+
+def test_group_by_site_and_function(slowleaks):
+    """Stacks merged by the program's own code where they allocate."""
+    workdir, pid = slowleaks
+    for how in ("site", "function"):
+        r = report_cmd(workdir, "--json", "--group-by", how, "--all")
+        assert r.returncode == 0, r.stderr
+        [proc] = json.loads(r.stdout)["processes"]
+        names = [first_function(s) for s in proc["stacks"]]
+        assert len([n for n in names if n == "site_leak"]) == 1
+        leak = next(s for s in proc["suspects"] if first_function(s) == "site_leak")
+        assert (leak["live_bytes"], leak["live_blocks"]) == (64 * ROUNDS, ROUNDS)
+        assert sum(s["live_bytes"] for s in proc["stacks"]) == proc["live_bytes"]
+        if how == "function":
+            assert len(leak["frames"]) == 1

@@ -91,10 +91,44 @@ def trends_of(series):
     return list(by_key.values())
 
 
-def analyse(series, recent=None):
-    """Trends, totals and the ranking of one process."""
+def regroup(trends, by, executable):
+    """Stacks merged by where the program's own code allocates, as
+    LeakSanitizer's and heaptrack's groupings do: by="site", the first frame
+    of the program's own code (function, file, line) with the frames under
+    it; by="function", that frame's function alone.  The allocator wrappers
+    and library frames above it do not split a site in many."""
+    from libmemleak.analysis.names import shown_frames
+    groups = {}
+    for t in trends:
+        frames, _, _ = shown_frames(t.frames, executable, keep=len(t.frames))
+        own = frames[0] if frames else None
+        if own is None:
+            key = ("?",)
+        elif by == "function":
+            key = (t.kind, own.function or own.module)
+        else:
+            key = (t.kind, own.function, own.file, own.line)
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = Trend(key, frames[:1] if by == "function" else frames,
+                                    list(t.deltas), list(t.block_deltas), t.samples,
+                                    allocations=t.allocations, kind=t.kind)
+            continue
+        g.deltas = [a + b for a, b in zip(g.deltas, t.deltas)]
+        g.block_deltas = [a + b for a, b in zip(g.block_deltas, t.block_deltas)]
+        g.samples += t.samples
+        if t.allocations is not None:
+            g.allocations = (g.allocations or 0) + t.allocations
+    return list(groups.values())
+
+
+def analyse(series, group_by="stack"):
+    """Trends, totals and the ranking of one process; group_by: "stack"
+    (each call stack), "site" or "function" (see regroup)."""
     reports = series.reports
     trends = trends_of(series)
+    if group_by != "stack":
+        trends = regroup(trends, group_by, series.executable)
     running = len(reports) - (1 if reports and reports[-1].reason == TEARDOWN and len(reports) > 1 else 0)
     times = [r.time for r in reports[:running]]
     seconds = (times[-1] - times[0]) if running > 1 and None not in (times[0], times[-1]) else None

@@ -26,6 +26,9 @@ def add_parser(sub):
                                                        "module) matching REGEX")
     p.add_argument("--exclude", metavar="REGEX", help="leave out stacks with a frame matching REGEX")
     p.add_argument("--all", action="store_true", help="every stack, not only suspects")
+    p.add_argument("--group-by", choices=("stack", "site", "function"), default="stack",
+                   help="one entry per call stack (default), per allocation site in the "
+                        "program's own code, or per function there")
     p.add_argument("--full-names", action="store_true", help="C++ names with their template "
                                                             "arguments and parameters")
     p.add_argument("--json", action="store_true", help="the JSON document (docs/report-json.md)")
@@ -62,7 +65,7 @@ def run(args):
             return 2
     analyses = []
     for s in series:
-        a = analyse(s)
+        a = analyse(s, args.group_by)
         keep = (lambda t: t.live_bytes >= args.min_bytes
                 and (include is None or _matches(include, t))
                 and (exclude is None or not _matches(exclude, t)))
