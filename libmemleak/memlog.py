@@ -9,6 +9,7 @@ Entries are written largest byte change first; `#` header lines are
 what it does not know, and says where a file is broken."""
 
 import os
+import re
 import secrets
 from dataclasses import dataclass, field
 
@@ -153,40 +154,67 @@ def _parse_frame(text):
     return Frame(function, module, 0, file, line, inlined)
 
 
-def parse(text, source="<report>"):
+# A file is header lines, entries with their frame lines, and blank lines,
+# in that grammar and nothing else: matched in C by one regular expression,
+# so that a reader of 100 reports of 10,000 stacks is not a Python loop over
+# seven million lines.  Anything the pattern skips is a broken line.
+_PIECE = re.compile(r"(?P<h>#[^\n]*\n?)|(?P<e>[+-][^\n]*\n?)(?P<f>(?:\t[^\n]*\n?)*)|\n")
+
+
+def parse(text, source="<report>", cache=None):
+    """The Report in `text`.  cache: a dict kept across calls (the files of
+    one process share most frame lines), mapping frame text to frames."""
+    cache = {} if cache is None else cache
     header, entries = {}, []
-    current = None
-    for lineno, line in enumerate(text.splitlines(), 1):
-        where = f"{source}:{lineno}"
-        if not line:
+    pos = 0
+    for m in _PIECE.finditer(text):
+        if m.start() != pos:
+            break
+        pos = m.end()
+        if m.group("h") is not None:
+            if not entries:
+                key, sep, value = m.group("h")[1:].strip().partition(":")
+                if sep:
+                    header[key.strip()] = value.strip()
             continue
-        if line.startswith("#"):
-            key, sep, value = line[1:].strip().partition(":")
-            if sep and current is None:
-                header[key.strip()] = value.strip()
+        first = m.group("e")
+        if first is None:
             continue
-        if line.startswith("\t"):
-            if current is None:
-                raise MemlogError(f"{where}: frame line before any entry")
-            current.frames.append(_parse_frame(line[1:]))
-            continue
-        fields = line.split(" ")
+        fields = first.split()
         try:
-            if fields[0][:1] not in "+-":
-                raise ValueError
             nbytes = int(fields[0])
             blocks = int(fields[1]) if len(fields) > 1 and fields[1][:1] in "+-" else None
         except ValueError:
-            raise MemlogError(f"{where}: expected an entry like '+1024 +2', got {line[:60]!r}") from None
-        current = Entry(nbytes, blocks, [], fields[2 if blocks is not None else 1:])
-        entries.append(current)
+            line = text.count("\n", 0, m.start()) + 1
+            raise MemlogError(f"{source}:{line}: expected an entry like '+1024 +2', "
+                              f"got {first.rstrip()[:60]!r}") from None
+        block = m.group("f")
+        frames = cache.get(block)
+        if frames is None:
+            frames = cache[block] = tuple(_frame_of(line[1:], cache)
+                                          for line in block.split("\n") if line)
+        entries.append(Entry(nbytes, blocks, frames, fields[2 if blocks is not None else 1:]))
+    if pos != len(text):
+        line = text.count("\n", 0, pos) + 1
+        bad = text[pos:text.find("\n", pos) if "\n" in text[pos:] else len(text)]
+        if bad.startswith("\t"):
+            raise MemlogError(f"{source}:{line}: frame line before any entry")
+        raise MemlogError(f"{source}:{line}: expected an entry like '+1024 +2', got {bad[:60]!r}")
     return Report(header, entries)
 
 
-def read(path):
+def _frame_of(text, cache):
+    key = ("frame", text)
+    frame = cache.get(key)
+    if frame is None:
+        frame = cache[key] = _parse_frame(text)
+    return frame
+
+
+def read(path, cache=None):
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
         raise MemlogError(f"{path}: {e.strerror}") from None
-    return parse(data.decode("utf-8", "surrogateescape"), path)
+    return parse(data.decode("utf-8", "surrogateescape"), path, cache)

@@ -86,9 +86,10 @@ def read_series(paths):
     could be read."""
     problems = []
     by_process = {}
+    frames = {}  # frame text -> parsed frames, shared by every file read
     for path in _files(paths, problems):
         try:
-            parsed = memlog.read(path)
+            parsed = memlog.read(path, frames)
         except memlog.MemlogError as e:
             problems.append(f"{e}: not read")
             continue

@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""How `libmemleak report` scales (issue 20): generated report files of the
+real format -- N reports of one process with S stacks each (C++-like frames
+of ~80 characters, 6 a stack), or one report of many stacks -- read,
+ranked and written as JSON and as text.  Prints wall time and the peak RSS
+of the report process.
+
+    python bench/report_scale.py                   # 100 x 10,000 and 1 x 100,000
+    python bench/report_scale.py --reports 20 --stacks 5000
+"""
+
+import argparse
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+# ~80 characters a frame, 6 frames a stack: ~480 bytes an entry, so that
+# 100,000 stacks make the 48 MB report of the issue.
+FRAME = "\tns{a}::Pool<{b}>::grow(unsigned long)\t(/usr/bin/server)\t/src/pool{a}.h:{line}\n"
+
+
+def write_reports(directory, reports, stacks, seed=1):
+    rnd = random.Random(seed)
+    frames = ["".join(FRAME.format(a=(s * 7 + k) % 97, b=s % 13, line=10 + k) for k in range(6))
+              for s in range(stacks)]
+    leaking = set(rnd.sample(range(stacks), max(1, stacks // 100)))
+    size = 0
+    for seq in range(1, reports + 1):
+        path = os.path.join(directory, f"server-4242-{seq}.memlog")
+        with open(path, "w") as f:
+            f.write(f"# program: /usr/bin/server\n# pid: 4242\n# seq: {seq}\n"
+                    f"# time: 2026-11-23T12:{seq // 60:02d}:{seq % 60:02d}.000+00:00\n"
+                    f"# reason: signal\n")
+            for s in range(stacks):
+                if s in leaking:
+                    b, k = 64, 1
+                else:
+                    k = rnd.choice((-2, -1, 1, 2))
+                    b = 48 * k
+                f.write(f"{b:+d} {k:+d} allocs=+{abs(k) * 3}\n{frames[s]}")
+        size += os.path.getsize(path)
+    return size
+
+
+def measure(directory, args):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    start = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "libmemleak", "report", directory, *args],
+                       capture_output=True, env=dict(os.environ, PYTHONPATH=ROOT))
+    took = time.monotonic() - start
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    if r.returncode != 0:
+        sys.exit(f"report failed: {r.stderr.decode()[:300]}")
+    return took, max(peak, before) / 1024, len(r.stdout)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reports", type=int)
+    ap.add_argument("--stacks", type=int)
+    a = ap.parse_args()
+    cases = [(a.reports, a.stacks)] if a.reports else [(100, 10_000), (1, 100_000)]
+    for reports, stacks in cases:
+        work = tempfile.mkdtemp(prefix="report-scale-")
+        try:
+            size = write_reports(work, reports, stacks)
+            for args in (["--json"], []):
+                took, peak, out = measure(work, args)
+                print(f"{reports:4d} reports x {stacks:7,d} stacks ({size / 1e6:6.1f} MB): "
+                      f"report {' '.join(args) or '(text)':7s} {took:6.2f} s, peak RSS {peak:6.0f} MiB, "
+                      f"output {out / 1e6:.1f} MB", flush=True)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
