@@ -88,7 +88,9 @@ if __name__ == "__main__":  # importable by the tests, for build_native()
         python_requires=">=3.10",
         packages=find_packages(include=["libmemleak", "libmemleak.*"]),
         package_data={"libmemleak": ["examples/*.c"]},
-        install_requires=["cffi>=1.15", "pyelftools>=0.29", "sortedcontainers>=2.4"],
+        # sortedcontainers was declared and never used: the ranking of `report`
+        # sorts once, which a plain sort does (issue 20 asked to use it or drop it).
+        install_requires=["cffi>=1.15", "pyelftools>=0.29"],
         entry_points={"console_scripts": ["libmemleak = libmemleak.cli:main"]},
         cmdclass={"build_py": BuildWithNative, "build_native": BuildNativeInPlace},
         distclass=BinaryDistribution,
