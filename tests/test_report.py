@@ -201,3 +201,36 @@ def test_group_by_site_and_function(slowleaks):
         assert sum(s["live_bytes"] for s in proc["stacks"]) == proc["live_bytes"]
         if how == "function":
             assert len(leak["frames"]) == 1
+
+
+def test_report_on_a_threaded_cxx_server_with_map_and_string_churn(tmp_path):
+    """Worker threads churning std::map<std::string, std::string>, an LRU
+    cache, and three kinds of growth hidden in it."""
+    prog = compile_program("slowleaks_server.cc", "-O1")
+    t = Traced([prog], tmp_path, config="mtraceinit")
+    t.reports_at(*["round"] * ROUNDS)
+    assert t.finish() == 0, t.stderr
+    r = report_cmd(tmp_path, "--json")
+    assert r.returncode == 0, r.stderr
+    [proc] = json.loads(r.stdout)["processes"]
+
+    def own_function(stack):
+        return next((f["function"] for f in stack["frames"]
+                     if f["function"] and any(k in f["function"] for k in
+                                              ("Session::open", "parse_error_path",
+                                               "KeyCache::remember"))), None)
+    suspects = [own_function(s) for s in proc["suspects"]]
+    for leak in ("Session::open", "parse_error_path", "KeyCache::remember"):
+        assert any(s and leak in s for s in suspects), (leak, [s["verdict"] for s in proc["suspects"]])
+    # every real leak ranks above anything else that grew (the LRU's strings
+    # grow a little as its keys get longer)
+    real = [bool(own_function(s)) for s in proc["suspects"]]
+    assert real == sorted(real, reverse=True), [s["verdict"] for s in proc["suspects"]]
+    session = next(s for s in proc["suspects"] if "Session::open" in (own_function(s) or ""))
+    assert (session["live_bytes"], session["live_blocks"]) == (96 * ROUNDS, ROUNDS)
+    assert session["kind"] == "new"
+    error = next(s for s in proc["suspects"] if "parse_error_path" in (own_function(s) or ""))
+    assert (error["live_bytes"], error["live_blocks"]) == (900, 3)
+    # no stack that went down while the program ran is a suspect: that is churn
+    assert all(s["intervals_shrunk"] == 0 for s in proc["suspects"]), \
+        [(s["verdict"], s["frames"][0]["function"]) for s in proc["suspects"]]

@@ -37,18 +37,33 @@ def short_name(name):
     return "".join(out).strip() or name
 
 
+SYSTEM_SOURCES = ("/usr/include/", "/usr/lib/gcc/", "/usr/lib/llvm")
+LIBRARY_NAMESPACES = ("std::", "__gnu_cxx::", "__cxxabiv1::", "void std::", "__gnu_debug::")
+
+
 def is_library(module):
     return bool(module) and any(hint in module for hint in LIBRARY_HINTS)
 
 
+def is_own_code(frame, executable=None):
+    """A frame of the program's own code: not in a system library, and not
+    library code inlined into the program (std::string's members, say,
+    compiled from /usr/include)."""
+    if frame.module != executable and is_library(frame.module):
+        return False
+    if frame.file and frame.file.startswith(SYSTEM_SOURCES):
+        return False
+    name = frame.function or ""
+    return not name.startswith(LIBRARY_NAMESPACES) and "/include/c++/" not in (frame.file or "")
+
+
 def shown_frames(frames, executable=None, keep=4):
     """(frames to show, how many are left out above, below).  The shown ones
-    start at the first frame in the program's own code (the executable, or
-    any module that is not a system library), so the allocator wrappers
-    above it do not push it out of sight."""
+    start at the first frame of the program's own code, so the allocator
+    wrappers and inlined library code above it do not push it out of sight."""
     first = 0
     for i, f in enumerate(frames):
-        if (executable and f.module == executable) or not is_library(f.module):
+        if is_own_code(f, executable):
             first = i
             break
     shown = frames[first:first + keep]

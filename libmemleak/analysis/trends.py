@@ -36,6 +36,7 @@ class Trend:
     block_deltas: list
     samples: int = 0                   # sampled reports: recorded blocks behind the estimates
     allocations: int | None = None     # allocations made (reports that count them: allocs=)
+    alloc_deltas: list | None = None   # allocations made in each report's interval
     kind: str = "malloc"               # allocator family: malloc, new, mmap (kind=)
     # filled in by rank():
     live_bytes: int = 0
@@ -48,6 +49,7 @@ class Trend:
     growth_bytes: int = 0              # net change over those intervals
     rate: float | None = None          # bytes per second over them
     freed_at_exit: int = 0
+    survival: float | None = None      # share of its allocations (in those intervals) still live
     score: float = 0.0
     suspect: bool = False
     verdict: str = ""
@@ -83,6 +85,9 @@ def trends_of(series):
                     if name == "samples":
                         t.samples += int(value)
                     elif name == "allocs":
+                        if t.alloc_deltas is None:
+                            t.alloc_deltas = [0] * n
+                        t.alloc_deltas[i] += int(value)
                         t.allocations = (t.allocations or 0) + int(value)
                     elif name == "kind":
                         t.kind = value
@@ -144,6 +149,10 @@ def analyse(series, group_by="stack"):
         half = later[len(later) // 2:]
         t.recent_grew = sum(1 for d in half if d > 0)
         t.growth_bytes = sum(later)
+        if t.alloc_deltas is not None:
+            made = sum(t.alloc_deltas[1:running])
+            kept = sum(t.block_deltas[1:running])
+            t.survival = min(1.0, max(0.0, kept / made)) if made > 0 else None
         if seconds:
             t.rate = t.growth_bytes / seconds
         _judge(t)
@@ -169,18 +178,25 @@ def _judge(t):
         return
     steadiness = t.grew / t.intervals
     never_freed = t.shrank == 0
-    if not never_freed and steadiness < 0.5:
-        return  # goes up and down: churn
+    # A leaked block survives: a leaking stack keeps what it allocates, where
+    # churn and a cache that recycles its entries (an LRU) allocate many to
+    # keep a few (the survivor test of Cork and of Carlo Wood's libmemleak).
+    # Unknown (sampled reports): taken as kept.
+    survival = 1.0 if t.survival is None else t.survival
+    if steadiness < 0.5 and not (never_freed and survival >= 0.5):
+        return  # up and down, or now and then while recycling: churn, not a leak
     recent = t.recent_grew / max(1, t.intervals - t.intervals // 2)
     t.suspect = True
     t.score = ((1.0 if never_freed else 0.5) * (0.25 + 0.75 * steadiness)
-               * (0.25 + 0.75 * recent) * math.log2(2 + t.growth_bytes))
+               * (0.25 + 0.75 * recent) * (0.2 + 0.8 * survival) * math.log2(2 + t.growth_bytes))
     words = [f"grows in {t.grew} of {t.intervals} interval{'s' if t.intervals != 1 else ''}"]
     if t.rate is not None:
         words.append(f"{human_bytes(t.rate, sign=True)}/s")
     words.append(f"{t.live_blocks:,} block{'s' if t.live_blocks != 1 else ''} live")
     if t.allocations is not None:
         words.append(f"allocated {t.allocations:,} time{'s' if t.allocations != 1 else ''}")
+    if t.survival is not None and t.survival < 0.995:
+        words.append(f"keeps {t.survival:.0%} of them")
     words.append("never freed" if never_freed else f"freed in {t.shrank}")
     if t.freed_at_exit:
         words.append(f"{human_bytes(t.freed_at_exit)} freed at exit")

@@ -19,6 +19,8 @@ def trend_dict(t, rank=None):
         d["samples"] = t.samples
     if t.allocations is not None:
         d["allocations"] = t.allocations
+    if t.survival is not None:
+        d["survival"] = round(t.survival, 3)
     if rank is not None:
         d = {"rank": rank, "verdict": t.verdict, "score": round(t.score, 3), **d}
     return d
