@@ -80,14 +80,17 @@ def _time(text):
         return None
 
 
-def read_series(paths):
+def read_series(paths, progress=None):
     """(list of Series ordered by program and pid, list of problems that
     concern no single process).  Raises InputError when no report at all
-    could be read."""
+    could be read.  progress(done, total) is called as files are read."""
     problems = []
     by_process = {}
     frames = {}  # frame text -> parsed frames, shared by every file read
-    for path in _files(paths, problems):
+    files = list(_files(paths, problems))
+    for done, path in enumerate(files, 1):
+        if progress:
+            progress(done, len(files))
         try:
             parsed = memlog.read(path, frames)
         except memlog.MemlogError as e:

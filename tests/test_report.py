@@ -234,3 +234,21 @@ def test_report_on_a_threaded_cxx_server_with_map_and_string_churn(tmp_path):
     # no stack that went down while the program ran is a suspect: that is churn
     assert all(s["intervals_shrunk"] == 0 for s in proc["suspects"]), \
         [(s["verdict"], s["frames"][0]["function"]) for s in proc["suspects"]]
+
+
+def test_progress_bar_on_a_terminal_and_none_in_a_pipe():
+    import pty
+    from libmemleak.commands.report import progress_bar
+    master, slave = pty.openpty()
+    with os.fdopen(slave, "w") as tty:
+        show = progress_bar(tty, every=0, delay=0)
+        show(3, 10)
+        show(10, 10)
+    shown = os.read(master, 4096).decode()
+    os.close(master)
+    assert "reading reports [#########.....................] 3/10" in shown
+    assert shown.endswith("\r\x1b[K")  # the line is cleared when done
+    r, w = os.pipe()
+    with os.fdopen(w, "w") as pipe:
+        assert progress_bar(pipe) is None
+    os.close(r)

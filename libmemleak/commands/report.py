@@ -35,6 +35,31 @@ def add_parser(sub):
     p.set_defaults(func=run)
 
 
+def progress_bar(out=sys.stderr, every=0.2, delay=0.5):
+    """A one-line progress bar on a terminal, for long reads; nothing when
+    stderr is not a terminal (a pipe, a CI log)."""
+    if not out.isatty():
+        return None
+    import time
+    state = {"next": time.monotonic() + delay, "shown": False}
+
+    def show(done, total):
+        now = time.monotonic()
+        if done == total:
+            if state["shown"]:
+                out.write("\r\033[K")
+                out.flush()
+            return
+        if now < state["next"]:
+            return
+        state["next"], state["shown"] = now + every, True
+        width = 30
+        filled = width * done // total
+        out.write(f"\rreading reports [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+        out.flush()
+    return show
+
+
 def _pattern(text_, option):
     if text_ is None:
         return None
@@ -53,7 +78,7 @@ def run(args):
     try:
         include = _pattern(args.include, "--include")
         exclude = _pattern(args.exclude, "--exclude")
-        series, problems = read_series(args.paths)
+        series, problems = read_series(args.paths, progress_bar())
     except InputError as e:
         print(f"libmemleak: report: {e}", file=sys.stderr)
         return 2
