@@ -189,11 +189,16 @@ def parse(text, source="<report>", cache=None):
             raise MemlogError(f"{source}:{line}: expected an entry like '+1024 +2', "
                               f"got {first.rstrip()[:60]!r}") from None
         block = m.group("f")
-        frames = cache.get(block)
-        if frames is None:
-            frames = cache[block] = tuple(_frame_of(line[1:], cache)
-                                          for line in block.split("\n") if line)
-        entries.append(Entry(nbytes, blocks, frames, fields[2 if blocks is not None else 1:]))
+        known = cache.get(block)
+        if known is None:
+            # One tuple of frames and one text per distinct stack, shared by
+            # every entry that prints it: the text is also the stack's
+            # identity for the analysis (a string hashes once).
+            known = cache[block] = (tuple(_frame_of(line[1:], cache)
+                                          for line in block.split("\n") if line),
+                                    block.rstrip("\n"))
+        entries.append(Entry(nbytes, blocks, known[0], fields[2 if blocks is not None else 1:],
+                             known[1]))
     if pos != len(text):
         line = text.count("\n", 0, pos) + 1
         bad = text[pos:text.find("\n", pos) if "\n" in text[pos:] else len(text)]

@@ -24,7 +24,9 @@ TEARDOWN = "exit"
 def stack_key(entry):
     """A stack's identity across reports: what a report prints of it, and
     its allocator family."""
-    kind = next((x for x in entry.extra if x.startswith("kind=")), "")
+    kind = next((x for x in entry.extra if x.startswith("kind=")), "") if entry.extra else ""
+    if entry.frames_text is not None:
+        return (kind, entry.frames_text)
     return (kind, *((f.function, f.module, f.file, f.line, f.inlined) for f in entry.frames))
 
 
