@@ -265,3 +265,28 @@ def test_progress_bar_on_a_terminal_and_none_in_a_pipe():
     with os.fdopen(w, "w") as pipe:
         assert progress_bar(pipe) is None
     os.close(r)
+
+
+@pytest.mark.skipif(not shutil.which("tmux"), reason="needs tmux for a real terminal")
+def test_on_a_terminal_the_report_fits_the_screen(slowleaks, tmp_path):
+    workdir, pid = slowleaks
+    session = f"mlk-{os.getpid()}"
+    done = tmp_path / "done"
+    command = (f"PYTHONPATH={os.path.dirname(PACKAGE_DIR)} {sys.executable} -m libmemleak report "
+               f"{workdir}; touch {done}; sleep 30")
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "24", command],
+                   check=True, env=dict(CLI_ENV, TERM="xterm"))
+    try:
+        import time
+        deadline = time.monotonic() + 30
+        while not done.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
+                                text=True, check=True).stdout
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+    lines = [line for line in screen.splitlines() if line.strip()]
+    assert lines[0].startswith(f"slowleaks (pid {pid})"), screen
+    assert any(line.lstrip().startswith("#1 ") for line in lines), screen
+    assert any("more: --top N" in line for line in lines), screen  # cut to the screen
+    assert len(screen.splitlines()) <= 24

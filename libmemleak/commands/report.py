@@ -19,7 +19,8 @@ def add_parser(sub):
                                    "whose live bytes grow steadily across the reports.")
     p.add_argument("paths", metavar="PATH", nargs="+")
     p.add_argument("--pid", type=int, help="only this process")
-    p.add_argument("--top", type=int, default=10, metavar="N", help="suspects shown (10)")
+    p.add_argument("--top", type=int, metavar="N",
+                   help="suspects shown (as many as fit the terminal; 10 in a pipe)")
     p.add_argument("--min-bytes", type=int, default=0, metavar="BYTES",
                    help="leave out stacks with fewer live bytes")
     p.add_argument("--include", metavar="REGEX", help="only stacks with a frame (function or "
@@ -58,6 +59,16 @@ def progress_bar(out=sys.stderr, every=0.2, delay=0.5):
         out.write(f"\rreading reports [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
         out.flush()
     return show
+
+
+def default_top(processes, out=sys.stdout):
+    """On a terminal, as many suspects as fit one screen (each takes seven
+    to nine rows, its verdict wrapping on a narrow one); in a pipe, 10."""
+    if not out.isatty():
+        return 10
+    import shutil
+    rows = shutil.get_terminal_size().lines
+    return max(1, (rows - 6 * processes) // (9 * max(1, processes)))
 
 
 def _pattern(text_, option):
@@ -103,8 +114,8 @@ def run(args):
         if args.json:
             json_doc.write(sys.stdout, analyses, problems)
         else:
-            text.write(sys.stdout, analyses, [], top=args.top, full_names=args.full_names,
-                       all_stacks=args.all)
+            text.write(sys.stdout, analyses, [], top=args.top or default_top(len(analyses)),
+                       full_names=args.full_names, all_stacks=args.all)
     except BrokenPipeError:
         return 0
     return 1 if any(not s.complete for s in series) else 0
