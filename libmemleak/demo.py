@@ -60,26 +60,35 @@ def run_demo(keep_dir=None):
             shutil.rmtree(work, ignore_errors=True)
 
 
+BATCHES = 4
+
+
 def _demo(cc, work, keep_dir):
     prog = os.path.join(work, "leaky_server")
     subprocess.run([cc, "-g", "-O0", EXAMPLE, "-o", prog], check=True)
-    print(f"$ libmemleak run {prog}      # in {work}")
-    p = subprocess.Popen([prog], cwd=work, env=traced_environment(), text=True,
+    print(f"$ libmemleak run {prog} {BATCHES}      # in {work}")
+    p = subprocess.Popen([prog, str(BATCHES)], cwd=work, env=traced_environment(), text=True,
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    print(p.stdout.readline().rstrip())
-    print(f"$ kill -USR1 {p.pid}")
-    p.send_signal(signal.SIGUSR1)
+    for batch in range(1, BATCHES + 1):
+        print(p.stdout.readline().rstrip())
+        print(f"$ kill -USR1 {p.pid}")
+        p.send_signal(signal.SIGUSR1)
+        _wait_for(os.path.join(work, report_name("leaky_server", p.pid, batch)))
+        p.stdin.write("go on\n")
+        p.stdin.flush()
+    p.communicate(timeout=60)
+    final = os.path.join(work, report_name("leaky_server", p.pid, BATCHES + 1))
+    _wait_for(final)
     first = os.path.join(work, report_name("leaky_server", p.pid, 1))
-    _wait_for(first)
-    p.communicate("go on\n", timeout=60)
-    second = os.path.join(work, report_name("leaky_server", p.pid, 2))
-    _wait_for(second)
-    for path, what in ((first, "taken while it ran (SIGUSR1): everything live"),
-                       (second, "at exit: the change since the first report")):
-        print(f"\n==> {path}   [{what}]")
-        with open(path) as f:
-            print(f.read().rstrip())
-    print("\nEach entry: change in live bytes and blocks of one call stack, innermost frame first.")
-    print("Stacks that keep growing report after report are your leaks: here strdup in "
-          "parse_request and cache_put.")
+    print(f"\n==> {first}   [the first report, taken while it ran: everything live; its start]")
+    with open(first) as f:
+        print("\n".join(f.read().rstrip().splitlines()[:30]))
+    print("    ...")
+    print(f"\nEach entry: the change in live bytes and blocks of one call stack since the previous "
+          f"report,\ninnermost frame first.  {BATCHES + 1} reports were written; line them up:")
+    print(f"\n$ libmemleak report {work}")
+    sys.stdout.flush()
+    subprocess.run([sys.executable, "-m", "libmemleak", "report", "--top", "3", work],
+                   env=dict(os.environ, PYTHONPATH=os.path.dirname(PACKAGE_DIR)))
+    print("The two suspects are the demo's two leaks: the strdup in parse_request and cache_put.")
     return 0

@@ -300,3 +300,19 @@ def test_a_python_program_gets_the_pymalloc_hint(workdir):
     r = subprocess.run(libmemleak("run", sys.executable, "-c", "pass"), cwd=workdir, env=env,
                        capture_output=True, text=True, timeout=120)
     assert "PYTHONMALLOC" not in r.stderr
+
+
+def test_the_demo_ends_with_the_ranked_leaks(workdir):
+    """The README's first command: build the bundled server, take reports
+    while it runs, and show `libmemleak report` naming its two leaks."""
+    keep = workdir / "demo"
+    r = subprocess.run(libmemleak("demo", "--keep", str(keep)), env=CLI_ENV, capture_output=True,
+                       text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    assert len([n for n in os.listdir(keep) if n.endswith(".memlog")]) == 5
+    ranked = r.stdout[r.stdout.index("$ libmemleak report"):]
+    first, second = ranked.index("#1 "), ranked.index("#2 ")
+    assert "cache_put (leaky_server.c:" in ranked[first:second]
+    assert "parse_request (leaky_server.c:" in ranked[second:]
+    assert "never freed" in ranked[first:second]

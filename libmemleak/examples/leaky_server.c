@@ -1,8 +1,8 @@
 /* A tiny "server" with two leaks, for `libmemleak demo`.
  *   - finish_request() forgets to free the request's path (strdup'ed);
  *   - cache_put() overwrites cache slots without freeing the old entry.
- * It serves a batch, waits (so a report can be taken while it runs), serves
- * another batch and exits. */
+ * It serves a batch of requests at a time and waits after each (so that a
+ * report can be taken while it runs), then exits. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,14 +41,16 @@ static void serve(int n)
     }
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    serve(100);
-    printf("served 100 requests\n");
-    fflush(stdout);
-    char line[16];
-    if (!fgets(line, sizeof line, stdin)) /* the demo sends SIGUSR1, then a line */
-        return 1;
-    serve(50);
+    int batches = argc > 1 ? atoi(argv[1]) : 2;
+    for (int b = 1; b <= batches; b++) {
+        serve(100);
+        printf("served batch %d\n", b);
+        fflush(stdout);
+        char line[16];
+        if (!fgets(line, sizeof line, stdin)) /* the demo takes a report, then sends a line */
+            return 1;
+    }
     return 0;
 }
