@@ -85,6 +85,15 @@ def reports_of(directory, prog, pid):
     return out
 
 
+def wait_for_reports(directory, prog, pid, count, timeout=REPORT_TIMEOUT):
+    """The reports of one process once report `count` is there (a
+    descendant's last one is written after it has gone).  Waits for that
+    file rather than polling reports_of, which would see a report appear
+    between its two looks as a gap."""
+    wait_for_file(report_path(directory, prog, pid, count), timeout)
+    return reports_of(directory, prog, pid)
+
+
 def by_site(report):
     """first-frame function -> (bytes, blocks), summed over the report."""
     sites = {}

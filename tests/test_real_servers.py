@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from helpers import BENCH_PROGRAMS, reports_of
+from helpers import BENCH_PROGRAMS, reports_of, wait_for_reports
 from libmemleak import PACKAGE_DIR, memlog
 
 CLI_ENV = dict(os.environ, PYTHONPATH=os.path.dirname(PACKAGE_DIR))
@@ -55,15 +55,6 @@ def snapshot(pid):
     report = memlog.read(r.stdout.strip())
     assert report.header["reason"] == "snapshot"
     return report
-
-
-def wait_for_reports(directory, prog, pid, count, timeout=30):
-    deadline = time.monotonic() + timeout
-    while True:
-        reports = reports_of(directory, prog, pid)
-        if len(reports) >= count or time.monotonic() > deadline:
-            return reports
-        time.sleep(0.05)
 
 
 @pytest.mark.skipif(not shutil.which("redis-server") or not shutil.which("redis-benchmark"),

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from helpers import Traced, by_site, compile_program, reports_of, wait_for_file, wait_for_reporter
+from helpers import (Traced, by_site, compile_program, reports_of, wait_for_file, wait_for_reporter,
+                     wait_for_reports)
 from libmemleak import PACKAGE_DIR, memlog
 
 CLI_ENV = dict(os.environ, PYTHONPATH=os.path.dirname(PACKAGE_DIR))
@@ -86,10 +87,7 @@ def test_worker_that_dropped_privileges_reports_on_signal_and_on_snapshot(workdi
     assert by_site(second) == {"site_worker_later": (333, 1)}
     t.resume()
     assert t.finish() == 0, t.stderr
-    deadline = time.monotonic() + 20
-    while len(reports_of(str(workdir), "dropuid", worker)) < 3 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    reports = reports_of(str(workdir), "dropuid", worker)
+    reports = wait_for_reports(str(workdir), "dropuid", worker, 3)
     assert [r.header["reason"] for r in reports] == ["signal", "snapshot", "exit"]
     # every report of a descendant says its memory, the last one (written
     # after it was gone) what it had as it exited
