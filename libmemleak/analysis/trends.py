@@ -44,6 +44,7 @@ class Trend:
     live_bytes: int = 0
     live_blocks: int = 0
     running_live_bytes: int = 0        # live at the last report before teardown
+    running_live_blocks: int = 0
     grew: int = 0                      # intervals (after the first report) it grew in
     shrank: int = 0
     intervals: int = 0
@@ -143,6 +144,7 @@ def analyse(series, group_by="stack"):
     for t in trends:
         t.live_bytes, t.live_blocks = sum(t.deltas), sum(t.block_deltas)
         t.running_live_bytes = sum(t.deltas[:running])
+        t.running_live_blocks = sum(t.block_deltas[:running])
         t.freed_at_exit = -t.deltas[-1] if running < len(reports) and t.deltas[-1] < 0 else 0
         later = t.deltas[1:running]
         t.intervals = len(later)
@@ -194,7 +196,9 @@ def _judge(t):
     words = [f"grows in {t.grew} of {t.intervals} interval{'s' if t.intervals != 1 else ''}"]
     if t.rate is not None:
         words.append(f"{human_bytes(t.rate, sign=True)}/s")
-    words.append(f"{t.live_blocks:,} block{'s' if t.live_blocks != 1 else ''} live")
+    blocks, when = ((t.running_live_blocks, " before exit") if t.freed_at_exit
+                    else (t.live_blocks, ""))
+    words.append(f"{blocks:,} block{'s' if blocks != 1 else ''} live{when}")
     if t.allocations is not None:
         words.append(f"allocated {t.allocations:,} time{'s' if t.allocations != 1 else ''}")
     if t.survival is not None and t.survival < 0.995:
