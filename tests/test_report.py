@@ -290,3 +290,58 @@ def test_on_a_terminal_the_report_fits_the_screen(slowleaks, tmp_path):
     assert any(line.lstrip().startswith("#1 ") for line in lines), screen
     assert any("more: --top N" in line for line in lines), screen  # cut to the screen
     assert len(screen.splitlines()) <= 24
+
+
+def export_cmd(*args):
+    return subprocess.run([sys.executable, "-m", "libmemleak", "export", *map(str, args)],
+                          env=CLI_ENV, capture_output=True, text=True, timeout=120)
+
+
+def test_collapsed_export_adds_up_to_the_live_total(slowleaks, tmp_path):
+    workdir, pid = slowleaks
+    out = tmp_path / "stacks.folded"
+    r = export_cmd("--format", "collapsed", "-o", out, workdir)
+    assert r.returncode == 0, r.stderr
+    lines = out.read_text().splitlines()
+    values = {line.rsplit(" ", 1)[0]: int(line.rsplit(" ", 1)[1]) for line in lines}
+    doc = json.loads(report_cmd(workdir, "--json").stdout)
+    [proc] = doc["processes"]
+    assert sum(values.values()) == sum(s["live_bytes"] for s in proc["stacks"] if s["live_bytes"] > 0)
+    leak = next(k for k in values if k.endswith(";main;site_leak"))
+    assert leak.startswith("_start;") and values[leak] == 64 * ROUNDS  # outermost first
+    assert all(";" in k and " " not in k.split(";")[-1] for k in values)
+
+
+def test_export_bad_input_is_one_line(tmp_path):
+    r = export_cmd("--format", "collapsed", tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no report" in r.stderr
+    r = export_cmd("--format", "pdf", tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "invalid choice" in r.stderr
+
+
+def check_cmd(*args):
+    return subprocess.run([sys.executable, "-m", "libmemleak", "check", *map(str, args)],
+                          env=CLI_ENV, capture_output=True, text=True, timeout=120)
+
+
+def test_check_fails_a_leaking_program_and_passes_a_clean_one(slowleaks, tmp_path):
+    workdir, pid = slowleaks
+    r = check_cmd(workdir, "--max-leaks", "0")
+    assert r.returncode == 1, r.stderr
+    assert "3 leak suspects, over --max-leaks 0" in r.stdout and "site_leak" in r.stdout
+    assert check_cmd(workdir, "--max-growth", "10000000").returncode == 0
+    assert check_cmd(workdir, "--max-growth", "100").returncode == 1
+    # a clean program: everything freed before exit
+    src = tmp_path / "clean.c"
+    src.write_text("#include <stdlib.h>\nint main(void) { for (int i = 0; i < 1000; i++) "
+                   "free(malloc(64)); return 0; }\n")
+    subprocess.run(["gcc", "-O0", str(src), "-o", str(tmp_path / "clean")], check=True)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    run = subprocess.run([sys.executable, "-m", "libmemleak", "run", "-q", str(tmp_path / "clean")],
+                         cwd=runs, env=CLI_ENV, capture_output=True, timeout=60)
+    assert run.returncode == 0
+    r = check_cmd(runs, "--max-live", "0", "--max-leaks", "0")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert check_cmd(tmp_path / "nothing-here").returncode == 2  # no limit, no input
+    assert check_cmd(tmp_path / "nothing-here", "--max-live", "0").returncode == 2

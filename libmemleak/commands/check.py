@@ -1,0 +1,68 @@
+"""`libmemleak check PATH... [--max-live BYTES] [--max-growth BYTES]
+[--max-leaks N]`: a CI gate over the reports of a test run.  Exit status 0
+when every limit holds, 1 (and the offending stacks on stdout) when one is
+passed, 2 on bad input -- usable in a Makefile, ctest or a CI step."""
+
+import sys
+
+from libmemleak.analysis.names import frame_text, shown_frames
+from libmemleak.analysis.trends import analyse, human_bytes
+from libmemleak.series import InputError, read_series
+
+
+def add_parser(sub):
+    p = sub.add_parser("check", help="exit 1 when the reports pass a limit (for CI)",
+                       description="Fail (exit 1) when a process of the reports in PATH has more "
+                                   "live bytes at its end than --max-live, a stack that grew more "
+                                   "than --max-growth while it ran, or more leak suspects than "
+                                   "--max-leaks.  Exit 0 when every limit holds, 2 on bad input.")
+    p.add_argument("paths", metavar="PATH", nargs="+")
+    p.add_argument("--max-live", type=int, metavar="BYTES",
+                   help="live bytes a process may hold at its last report")
+    p.add_argument("--max-growth", type=int, metavar="BYTES",
+                   help="bytes one stack may grow by while the program ran")
+    p.add_argument("--max-leaks", type=int, metavar="N", help="leak suspects allowed per process")
+    p.set_defaults(func=run)
+
+
+def _show(t, executable):
+    frames, _, _ = shown_frames(t.frames, executable, keep=3)
+    return " <- ".join(frame_text(f) for f in frames)
+
+
+def run(args):
+    if args.max_live is None and args.max_growth is None and args.max_leaks is None:
+        print("libmemleak: check: give at least one limit (--max-live, --max-growth, --max-leaks)",
+              file=sys.stderr)
+        return 2
+    try:
+        series, problems = read_series(args.paths)
+    except InputError as e:
+        print(f"libmemleak: check: {e}", file=sys.stderr)
+        return 2
+    for problem in problems + [p for s in series for p in s.problems]:
+        print(f"libmemleak: check: {problem}", file=sys.stderr)
+    failed = False
+    for s in series:
+        a = analyse(s)
+        name = f"{s.program} (pid {s.pid})"
+        if args.max_live is not None and a.live_bytes > args.max_live:
+            failed = True
+            print(f"{name}: {human_bytes(a.live_bytes)} live at its end, over --max-live "
+                  f"{human_bytes(args.max_live)}")
+            for t in a.trends[:5]:
+                print(f"  {human_bytes(t.live_bytes):>10s}  {_show(t, s.executable)}")
+        if args.max_growth is not None:
+            for t in a.trends:
+                if t.growth_bytes > args.max_growth:
+                    failed = True
+                    print(f"{name}: grew {human_bytes(t.growth_bytes)}, over --max-growth "
+                          f"{human_bytes(args.max_growth)}: {_show(t, s.executable)}")
+        if args.max_leaks is not None and len(a.suspects) > args.max_leaks:
+            failed = True
+            print(f"{name}: {len(a.suspects)} leak suspects, over --max-leaks {args.max_leaks}")
+            for t in a.suspects[:5]:
+                print(f"  {t.verdict}: {_show(t, s.executable)}")
+    if any(not s.complete for s in series):
+        return 2  # a gap in the reports: the totals judged would be wrong
+    return 1 if failed else 0
