@@ -345,3 +345,29 @@ def test_check_fails_a_leaking_program_and_passes_a_clean_one(slowleaks, tmp_pat
     assert r.returncode == 0, r.stdout + r.stderr
     assert check_cmd(tmp_path / "nothing-here").returncode == 2  # no limit, no input
     assert check_cmd(tmp_path / "nothing-here", "--max-live", "0").returncode == 2
+
+
+@pytest.mark.skipif(not shutil.which("go"), reason="needs go (Debian's golang-go) for go tool pprof")
+def test_pprof_export_loads_in_go_tool_pprof_with_the_right_totals(slowleaks, tmp_path):
+    workdir, pid = slowleaks
+    out = tmp_path / "heap.pb.gz"
+    r = export_cmd("--format", "pprof", "-o", out, workdir)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(report_cmd(workdir, "--json").stdout)
+    [proc] = doc["processes"]
+    live = sum(s["live_bytes"] for s in proc["stacks"] if s["live_bytes"] > 0)
+    env = dict(os.environ, HOME=str(tmp_path), GOCACHE=str(tmp_path / "gocache"))
+    top = subprocess.run(["go", "tool", "pprof", "-top", "-nodefraction=0", "-sample_index=inuse_space",
+                          str(out)],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert top.returncode == 0, top.stderr
+    assert f"100% of {live}B total" in top.stdout, top.stdout
+    rows = {line.split()[-1]: line.split()[0] for line in top.stdout.splitlines()
+            if line.strip().endswith(("site_leak", "site_rare", "site_startup"))}
+    assert rows == {"site_leak": f"{64 * ROUNDS}B", "site_rare": "600B", "site_startup": "4096B"}
+    allocs = subprocess.run(["go", "tool", "pprof", "-top", "-nodefraction=0", "-sample_index=alloc_objects",
+                             str(out)],
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert allocs.returncode == 0, allocs.stderr
+    leak = next(line for line in allocs.stdout.splitlines() if line.strip().endswith("site_leak"))
+    assert leak.split()[0] == str(ROUNDS)

@@ -1,15 +1,17 @@
 """`libmemleak export --format F [-o FILE] PATH...`: the reports in PATH in a
-format other tools read.  Today: collapsed (flamegraph.pl, inferno) and
-json (the document of `report --json`).  Exit status 0; 2 when nothing
+format other tools read.  Today: collapsed (flamegraph.pl, inferno),
+pprof (go tool pprof, Pyroscope, Parca) and json (the document of
+`report --json`).  Exit status 0; 2 when nothing
 could be read, the format is unknown or the output cannot be written."""
 
 import sys
 
 from libmemleak.analysis.trends import analyse
-from libmemleak.outputs import collapsed, json_doc
+from libmemleak.outputs import collapsed, json_doc, pprof
 from libmemleak.series import InputError, read_series
 
-FORMATS = {"collapsed": collapsed.write, "json": json_doc.write}
+FORMATS = {"collapsed": collapsed.write, "json": json_doc.write, "pprof": pprof.write}
+BINARY = {"pprof"}
 
 
 def add_parser(sub):
@@ -36,7 +38,8 @@ def run(args):
         print(f"libmemleak: export: {problem}", file=sys.stderr)
     analyses = [analyse(s) for s in series]
     try:
-        out = open(args.output, "w") if args.output else sys.stdout
+        mode = "wb" if args.format in BINARY else "w"
+        out = open(args.output, mode) if args.output else sys.stdout
     except OSError as e:
         print(f"libmemleak: export: {args.output}: {e.strerror}", file=sys.stderr)
         return 2

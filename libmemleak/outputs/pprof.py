@@ -1,0 +1,133 @@
+"""pprof's profile.proto, gzipped, laid out as Go's heap profiles: sample
+types inuse_objects/inuse_space (and alloc_objects where the reports count
+allocations), in-use space the default; one mapping per module, one
+location per distinct frame -- inlined frames as lines of the location of
+the function they were inlined into, innermost first, as profile.proto
+says -- and functions deduplicated.  Loads in `go tool pprof`, Pyroscope
+and Parca.
+
+The encoder is the few lines of protobuf wire format this needs (varints
+and length-delimited fields), not the protobuf package: a dependency for
+one writer, and no faster for this shape of data."""
+
+import gzip
+
+
+def _varint(n):
+    n &= (1 << 64) - 1  # negative int64s are ten bytes, as protobuf writes them
+    out = bytearray()
+    while True:
+        byte = n & 0x7f
+        n >>= 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _field_varint(number, value):
+    return _varint(number << 3) + _varint(value) if value else b""
+
+
+def _field_bytes(number, data):
+    return _varint(number << 3 | 2) + _varint(len(data)) + data
+
+
+def _packed(number, values):
+    return _field_bytes(number, b"".join(_varint(v) for v in values)) if values else b""
+
+
+class _Strings:
+    def __init__(self):
+        self.table = [""]
+        self.index = {"": 0}
+
+    def __call__(self, s):
+        s = s or ""
+        i = self.index.get(s)
+        if i is None:
+            i = self.index[s] = len(self.table)
+            self.table.append(s)
+        return i
+
+
+def encode(analyses):
+    """The uncompressed profile of the processes' live stacks."""
+    strings = _Strings()
+    counts_allocs = any(t.allocations is not None for a in analyses for t in a.trends)
+    types = [("inuse_objects", "count"), ("inuse_space", "bytes")]
+    if counts_allocs:
+        types.append(("alloc_objects", "count"))
+    body = bytearray()
+    for kind, unit in types:
+        body += _field_bytes(1, _field_varint(1, strings(kind)) + _field_varint(2, strings(unit)))
+    mappings, functions, locations = {}, {}, {}
+    mapping_msgs, function_msgs, location_msgs = [], [], []
+
+    def mapping_id(module):
+        mid = mappings.get(module)
+        if mid is None:
+            mid = mappings[module] = len(mappings) + 1
+            mapping_msgs.append(_field_varint(1, mid) + _field_varint(5, strings(module))
+                                + _field_varint(7, 1) + _field_varint(8, 1) + _field_varint(9, 1)
+                                + _field_varint(10, 1))
+        return mid
+
+    def function_id(f):
+        name = f.function or f"{(f.module or '?').rsplit('/', 1)[-1]}+{f.offset:#x}"
+        key = (name, f.file)
+        fid = functions.get(key)
+        if fid is None:
+            fid = functions[key] = len(functions) + 1
+            function_msgs.append(_field_varint(1, fid) + _field_varint(2, strings(name))
+                                 + _field_varint(3, strings(name)) + _field_varint(4, strings(f.file)))
+        return fid
+
+    def location_id(group):
+        key = tuple((f.function, f.module, f.file, f.line, f.offset if not f.function else 0)
+                    for f in group)
+        lid = locations.get(key)
+        if lid is None:
+            lid = locations[key] = len(locations) + 1
+            real = group[-1]
+            msg = _field_varint(1, lid) + _field_varint(2, mapping_id(real.module or "?"))
+            msg += _field_varint(3, real.offset if not real.function else 0)
+            for f in group:  # innermost first; the last is the function they are inlined into
+                msg += _field_bytes(4, _field_varint(1, function_id(f)) + _field_varint(2, f.line or 0))
+            location_msgs.append(msg)
+        return lid
+
+    for a in analyses:
+        for t in a.trends:
+            if t.live_bytes <= 0 and not t.allocations:
+                continue
+            ids, group = [], []
+            for f in t.frames:
+                group.append(f)
+                if not f.inlined:
+                    ids.append(location_id(group))
+                    group = []
+            if group:
+                ids.append(location_id(group))
+            values = [max(0, t.live_blocks), max(0, t.live_bytes)]
+            if counts_allocs:
+                values.append(t.allocations or 0)
+            body += _field_bytes(2, _packed(1, ids) + _packed(2, values))
+    for msg in mapping_msgs:
+        body += _field_bytes(3, msg)
+    for msg in location_msgs:
+        body += _field_bytes(4, msg)
+    for msg in function_msgs:
+        body += _field_bytes(5, msg)
+    default = strings("inuse_space")
+    for s in strings.table:
+        body += _field_bytes(6, s.encode("utf-8", "surrogateescape"))
+    body += _field_varint(14, default)
+    return bytes(body)
+
+
+def write(out, analyses, problems):
+    data = gzip.compress(encode(analyses), mtime=0)
+    target = getattr(out, "buffer", out)
+    target.write(data)
