@@ -1,3 +1,30 @@
 """One module per subcommand of `libmemleak` (cli.py registers them): each
 parses its options, calls the library and maps errors to exit statuses
 (docs/cli.md)."""
+
+import sys
+
+from libmemleak.series import InputError, read_series
+
+EXIT_BAD_INPUT = 2
+
+
+def read_reports(command, paths, pid=None, progress=None):
+    """The series of the reports in `paths` for an offline command, its
+    problems said on stderr, one line each; None (after one line) when
+    nothing could be read -- the command then exits EXIT_BAD_INPUT."""
+    try:
+        series, problems = read_series(paths, progress)
+    except InputError as e:
+        print(f"libmemleak: {command}: {e}", file=sys.stderr)
+        return None
+    if pid is not None:
+        series = [s for s in series if s.pid == pid]
+        if not series:
+            print(f"libmemleak: {command}: no reports of pid {pid} in {', '.join(paths)}",
+                  file=sys.stderr)
+            return None
+    for problem in problems + [p for s in series for p in s.problems]:
+        print(f"libmemleak: {command}: {problem}", file=sys.stderr)
+    return series, problems
+

@@ -7,7 +7,7 @@ import sys
 
 from libmemleak.analysis.names import frame_text, shown_frames
 from libmemleak.analysis.trends import analyse, human_bytes
-from libmemleak.series import InputError, read_series
+from libmemleak.commands import EXIT_BAD_INPUT, read_reports
 
 
 def add_parser(sub):
@@ -34,14 +34,11 @@ def run(args):
     if args.max_live is None and args.max_growth is None and args.max_leaks is None:
         print("libmemleak: check: give at least one limit (--max-live, --max-growth, --max-leaks)",
               file=sys.stderr)
-        return 2
-    try:
-        series, problems = read_series(args.paths)
-    except InputError as e:
-        print(f"libmemleak: check: {e}", file=sys.stderr)
-        return 2
-    for problem in problems + [p for s in series for p in s.problems]:
-        print(f"libmemleak: check: {problem}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    read = read_reports("check", args.paths)
+    if read is None:
+        return EXIT_BAD_INPUT
+    series, _ = read
     failed = False
     for s in series:
         a = analyse(s)
@@ -64,5 +61,5 @@ def run(args):
             for t in a.suspects[:5]:
                 print(f"  {t.verdict}: {_show(t, s.executable)}")
     if any(not s.complete for s in series):
-        return 2  # a gap in the reports: the totals judged would be wrong
+        return EXIT_BAD_INPUT  # a gap in the reports: the totals judged would be wrong
     return 1 if failed else 0

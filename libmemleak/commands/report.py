@@ -9,7 +9,8 @@ import sys
 
 from libmemleak.analysis.trends import analyse
 from libmemleak.outputs import json_doc, text
-from libmemleak.series import InputError, read_series
+from libmemleak.commands import EXIT_BAD_INPUT, read_reports
+from libmemleak.series import InputError
 
 
 def add_parser(sub):
@@ -89,16 +90,13 @@ def run(args):
     try:
         include = _pattern(args.include, "--include")
         exclude = _pattern(args.exclude, "--exclude")
-        series, problems = read_series(args.paths, progress_bar())
     except InputError as e:
         print(f"libmemleak: report: {e}", file=sys.stderr)
-        return 2
-    if args.pid is not None:
-        series = [s for s in series if s.pid == args.pid]
-        if not series:
-            print(f"libmemleak: report: no reports of pid {args.pid} in {', '.join(args.paths)}",
-                  file=sys.stderr)
-            return 2
+        return EXIT_BAD_INPUT
+    read = read_reports("report", args.paths, args.pid, progress_bar())
+    if read is None:
+        return EXIT_BAD_INPUT
+    series, problems = read
     analyses = []
     for s in series:
         a = analyse(s, args.group_by)
@@ -108,8 +106,6 @@ def run(args):
         a.trends = [t for t in a.trends if keep(t)]
         a.suspects = [t for t in a.suspects if keep(t)]
         analyses.append(a)
-    for problem in problems + [p for s in series for p in s.problems]:
-        print(f"libmemleak: report: {problem}", file=sys.stderr)
     try:
         if args.json:
             json_doc.write(sys.stdout, analyses, problems)
