@@ -2,6 +2,7 @@
 leaks among churn (issue "Answers, not files")."""
 
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -371,3 +372,37 @@ def test_pprof_export_loads_in_go_tool_pprof_with_the_right_totals(slowleaks, tm
     assert allocs.returncode == 0, allocs.stderr
     leak = next(line for line in allocs.stdout.splitlines() if line.strip().endswith("site_leak"))
     assert leak.split()[0] == str(ROUNDS)
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def headless(profile, *args):
+    """Debian's chromium, headless, with nothing that reaches the network."""
+    return subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                           "--no-first-run", "--disable-background-networking",
+                           "--disable-component-update", "--disable-sync",
+                           f"--user-data-dir={profile}", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.skipif(not CHROMIUM, reason="needs Debian's chromium")
+def test_flamegraph_renders_and_searches_in_a_real_browser(slowleaks, tmp_path):
+    workdir, pid = slowleaks
+    page = tmp_path / "flame.html"
+    r = export_cmd("--format", "flamegraph", "-o", page, workdir)
+    assert r.returncode == 0, r.stderr
+    text = page.read_text()
+    assert "http://" not in text and "https://" not in text  # self-contained: nothing fetched
+    url = f"file://{page}#search=site_leak"
+    dom = headless(tmp_path / "profile", "--dump-dom", url)
+    assert dom.returncode == 0, dom.stderr
+    frames = re.findall(r'<div class="f( hit)?" title="([^"]*)"', dom.stdout)
+    names = {name for _, name in frames}
+    assert {"all", "main", "site_leak", "site_rare", "site_startup"} <= names, names
+    assert [name for hit, name in frames if hit] == ["site_leak"]  # the search found it alone
+    assert "1 matched" in dom.stdout
+    shot = tmp_path / "flame.png"
+    headless(tmp_path / "profile", "--window-size=1200,500", f"--screenshot={shot}", url)
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000  # a picture, not an empty page

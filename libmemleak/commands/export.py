@@ -7,10 +7,11 @@ could be read, the format is unknown or the output cannot be written."""
 import sys
 
 from libmemleak.analysis.trends import analyse
-from libmemleak.outputs import collapsed, json_doc, pprof
+from libmemleak.outputs import collapsed, flamegraph, json_doc, pprof
 from libmemleak.commands import EXIT_BAD_INPUT, read_reports
 
-FORMATS = {"collapsed": collapsed.write, "json": json_doc.write, "pprof": pprof.write}
+FORMATS = {"collapsed": collapsed.write, "flamegraph": flamegraph.write, "json": json_doc.write,
+           "pprof": pprof.write}
 BINARY = {"pprof"}
 
 

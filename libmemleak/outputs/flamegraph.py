@@ -1,0 +1,122 @@
+"""A self-contained interactive flamegraph of live bytes (one HTML file, no
+network): click a frame to zoom into it, type in the search box to
+highlight frames, hover for bytes, blocks and allocations.  Readable for
+10,000 stacks: frames narrower than a pixel's share are merged into their
+parent (as flamegraph.pl's --minwidth), so the page holds what can be seen.
+
+The tree is built here and written as JSON into the page; the page draws
+it with a few lines of plain JavaScript into absolutely positioned divs."""
+
+import html
+import json
+
+from libmemleak.outputs.collapsed import frame_name
+
+MIN_SHARE = 0.0005  # of the total: narrower nodes are left out (their bytes stay in the parent)
+
+
+def tree_of(analyses):
+    root = {"n": "all", "v": 0, "k": 0, "a": 0, "c": {}}
+    for a in analyses:
+        for t in a.trends:
+            if t.live_bytes <= 0:
+                continue
+            root["v"] += t.live_bytes
+            root["k"] += t.live_blocks
+            node = root
+            for f in reversed(t.frames):  # outermost first
+                name = frame_name(f)
+                child = node["c"].get(name)
+                if child is None:
+                    child = node["c"][name] = {"n": name, "v": 0, "k": 0, "a": 0, "c": {},
+                                               "f": f"{f.file}:{f.line}" if f.file else (f.module or "")}
+                child["v"] += t.live_bytes
+                child["k"] += t.live_blocks
+                child["a"] += t.allocations or 0
+                node = child
+    return root
+
+
+def _prune(node, floor):
+    kids = [_prune(c, floor) for c in node["c"].values() if c["v"] >= floor]
+    kids.sort(key=lambda c: -c["v"])
+    out = {"n": node["n"], "v": node["v"], "k": node["k"], "a": node["a"], "c": kids}
+    if node.get("f"):
+        out["f"] = node["f"]
+    return out
+
+
+PAGE = """<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body {{ font: 12px sans-serif; margin: 8px; }}
+#graph {{ position: relative; width: 100%; }}
+.f {{ position: absolute; height: 17px; overflow: hidden; white-space: nowrap; box-sizing: border-box;
+     border: 1px solid #fff; padding: 1px 3px; cursor: pointer; background: #e8a33d; }}
+.f.hit {{ background: #d94fd9; }}
+#info {{ height: 18px; margin: 4px 0; }}
+</style></head><body>
+<h3>{title}</h3>
+<input id="search" placeholder="search frames" size="40"> <button id="reset">reset zoom</button>
+<span id="matched"></span>
+<div id="info">hover a frame; click to zoom</div>
+<div id="graph"></div>
+<script id="data" type="application/json">{data}</script>
+<script>
+const root = JSON.parse(document.getElementById('data').textContent);
+const graph = document.getElementById('graph'), info = document.getElementById('info');
+const H = 18;
+function depth(n) {{ return 1 + Math.max(0, ...n.c.map(depth)); }}
+function human(b) {{ const u = ['B','KB','MB','GB']; let i = 0; while (b >= 1024 && i < 3) {{ b /= 1024; i++; }}
+  return (i ? b.toFixed(1) : b) + ' ' + u[i]; }}
+function draw(top) {{
+  graph.innerHTML = '';
+  const rows = depth(top);
+  graph.style.height = (rows * H) + 'px';
+  const width = graph.clientWidth;
+  (function place(n, x, level, scale) {{
+    const w = n.v * scale;
+    if (w < 1) return;
+    const d = document.createElement('div');
+    d.className = 'f'; d.textContent = n.n; d.title = n.n;
+    d.style.left = x + 'px'; d.style.width = w + 'px'; d.style.top = ((rows - level - 1) * H) + 'px';
+    d.onmouseover = () => info.textContent = n.n + ' — ' + human(n.v) + ' live in ' + n.k +
+      ' blocks' + (n.a ? ', ' + n.a + ' allocations' : '') + (n.f ? ' (' + n.f + ')' : '');
+    d.onclick = () => draw(n);
+    graph.appendChild(d);
+    let cx = x;
+    for (const c of n.c) {{ place(c, cx, level + 1, scale); cx += c.v * scale; }}
+  }})(top, 0, 0, width / top.v);
+  search();
+}}
+function search() {{
+  const q = document.getElementById('search').value.toLowerCase();
+  let hits = 0;
+  for (const d of graph.children) {{
+    const hit = q && d.textContent.toLowerCase().includes(q);
+    d.classList.toggle('hit', !!hit); if (hit) hits++;
+  }}
+  document.getElementById('matched').textContent = q ? hits + ' matched' : '';
+}}
+document.getElementById('search').oninput = search;
+document.getElementById('reset').onclick = () => draw(root);
+// page.html#search=TEXT opens with TEXT searched (a link that shows a suspect)
+if (location.hash.startsWith('#search='))
+  document.getElementById('search').value = decodeURIComponent(location.hash.slice(8));
+draw(root);
+</script></body></html>
+"""
+
+
+def page(analyses, title="live bytes"):
+    root = tree_of(analyses)
+    pruned = _prune(root, max(1, root["v"] * MIN_SHARE))
+    # "</" must not end the script element early (a function named "</script>" ...)
+    data = json.dumps(pruned, separators=(",", ":")).replace("</", "<\\/")
+    return PAGE.format(title=html.escape(title), data=data)
+
+
+def write(out, analyses, problems):
+    names = ", ".join(f"{a.series.program} (pid {a.series.pid})" for a in analyses)
+    out.write(page(analyses, f"libmemleak: live bytes of {names}"))
+
