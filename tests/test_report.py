@@ -406,3 +406,23 @@ def test_flamegraph_renders_and_searches_in_a_real_browser(slowleaks, tmp_path):
     headless(tmp_path / "profile", "--window-size=1200,500", f"--screenshot={shot}", url)
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000  # a picture, not an empty page
+
+
+def test_suppressions_in_leaksanitizer_syntax(slowleaks, tmp_path):
+    workdir, pid = slowleaks
+    rules = tmp_path / "leaks.supp"
+    rules.write_text("# known, accepted\nleak:site_rare\nleak:^site_cache*$\n")
+    r = check_cmd(workdir, "--max-leaks", "1", "--suppressions", rules)
+    assert r.returncode == 0, r.stdout  # only site_leak is left
+    doc = json.loads(report_cmd(workdir, "--json", "--suppressions", rules).stdout)
+    [proc] = doc["processes"]
+    names = {first_function(s) for s in proc["suspects"]}
+    assert "site_leak" in names and not names & {"site_rare", "site_cache_grow"}
+    assert any("suppressed" in note for note in proc["notes"])
+    full = json.loads(report_cmd(workdir, "--json").stdout)["processes"][0]
+    assert proc["live_bytes"] == full["live_bytes"] - 600  # site_rare's 600 live bytes left out
+    folded = export_cmd("--format", "collapsed", "--suppressions", rules, workdir).stdout
+    assert "site_rare" not in folded and "site_leak" in folded
+    rules.write_text("leak site_rare\n")
+    r = report_cmd(workdir, "--suppressions", rules)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "leaks.supp:1" in r.stderr

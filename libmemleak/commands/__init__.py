@@ -28,3 +28,21 @@ def read_reports(command, paths, pid=None, progress=None):
         print(f"libmemleak: {command}: {problem}", file=sys.stderr)
     return series, problems
 
+
+def add_suppressions_option(parser):
+    parser.add_argument("--suppressions", metavar="FILE",
+                        help="leave out stacks matching LeakSanitizer-style 'leak:PATTERN' lines")
+
+
+def load_suppressions(command, path):
+    """The rules of --suppressions (an empty list without it); None after
+    one line when the file is bad."""
+    from libmemleak.analysis import suppressions
+    if not path:
+        return []
+    try:
+        return suppressions.load(path)
+    except InputError as e:
+        print(f"libmemleak: {command}: {e}", file=sys.stderr)
+        return None
+

@@ -7,7 +7,9 @@ import sys
 
 from libmemleak.analysis.names import frame_text, shown_frames
 from libmemleak.analysis.trends import analyse, human_bytes
-from libmemleak.commands import EXIT_BAD_INPUT, read_reports
+from libmemleak.analysis import suppressions
+from libmemleak.commands import (EXIT_BAD_INPUT, add_suppressions_option, load_suppressions,
+                                 read_reports)
 
 
 def add_parser(sub):
@@ -22,6 +24,7 @@ def add_parser(sub):
     p.add_argument("--max-growth", type=int, metavar="BYTES",
                    help="bytes one stack may grow by while the program ran")
     p.add_argument("--max-leaks", type=int, metavar="N", help="leak suspects allowed per process")
+    add_suppressions_option(p)
     p.set_defaults(func=run)
 
 
@@ -35,13 +38,14 @@ def run(args):
         print("libmemleak: check: give at least one limit (--max-live, --max-growth, --max-leaks)",
               file=sys.stderr)
         return EXIT_BAD_INPUT
-    read = read_reports("check", args.paths)
+    rules = load_suppressions("check", args.suppressions)
+    read = read_reports("check", args.paths) if rules is not None else None
     if read is None:
         return EXIT_BAD_INPUT
     series, _ = read
     failed = False
     for s in series:
-        a = analyse(s)
+        a = suppressions.apply(analyse(s), rules)
         name = f"{s.program} (pid {s.pid})"
         if args.max_live is not None and a.live_bytes > args.max_live:
             failed = True

@@ -8,7 +8,9 @@ import sys
 
 from libmemleak.analysis.trends import analyse
 from libmemleak.outputs import collapsed, flamegraph, json_doc, pprof
-from libmemleak.commands import EXIT_BAD_INPUT, read_reports
+from libmemleak.analysis import suppressions
+from libmemleak.commands import (EXIT_BAD_INPUT, add_suppressions_option, load_suppressions,
+                                 read_reports)
 
 FORMATS = {"collapsed": collapsed.write, "flamegraph": flamegraph.write, "json": json_doc.write,
            "pprof": pprof.write}
@@ -25,15 +27,17 @@ def add_parser(sub):
     p.add_argument("--format", "-f", required=True, choices=sorted(FORMATS))
     p.add_argument("-o", "--output", metavar="FILE", help="where to write (default: stdout)")
     p.add_argument("--pid", type=int, help="only this process")
+    add_suppressions_option(p)
     p.set_defaults(func=run)
 
 
 def run(args):
-    read = read_reports("export", args.paths, args.pid)
+    rules = load_suppressions("export", args.suppressions)
+    read = read_reports("export", args.paths, args.pid) if rules is not None else None
     if read is None:
         return EXIT_BAD_INPUT
     series, problems = read
-    analyses = [analyse(s) for s in series]
+    analyses = [suppressions.apply(analyse(s), rules) for s in series]
     try:
         mode = "wb" if args.format in BINARY else "w"
         out = open(args.output, mode) if args.output else sys.stdout

@@ -9,7 +9,9 @@ import sys
 
 from libmemleak.analysis.trends import analyse
 from libmemleak.outputs import json_doc, text
-from libmemleak.commands import EXIT_BAD_INPUT, read_reports
+from libmemleak.analysis import suppressions
+from libmemleak.commands import (EXIT_BAD_INPUT, add_suppressions_option, load_suppressions,
+                                 read_reports)
 from libmemleak.series import InputError
 
 
@@ -34,6 +36,7 @@ def add_parser(sub):
     p.add_argument("--full-names", action="store_true", help="C++ names with their template "
                                                             "arguments and parameters")
     p.add_argument("--json", action="store_true", help="the JSON document (docs/report-json.md)")
+    add_suppressions_option(p)
     p.set_defaults(func=run)
 
 
@@ -93,13 +96,14 @@ def run(args):
     except InputError as e:
         print(f"libmemleak: report: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    read = read_reports("report", args.paths, args.pid, progress_bar())
+    rules = load_suppressions("report", args.suppressions)
+    read = read_reports("report", args.paths, args.pid, progress_bar()) if rules is not None else None
     if read is None:
         return EXIT_BAD_INPUT
     series, problems = read
     analyses = []
     for s in series:
-        a = analyse(s, args.group_by)
+        a = suppressions.apply(analyse(s, args.group_by), rules)
         keep = (lambda t: t.live_bytes >= args.min_bytes
                 and (include is None or _matches(include, t))
                 and (exclude is None or not _matches(exclude, t)))

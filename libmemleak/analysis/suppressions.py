@@ -1,0 +1,68 @@
+"""Suppressions in LeakSanitizer's syntax, for report, export and check:
+
+    # a comment
+    leak:libfontconfig      <- any frame whose function, module or file matches
+    leak:^g_type_register   <- ^ and $ anchor, * matches anything
+
+A stack is suppressed when one of its frames matches a rule (as LSan
+matches a leak's stack).  Suppressed stacks leave the suspects, the stacks
+and the live totals; how many there were is said."""
+
+import re
+
+from libmemleak.series import InputError
+
+
+def _regex(pattern):
+    anchored_start = pattern.startswith("^")
+    anchored_end = pattern.endswith("$") and len(pattern) > 1
+    core = pattern[1 if anchored_start else 0:len(pattern) - (1 if anchored_end else 0)]
+    body = ".*".join(re.escape(part) for part in core.split("*"))
+    return re.compile(("^" if anchored_start else "") + body + ("$" if anchored_end else ""))
+
+
+def load(path):
+    """The rules of a suppressions file; InputError (with the line) if it
+    cannot be read or a line is not `leak:PATTERN`."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise InputError(f"{path}: {e.strerror}") from None
+    rules = []
+    for number, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        kind, sep, pattern = line.partition(":")
+        if not sep or kind.strip() != "leak" or not pattern.strip():
+            raise InputError(f"{path}:{number}: expected 'leak:PATTERN', got {line[:60]!r}")
+        rules.append((pattern.strip(), _regex(pattern.strip())))
+    return rules
+
+
+def matches(rules, frames):
+    for f in frames:
+        for name in (f.function, f.module, (f.module or "").rsplit("/", 1)[-1], f.file):
+            if name and any(regex.search(name) for _, regex in rules):
+                return True
+    return False
+
+
+def apply(analysis, rules):
+    """Leave the suppressed stacks out of an analysis (trends, suspects,
+    live totals); a note says how many and how many bytes."""
+    if not rules:
+        return analysis
+    kept = [t for t in analysis.trends if not matches(rules, t.frames)]
+    gone = len(analysis.trends) - len(kept)
+    if gone:
+        gone_bytes = sum(t.live_bytes for t in analysis.trends) - sum(t.live_bytes for t in kept)
+        analysis.notes.append(f"{gone} stack{'s' if gone != 1 else ''} suppressed "
+                              f"({gone_bytes:,} bytes live)")
+    analysis.trends = kept
+    keep = {id(t) for t in kept}
+    analysis.suspects = [t for t in analysis.suspects if id(t) in keep]
+    analysis.live_bytes = sum(t.live_bytes for t in kept)
+    analysis.live_blocks = sum(t.live_blocks for t in kept)
+    return analysis
