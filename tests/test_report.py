@@ -426,3 +426,26 @@ def test_suppressions_in_leaksanitizer_syntax(slowleaks, tmp_path):
     rules.write_text("leak site_rare\n")
     r = report_cmd(workdir, "--suppressions", rules)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "leaks.supp:1" in r.stderr
+
+
+@pytest.mark.skipif(not CHROMIUM, reason="needs Debian's chromium")
+def test_html_report_renders_its_parts_and_its_table_filters(slowleaks, tmp_path):
+    workdir, pid = slowleaks
+    page = tmp_path / "report.html"
+    r = export_cmd("--format", "html", "-o", page, workdir)
+    assert r.returncode == 0, r.stderr
+    text = page.read_text()
+    assert "http://" not in text and "https://" not in text
+    dom = headless(tmp_path / "profile", "--dump-dom", f"file://{page}#stacks=site_rare")
+    assert dom.returncode == 0, dom.stderr
+    out = dom.stdout
+    suspects = out[out.index('id="suspects"'):out.index("</table>", out.index('id="suspects"'))]
+    assert suspects.index("site_leak") < suspects.index("site_rare")  # the ranking, in order
+    assert out.count("<polyline") >= 4  # the total and the charted suspects
+    assert "1 shown" in out  # the stack table filtered to site_rare
+    rows = re.findall(r'<tr style="display: none;">', out)
+    assert len(rows) >= 5  # the other stacks hidden
+    assert 'class="f"' in out  # the flamegraph drew its frames
+    shot = tmp_path / "report.png"
+    headless(tmp_path / "profile", "--window-size=1200,1400", f"--screenshot={shot}", f"file://{page}")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20000

@@ -7,13 +7,13 @@ could be read, the format is unknown or the output cannot be written."""
 import sys
 
 from libmemleak.analysis.trends import analyse
-from libmemleak.outputs import collapsed, flamegraph, json_doc, pprof
+from libmemleak.outputs import collapsed, flamegraph, html_report, json_doc, pprof
 from libmemleak.analysis import suppressions
 from libmemleak.commands import (EXIT_BAD_INPUT, add_suppressions_option, load_suppressions,
                                  read_reports)
 
-FORMATS = {"collapsed": collapsed.write, "flamegraph": flamegraph.write, "json": json_doc.write,
-           "pprof": pprof.write}
+FORMATS = {"collapsed": collapsed.write, "flamegraph": flamegraph.write, "html": html_report.write,
+           "json": json_doc.write, "pprof": pprof.write}
 BINARY = {"pprof"}
 
 

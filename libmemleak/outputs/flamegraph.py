@@ -46,74 +46,89 @@ def _prune(node, floor):
     return out
 
 
-PAGE = """<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>{title}</title>
-<style>
-body {{ font: 12px sans-serif; margin: 8px; }}
-#graph {{ position: relative; width: 100%; }}
-.f {{ position: absolute; height: 17px; overflow: hidden; white-space: nowrap; box-sizing: border-box;
-     border: 1px solid #fff; padding: 1px 3px; cursor: pointer; background: #e8a33d; }}
-.f.hit {{ background: #d94fd9; }}
-#info {{ height: 18px; margin: 4px 0; }}
-</style></head><body>
-<h3>{title}</h3>
-<input id="search" placeholder="search frames" size="40"> <button id="reset">reset zoom</button>
-<span id="matched"></span>
-<div id="info">hover a frame; click to zoom</div>
-<div id="graph"></div>
-<script id="data" type="application/json">{data}</script>
+STYLE = """
+.f { position: absolute; height: 17px; overflow: hidden; white-space: nowrap; box-sizing: border-box;
+     border: 1px solid #fff; padding: 0 3px; font-size: 11px; line-height: 15px; cursor: pointer;
+     background: #e8a33d; }
+.f.hit { background: #d94fd9; }
+#flame { position: relative; width: 100%; }
+#flame-info { height: 18px; margin: 4px 0; }
+"""
+
+# The graph's own part of a page: a search box, a line for the hovered
+# frame, the graph, its data and the script that draws it.
+BODY = """<input id="flame-search" placeholder="search frames" size="40"> <button id="flame-reset">reset zoom</button>
+<span id="flame-matched"></span>
+<div id="flame-info">hover a frame; click to zoom</div>
+<div id="flame"></div>
+<script id="flame-data" type="application/json">%(data)s</script>
 <script>
-const root = JSON.parse(document.getElementById('data').textContent);
-const graph = document.getElementById('graph'), info = document.getElementById('info');
-const H = 18;
-function depth(n) {{ return 1 + Math.max(0, ...n.c.map(depth)); }}
-function human(b) {{ const u = ['B','KB','MB','GB']; let i = 0; while (b >= 1024 && i < 3) {{ b /= 1024; i++; }}
-  return (i ? b.toFixed(1) : b) + ' ' + u[i]; }}
-function draw(top) {{
+(function () {
+const root = JSON.parse(document.getElementById('flame-data').textContent);
+const graph = document.getElementById('flame'), info = document.getElementById('flame-info');
+const box = document.getElementById('flame-search'), H = 18;
+function depth(n) { return 1 + Math.max(0, ...n.c.map(depth)); }
+function human(b) { const u = ['B','KB','MB','GB']; let i = 0; while (b >= 1024 && i < 3) { b /= 1024; i++; }
+  return (i ? b.toFixed(1) : b) + ' ' + u[i]; }
+function draw(top) {
   graph.innerHTML = '';
+  if (!top.v) { graph.textContent = 'nothing live'; return; }
   const rows = depth(top);
   graph.style.height = (rows * H) + 'px';
   const width = graph.clientWidth;
-  (function place(n, x, level, scale) {{
+  (function place(n, x, level, scale) {
     const w = n.v * scale;
     if (w < 1) return;
     const d = document.createElement('div');
     d.className = 'f'; d.textContent = n.n; d.title = n.n;
     d.style.left = x + 'px'; d.style.width = w + 'px'; d.style.top = ((rows - level - 1) * H) + 'px';
-    d.onmouseover = () => info.textContent = n.n + ' — ' + human(n.v) + ' live in ' + n.k +
+    d.onmouseover = () => info.textContent = n.n + ' \u2014 ' + human(n.v) + ' live in ' + n.k +
       ' blocks' + (n.a ? ', ' + n.a + ' allocations' : '') + (n.f ? ' (' + n.f + ')' : '');
     d.onclick = () => draw(n);
     graph.appendChild(d);
     let cx = x;
-    for (const c of n.c) {{ place(c, cx, level + 1, scale); cx += c.v * scale; }}
-  }})(top, 0, 0, width / top.v);
+    for (const c of n.c) { place(c, cx, level + 1, scale); cx += c.v * scale; }
+  })(top, 0, 0, width / top.v);
   search();
-}}
-function search() {{
-  const q = document.getElementById('search').value.toLowerCase();
+}
+function search() {
+  const q = box.value.toLowerCase();
   let hits = 0;
-  for (const d of graph.children) {{
+  for (const d of graph.children) {
     const hit = q && d.textContent.toLowerCase().includes(q);
     d.classList.toggle('hit', !!hit); if (hit) hits++;
-  }}
-  document.getElementById('matched').textContent = q ? hits + ' matched' : '';
-}}
-document.getElementById('search').oninput = search;
-document.getElementById('reset').onclick = () => draw(root);
+  }
+  document.getElementById('flame-matched').textContent = q ? hits + ' matched' : '';
+}
+box.oninput = search;
+document.getElementById('flame-reset').onclick = () => draw(root);
 // page.html#search=TEXT opens with TEXT searched (a link that shows a suspect)
-if (location.hash.startsWith('#search='))
-  document.getElementById('search').value = decodeURIComponent(location.hash.slice(8));
+const m = location.hash.match(/search=([^&]*)/);
+if (m) box.value = decodeURIComponent(m[1]);
 draw(root);
-</script></body></html>
+})();
+</script>"""
+
+PAGE = """<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>%(title)s</title>
+<style>body { font: 12px sans-serif; margin: 8px; }%(style)s</style></head><body>
+<h3>%(title)s</h3>
+%(body)s
+</body></html>
 """
 
 
-def page(analyses, title="live bytes"):
+def body(analyses):
+    """The flamegraph's part of a page (STYLE goes in its head)."""
     root = tree_of(analyses)
     pruned = _prune(root, max(1, root["v"] * MIN_SHARE))
     # "</" must not end the script element early (a function named "</script>" ...)
     data = json.dumps(pruned, separators=(",", ":")).replace("</", "<\\/")
-    return PAGE.format(title=html.escape(title), data=data)
+    return BODY % {"data": data}
+
+
+def page(analyses, title="live bytes"):
+    return PAGE % {"title": html.escape(title), "style": STYLE, "body": body(analyses)}
 
 
 def write(out, analyses, problems):

@@ -1,0 +1,139 @@
+"""One self-contained HTML page (nothing fetched from the network): per
+process the summary, live bytes over time (the total and the top
+suspects, an inline SVG chart), the leak suspects with their verdicts,
+then one flamegraph of live bytes and a searchable table of the stacks.
+Its size is bounded: the table holds the STACKS_SHOWN biggest stacks (the
+rest are counted), the flamegraph merges frames too narrow to see."""
+
+import html
+
+from libmemleak.analysis.names import frame_text, shown_frames
+from libmemleak.analysis.trends import human_bytes
+from libmemleak.outputs import flamegraph
+
+STACKS_SHOWN = 2000
+SUSPECTS_CHARTED = 5
+COLORS = ("#c0392b", "#2471a3", "#229954", "#b9770e", "#7d3c98")
+
+STYLE = """
+body { font: 13px sans-serif; margin: 12px; }
+table { border-collapse: collapse; margin: 6px 0; }
+td, th { border-bottom: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
+td.n { text-align: right; white-space: nowrap; }
+.frames { font-family: monospace; font-size: 12px; white-space: pre; }
+.note { color: #a04000; }
+"""
+
+SCRIPT = """<script>
+(function () {
+const box = document.getElementById('stack-search');
+function filter() {
+  const q = box.value.toLowerCase();
+  let shown = 0;
+  for (const row of document.querySelectorAll('#stacks tbody tr')) {
+    const keep = !q || row.textContent.toLowerCase().includes(q);
+    row.style.display = keep ? '' : 'none'; if (keep) shown++;
+  }
+  document.getElementById('stack-count').textContent = shown + ' shown';
+}
+box.oninput = filter;
+const m = location.hash.match(/stacks=([^&]*)/);
+if (m) box.value = decodeURIComponent(m[1]);
+filter();
+})();
+</script>"""
+
+
+def _e(text):
+    return html.escape(str(text))
+
+
+def _frames(t, executable, keep=4):
+    frames, above, below = shown_frames(t.frames, executable, keep)
+    lines = [frame_text(f) for f in frames]
+    if above:
+        lines.insert(0, f"({above} frame{'s' if above != 1 else ''} in libraries above)")
+    if below:
+        lines.append(f"... {below} more")
+    return "\n".join(lines)
+
+
+def chart(a, width=640, height=180):
+    """Live bytes after each report: the total, and the top suspects."""
+    n = len(a.series.reports)
+    if n < 2:
+        return "<p>one report: no chart</p>"
+    series = [("all stacks", _cumulative([sum(t.deltas[i] for t in a.trends) for i in range(n)]))]
+    for t in a.suspects[:SUSPECTS_CHARTED]:
+        series.append((frame_text(shown_frames(t.frames, a.series.executable, 1)[0][0])
+                       if t.frames else "?", _cumulative(t.deltas)))
+    top = max(1, max(max(values) for _, values in series))
+    out = [f'<svg class="chart" width="{width + 160}" height="{height + 30}">',
+           f'<text x="0" y="12" font-size="11">{_e(human_bytes(top))}</text>',
+           f'<line x1="40" y1="{height}" x2="{width}" y2="{height}" stroke="#999"/>']
+    for k, (name, values) in enumerate(series):
+        color = "#444" if k == 0 else COLORS[(k - 1) % len(COLORS)]
+        points = " ".join(f"{40 + (width - 40) * i / (n - 1):.1f},{height - height * v / top:.1f}"
+                          for i, v in enumerate(values))
+        out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{points}">'
+                   f'<title>{_e(name)}</title></polyline>')
+        out.append(f'<text x="{width + 6}" y="{16 + 14 * k}" font-size="11" fill="{color}">'
+                   f'{_e(name[:28])}</text>')
+    out.append(f'<text x="40" y="{height + 16}" font-size="11">report 1</text>'
+               f'<text x="{width - 50}" y="{height + 16}" font-size="11">report {n}</text></svg>')
+    return "\n".join(out)
+
+
+def _cumulative(deltas):
+    total, out = 0, []
+    for d in deltas:
+        total += d
+        out.append(total)
+    return out
+
+
+def page(analyses, problems):
+    parts = []
+    stacks_rows, hidden = [], 0
+    for a in analyses:
+        s = a.series
+        span = f", {a.seconds:.1f} s between the first and the last" if a.seconds else ""
+        parts.append(f"<h2>{_e(s.program)} (pid {s.pid})</h2>"
+                     f"<p>{len(s.reports)} reports{_e(span)}; ended: {_e(s.ended or 'still running')}; "
+                     f"live now: <b>{_e(human_bytes(a.live_bytes))}</b> in {a.live_blocks:,} blocks</p>")
+        for note in a.notes:
+            parts.append(f'<p class="note">{_e(note)}</p>')
+        parts.append(chart(a))
+        if a.suspects:
+            rows = "".join(f'<tr><td class="n">#{i}</td><td>{_e(t.verdict)}</td>'
+                           f'<td class="n">{_e(human_bytes(t.running_live_bytes))}</td>'
+                           f'<td class="frames">{_e(_frames(t, s.executable))}</td></tr>'
+                           for i, t in enumerate(a.suspects, 1))
+            parts.append('<h3>Leak suspects, most likely first</h3><table id="suspects">'
+                         '<thead><tr><th></th><th>verdict</th><th>live</th><th>where</th></tr></thead>'
+                         f"<tbody>{rows}</tbody></table>")
+        else:
+            parts.append("<p>No leak suspects: no stack grew steadily while it ran.</p>")
+        for t in a.trends:
+            if len(stacks_rows) < STACKS_SHOWN:
+                stacks_rows.append(f'<tr><td class="n">{_e(human_bytes(t.live_bytes))}</td>'
+                                   f'<td class="n">{t.live_blocks:,}</td><td>{_e(s.program)} {s.pid}</td>'
+                                   f'<td class="frames">{_e(_frames(t, s.executable, 6))}</td></tr>')
+            else:
+                hidden += 1
+    for problem in problems:
+        parts.append(f'<p class="note">{_e(problem)}</p>')
+    parts.append("<h3>Live bytes by stack (flamegraph)</h3>" + flamegraph.body(analyses))
+    more = f" ({hidden:,} smaller stacks not listed: libmemleak report --all)" if hidden else ""
+    parts.append(f'<h3>Stacks</h3><input id="stack-search" placeholder="filter stacks" size="40"> '
+                 f'<span id="stack-count"></span>{_e(more)}'
+                 '<table id="stacks"><thead><tr><th>live</th><th>blocks</th><th>process</th>'
+                 f'<th>frames</th></tr></thead><tbody>{"".join(stacks_rows)}</tbody></table>')
+    title = "libmemleak: " + ", ".join(f"{a.series.program} (pid {a.series.pid})" for a in analyses)
+    return (f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{_e(title)}</title>'
+            f"<style>{STYLE}{flamegraph.STYLE}</style></head><body><h1>{_e(title)}</h1>"
+            + "\n".join(parts) + SCRIPT + "</body></html>\n")
+
+
+def write(out, analyses, problems):
+    out.write(page(analyses, problems))
