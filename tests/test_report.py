@@ -449,3 +449,18 @@ def test_html_report_renders_its_parts_and_its_table_filters(slowleaks, tmp_path
     shot = tmp_path / "report.png"
     headless(tmp_path / "profile", "--window-size=1200,1400", f"--screenshot={shot}", f"file://{page}")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20000
+
+
+@pytest.mark.skipif(not shutil.which("go"), reason="needs go (Debian's golang-go) for go tool pprof")
+def test_pprof_of_a_sampled_run_carries_its_sampling_period(tmp_path):
+    prog = compile_program("sampled.c")
+    t = Traced([prog, "20000"], tmp_path, config="mtraceinit,sample=65536")
+    t.reports_at("allocated", "freed")
+    assert t.finish() == 0, t.stderr
+    out = tmp_path / "heap.pb.gz"
+    assert export_cmd("--format", "pprof", "-o", out, tmp_path).returncode == 0
+    env = dict(os.environ, HOME=str(tmp_path), GOCACHE=str(tmp_path / "gocache"))
+    raw = subprocess.run(["go", "tool", "pprof", "-raw", str(out)], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert raw.returncode == 0, raw.stderr
+    assert "Period: 65536" in raw.stdout, raw.stdout[:400]

@@ -120,11 +120,25 @@ def encode(analyses):
         body += _field_bytes(4, msg)
     for msg in function_msgs:
         body += _field_bytes(5, msg)
+    period = sampling_period(analyses)
+    if period:  # as Go's sampled heap profiles: the mean bytes between samples
+        body += _field_bytes(11, _field_varint(1, strings("space")) + _field_varint(2, strings("bytes")))
+        body += _field_varint(12, period)
     default = strings("inuse_space")
     for s in strings.table:
         body += _field_bytes(6, s.encode("utf-8", "surrogateescape"))
     body += _field_varint(14, default)
     return bytes(body)
+
+
+def sampling_period(analyses):
+    """BYTES of `# sampled: every BYTES bytes on average`, if the reports say so."""
+    for a in analyses:
+        for r in a.series.reports:
+            words = r.header.get("sampled", "").split()
+            if len(words) > 1 and words[0] == "every" and words[1].isdigit():
+                return int(words[1])
+    return 0
 
 
 def write(out, analyses, problems):
