@@ -96,12 +96,19 @@ def run_config(args):
     return ",".join(items), None
 
 
-def report_dir_of(config):
+def config_value(config, name, default):
+    """The value of option `name` in a MEMLEAK_CONFIG string (the last one
+    wins, as in the hook library's parser)."""
+    found = default
     for item in config.split(","):
         key, _, value = item.strip().partition("=")
-        if key.strip() == "dir" and value.strip():
-            return os.path.join(os.getcwd(), value.strip())
-    return os.getcwd()
+        if key.strip() == name and value.strip():
+            found = value.strip()
+    return found
+
+
+def report_dir_of(config):
+    return os.path.normpath(os.path.join(os.getcwd(), config_value(config, "dir", ".")))
 
 
 def announce(argv, program, config, wait_for_mtrace):
@@ -110,8 +117,13 @@ def announce(argv, program, config, wait_for_mtrace):
     pid = os.getpid()
     name = os.path.basename(argv[0])
     where = report_dir_of(config)
-    start = ("collection starts at the program's first mtrace() call" if wait_for_mtrace
-             else f"ask for a report with: kill -USR1 {pid} (or: libmemleak snapshot {pid})")
+    signal_name = config_value(config, "signal", "USR1").upper().removeprefix("SIG")
+    if wait_for_mtrace:
+        start = "collection starts at the program's first mtrace() call"
+    elif signal_name == "NONE":
+        start = f"ask for a report with: libmemleak snapshot {pid}"
+    else:
+        start = f"ask for a report with: kill -{signal_name} {pid} (or: libmemleak snapshot {pid})"
     lines = [f"tracing {name} (pid {pid}); reports go to {where}/{name}-{pid}-N.memlog; {start}; "
              "a final one at exit"]
     if is_python(program) and os.environ.get("PYTHONMALLOC") != "malloc":

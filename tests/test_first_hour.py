@@ -284,6 +284,10 @@ def test_run_says_what_it_traces_and_which_reports_it_wrote(workdir):
                         f"kill -USR1 {p.pid} (or: libmemleak snapshot {p.pid}); a final one at exit")
     assert lines[-1] == (f"libmemleak: wrote 2 reports: {workdir}/blocked-{p.pid}-1.memlog, "
                          f"{workdir}/blocked-{p.pid}-2.memlog")
+    # another report signal, or none: the line says how to ask
+    other = run_blocked(workdir, "--config", "signal=usr2")
+    status, _, err = finish(other)
+    assert status == 0 and f"kill -USR2 {other.pid} (or: libmemleak snapshot {other.pid})" in err
     quiet = run_blocked(workdir, "-q")
     status, _, err = finish(quiet)
     assert status == 0 and err == ""
