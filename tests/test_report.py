@@ -386,14 +386,19 @@ def headless(profile, *args):
                           capture_output=True, text=True, timeout=120)
 
 
+def exported_page(fmt, workdir, page):
+    """An HTML export, checked to be self-contained (nothing fetched)."""
+    r = export_cmd("--format", fmt, "-o", page, workdir)
+    assert r.returncode == 0, r.stderr
+    text = page.read_text()
+    assert "http://" not in text and "https://" not in text
+    return page
+
+
 @pytest.mark.skipif(not CHROMIUM, reason="needs Debian's chromium")
 def test_flamegraph_renders_and_searches_in_a_real_browser(slowleaks, tmp_path):
     workdir, pid = slowleaks
-    page = tmp_path / "flame.html"
-    r = export_cmd("--format", "flamegraph", "-o", page, workdir)
-    assert r.returncode == 0, r.stderr
-    text = page.read_text()
-    assert "http://" not in text and "https://" not in text  # self-contained: nothing fetched
+    page = exported_page("flamegraph", workdir, tmp_path / "flame.html")
     url = f"file://{page}#search=site_leak"
     dom = headless(tmp_path / "profile", "--dump-dom", url)
     assert dom.returncode == 0, dom.stderr
@@ -431,11 +436,7 @@ def test_suppressions_in_leaksanitizer_syntax(slowleaks, tmp_path):
 @pytest.mark.skipif(not CHROMIUM, reason="needs Debian's chromium")
 def test_html_report_renders_its_parts_and_its_table_filters(slowleaks, tmp_path):
     workdir, pid = slowleaks
-    page = tmp_path / "report.html"
-    r = export_cmd("--format", "html", "-o", page, workdir)
-    assert r.returncode == 0, r.stderr
-    text = page.read_text()
-    assert "http://" not in text and "https://" not in text
+    page = exported_page("html", workdir, tmp_path / "report.html")
     dom = headless(tmp_path / "profile", "--dump-dom", f"file://{page}#stacks=site_rare")
     assert dom.returncode == 0, dom.stderr
     out = dom.stdout
