@@ -317,7 +317,6 @@ class Reporter:
                 for key_id, items in partial:
                     texts.set_key(key_id, [x if isinstance(x, int) else texts.add_line(x)
                                            for x in items], self.kind_code(key_id))
-                texts.grow_keys(len(self.keys.keys))
                 report_core.extend_to(self.resolver.scratch, len(texts.canon))
                 deltas.rows.merge_same_text(texts.canon, self.resolver.scratch)
                 body = texts.render(deltas.rows)

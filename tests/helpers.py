@@ -6,9 +6,10 @@ import hashlib
 import os
 import signal
 import subprocess
+import sys
 import time
 
-from libmemleak import memlog, preload_path
+from libmemleak import PACKAGE_DIR, memlog, preload_path
 from libmemleak.cli import traced_environment
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -38,6 +39,23 @@ def compile_program(source, *flags, name=None):
                        check=True)
         os.replace(out + ".tmp", out)
     return out
+
+
+# The libmemleak command as a user runs it: this checkout's package, and
+# none of the tracer's variables the test process may carry.
+CLI_ENV = dict(os.environ, PYTHONPATH=os.path.dirname(PACKAGE_DIR))
+for _name in ("LD_PRELOAD", "MEMLEAK_CONFIG", "MEMLEAK_ROOT_PID", "MEMLEAK_KEEPER"):
+    CLI_ENV.pop(_name, None)
+
+
+def cli_argv(*args):
+    return [sys.executable, "-m", "libmemleak", *map(str, args)]
+
+
+def cli(*args, cwd=None, env=None, timeout=120):
+    """`libmemleak ARGS`, run to its end: a CompletedProcess with text output."""
+    return subprocess.run(cli_argv(*args), cwd=cwd, env=env or CLI_ENV, capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def env_for(config=None, extra=None):

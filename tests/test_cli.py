@@ -3,20 +3,12 @@
 import os
 import stat
 import subprocess
-import sys
 
 import pytest
 
-from libmemleak import PACKAGE_DIR
+from helpers import cli
 
 PROGRAM = "int main(void) { return 0; }\n"
-
-
-def cli(*args, cwd=None):
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(PACKAGE_DIR))
-    env.pop("LD_PRELOAD", None)
-    return subprocess.run([sys.executable, "-m", "libmemleak", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=60)
 
 
 def one_error_line(r):

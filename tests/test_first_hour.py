@@ -10,18 +10,11 @@ import time
 
 import pytest
 
-from helpers import (Traced, by_site, compile_program, reports_of, wait_for_file,
+from helpers import (CLI_ENV, Traced, by_site, cli_argv, compile_program, reports_of, wait_for_file,
                      wait_for_reporter)
 from libmemleak import PACKAGE_DIR, memlog
 
-CLI_ENV = dict(os.environ, PYTHONPATH=os.path.dirname(PACKAGE_DIR))
-for _name in ("LD_PRELOAD", "MEMLEAK_CONFIG", "MEMLEAK_ROOT_PID", "MEMLEAK_KEEPER"):
-    CLI_ENV.pop(_name, None)
-
-
-def libmemleak(*args, **kw):
-    """`libmemleak ARGS` as a user types it (the installed entry point's code)."""
-    return [sys.executable, "-m", "libmemleak", *args]
+libmemleak = cli_argv  # `libmemleak ARGS` as a user types it
 
 
 def run_blocked(workdir, *run_args, prog=None):

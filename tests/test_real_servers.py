@@ -14,12 +14,9 @@ import urllib.request
 
 import pytest
 
-from helpers import BENCH_PROGRAMS, reports_of, wait_for_reports
-from libmemleak import PACKAGE_DIR, memlog
+from helpers import BENCH_PROGRAMS, CLI_ENV, cli, cli_argv, reports_of, wait_for_reports
+from libmemleak import memlog
 
-CLI_ENV = dict(os.environ, PYTHONPATH=os.path.dirname(PACKAGE_DIR))
-for _name in ("LD_PRELOAD", "MEMLEAK_CONFIG", "MEMLEAK_ROOT_PID", "MEMLEAK_KEEPER"):
-    CLI_ENV.pop(_name, None)
 sys.path.insert(0, os.path.dirname(BENCH_PROGRAMS))
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the server drops privileges: needs root")
 
@@ -31,8 +28,7 @@ def free_port():
 
 
 def traced(argv, cwd):
-    return subprocess.Popen([sys.executable, "-m", "libmemleak", "run", "-q", *argv], cwd=cwd,
-                            env=CLI_ENV, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    return subprocess.Popen(cli_argv("run", "-q", *argv), cwd=cwd, env=CLI_ENV, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
 
 
@@ -49,8 +45,7 @@ def wait_for_port(port, proc, timeout=20):
 
 
 def snapshot(pid):
-    r = subprocess.run([sys.executable, "-m", "libmemleak", "snapshot", str(pid)], env=CLI_ENV,
-                       capture_output=True, text=True, timeout=120)
+    r = cli("snapshot", pid)
     assert r.returncode == 0, r.stderr
     report = memlog.read(r.stdout.strip())
     assert report.header["reason"] == "snapshot"

@@ -10,17 +10,14 @@ import sys
 
 import pytest
 
-from helpers import Traced, compile_program
+from helpers import CLI_ENV, Traced, cli, compile_program
 from libmemleak import PACKAGE_DIR
 
-CLI_ENV = dict(os.environ, PYTHONPATH=os.path.dirname(PACKAGE_DIR))
-CLI_ENV.pop("LD_PRELOAD", None)
 ROUNDS = 8
 
 
 def report_cmd(*args):
-    return subprocess.run([sys.executable, "-m", "libmemleak", "report", *map(str, args)],
-                          env=CLI_ENV, capture_output=True, text=True, timeout=120)
+    return cli("report", *args)
 
 
 @pytest.fixture(scope="module")
@@ -124,8 +121,7 @@ def test_nothing_to_read_is_one_line_and_status_2(tmp_path, args, words):
 
 
 def diff_cmd(*args):
-    return subprocess.run([sys.executable, "-m", "libmemleak", "diff", *map(str, args)],
-                          env=CLI_ENV, capture_output=True, text=True, timeout=120)
+    return cli("diff", *args)
 
 
 def test_diff_of_two_reports_is_what_was_live_between_them(slowleaks):
@@ -294,8 +290,7 @@ def test_on_a_terminal_the_report_fits_the_screen(slowleaks, tmp_path):
 
 
 def export_cmd(*args):
-    return subprocess.run([sys.executable, "-m", "libmemleak", "export", *map(str, args)],
-                          env=CLI_ENV, capture_output=True, text=True, timeout=120)
+    return cli("export", *args)
 
 
 def test_collapsed_export_adds_up_to_the_live_total(slowleaks, tmp_path):
@@ -321,8 +316,7 @@ def test_export_bad_input_is_one_line(tmp_path):
 
 
 def check_cmd(*args):
-    return subprocess.run([sys.executable, "-m", "libmemleak", "check", *map(str, args)],
-                          env=CLI_ENV, capture_output=True, text=True, timeout=120)
+    return cli("check", *args)
 
 
 def test_check_fails_a_leaking_program_and_passes_a_clean_one(slowleaks, tmp_path):
@@ -339,8 +333,7 @@ def test_check_fails_a_leaking_program_and_passes_a_clean_one(slowleaks, tmp_pat
     subprocess.run(["gcc", "-O0", str(src), "-o", str(tmp_path / "clean")], check=True)
     runs = tmp_path / "runs"
     runs.mkdir()
-    run = subprocess.run([sys.executable, "-m", "libmemleak", "run", "-q", str(tmp_path / "clean")],
-                         cwd=runs, env=CLI_ENV, capture_output=True, timeout=60)
+    run = cli("run", "-q", tmp_path / "clean", cwd=runs)
     assert run.returncode == 0
     r = check_cmd(runs, "--max-live", "0", "--max-leaks", "0")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -465,3 +458,11 @@ def test_pprof_of_a_sampled_run_carries_its_sampling_period(tmp_path):
                          timeout=120, env=env)
     assert raw.returncode == 0, raw.stderr
     assert "Period: 65536" in raw.stdout, raw.stdout[:400]
+
+
+def test_diff_of_what_cannot_be_read_is_one_line_and_status_2(slowleaks, tmp_path):
+    workdir, pid = slowleaks
+    r = diff_cmd(tmp_path / "no-such-report.memlog", workdir)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and "no such file or directory" in r.stderr, r.stderr
+

@@ -5,22 +5,18 @@ without a signal (`libmemleak snapshot`)."""
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-from helpers import (Traced, by_site, compile_program, reports_of, wait_for_file, wait_for_reporter,
+from helpers import (Traced, by_site, cli, compile_program, reports_of, wait_for_file, wait_for_reporter,
                      wait_for_reports)
-from libmemleak import PACKAGE_DIR, memlog
+from libmemleak import memlog
 
-CLI_ENV = dict(os.environ, PYTHONPATH=os.path.dirname(PACKAGE_DIR))
-CLI_ENV.pop("LD_PRELOAD", None)
 
 
 def snapshot(*args):
-    return subprocess.run([sys.executable, "-m", "libmemleak", "snapshot", *map(str, args)],
-                          env=CLI_ENV, capture_output=True, text=True, timeout=90)
+    return cli("snapshot", *args)
 
 
 def test_snapshot_reports_without_a_signal_where_the_program_owns_it(workdir):
@@ -114,7 +110,7 @@ def test_a_worker_killed_with_a_request_pending_ends_with_a_death_report(workdir
         time.sleep(0.2)
     finally:
         os.kill(keeper, signal.SIGCONT)
-    path = wait_for_file(os.path.join(str(workdir), f"dropuid-{worker}-1.memlog"))
+    wait_for_file(os.path.join(str(workdir), f"dropuid-{worker}-1.memlog"))
     assert t.finish() == 100  # the parent saw its worker killed
     time.sleep(0.5)
     [report] = reports_of(str(workdir), "dropuid", worker)

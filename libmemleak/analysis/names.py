@@ -77,3 +77,16 @@ def frame_text(frame, full=False):
     where = f"{frame.file.rsplit('/', 1)[-1]}:{frame.line}" if frame.file and frame.line else (
         frame.module.rsplit("/", 1)[-1] if frame.module else "")
     return f"{name}{' [inlined]' if frame.inlined else ''} ({where})" if where else name
+
+
+def frame_lines(frames, executable=None, keep=4, full=False):
+    """A stack as lines to show: the frames from the program's own code on,
+    with how many were left out above (library frames) and below."""
+    shown, above, below = shown_frames(frames, executable, keep)
+    lines = [frame_text(f, full) for f in shown]
+    if above:
+        lines.insert(0, f"({above} frame{'s' if above != 1 else ''} in libraries above)")
+    if below:
+        lines.append(f"... {below} more")
+    return lines
+

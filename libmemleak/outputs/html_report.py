@@ -7,7 +7,7 @@ rest are counted), the flamegraph merges frames too narrow to see."""
 
 import html
 
-from libmemleak.analysis.names import frame_text, shown_frames
+from libmemleak.analysis.names import frame_lines, frame_text, shown_frames
 from libmemleak.analysis.trends import human_bytes
 from libmemleak.outputs import flamegraph
 
@@ -49,13 +49,7 @@ def _e(text):
 
 
 def _frames(t, executable, keep=4):
-    frames, above, below = shown_frames(t.frames, executable, keep)
-    lines = [frame_text(f) for f in frames]
-    if above:
-        lines.insert(0, f"({above} frame{'s' if above != 1 else ''} in libraries above)")
-    if below:
-        lines.append(f"... {below} more")
-    return "\n".join(lines)
+    return "\n".join(frame_lines(t.frames, executable, keep))
 
 
 def chart(a, width=640, height=180):

@@ -2,7 +2,7 @@
 time, and the leak suspects with a verdict in words, readable frames and a
 compact trend."""
 
-from libmemleak.analysis.names import frame_text, shown_frames
+from libmemleak.analysis.names import frame_lines
 from libmemleak.analysis.trends import human_bytes
 
 TREND_POINTS = 8
@@ -37,13 +37,8 @@ def write(out, analyses, problems, top=10, full_names=False, all_stacks=False):
                     else f"{human_bytes(t.live_bytes)} live in {t.live_blocks:,} blocks")
             out.write(f"  #{rank} {live} -- {verdict}\n")
             out.write(f"     trend: {compact_trend(t.deltas)}\n")
-            frames, above, below = shown_frames(t.frames, s.executable)
-            if above:
-                out.write(f"     ({above} frame{'s' if above != 1 else ''} in libraries above)\n")
-            for f in frames:
-                out.write(f"       {frame_text(f, full_names)}\n")
-            if below:
-                out.write(f"       ... {below} more\n")
+            for line in frame_lines(t.frames, s.executable, full=full_names):
+                out.write(f"       {line}\n")
         if len(rows) > top:
             out.write(f"  ({len(rows) - top} more: --top N)\n")
         out.write("\n")
