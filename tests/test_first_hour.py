@@ -128,7 +128,11 @@ def test_every_run_ends_with_exactly_one_final_report(workdir):
             assert time.monotonic() - started < 15
             time.sleep(0.6)  # a spurious report came 0.15-0.25 s after the exit
             reasons = [r.header["reason"] for r in reports_of(str(workdir), "exitrace", p.pid)]
-            assert reasons == ["signal", "signal", "signal", "exit"], (run, reasons)
+            # Signals that come while a report is being started are answered by
+            # that one report (documented in docs/memlog.md), so a loaded machine
+            # may write fewer than three signal reports; never a second final one.
+            assert reasons[-1] == "exit" and 1 <= len(reasons) - 1 <= 3, (run, reasons)
+            assert set(reasons[:-1]) == {"signal"}, (run, reasons)
     finally:
         for h in hogs:
             h.kill()
