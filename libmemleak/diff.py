@@ -188,7 +188,7 @@ class Deltas:
             i += len(self)
         if not 0 <= i < len(self):
             raise IndexError(i)
-        kid, pos, nbytes, blocks, live_b, live_k, samples, allocs = self.rows.row(i)
+        kid, pos, nbytes, blocks, live_b, live_k, samples, allocs = self.rows.row(i)[:8]
         key, mods = self._keys.key(kid)
         return StackDelta(key, self._ids[pos], mods, nbytes, blocks, live_b, live_k, samples, allocs)
 
@@ -196,12 +196,15 @@ class Deltas:
         return (self[i] for i in range(len(self)))
 
 
-def diff_snapshot(snapshot, resolver=None):
+def diff_snapshot(snapshot, resolver=None, scan=None):
     """Deltas (a sequence of StackDelta), largest byte change first;
     unchanged stacks left out.  Only changed stacks are looked at closely
     (their frames read and resolved, in Python); the scan, merge and sort
     run in C, so a report stays cheap with a million stacks.  `resolver`
-    (a FrameResolver for snapshot.modules) may be kept across reports."""
+    (a FrameResolver for snapshot.modules) may be kept across reports.
+    `scan`: a reachability scan's split of each stack id's live blocks (8
+    words a stack id, reachability.Scan.per_stack): every stack with
+    scanned blocks is then an entry, changed or not."""
     if resolver is None or resolver.modules != tuple(snapshot.modules):
         resolver = FrameResolver(snapshot.modules, resolver.keys if resolver else None)
     live_bytes, live_blocks, reported_bytes, reported_blocks = _estimated(snapshot)
@@ -211,9 +214,13 @@ def diff_snapshot(snapshot, resolver=None):
     # recorded allocations only).
     allocs = ((snapshot.alloc_count, snapshot.reported_allocs)
               if not snapshot.sample_bytes and snapshot.reported_allocs is not None else None)
-    changes = report_core.Changes(live_bytes, live_blocks, reported_bytes, reported_blocks, samples,
-                                  allocs)
     ids, stacks = snapshot.ids, snapshot.stacks
+    if scan is not None and not report_core.positions_are_ids(ids):
+        scan = array("q", (scan[8 * i + k] if 8 * i + k < len(scan) else 0 for i in ids for k in range(8)))
+    elif scan is not None:
+        report_core.extend_to(scan, 8 * len(ids), 0)
+    changes = report_core.Changes(live_bytes, live_blocks, reported_bytes, reported_blocks, samples,
+                                  allocs, scan)
     if report_core.positions_are_ids(ids):  # the resolver's own array serves
         resolver.cover(len(ids))
         key_of = resolver.key_of

@@ -11,7 +11,8 @@ segments of descendants that have no reporter of their own (it looks at
 their requests every half second: a worker that dropped its privileges
 cannot poke it).
 
-`libmemleak snapshot` uses this today; `attach`/`shell` are to reuse it."""
+`libmemleak snapshot` and `libmemleak scan` use this; `attach`/`shell`
+are to reuse it."""
 
 import os
 import time
@@ -65,15 +66,20 @@ def open_segment(pid):
     raise LiveError(f"process {pid} is not traced by libmemleak (start it with 'libmemleak run')")
 
 
-def request_report(pid, timeout=60.0):
-    """Ask process `pid` for a report and wait for it; the report's path."""
+def request_report(pid, timeout=60.0, scan=False):
+    """Ask process `pid` for a report -- with a reachability scan if
+    `scan` -- and wait for it; the report's path."""
     segment, fd = open_segment(pid)
     try:
         h = segment.header
         if not h.collecting:
             raise LiveError(f"process {pid} is not collecting (it waits for its mtrace(), or "
                             "called muntrace()): no report to write")
-        mine = report_core.lib.mlk_rc_post_snapshot(h)
+        if scan and not h.trailer_key:
+            raise LiveError(f"process {pid} cannot be scanned: the scan needs every block "
+                            "tracked with a trailer (not sample=, not track=table)")
+        post = report_core.lib.mlk_rc_post_scan if scan else report_core.lib.mlk_rc_post_snapshot
+        mine = post(h)
         futex_wake(segment.field_address("request_seq"))
         done_at = segment.field_address("done_seq")
         deadline = time.monotonic() + timeout

@@ -17,7 +17,8 @@ from libmemleak.layout import ffi as layout_ffi
 ffi = cffi.FFI()
 ffi.include(layout_ffi)
 ffi.cdef("""
-struct mlk_rc_row { int64_t key, pos, bytes, blocks, live_bytes, live_blocks, samples, allocs; };
+struct mlk_rc_row { int64_t key, pos, bytes, blocks, live_bytes, live_blocks, samples, allocs,
+                    scanned, lost[8]; };
 struct mlk_rc_texts { const char *arena; const int64_t *line_off; const int32_t *pool;
                       const int64_t *key_first; const int32_t *key_lines; const int8_t *key_kind;
                       int64_t keys; };
@@ -27,7 +28,7 @@ int64_t mlk_rc_unkeyed(int64_t, const int64_t *, const int64_t *, const int64_t 
                        const int64_t *, const int64_t *, int64_t *, int64_t);
 int64_t mlk_rc_merge(int64_t, const int64_t *, const int64_t *, const int64_t *, const int64_t *,
                      const int64_t *, int64_t, int64_t *, const int64_t *, const int64_t *,
-                     const int64_t *, const int64_t *, struct mlk_rc_row *);
+                     const int64_t *, const int64_t *, const int64_t *, struct mlk_rc_row *);
 int64_t mlk_rc_merge_same_text(struct mlk_rc_row *, int64_t, const int64_t *, int64_t, int64_t *,
                                int64_t);
 int64_t mlk_rc_textless(const struct mlk_rc_row *, int64_t, const int64_t *, int64_t, int64_t *,
@@ -35,6 +36,16 @@ int64_t mlk_rc_textless(const struct mlk_rc_row *, int64_t, const int64_t *, int
 int64_t mlk_rc_render(const struct mlk_rc_row *, int64_t, int64_t, const struct mlk_rc_texts *,
                       char *, int64_t, int64_t *);
 uint32_t mlk_rc_post_snapshot(struct mlk_header *);
+uint32_t mlk_rc_post_scan(struct mlk_header *);
+struct mlk_world;
+struct mlk_scan_totals { int64_t bytes[4], blocks[4]; int64_t heap_blocks, unattributed, root_bytes,
+                         heap_bytes_read, threads; };
+struct mlk_world *mlk_world_stop(int, char *, int);
+void mlk_world_resume(struct mlk_world *);
+int mlk_world_threads(const struct mlk_world *);
+int mlk_scan_heap(const struct mlk_world *, uint64_t, uint64_t, uint64_t, int64_t, int64_t *,
+                  struct mlk_scan_totals *,
+                  char *, int);
 void mlk_rc_commit(struct mlk_stack *, int64_t, const int64_t *, const int64_t *,
                    const int64_t *, const int64_t *, const int64_t *, const int64_t *);
 """)
@@ -109,10 +120,13 @@ class Changes:
     """The changed stacks of a snapshot, column by column (array('q'))."""
 
     def __init__(self, live_bytes, live_blocks, reported_bytes, reported_blocks, samples=None,
-                 allocs=None):
+                 allocs=None, scan=None):
         """samples: for a sampled snapshot, the recorded (unscaled) live and
         reported blocks, whose difference each row carries; allocs: the
-        allocation counts now and at the previous report, likewise."""
+        allocation counts now and at the previous report, likewise; scan:
+        a scan's split of each position's live blocks, 8 words a position
+        (bytes, blocks of each category), or None."""
+        self.scan = scan
         self.cols = [_as_q(c) for c in (live_bytes, live_blocks, reported_bytes, reported_blocks)]
         self.samples = [_as_q(c) for c in samples] if samples else None
         self.allocs = [_as_q(c) for c in allocs] if allocs else None
@@ -130,8 +144,9 @@ class Changes:
         with ffi.from_buffer("struct mlk_rc_row[]", rows) as out:
             samples = list(map(_q, self.samples)) if self.samples else [ffi.NULL, ffi.NULL]
             allocs = list(map(_q, self.allocs)) if self.allocs else [ffi.NULL, ffi.NULL]
+            scan = _q(self.scan) if self.scan is not None else ffi.NULL
             count = lib.mlk_rc_merge(self.n, *map(_q, self.cols), _q(key_of), nkeys, _q(scratch),
-                                     *samples, *allocs, out)
+                                     *samples, *allocs, scan, out)
         if count < 0:
             raise ValueError("a changed stack has no key")
         del rows[count * ROW_WORDS:]
@@ -140,7 +155,8 @@ class Changes:
 
 class Rows:
     """Report entries as fixed-size records: key, pos, bytes, blocks,
-    live_bytes, live_blocks, samples, allocs (struct mlk_rc_row)."""
+    live_bytes, live_blocks, samples, allocs, scanned, lost[8] (struct
+    mlk_rc_row)."""
 
     def __init__(self, words):
         self.words = words

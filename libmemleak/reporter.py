@@ -18,7 +18,7 @@ import stat
 import tempfile
 import time
 
-from libmemleak import __version__, report_core
+from libmemleak import __version__, reachability, report_core
 from libmemleak.diff import FrameResolver, KeyTable, diff_snapshot, totals
 from libmemleak.keeper import Keeper
 from libmemleak.memlog import render, render_frames, report_name, write_report
@@ -34,6 +34,7 @@ DEFAULT_SYMBOL_BUDGET = 15.0
 REASON_FIELDS = (("exit", "exit_requests", "seen_exit"),
                  ("muntrace", "muntrace_requests", "seen_muntrace"),
                  ("mtrace", "mtrace_requests", "seen_mtrace"),
+                 ("scan", "scan_requests", "seen_scan"),
                  ("signal", "signal_requests", "seen_signal"),
                  ("snapshot", "snapshot_requests", "seen_snapshot"))
 KIND_CODES = {name: code for code, name in KIND_NAMES.items()}
@@ -133,6 +134,8 @@ class Reporter:
         self.token_lines = {}    # frame token -> line id (or NOT_THE_PROGRAMS)
         self.watch = ProgramWatch(self.h.pid, os.fstat(segment_fd).st_ino, pidfd)
         self.written = []        # paths of the reports this reporter wrote
+        self.scan_asked = False  # a pending request asked for a reachability scan
+        self.scan_refused = None # why the scan asked for with this report could not be made
         # `libmemleak run` (not -q) asked for the list of reports at the end,
         # for the process it started (a descendant's parent-pid is set).
         self.announce = bool(os.environ.get("MEMLEAK_ANNOUNCE")) and not segment.header.parent_pid
@@ -197,12 +200,19 @@ class Reporter:
             self.resolver = FrameResolver(modules, self.keys)
 
     def reason(self):
+        """The reason of the report that answers the pending requests (the
+        first pending in REASON_FIELDS' order); notes whether one of them
+        asked for a scan, which that report then carries (a scan asked for
+        as the program exits is made in its exit report)."""
         h = self.h
         found = None
         for name, asked, seen in REASON_FIELDS:
             if getattr(h, asked) != getattr(h, seen):
                 found = found or name
                 setattr(h, seen, getattr(h, asked))
+                self.scan_asked = self.scan_asked or name == "scan"
+        if found == "exit" and h.scan_at_exit:
+            self.scan_asked = True
         return found or "request"
 
     def handle(self, request):
@@ -296,9 +306,9 @@ class Reporter:
     def _report_now(self, reason, directory=None):
         """Write one report (in `directory`, else the configured one) and
         return its path."""
-        snap = self.seg.take_snapshot()
+        snap, scan = self.take_snapshot(reason)
         self.update_resolver(snap.modules)
-        deltas = diff_snapshot(snap, self.resolver)
+        deltas = diff_snapshot(snap, self.resolver, scan.per_stack if scan else None)
         sums = totals(snap)
         texts = self.texts
         texts.grow_keys(len(self.keys.keys))
@@ -311,7 +321,7 @@ class Reporter:
             partial = self.symbolize_keys(deltas.rows.textless(texts.key_first))
             seq = self.h.report_seq + 1
             prog = snap.name
-            header = render(self.header_lines(snap, sums, seq, reason), ())
+            header = render(self.header_lines(snap, sums, seq, reason, scan), ())
             texts.begin_temporary()  # the texts of partly symbolized keys: this report only
             try:
                 for key_id, items in partial:
@@ -333,6 +343,22 @@ class Reporter:
         self.h.report_seq = seq
         settle_memory()
         return path
+
+    def take_snapshot(self, reason):
+        """The segment's snapshot, and the reachability scan asked for
+        with this report (None if none was, or it could not be made: said
+        on stderr and in the header)."""
+        self.scan_refused = None
+        if not self.scan_asked or reason in ("death", "muntrace") or self.watch.dead():
+            self.scan_asked = False
+            return self.seg.take_snapshot(), None
+        self.scan_asked = False
+        try:
+            return reachability.scan(self.h.pid, self.h, self.seg.take_snapshot)
+        except reachability.ScanRefused as e:
+            self.scan_refused = str(e)
+            say(f"no scan: {e}")
+            return self.seg.take_snapshot(), None
 
     def symbolize_keys(self, key_ids):
         """Store the frame lines of these keys in the text store.  Keys with
@@ -375,7 +401,7 @@ class Reporter:
         self.token_lines[token] = line_id
         return line_id
 
-    def header_lines(self, snap, sums, seq, reason):
+    def header_lines(self, snap, sums, seq, reason, scan=None):
         when = datetime.datetime.fromtimestamp(snap.taken_ns / 1e9).astimezone()
         lines = [
             ("libmemleak", __version__),
@@ -399,6 +425,10 @@ class Reporter:
             ("depth", snap.depth),
             ("tracking", snap.tracking),
         ]
+        if scan:
+            lines += scan.header_lines()
+        elif self.scan_refused:
+            lines.append(("scan", f"not made: {self.scan_refused}"))
         if snap.last_report_ns:
             lines.append(("interval-seconds",
                           f"{max(0, snap.taken_ns - snap.last_report_ns) / 1e9:.3f}"))

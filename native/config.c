@@ -8,7 +8,7 @@
 
 #include "control.h"
 
-struct mlk_config mlk_config = {1, 16, SIGUSR1, 60000, 0, ""};
+struct mlk_config mlk_config = {1, 16, SIGUSR1, 60000, 0, 0, ""};
 
 static int parse_uint(const char *s, size_t n, uint64_t *out)
 {
@@ -83,7 +83,8 @@ static const char *value_wanted(const char *key, size_t n)
                  {"unwind", "': needs fast or libgcc"},
                  {"sample", "': needs a mean number of bytes between samples (sample=524288)"},
                  {"track", "': needs trailers or table"},
-                 {"exit_timeout", "': needs a number of seconds"}};
+                 {"exit_timeout", "': needs a number of seconds"},
+                 {"scan", "': needs exit (scan=exit)"}};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (strlen(known[i].name) == n && strncmp(key, known[i].name, n) == 0)
             return known[i].wants;
@@ -172,10 +173,15 @@ void mlk_config_parse(const char *cfg, const char *cwd)
                 mlk_config.exit_timeout_ms = (int)num * 1000;
             else
                 bad_option(p, n, "': exit_timeout takes seconds (0 to 86400)");
+        } else if (KEY("scan") && val) {
+            if (vn == 4 && strncmp(val, "exit", 4) == 0)
+                mlk_config.scan_at_exit = 1;
+            else
+                bad_option(p, n, "': scan takes exit (a reachability scan in the exit report)");
         } else {
             bad_option(p, n, "': unknown option (known: mtraceinit, depth=N, dir=PATH, "
                              "signal=NAME, unwind=fast|libgcc, sample=BYTES, "
-                             "track=trailers|table, exit_timeout=SECONDS)");
+                             "track=trailers|table, exit_timeout=SECONDS, scan=exit)");
         }
 #undef KEY
     }

@@ -228,6 +228,9 @@ int mlk_start_collecting(void)
     if (!mlk_sample_bytes && !mlk_config.track_in_table && mlk_trailers_possible())
         mlk_trailers_enable();
     mlk_seg->tracking = mlk_trailer_key ? MLK_TRACK_TRAILERS : MLK_TRACK_TABLE;
+    mlk_seg->trailer_key = mlk_trailer_key;
+    mlk_own_range(&mlk_seg->own_lo, &mlk_seg->own_hi);
+    mlk_seg->scan_at_exit = (uint32_t)mlk_config.scan_at_exit;
     __atomic_store_n(&mlk_seg->collecting, 1, __ATOMIC_RELEASE);
     mlk_ever_collected = 1;
     mlk_collecting = 1;

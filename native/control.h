@@ -18,6 +18,7 @@ struct mlk_config {
     int signal;          /* 0 = no report signal */
     int exit_timeout_ms;
     int track_in_table;  /* track=table: no trailers (trailers.c) */
+    int scan_at_exit;    /* scan=exit: the exit report carries a reachability scan */
     char dir[4096];
 };
 MLK_HIDDEN extern struct mlk_config mlk_config;

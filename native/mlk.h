@@ -18,6 +18,7 @@
 MLK_HIDDEN long mlk_syscall6(long n, long a, long b, long c, long d, long e, long f);
 MLK_HIDDEN void *mlk_map_anon(size_t len);     /* NULL on failure */
 MLK_HIDDEN void mlk_unmap(void *p, size_t len);
+MLK_HIDDEN void mlk_own_range(uint64_t *lo, uint64_t *hi); /* where our own maps are */
 MLK_HIDDEN int mlk_getpid(void);
 MLK_HIDDEN void mlk_futex_wake(uint32_t *word);
 MLK_HIDDEN int mlk_futex_wait(uint32_t *word, uint32_t expected, int timeout_ms);

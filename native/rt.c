@@ -37,8 +37,68 @@ long mlk_syscall6(long n, long a, long b, long c, long d, long e, long f)
 }
 #endif
 
+/* Our own memory (tables, the unwinder's memos) is carved out of one
+ * reserved range of address space, so that the reachability scan can tell
+ * it from the program's: the unwinder keeps copies of register and stack
+ * words -- heap addresses among them -- which must not count as the
+ * program's references (native/reporter/scan.c skips [own_lo, own_hi)).
+ * Reserving costs no memory (PROT_NONE, MAP_NORESERVE); a piece becomes
+ * memory when mapped over, and goes back to PROT_NONE when unmapped.  The
+ * range is handed out by a bump pointer and never reused: our maps are few
+ * and grow by doubling, so the total stays within twice the largest.  If
+ * the reservation fails (RLIMIT_AS), maps come from anywhere, as before. */
+#define OWN_RESERVE_BYTES (16ull << 30)
+#define OWN_RESERVE_SMALLER (1ull << 30)
+static uint64_t own_lo, own_hi, own_next;
+static uint32_t own_state; /* 0 not tried, 1 being reserved, 2 done */
+
+static long map_fixed(uint64_t at, size_t len, int prot)
+{
+    return mlk_syscall6(SYS_mmap, (long)at, (long)len, prot,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+}
+
+static void reserve_own_range(void)
+{
+    uint32_t expected = 0;
+    if (__atomic_compare_exchange_n(&own_state, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        uint64_t sizes[2] = {OWN_RESERVE_BYTES, OWN_RESERVE_SMALLER};
+        for (int i = 0; i < 2 && !own_lo; i++) {
+            long r = mlk_syscall6(SYS_mmap, 0, (long)sizes[i], PROT_NONE,
+                                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (!(r < 0 && r > -4096)) {
+                own_lo = own_next = (uint64_t)r;
+                own_hi = own_lo + sizes[i];
+            }
+        }
+        __atomic_store_n(&own_state, 2, __ATOMIC_RELEASE);
+        return;
+    }
+    while (__atomic_load_n(&own_state, __ATOMIC_ACQUIRE) != 2)
+        mlk_syscall6(SYS_sched_yield, 0, 0, 0, 0, 0, 0);
+}
+
+void mlk_own_range(uint64_t *lo, uint64_t *hi)
+{
+    if (__atomic_load_n(&own_state, __ATOMIC_ACQUIRE) != 2)
+        reserve_own_range();
+    *lo = own_lo;
+    *hi = own_hi;
+}
+
 void *mlk_map_anon(size_t len)
 {
+    if (__atomic_load_n(&own_state, __ATOMIC_ACQUIRE) != 2)
+        reserve_own_range();
+    size_t rounded = (len + 4095) & ~(size_t)4095;
+    if (own_lo && rounded <= own_hi - own_lo) {
+        uint64_t at = __atomic_fetch_add(&own_next, rounded, __ATOMIC_RELAXED);
+        if (at + rounded <= own_hi && at >= own_lo) {
+            long r = map_fixed(at, rounded, PROT_READ | PROT_WRITE);
+            if (!(r < 0 && r > -4096))
+                return (void *)r;
+        }
+    }
     long r = mlk_syscall6(SYS_mmap, 0, (long)len, PROT_READ | PROT_WRITE,
                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     return (r < 0 && r > -4096) ? NULL : (void *)r;
@@ -46,7 +106,12 @@ void *mlk_map_anon(size_t len)
 
 void mlk_unmap(void *p, size_t len)
 {
-    if (p)
+    if (!p)
+        return;
+    uint64_t at = (uint64_t)p;
+    if (at >= own_lo && at < own_hi) /* back to reserved address space */
+        map_fixed(at, (len + 4095) & ~(size_t)4095, PROT_NONE);
+    else
         mlk_syscall6(SYS_munmap, (long)p, (long)len, 0, 0, 0, 0);
 }
 

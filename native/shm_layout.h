@@ -20,7 +20,7 @@
  */
 
 #define MLK_MAGIC 0x314b4c4d454d4c4b
-#define MLK_LAYOUT_VERSION 4
+#define MLK_LAYOUT_VERSION 5
 #define MLK_MAX_DEPTH 64
 #define MLK_BUILD_ID_MAX 32
 
@@ -176,5 +176,18 @@ struct mlk_header {
     uint32_t exit_rss_kb;
     uint32_t exit_hwm_kb;
     uint64_t last_report_ns;    /* reporter: CLOCK_REALTIME of the last report's snapshot */
-    uint64_t reserved[1];
+    /* The reachability scan (native/reporter/scan.c).  It finds the live
+     * blocks by their trailers' check words, address XOR this key (0: no
+     * trailers, no scan).  scan_requests counts `libmemleak scan PID`
+     * requests like the other request counts; scan_at_exit (MEMLEAK_CONFIG
+     * scan=exit) makes the final report of a normal exit carry a scan. */
+    uint64_t trailer_key;
+    uint32_t scan_requests;
+    uint32_t seen_scan;
+    uint32_t scan_at_exit;
+    uint32_t reserved32b;
+    /* The address range libmtrace's own private maps are carved from
+     * (native/rt.c): not the program's memory, never a root. */
+    uint64_t own_lo;
+    uint64_t own_hi;
 };

@@ -44,3 +44,29 @@ def write(out, analyses, problems, top=10, full_names=False, all_stacks=False):
         out.write("\n")
     for problem in problems:
         out.write(f"note: {problem}\n")
+
+
+def render_scan(result, pid, top=10, full_names=False, executable=None):
+    """A scan's answer as valgrind's LEAK SUMMARY would put it, then the
+    stacks that lost memory (the `top` largest of each category)."""
+    from libmemleak.analysis.lost import CATEGORIES
+    out = []
+    pause = f", paused {result.pause_ms:.1f} ms" if result.pause_ms is not None else ""
+    threads = f" ({result.threads} thread{'s' if result.threads != 1 else ''})" if result.threads else ""
+    out.append(f"process {pid}: reachability scan{pause}{threads}")
+    width = max(len(c) for c in CATEGORIES)
+    for name in CATEGORIES:
+        nbytes, blocks = result.totals[name]
+        label = name.replace("-", " ")
+        out.append(f"  {label:>{width}}: {nbytes:,} bytes in {blocks:,} block{'s' if blocks != 1 else ''}")
+    shown = {}
+    for name, nbytes, blocks, entry in result.stacks:
+        if top <= 0 or shown.get(name, 0) >= top:
+            continue
+        if name not in shown:
+            out.append(f"{name.replace('-', ' ')}, by stack:")
+        shown[name] = shown.get(name, 0) + 1
+        lines = frame_lines(entry.frames, executable, full=full_names) or ["(no frames)"]
+        out.append(f"  {human_bytes(nbytes):>9} in {blocks:,} block{'s' if blocks != 1 else ''}  {lines[0]}")
+        out.extend(f"  {'':>9}    {'':{len(str(blocks)) + 6}}  {line}" for line in lines[1:])
+    return "\n".join(out) + "\n"

@@ -90,7 +90,17 @@ struct mlk_rc_row {
     int64_t samples;        /* sampled reports: change in recorded blocks behind the
                              * estimate (what it rests on); -1 when not sampled */
     int64_t allocs;         /* allocations made since the previous report; -1 = not known */
+    int64_t scanned;        /* 1: a scan report; lost[] holds its split of the live blocks */
+    int64_t lost[8];        /* bytes, blocks: definitely, indirectly, possibly lost, still reachable */
 };
+
+static int any_scanned(const int64_t *cats)
+{
+    for (int k = 1; k < 8; k += 2)
+        if (cats[k])
+            return 1;
+    return 0;
+}
 
 /* Report order (docs/memlog.md): growth before shrinkage, and within
  * each, the largest change first -- +4096 before +8, and -16384 before -8
@@ -127,11 +137,13 @@ EXPORT int64_t mlk_rc_merge(int64_t n, const int64_t *live_bytes, const int64_t 
                             const int64_t *key_of, int64_t nkeys, int64_t *slot_of_key,
                             const int64_t *sampled_live, const int64_t *sampled_reported,
                             const int64_t *alloc_count, const int64_t *reported_allocs,
-                            struct mlk_rc_row *rows)
+                            const int64_t *scan, struct mlk_rc_row *rows)
 {
     int64_t used = 0, bad = 0;
     for (int64_t i = 0; i < n; i++) {
-        if (live_bytes[i] == reported_bytes[i] && live_blocks[i] == reported_blocks[i])
+        /* a scan report lists every stack the scan found blocks of */
+        if (live_bytes[i] == reported_bytes[i] && live_blocks[i] == reported_blocks[i] &&
+            !(scan && any_scanned(&scan[8 * i])))
             continue;
         int64_t key = key_of[i];
         if (key < 0 || key >= nkeys) {
@@ -146,8 +158,11 @@ EXPORT int64_t mlk_rc_merge(int64_t n, const int64_t *live_bytes, const int64_t 
         int64_t slot = slot_of_key[key];
         if (slot < 0) {
             slot_of_key[key] = used;
-            rows[used++] = (struct mlk_rc_row){key, i, (int64_t)db, (int64_t)dk,
-                                               live_bytes[i], live_blocks[i], ds, da};
+            rows[used] = (struct mlk_rc_row){key, i, (int64_t)db, (int64_t)dk,
+                                             live_bytes[i], live_blocks[i], ds, da, scan != NULL, {0}};
+            if (scan)
+                memcpy(rows[used].lost, &scan[8 * i], sizeof rows[used].lost);
+            used++;
         } else {
             struct mlk_rc_row *r = &rows[slot];
             r->bytes = (int64_t)((uint64_t)r->bytes + db);
@@ -158,12 +173,15 @@ EXPORT int64_t mlk_rc_merge(int64_t n, const int64_t *live_bytes, const int64_t 
                 r->samples += ds;
             if (alloc_count)
                 r->allocs += da;
+            if (scan)
+                for (int k = 0; k < 8; k++)
+                    r->lost[k] += scan[8 * i + k];
         }
     }
     int64_t kept = 0;
     for (int64_t r = 0; r < used; r++) {
         slot_of_key[rows[r].key] = -1;
-        if (rows[r].bytes || rows[r].blocks)
+        if (rows[r].bytes || rows[r].blocks || (rows[r].scanned && any_scanned(rows[r].lost)))
             rows[kept++] = rows[r];
     }
     qsort(rows, (size_t)kept, sizeof *rows, row_order);
@@ -208,13 +226,15 @@ EXPORT int64_t mlk_rc_merge_same_text(struct mlk_rc_row *rows, int64_t n, const 
             into->allocs += row.allocs;
         if (row.pos < into->pos)
             into->pos = row.pos;
+        for (int k = 0; k < 8; k++)
+            into->lost[k] += row.lost[k];
         merged = 1;
     }
     int64_t kept = 0;
     for (int64_t r = 0; r < used; r++) {
         if (rows[r].key >= 0 && rows[r].key < nkeys)
             slot_of_key[rows[r].key] = -1;
-        if (rows[r].bytes || rows[r].blocks)
+        if (rows[r].bytes || rows[r].blocks || (rows[r].scanned && any_scanned(rows[r].lost)))
             rows[kept++] = rows[r];
     }
     if (merged)
@@ -255,6 +275,9 @@ struct mlk_rc_texts {
 /* How an entry names its allocator family; malloc's is left unsaid. */
 static const char *const kind_field[] = {[MLK_KIND_NEW] = " kind=new", [MLK_KIND_MMAP] = " kind=mmap"};
 #define KIND_FIELDS ((int)(sizeof kind_field / sizeof kind_field[0]))
+/* A scan report's split of an entry's live blocks (docs/memlog.md). */
+static const char *const category_field[4] = {" definitely-lost=", " indirectly-lost=",
+                                              " possibly-lost=", " still-reachable="};
 
 static int put_signed(char *p, int64_t v)
 {
@@ -272,6 +295,15 @@ static int put_signed(char *p, int64_t v)
     return len;
 }
 
+/* An amount (the scan's bytes and blocks are not changes): no sign. */
+static int put_count(char *p, int64_t v)
+{
+    int len = put_signed(p, v);
+    if (p[0] == '+')
+        memmove(p, p + 1, (size_t)--len);
+    return len;
+}
+
 /* Write the entries rows[from..to) in the report format ("+bytes +blocks"
  * then the key's frame lines) into out[0..cap).  Stops before an entry
  * that does not fit; *next is the first row not written.  Returns the
@@ -285,7 +317,8 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
         const struct mlk_rc_row *row = &rows[r];
         int64_t first = row->key >= 0 && row->key < t->keys ? t->key_first[row->key] : -1;
         int32_t lines = first < 0 ? 0 : t->key_lines[row->key];
-        int64_t need = 112;  /* four signed numbers, the kind, "samples=", "allocs=", a newline */
+        int64_t need = 112 + 200; /* four signed numbers, the kind, "samples=", "allocs=",
+                                   * four categories' "name=bytes/blocks", a newline */
         for (int32_t k = 0; k < lines; k++) {
             int32_t l = t->pool[first + k];
             need += t->line_off[l + 1] - t->line_off[l];
@@ -315,6 +348,17 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
             p += 9;
             p += put_signed(p, row->samples);
         }
+        if (row->scanned)
+            for (int c = 0; c < 4; c++) {
+                if (!row->lost[2 * c + 1])
+                    continue;
+                size_t n = strlen(category_field[c]);
+                memcpy(p, category_field[c], n);
+                p += n;
+                p += put_count(p, row->lost[2 * c]);
+                *p++ = '/';
+                p += put_count(p, row->lost[2 * c + 1]);
+            }
         *p++ = '\n';
         for (int32_t k = 0; k < lines; k++) {
             int32_t l = t->pool[first + k];
@@ -352,5 +396,13 @@ EXPORT void mlk_rc_commit(struct mlk_stack *stacks, int64_t n, const int64_t *li
 EXPORT uint32_t mlk_rc_post_snapshot(struct mlk_header *h)
 {
     __atomic_add_fetch(&h->snapshot_requests, 1, __ATOMIC_RELEASE);
+    return __atomic_add_fetch(&h->request_seq, 1, __ATOMIC_ACQ_REL);
+}
+
+/* A scan request from outside (`libmemleak scan PID`): as a snapshot
+ * request, counted apart so the reporter knows to scan. */
+EXPORT uint32_t mlk_rc_post_scan(struct mlk_header *h)
+{
+    __atomic_add_fetch(&h->scan_requests, 1, __ATOMIC_RELEASE);
     return __atomic_add_fetch(&h->request_seq, 1, __ATOMIC_ACQ_REL);
 }

@@ -1,0 +1,70 @@
+"""A scan's answer, read back from a report: the four totals of the header
+and each entry's split (docs/memlog.md, "Reachability"), and the stacks
+that lost memory in the order a user should look at them -- definitely
+lost first, then indirectly, then possibly, each largest first (valgrind
+prints its loss records the other way round, smallest first; on a screen
+the largest belongs on top)."""
+
+from dataclasses import dataclass, field
+
+CATEGORIES = ("definitely-lost", "indirectly-lost", "possibly-lost", "still-reachable")
+LOST = CATEGORIES[:3]
+
+
+@dataclass
+class ScanResult:
+    totals: dict                     # category -> (bytes, blocks)
+    pause_ms: float | None
+    threads: int | None
+    stacks: list = field(default_factory=list)   # (category, bytes, blocks, entry), by rank
+
+
+def categories_of(entry):
+    """An entry's split: category -> (bytes, blocks); {} if it has none."""
+    split = {}
+    for extra in entry.extra or ():
+        name, eq, value = extra.partition("=")
+        if eq and name in CATEGORIES:
+            nbytes, _, blocks = value.partition("/")
+            try:
+                split[name] = (int(nbytes), int(blocks))
+            except ValueError:
+                continue
+    return split
+
+
+def header_totals(header):
+    """category -> (bytes, blocks) from a report header; None if it carries no scan."""
+    totals = {}
+    for name in CATEGORIES:
+        parts = header.get(name, "").split()
+        if len(parts) != 2:
+            return None
+        try:
+            totals[name] = (int(parts[0]), int(parts[1]))
+        except ValueError:
+            return None
+    return totals
+
+
+def _number(text, kind):
+    try:
+        return kind(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def from_report(report):
+    """The ScanResult of a parsed report (memlog.Report or series.Report);
+    None if the report carries no scan."""
+    totals = header_totals(report.header)
+    if totals is None:
+        return None
+    stacks = []
+    for entry in report.entries:
+        for name, (nbytes, blocks) in categories_of(entry).items():
+            if name in LOST and blocks:
+                stacks.append((name, nbytes, blocks, entry))
+    stacks.sort(key=lambda s: (LOST.index(s[0]), -s[1], -s[2]))
+    return ScanResult(totals, _number(report.header.get("scan-pause-ms"), float),
+                      _number(report.header.get("scan-threads"), int), stacks)

@@ -1,0 +1,77 @@
+"""The reachability scan, from the reporter: stop the traced process's
+threads, take the snapshot while they stand still (so the counters and the
+blocks agree), classify every live block in C (native/reporter/scan.c,
+valgrind memcheck's categories), resume the threads.  The pause -- from
+the first thread stopped to the last resumed -- is measured and reported.
+
+What the categories mean and how the scan finds roots and blocks:
+docs/scan.md."""
+
+import time
+from dataclasses import dataclass
+
+from libmemleak.report_core import ffi, lib, zeros, _q
+
+CATEGORIES = ("definitely-lost", "indirectly-lost", "possibly-lost", "still-reachable")
+WHY_BYTES = 512
+
+
+class ScanRefused(Exception):
+    """The scan could not be made (one line for the user); the report is
+    written without categories."""
+
+
+@dataclass
+class Scan:
+    per_stack: object      # array('q'): 8 words per stack id, bytes then blocks per category
+    bytes: tuple           # per category, in CATEGORIES order
+    blocks: tuple
+    pause_ms: float
+    threads: int
+    heap_blocks: int
+    unattributed: int
+
+    def header_lines(self):
+        """The report header's lines for this scan (docs/memlog.md)."""
+        lines = [(name, f"{b} {n}") for name, b, n in zip(CATEGORIES, self.bytes, self.blocks)]
+        lines += [("scan-pause-ms", f"{self.pause_ms:.1f}"), ("scan-threads", self.threads)]
+        if self.unattributed:
+            lines.append(("scan-unattributed-blocks", self.unattributed))
+        return lines
+
+
+def _stack_count(snapshot):
+    ids = snapshot.ids
+    if isinstance(ids, range):
+        return ids.stop
+    return max(ids) + 1 if len(ids) else 0
+
+
+def scan(pid, header, take_snapshot):
+    """(snapshot, Scan) of process `pid`, its threads stopped for both.
+    Raises ScanRefused when the threads cannot be stopped or the process
+    cannot be read; nothing is changed in the process then."""
+    trailer_key = header.trailer_key
+    if not trailer_key:
+        raise ScanRefused("the scan needs every block tracked with a trailer (the default "
+                          "track=trailers, not sampled): this process tracks them otherwise")
+    why = ffi.new("char[]", WHY_BYTES)
+    started = time.monotonic()
+    world = lib.mlk_world_stop(pid, why, WHY_BYTES)
+    if world == ffi.NULL:
+        raise ScanRefused(ffi.string(why).decode("utf-8", "replace"))
+    try:
+        snapshot = take_snapshot()
+        nstacks = _stack_count(snapshot)
+        per_stack = zeros(8 * nstacks)
+        totals = ffi.new("struct mlk_scan_totals *")
+        status = lib.mlk_scan_heap(world, trailer_key, header.own_lo, header.own_hi, nstacks,
+                                   _q(per_stack), totals, why, WHY_BYTES)
+        threads = lib.mlk_world_threads(world)
+    finally:
+        lib.mlk_world_resume(world)
+    pause_ms = (time.monotonic() - started) * 1000
+    if status != 0:
+        raise ScanRefused(ffi.string(why).decode("utf-8", "replace"))
+    return snapshot, Scan(per_stack, tuple(totals.bytes), tuple(totals.blocks), pause_ms, threads,
+                          totals.heap_blocks, totals.unattributed)

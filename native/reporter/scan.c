@@ -1,0 +1,524 @@
+/* The reachability scan: which live blocks of a stopped process are
+ * definitely lost, indirectly lost, possibly lost or still reachable --
+ * valgrind memcheck's categories, by memcheck's rules (mc_leakcheck.c):
+ *
+ *   1. list the live blocks (list_blocks);
+ *   2. the roots -- every thread's registers, every thread's stack from its
+ *      stack pointer, and all other private writable memory that is not
+ *      the heap (module data, TLS, the program's own mmaps) -- mark what
+ *      they point to: a pointer to a block's first byte makes it reachable,
+ *      a pointer into it makes it possibly lost (mark_from_roots);
+ *   3. flood: what a reachable block points to at its start is reachable,
+ *      anything else it reaches possibly lost (flood);
+ *   4. the blocks still unreached, in address order, each lead a "clique":
+ *      what they reach that nobody else reached is indirectly lost, and a
+ *      leader not reached from an earlier one is definitely lost
+ *      (mark_cliques).
+ * Only aligned 8-byte words count; a block's extent is its requested size
+ * (a zero-size block counts as one byte), as in memcheck.
+ *
+ * Listing the blocks costs the allocation hot path nothing: every block
+ * libmtrace records carries a trailer whose check word is its address
+ * XOR a per-process random key (native/trailers.c).  Reading the
+ * anonymous memory once and keeping each word w for which w ^ key is an
+ * address a little below it finds every live block -- of glibc, jemalloc
+ * or any allocator; a freed block's check word was cleared by its free.
+ *
+ * Memory is read with process_vm_readv, blocks in batches of up to
+ * BATCH_IOVS per call; pages never touched (/proc/PID/pagemap) are
+ * skipped, so a large mostly-unused mapping costs little. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "world.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+#define TRAILER_STACK_BITS 24
+#define UNCOUNTED ((1u << TRAILER_STACK_BITS) - 1)
+#define MAX_BLOCK_SPAN (1ull << 40)  /* a trailer further than this from its start is not one */
+#define RED_ZONE 128                  /* below the stack pointer, still the function's (x86-64 ABI) */
+#define CHUNK (1u << 20)              /* bytes read per call when streaming a region */
+#define BATCH_IOVS 1024
+#define BATCH_BYTES (4u << 20)
+#define PAGE 4096ull
+
+/* Categories, in report order; also the flood's states (UNREACHED ends as
+ * definitely lost). */
+enum { UNREACHED = 0, INDIRECT = 1, POSSIBLE = 2, REACHABLE = 3 };
+
+struct mlk_scan_totals {
+    int64_t bytes[4];  /* definitely, indirectly, possibly lost, still reachable */
+    int64_t blocks[4];
+    int64_t heap_blocks;     /* blocks found */
+    int64_t unattributed;    /* of them, blocks whose stack is not counted (trailer says so) */
+    int64_t root_bytes;      /* bytes of roots read */
+    int64_t heap_bytes_read; /* bytes of blocks read */
+    int64_t threads;
+};
+
+struct region {
+    uint64_t lo, hi;
+    int anon;       /* anonymous (or [heap]/[stack]): may hold blocks */
+    int root;       /* scanned as a root (unless heap) */
+    int heap;       /* holds blocks not in their own mapping: not a root */
+    uint64_t root_from; /* a thread's stack: roots start here */
+    int stack_of_thread;
+};
+
+struct block {
+    uint64_t start, size, end; /* end: past its trailer (the extent it occupies) */
+    uint32_t stack;
+    uint8_t state;
+};
+
+struct scan {
+    int pid;
+    uint64_t own_lo, own_hi; /* libmtrace's own maps (native/rt.c): not the program's */
+    int pagemap;
+    struct region *regions;
+    int nregions;
+    struct block *blocks;
+    int64_t nblocks, cap;
+    uint64_t lowest, highest; /* of the blocks' extents: a cheap first filter */
+    int64_t *todo;            /* the flood's work stack (block indices) */
+    int64_t ntodo, todo_cap;
+    uint64_t *spans;          /* excluded from roots: mmapped chunks, [lo, hi) pairs */
+    int nspans, spans_cap;
+    struct mlk_scan_totals *totals;
+    char *buf;
+};
+
+/* ---- reading the process ------------------------------------------------ */
+
+static int read_maps(struct scan *s)
+{
+    char path[64], line[4096];
+    snprintf(path, sizeof path, "/proc/%d/maps", s->pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return -1;
+    int cap = 256;
+    s->regions = malloc((size_t)cap * sizeof *s->regions);
+    while (s->regions && fgets(line, sizeof line, f)) {
+        unsigned long long lo, hi;
+        char perms[8] = "", file[4096] = "";
+        if (sscanf(line, "%llx-%llx %7s %*s %*s %*s %4095[^\n]", &lo, &hi, perms, file) < 3)
+            continue;
+        if (perms[0] != 'r' || perms[1] != 'w' || perms[3] != 'p')
+            continue; /* not readable and writable, or shared (not scanned: docs/scan.md) */
+        char *name = file;
+        while (*name == ' ')
+            name++;
+        struct region r = {lo, hi, 0, 1, 0, lo, 0};
+        if (!*name || !strcmp(name, "[heap]") || !strcmp(name, "[stack]") ||
+            !strncmp(name, "[anon:", 6))
+            r.anon = 1;
+        else if (name[0] == '[')
+            continue; /* [vvar], [vsyscall]...: the kernel's */
+        else if (strstr(name, "/libmtrace.so"))
+            continue; /* our own tables hold addresses of blocks, not references */
+        if (lo >= s->own_lo && hi <= s->own_hi)
+            continue; /* libmtrace's tables and the unwinder's copies of stack words */
+        r.heap = !strcmp(name, "[heap]");
+        if (s->nregions == cap) {
+            cap *= 2;
+            struct region *more = realloc(s->regions, (size_t)cap * sizeof *more);
+            if (!more)
+                break;
+            s->regions = more;
+        }
+        s->regions[s->nregions++] = r;
+    }
+    fclose(f);
+    return s->regions ? 0 : -1;
+}
+
+static struct region *region_of(struct scan *s, uint64_t addr)
+{
+    int lo = 0, hi = s->nregions;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (s->regions[mid].hi <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < s->nregions && s->regions[lo].lo <= addr ? &s->regions[lo] : NULL;
+}
+
+/* Calls each(s, lo, hi, arg) for the runs of [lo, hi) whose pages were
+ * ever touched (present or swapped out); the rest reads as zeros. */
+static void touched_runs(struct scan *s, uint64_t lo, uint64_t hi,
+                         void (*each)(struct scan *, uint64_t, uint64_t, void *), void *arg)
+{
+    if (s->pagemap < 0 || hi - lo <= 64 * PAGE) {
+        each(s, lo, hi, arg);
+        return;
+    }
+    uint64_t entries[512];
+    uint64_t page = lo / PAGE, last = (hi + PAGE - 1) / PAGE, run_lo = 0;
+    int in_run = 0;
+    while (page < last) {
+        size_t want = last - page < 512 ? (size_t)(last - page) : 512;
+        ssize_t n = pread(s->pagemap, entries, want * 8, (off_t)(page * 8));
+        if (n <= 0) { /* cannot tell: read the rest */
+            each(s, in_run ? run_lo : page * PAGE > lo ? page * PAGE : lo, hi, arg);
+            return;
+        }
+        for (size_t i = 0; i < (size_t)n / 8; i++, page++) {
+            int touched = (entries[i] >> 62) != 0; /* bit 63 present, 62 swapped */
+            uint64_t at = page * PAGE > lo ? page * PAGE : lo;
+            if (touched && !in_run) {
+                run_lo = at;
+                in_run = 1;
+            } else if (!touched && in_run) {
+                each(s, run_lo, at, arg);
+                in_run = 0;
+            }
+        }
+    }
+    if (in_run)
+        each(s, run_lo, hi, arg);
+}
+
+/* ---- 1. the live blocks ---------------------------------------------------- */
+
+static void add_block(struct scan *s, uint64_t start, uint64_t trailer, uint64_t meta)
+{
+    uint32_t stack = (uint32_t)(meta & UNCOUNTED);
+    uint64_t size = meta >> TRAILER_STACK_BITS;
+    if (stack == UNCOUNTED)
+        size = trailer - start; /* not counted: its size is not kept; at most this */
+    else if (start + size > trailer || trailer - (start + size) > size + 2 * PAGE)
+        return; /* not where its own trailer would be: a stale copy */
+    if (s->nblocks == s->cap) {
+        int64_t cap = s->cap ? 2 * s->cap : 65536;
+        struct block *more = realloc(s->blocks, (size_t)cap * sizeof *more);
+        if (!more)
+            return;
+        s->blocks = more;
+        s->cap = cap;
+    }
+    s->blocks[s->nblocks++] = (struct block){start, size, trailer + 16, stack, UNREACHED};
+}
+
+struct trailer_walk {
+    uint64_t key;
+    uint64_t prev;  /* the word before the current one (a trailer's meta) */
+};
+
+static void find_trailers(struct scan *s, uint64_t lo, uint64_t hi, void *arg)
+{
+    struct trailer_walk *t = arg;
+    t->prev = 0;
+    for (uint64_t at = lo; at < hi; at += CHUNK) {
+        size_t len = hi - at < CHUNK ? (size_t)(hi - at) : CHUNK;
+        mlk_read_mem(s->pid, at, s->buf, len);
+        const uint64_t *w = (const uint64_t *)s->buf;
+        for (size_t i = 0; i < len / 8; i++) {
+            uint64_t x = at + 8 * i, start = w[i] ^ t->key;
+            /* the check word sits 8 bytes into the trailer; the block starts below */
+            if (start < x - 8 && x - 8 - start < MAX_BLOCK_SPAN && !(start & 7) && start >= s->lowest)
+                add_block(s, start, x - 8, i ? w[i - 1] : t->prev);
+        }
+        t->prev = len >= 8 ? w[len / 8 - 1] : 0;
+    }
+}
+
+static int by_start(const void *a, const void *b)
+{
+    const struct block *x = a, *y = b;
+    if (x->start != y->start)
+        return x->start < y->start ? -1 : 1;
+    return x->end < y->end ? 1 : x->end > y->end ? -1 : 0; /* the larger extent first */
+}
+
+/* Sorted and without overlaps.  A block whose extent lies inside
+ * another's is a stale trailer in the other's bytes (a block freed behind
+ * libmtrace's back, its memory reused): the outer one is the live block. */
+static void settle_blocks(struct scan *s)
+{
+    qsort(s->blocks, (size_t)s->nblocks, sizeof *s->blocks, by_start);
+    int64_t kept = 0;
+    for (int64_t i = 0; i < s->nblocks; i++) {
+        if (kept && s->blocks[i].start < s->blocks[kept - 1].end)
+            continue;
+        s->blocks[kept++] = s->blocks[i];
+    }
+    s->nblocks = kept;
+    s->lowest = kept ? s->blocks[0].start : 0;
+    s->highest = kept ? s->blocks[kept - 1].end : 0;
+}
+
+static void exclude_span(struct scan *s, uint64_t lo, uint64_t hi)
+{
+    if (s->nspans == s->spans_cap) {
+        int cap = s->spans_cap ? 2 * s->spans_cap : 256;
+        uint64_t *more = realloc(s->spans, (size_t)cap * 2 * sizeof *more);
+        if (!more)
+            return;
+        s->spans = more;
+        s->spans_cap = cap;
+    }
+    s->spans[2 * s->nspans] = lo;
+    s->spans[2 * s->nspans + 1] = hi;
+    s->nspans++;
+}
+
+/* Which memory is the heap (its bytes are scanned only as blocks, never
+ * as roots): the [heap] mapping; a block that glibc mmapped on its own,
+ * exactly its chunk (the kernel may merge that mapping with a neighbour
+ * of the program's); any other mapping that holds blocks (glibc's other
+ * arenas, jemalloc's extents), whole. */
+static void mark_heap(struct scan *s)
+{
+    for (int64_t i = 0; i < s->nblocks; i++) {
+        struct block *b = &s->blocks[i];
+        struct region *r = region_of(s, b->start);
+        if (!r || r->heap)
+            continue;
+        uint64_t header[2]; /* glibc's chunk header: prev_size, size | flags */
+        if (b->start >= 16 && mlk_read_mem(s->pid, b->start - 16, header, 16) == 16) {
+            uint64_t chunk = b->start - 16, size = header[1] & ~7ull, before = header[0];
+            if ((header[1] & 2) && !((chunk - before) % PAGE) && !((size + before) % PAGE) &&
+                chunk - before >= r->lo && chunk + size <= r->hi && b->end <= chunk + size) {
+                exclude_span(s, chunk - before, chunk + size);
+                continue;
+            }
+        }
+        r->heap = 1;
+    }
+}
+
+static void list_blocks(struct scan *s, uint64_t key)
+{
+    struct trailer_walk t = {key, 0};
+    s->lowest = 4096;
+    for (int i = 0; i < s->nregions; i++)
+        if (s->regions[i].anon)
+            touched_runs(s, s->regions[i].lo, s->regions[i].hi, find_trailers, &t);
+    settle_blocks(s);
+    mark_heap(s);
+}
+
+/* ---- 2.-4. marking ------------------------------------------------------- */
+
+static int64_t block_at(const struct scan *s, uint64_t p)
+{
+    if (p < s->lowest || p >= s->highest)
+        return -1;
+    int64_t lo = 0, hi = s->nblocks;
+    while (lo < hi) { /* the last block starting at or below p */
+        int64_t mid = (lo + hi) / 2;
+        if (s->blocks[mid].start <= p)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0)
+        return -1;
+    const struct block *b = &s->blocks[lo - 1];
+    return p < b->start + (b->size ? b->size : 1) ? lo - 1 : -1;
+}
+
+static void push(struct scan *s, int64_t i)
+{
+    if (s->ntodo == s->todo_cap) {
+        int64_t cap = s->todo_cap ? 2 * s->todo_cap : 4096;
+        int64_t *more = realloc(s->todo, (size_t)cap * sizeof *more);
+        if (!more)
+            return; /* the block is not followed: what it reaches may look lost */
+        s->todo = more;
+        s->todo_cap = cap;
+    }
+    s->todo[s->ntodo++] = i;
+}
+
+/* What a word found at a place of state `from` (REACHABLE for roots) does
+ * to the block it points to.  clique >= 0: the clique pass. */
+static inline void follow(struct scan *s, uint64_t word, int from, int64_t clique)
+{
+    int64_t i = block_at(s, word);
+    if (i < 0)
+        return;
+    struct block *b = &s->blocks[i];
+    if (clique >= 0) {
+        if (b->state == UNREACHED && i != clique) {
+            b->state = INDIRECT;
+            push(s, i);
+        }
+        return;
+    }
+    if (word == b->start && from == REACHABLE && b->state != REACHABLE) {
+        b->state = REACHABLE;
+        push(s, i);
+    } else if (b->state == UNREACHED) {
+        b->state = POSSIBLE;
+        push(s, i);
+    }
+}
+
+static void scan_words(struct scan *s, const uint64_t *w, size_t n, int from, int64_t clique)
+{
+    for (size_t i = 0; i < n; i++)
+        if (w[i] - s->lowest < s->highest - s->lowest)
+            follow(s, w[i], from, clique);
+}
+
+static void scan_root_run(struct scan *s, uint64_t lo, uint64_t hi, void *unused)
+{
+    lo = (lo + 7) & ~7ull;
+    for (uint64_t at = lo; at + 8 <= hi; at += CHUNK) {
+        size_t len = hi - at < CHUNK ? (size_t)(hi - at) : CHUNK;
+        len &= ~(size_t)7;
+        mlk_read_mem(s->pid, at, s->buf, len);
+        s->totals->root_bytes += (int64_t)len;
+        scan_words(s, (const uint64_t *)s->buf, len / 8, REACHABLE, -1);
+    }
+}
+
+/* A root region less the spans of the heap inside it. */
+static void scan_root(struct scan *s, uint64_t lo, uint64_t hi)
+{
+    for (int k = 0; k < s->nspans && lo < hi; k++) {
+        uint64_t a = s->spans[2 * k], b = s->spans[2 * k + 1];
+        if (b <= lo || a >= hi)
+            continue;
+        if (a > lo)
+            scan_root(s, lo, a);
+        lo = b;
+    }
+    if (lo < hi)
+        touched_runs(s, lo, hi, scan_root_run, NULL);
+}
+
+static void mark_from_roots(struct scan *s, const struct mlk_world *w)
+{
+    for (int t = 0; t < w->nthreads; t++) {
+        const struct mlk_thread *th = &w->threads[t];
+        scan_words(s, th->regs, (size_t)th->nregs, REACHABLE, -1);
+        struct region *r = th->sp ? region_of(s, th->sp) : NULL;
+        if (!r)
+            continue; /* its stack pointer is nowhere we scan: registers only */
+        uint64_t from = th->sp - RED_ZONE > r->lo ? th->sp - RED_ZONE : r->lo;
+        if (!r->stack_of_thread || from < r->root_from) /* two threads on one stack: the lower */
+            r->root_from = from;
+        r->stack_of_thread = 1;
+    }
+    for (int i = 0; i < s->nregions; i++) {
+        struct region *r = &s->regions[i];
+        if (r->root && !r->heap)
+            scan_root(s, r->root_from, r->hi);
+    }
+}
+
+/* Scan the blocks on the work stack, and those they push, until none is
+ * left: up to BATCH_IOVS blocks read in one call. */
+static void flood(struct scan *s, int64_t clique)
+{
+    struct iovec local[BATCH_IOVS], remote[BATCH_IOVS];
+    int64_t which[BATCH_IOVS];
+    while (s->ntodo > 0) {
+        int n = 0;
+        size_t used = 0;
+        while (s->ntodo > 0 && n < BATCH_IOVS) {
+            struct block *b = &s->blocks[s->todo[s->ntodo - 1]];
+            size_t len = (size_t)(b->size & ~7ull);
+            if (n > 0 && used + len > BATCH_BYTES)
+                break;
+            which[n] = s->todo[--s->ntodo];
+            if (len > BATCH_BYTES) { /* a big block: on its own, in pieces */
+                for (uint64_t off = 0; off < len; off += BATCH_BYTES) {
+                    size_t piece = len - off < BATCH_BYTES ? (size_t)(len - off) : BATCH_BYTES;
+                    mlk_read_mem(s->pid, b->start + off, s->buf, piece);
+                    s->totals->heap_bytes_read += (int64_t)piece;
+                    scan_words(s, (const uint64_t *)s->buf, piece / 8, s->blocks[which[0]].state, clique);
+                }
+                n = -1;
+                break;
+            }
+            local[n] = (struct iovec){s->buf + used, len};
+            remote[n] = (struct iovec){(void *)(uintptr_t)b->start, len};
+            used += len;
+            n++;
+        }
+        if (n <= 0)
+            continue;
+        ssize_t got = process_vm_readv(s->pid, local, (unsigned long)n, remote, (unsigned long)n, 0);
+        if (got != (ssize_t)used) /* some block unreadable: one at a time, zeros where not */
+            for (int k = 0; k < n; k++)
+                mlk_read_mem(s->pid, (uint64_t)(uintptr_t)remote[k].iov_base, local[k].iov_base,
+                             local[k].iov_len);
+        s->totals->heap_bytes_read += (int64_t)used;
+        for (int k = 0; k < n; k++)
+            scan_words(s, local[k].iov_base, local[k].iov_len / 8, s->blocks[which[k]].state, clique);
+    }
+}
+
+static void mark_cliques(struct scan *s)
+{
+    for (int64_t i = 0; i < s->nblocks; i++) {
+        if (s->blocks[i].state != UNREACHED)
+            continue;
+        push(s, i);
+        flood(s, i);
+    }
+}
+
+/* ---- the scan ------------------------------------------------------------ */
+
+/* Classify every live block of the stopped process w->pid.  per_stack:
+ * nstacks rows of 8 (bytes then blocks of each category, in the order of
+ * struct mlk_scan_totals), added to.  Returns 0, or -1 with `why` set. */
+EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t own_lo, uint64_t own_hi,
+                         int64_t nstacks, int64_t *per_stack, struct mlk_scan_totals *totals,
+                         char *why, int why_len)
+{
+    struct scan s = {.pid = w->pid, .own_lo = own_lo, .own_hi = own_hi, .totals = totals};
+    char path[64];
+    memset(totals, 0, sizeof *totals);
+    totals->threads = w->nthreads;
+    s.buf = malloc(BATCH_BYTES > CHUNK ? BATCH_BYTES : CHUNK);
+    if (!s.buf || read_maps(&s) != 0) {
+        snprintf(why, (size_t)why_len, "cannot read the memory map of process %d", w->pid);
+        free(s.buf);
+        free(s.regions);
+        return -1;
+    }
+    snprintf(path, sizeof path, "/proc/%d/pagemap", w->pid);
+    s.pagemap = open(path, O_RDONLY | O_CLOEXEC);
+
+    list_blocks(&s, key);
+    mark_from_roots(&s, w);
+    flood(&s, -1);
+    mark_cliques(&s);
+
+    for (int64_t i = 0; i < s.nblocks; i++) {
+        const struct block *b = &s.blocks[i];
+        totals->bytes[b->state == UNREACHED ? 0 : b->state] += (int64_t)b->size;
+        totals->blocks[b->state == UNREACHED ? 0 : b->state]++;
+        if (b->stack < nstacks) {
+            int64_t *row = &per_stack[b->stack * 8 + 2 * b->state];
+            row[0] += (int64_t)b->size;
+            row[1]++;
+        } else {
+            totals->unattributed++;
+        }
+    }
+    totals->heap_blocks = s.nblocks;
+    if (s.pagemap >= 0)
+        close(s.pagemap);
+    free(s.buf);
+    free(s.regions);
+    free(s.blocks);
+    free(s.todo);
+    free(s.spans);
+    return 0;
+}

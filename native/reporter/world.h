@@ -1,0 +1,43 @@
+/* Stopping a traced process's threads from outside it, and reading its
+ * memory: what the reachability scan (scan.c) stands on.  Reporter side
+ * only (libmlkreport.so); never loaded into a traced program. */
+#ifndef MLK_WORLD_H
+#define MLK_WORLD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MLK_REG_WORDS 64 /* general registers kept per thread (x86-64: 27, arm64: 34) */
+
+struct mlk_thread {
+    int tid;
+    int signal;     /* a signal that arrived as it stopped: delivered again on resume */
+    uint64_t sp;    /* stack pointer */
+    int nregs;
+    uint64_t regs[MLK_REG_WORDS];
+};
+
+struct mlk_world {
+    int pid;
+    int nthreads, cap;
+    struct mlk_thread *threads;
+    int64_t stopped_ns; /* CLOCK_MONOTONIC when the last thread stopped */
+};
+
+/* Every thread of `pid` stopped (PTRACE_SEIZE + PTRACE_INTERRUPT: no signal
+ * the program sees), its registers read.  NULL if that failed; `why` then
+ * says why in one line.  Threads created meanwhile are stopped too. */
+struct mlk_world *mlk_world_stop(int pid, char *why, int why_len);
+
+/* Resume every thread untouched and free the world. */
+void mlk_world_resume(struct mlk_world *w);
+int mlk_world_threads(const struct mlk_world *w);
+
+/* Copy len bytes at addr in the stopped process to buf; what cannot be
+ * read (a page unmapped, a file mapping past its end) reads as zeros.
+ * Returns the bytes really read. */
+size_t mlk_read_mem(int pid, uint64_t addr, void *buf, size_t len);
+
+int64_t mlk_now_monotonic_ns(void);
+
+#endif
