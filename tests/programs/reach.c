@@ -11,6 +11,11 @@
  *   site_cycle   2 x 64 B a cycle nothing points to: one definitely lost
  *                         (the lower address leads), one indirectly lost
  *   site_forgotten  8 x 72 B  definitely lost (pointers overwritten)
+ *   site_tree_root  80 B  definitely lost, the root of a binary tree of
+ *   site_tree_node 6 x 40 B  indirectly lost
+ *   site_ptree_root 88 B  possibly lost (a global points into it), the
+ *                         root of site_ptree_node 2 x 40 B, possibly lost
+ *                         too (reached only through a possibly lost block)
  * Stops at checkpoint "built" (a scan now), then exits. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -21,9 +26,11 @@
 #define SITE(name) __attribute__((noinline)) void *name(size_t n) { void *p = malloc(n); memset(p, 0, n); return p; }
 SITE(site_global) SITE(site_child) SITE(site_stack) SITE(site_tls) SITE(site_interior)
 SITE(site_lost) SITE(site_indirect) SITE(site_indirect2) SITE(site_cycle) SITE(site_forgotten)
+SITE(site_tree_root) SITE(site_tree_node) SITE(site_ptree_root) SITE(site_ptree_node)
 
 void **g_reach;
 char *g_interior;
+char *g_ptree; /* points 16 bytes into the root of a tree */
 __thread void *t_block;
 void *volatile g_sink;
 
@@ -39,6 +46,19 @@ __attribute__((noinline)) static void make_lost(void)
     for (int i = 0; i < 8; i++)
         g_sink = site_forgotten(72);
     g_sink = NULL;
+    void **root = site_tree_root(80);
+    for (int i = 0; i < 2; i++) {
+        void **node = site_tree_node(40);
+        root[i] = node;
+        node[0] = site_tree_node(40);
+        node[1] = site_tree_node(40);
+    }
+    memset(&root, 0, sizeof root);
+    void **proot = site_ptree_root(88);
+    proot[0] = site_ptree_node(40);
+    proot[1] = site_ptree_node(40);
+    g_ptree = (char *)proot + 16;
+    memset(&proot, 0, sizeof proot);
     /* nothing of these is left in registers or this frame once it returns;
      * the frame itself lies below the stack pointer then */
     memset(&lost, 0, sizeof lost);

@@ -1,0 +1,254 @@
+"""The reachability scan (#21): programs with known reachability, scanned
+live (`libmemleak scan PID`) and at exit (scan=exit), each category per
+stack asserted to the byte and block -- against valgrind memcheck's own
+answer where valgrind is installed (.ci/run installs it), and against the
+known layout of the program where valgrind cannot see the moment (a live
+scan mid-run)."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import CLI_ENV, cli, cli_argv, compile_program, reports_of
+from libmemleak import memlog
+from libmemleak.analysis.lost import CATEGORIES, categories_of, header_totals
+
+HAVE_VALGRIND = shutil.which("valgrind") is not None
+needs_valgrind = pytest.mark.skipif(not HAVE_VALGRIND, reason="valgrind is not installed")
+
+VALGRIND_RECORD = re.compile(
+    r"== (?:(?P<total>[\d,]+) \((?P<direct>[\d,]+) direct, [\d,]+ indirect\)|(?P<plain>[\d,]+)) "
+    r"bytes in (?P<blocks>[\d,]+) blocks are (?P<kind>definitely lost|indirectly lost|possibly lost|"
+    r"still reachable) in loss record")
+VALGRIND_FRAME = re.compile(r"==\s+(?:at|by) 0x[0-9A-F]+: (\S+)")
+VALGRIND_TOTAL = re.compile(r"==\s+(definitely lost|indirectly lost|possibly lost|still reachable): "
+                            r"([\d,]+) bytes in ([\d,]+) blocks")
+
+
+def _int(text):
+    return int(text.replace(",", ""))
+
+
+def valgrind(argv, cwd, stdin=""):
+    """valgrind memcheck's leak check at exit, with the settings whose
+    semantics the scan implements: (per site function, category) ->
+    (bytes, blocks), and the four totals."""
+    out = subprocess.run(["valgrind", "--leak-check=full", "--show-leak-kinds=all",
+                          "--leak-check-heuristics=none", "--run-libc-freeres=no",
+                          "--num-callers=30", *argv], cwd=cwd, input=stdin, capture_output=True,
+                         text=True, timeout=300).stderr
+    per_site, totals, record = {}, {}, None
+    for line in out.splitlines():
+        m = VALGRIND_RECORD.search(line)
+        if m:
+            nbytes = _int(m["direct"] or m["plain"])
+            record = [m["kind"].replace(" ", "-"), nbytes, _int(m["blocks"])]
+            continue
+        m = VALGRIND_FRAME.search(line)
+        if m and record and m.group(1).startswith("site_"):
+            key = (m.group(1), record[0])
+            b, k = per_site.get(key, (0, 0))
+            per_site[key] = (b + record[1], k + record[2])
+            record = None
+            continue
+        m = VALGRIND_TOTAL.search(line)
+        if m:
+            totals[m.group(1).replace(" ", "-")] = (_int(m.group(2)), _int(m.group(3)))
+    for name in CATEGORIES:
+        totals.setdefault(name, (0, 0))
+    return per_site, totals
+
+
+def site_of(entry):
+    return next((f.function for f in entry.frames if f.function and f.function.startswith("site_")), None)
+
+
+def scanned_sites(report):
+    """(per site function, category) -> (bytes, blocks) of a scan report."""
+    per_site = {}
+    for entry in report.entries:
+        site = site_of(entry)
+        for name, (nbytes, blocks) in categories_of(entry).items():
+            if site and blocks:
+                b, k = per_site.get((site, name), (0, 0))
+                per_site[(site, name)] = (b + nbytes, k + blocks)
+    return per_site
+
+
+def run_scan_at_exit(prog, cwd, stdin=""):
+    p = subprocess.Popen(cli_argv("run", "-q", "--config", "scan=exit", prog), cwd=cwd, env=CLI_ENV,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    out = subprocess.CompletedProcess(p.args, None, *p.communicate(stdin, timeout=120))
+    out.returncode = p.returncode
+    assert out.returncode == 0, out.stderr
+    final = reports_of(str(cwd), os.path.basename(prog), p.pid)[-1]
+    assert final.header["reason"] == "exit"
+    return final, out
+
+
+REACH_AT_EXIT = {
+    # main's frame is gone at exit: its local no longer holds site_stack's block
+    ("site_stack", "definitely-lost"): (40, 1),
+    ("site_global", "still-reachable"): (48, 1),
+    ("site_child", "still-reachable"): (24, 1),
+    ("site_tls", "still-reachable"): (56, 1),
+    ("site_interior", "possibly-lost"): (200, 1),
+    ("site_lost", "definitely-lost"): (100, 1),
+    ("site_indirect", "indirectly-lost"): (32, 1),
+    ("site_indirect2", "indirectly-lost"): (16, 1),
+    ("site_cycle", "definitely-lost"): (64, 1),
+    ("site_cycle", "indirectly-lost"): (64, 1),
+    ("site_forgotten", "definitely-lost"): (576, 8),
+    ("site_tree_root", "definitely-lost"): (80, 1),
+    ("site_tree_node", "indirectly-lost"): (240, 6),
+    ("site_ptree_root", "possibly-lost"): (88, 1),
+    ("site_ptree_node", "possibly-lost"): (80, 2),
+}
+
+
+def test_scan_at_exit_gives_each_category_per_stack(tmp_path):
+    final, out = run_scan_at_exit(compile_program("reach.c"), tmp_path, "\n")
+    assert out.stdout == "checkpoint built\n"
+    assert scanned_sites(final) == REACH_AT_EXIT
+    assert header_totals(final.header) == {"definitely-lost": (860, 12), "indirectly-lost": (352, 9),
+                                           "possibly-lost": (368, 4), "still-reachable": (128, 3)}
+    assert float(final.header["scan-pause-ms"]) > 0
+    assert final.header["scan-threads"] == "1"
+
+
+@needs_valgrind
+def test_scan_at_exit_matches_valgrind_per_stack(tmp_path):
+    prog = compile_program("reach.c")
+    expected, totals = valgrind([prog], tmp_path, "\n")
+    assert expected == REACH_AT_EXIT  # the program does what it says
+    final, _ = run_scan_at_exit(prog, tmp_path, "\n")
+    assert scanned_sites(final) == expected
+    assert header_totals(final.header) == totals
+
+
+def scan_live(pid, *options):
+    out = cli("scan", *options, pid)
+    assert out.returncode == 0, out.stderr
+    path = out.stdout.splitlines()[0]
+    return memlog.read(path), out.stdout
+
+
+def test_live_scan_of_a_running_process(tmp_path):
+    """Mid-run, main's local still holds its block; the program goes on
+    unchanged after the scan and its exit report follows as usual."""
+    prog = compile_program("reach.c")
+    p = subprocess.Popen(cli_argv("run", "-q", prog), cwd=tmp_path, env=CLI_ENV, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout.readline() == b"checkpoint built\n"
+    report, shown = scan_live(p.pid)
+    assert report.header["reason"] == "scan"
+    expected = dict(REACH_AT_EXIT)
+    expected[("site_stack", "still-reachable")] = expected.pop(("site_stack", "definitely-lost"))
+    assert scanned_sites(report) == expected
+    assert header_totals(report.header) == {"definitely-lost": (820, 11), "indirectly-lost": (352, 9),
+                                            "possibly-lost": (368, 4), "still-reachable": (168, 4)}
+    # what the user reads: the totals, then the stacks, definitely lost first
+    assert "definitely lost: 820 bytes in 11 blocks" in shown
+    assert shown.index("site_forgotten") < shown.index("site_tree_root") < shown.index("site_interior")
+    out, err = p.communicate(b"\n", timeout=60)
+    assert p.returncode == 0 and out == b"" and err == b""
+    reasons = [r.header["reason"] for r in reports_of(str(tmp_path), "reach", p.pid)]
+    assert reasons == ["scan", "exit"]
+
+
+def test_other_threads_roots_registers_stacks_tls(tmp_path):
+    """A worker thread blocked in read() holds one block in its TLS, one on
+    its stack, one only in a register: all still reachable; it dropped one."""
+    prog = compile_program("reach_threads.c", "-O2", "-fno-optimize-sibling-calls", "-fno-builtin")
+    p = subprocess.Popen(cli_argv("run", "-q", prog), cwd=tmp_path, env=CLI_ENV, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout.readline() == b"checkpoint held\n"
+    report, _ = scan_live(p.pid)
+    sites = scanned_sites(report)
+    assert sites == {("site_thread_tls", "still-reachable"): (64, 1),
+                     ("site_thread_stack", "still-reachable"): (72, 1),
+                     ("site_thread_register", "still-reachable"): (96, 1),
+                     ("site_thread_lost", "definitely-lost"): (48, 1)}
+    assert report.header["scan-threads"] == "2"
+    p.communicate(b"\n", timeout=60)
+    assert p.returncode == 0
+
+
+def test_twenty_scans_of_threads_allocating_flat_out(tmp_path):
+    """Exact every time, and the program's behaviour unchanged."""
+    prog = compile_program("scanchurn.c")
+    p = subprocess.Popen(cli_argv("run", "-q", prog, "30000"), cwd=tmp_path, env=CLI_ENV,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(0.5)
+    for _ in range(20):
+        report, _ = scan_live(p.pid)
+        sites = scanned_sites(report)
+        assert sites[("site_kept", "still-reachable")] == (4000, 100)
+        assert sites[("site_dropped", "definitely-lost")] == (1200, 50)
+        assert not [k for k in sites if k[0] == "site_churn" and k[1] != "still-reachable"], sites
+        assert report.header["scan-threads"] == "5"
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    assert out == b"done 1\n" and err == b""
+    reasons = [r.header["reason"] for r in reports_of(str(tmp_path), "scanchurn", p.pid)]
+    assert reasons == ["scan"] * 20 + ["exit"]
+
+
+def test_a_process_traced_already_is_said_and_left_alone(tmp_path):
+    """Under a debugger (here: the test holds it with PTRACE_SEIZE), the
+    scan cannot stop the threads: one clear line, a report without
+    categories, exit status 1, the program untouched."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    prog = compile_program("reach.c")
+    p = subprocess.Popen(cli_argv("run", "-q", prog), cwd=tmp_path, env=CLI_ENV, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout.readline() == b"checkpoint built\n"
+    PTRACE_SEIZE, PTRACE_DETACH = 0x4206, 17
+    if libc.ptrace(PTRACE_SEIZE, p.pid, None, None) != 0:
+        p.kill()
+        pytest.skip(f"cannot ptrace here: errno {ctypes.get_errno()}")
+    try:
+        out = cli("scan", p.pid)
+    finally:
+        libc.ptrace(PTRACE_DETACH, p.pid, None, None)
+    assert out.returncode == 1
+    assert f"already traced by process {os.getpid()}" in out.stderr
+    report = memlog.read(out.stdout.splitlines()[0])
+    assert header_totals(report.header) is None
+    assert report.header["scan"].startswith("not made: process")
+    _, err = p.communicate(b"\n", timeout=60)
+    assert p.returncode == 0
+    assert b"already traced" in err  # the reporter said it once on the program's stderr
+
+
+def test_a_sampled_process_cannot_be_scanned(tmp_path):
+    prog = compile_program("reach.c")
+    p = subprocess.Popen(cli_argv("run", "-q", "--config", "sample=4096", prog), cwd=tmp_path,
+                         env=CLI_ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    assert p.stdout.readline() == b"checkpoint built\n"
+    out = cli("scan", p.pid)
+    assert out.returncode == 1 and out.stdout == ""
+    assert "cannot be scanned: the scan needs every block tracked" in out.stderr
+    p.communicate(b"\n", timeout=60)
+    assert p.returncode == 0
+
+
+def test_scan_of_no_process_and_of_an_untraced_one():
+    out = cli("scan", 999999999 % 4194304)
+    assert out.returncode == 1 and "libmemleak: scan:" in out.stderr
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        out = cli("scan", sleeper.pid)
+        assert out.returncode == 1
+        assert "is not traced by libmemleak" in out.stderr
+    finally:
+        sleeper.kill()
+        sleeper.wait()
