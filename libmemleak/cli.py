@@ -88,6 +88,8 @@ def run_config(args):
         if args.sample < 0:
             return None, "run: --sample takes a number of bytes (0 = record every allocation)"
         items.append(f"sample={args.sample}")
+    if args.scan_at_exit and "scan=exit" not in items:
+        items.append("scan=exit")
     if args.wait_for_mtrace:
         if "mtraceinit" in items:
             return None, "run: --wait-for-mtrace and mtraceinit in --config contradict each other"
@@ -200,6 +202,10 @@ def build_parser():
     run.add_argument("--wait-for-mtrace", action="store_true",
                      help="collect nothing until the program calls mtrace() (as a bare "
                           "MEMLEAK_CONFIG without mtraceinit does)")
+    run.add_argument("--scan-at-exit", action="store_true",
+                     help="the exit report carries a reachability scan: each stack's blocks "
+                          "split into definitely, indirectly, possibly lost and still reachable, "
+                          "as valgrind says them (MEMLEAK_CONFIG scan=exit; docs/scan.md)")
     run.add_argument("-q", "--quiet", action="store_true",
                      help="say nothing on stderr at start and at the end")
     run.add_argument("command", nargs=argparse.REMAINDER, help="[--] PROGRAM [ARGS...]")

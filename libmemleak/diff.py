@@ -188,7 +188,7 @@ class Deltas:
             i += len(self)
         if not 0 <= i < len(self):
             raise IndexError(i)
-        kid, pos, nbytes, blocks, live_b, live_k, samples, allocs = self.rows.row(i)[:8]
+        kid, pos, nbytes, blocks, live_b, live_k, samples, allocs = self.rows.row(i)
         key, mods = self._keys.key(kid)
         return StackDelta(key, self._ids[pos], mods, nbytes, blocks, live_b, live_k, samples, allocs)
 

@@ -158,14 +158,31 @@ class Rows:
     live_bytes, live_blocks, samples, allocs, scanned, lost[8] (struct
     mlk_rc_row)."""
 
+    BASE_WORDS = 8  # key .. allocs; then scanned, lost[8]
+
     def __init__(self, words):
         self.words = words
+
+    @classmethod
+    def of(cls, base):
+        """Rows from records of their first BASE_WORDS fields (flat), not scanned."""
+        words = array("q")
+        for i in range(0, len(base), cls.BASE_WORDS):
+            words.extend(base[i:i + cls.BASE_WORDS])
+            words.extend([0] * (ROW_WORDS - cls.BASE_WORDS))
+        return cls(words)
 
     def __len__(self):
         return len(self.words) // ROW_WORDS
 
     def row(self, i):
-        return self.words[i * ROW_WORDS:(i + 1) * ROW_WORDS].tolist()
+        """key, pos, bytes, blocks, live_bytes, live_blocks, samples, allocs."""
+        return self.words[i * ROW_WORDS:i * ROW_WORDS + self.BASE_WORDS].tolist()
+
+    def lost(self, i):
+        """A scan report's split of row i (bytes, blocks per category), or None."""
+        at = i * ROW_WORDS + self.BASE_WORDS
+        return self.words[at + 1:at + 9].tolist() if self.words[at] else None
 
     def pointer(self):
         """The rows for C; the returned object keeps the buffer exported

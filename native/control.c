@@ -227,8 +227,9 @@ int mlk_start_collecting(void)
      * the unrecorded ones then keep their exact size. */
     if (!mlk_sample_bytes && !mlk_config.track_in_table && mlk_trailers_possible())
         mlk_trailers_enable();
-    mlk_seg->tracking = mlk_trailer_key ? MLK_TRACK_TRAILERS : MLK_TRACK_TABLE;
-    mlk_seg->trailer_key = mlk_trailer_key;
+    mlk_early_trailers = 0; /* from now on blocks are recorded, or not at all */
+    mlk_seg->tracking = mlk_trailers_in_use() ? MLK_TRACK_TRAILERS : MLK_TRACK_TABLE;
+    mlk_seg->trailer_key = mlk_trailers_in_use() ? mlk_trailer_key : 0;
     mlk_own_range(&mlk_seg->own_lo, &mlk_seg->own_hi);
     mlk_seg->scan_at_exit = (uint32_t)mlk_config.scan_at_exit;
     __atomic_store_n(&mlk_seg->collecting, 1, __ATOMIC_RELEASE);

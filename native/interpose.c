@@ -84,8 +84,20 @@ static void resolve(void)
     GET(dlopen);
     GET(dlclose);
 #undef GET
+    mlk_trailers_decide_early(real.malloc_usable_size != NULL);
     resolving = 0;
 }
+
+/* Before collection starts from load (mlk_early_trailers): a block with
+ * an uncounted trailer, for the scan.  Never on the collecting path. */
+static __attribute__((noinline)) void *early_malloc(size_t size, int zeroed)
+{
+    void *p = zeroed ? real.calloc(1, size + MLK_TRAILER_SIZE) : real.malloc(size + MLK_TRAILER_SIZE);
+    if (p)
+        mlk_trailer_write_uncounted(p, real.malloc_usable_size(p), mlk_in_hook);
+    return p;
+}
+#define EARLY(size) (MLK_UNLIKELY(mlk_early_trailers) && !mlk_collecting && TRAILABLE(size))
 
 #define READY() (MLK_LIKELY(real.free != NULL) || (ensure_real(), real.free != NULL))
 static void ensure_real(void)
@@ -189,6 +201,8 @@ EXPORT void *malloc(size_t size)
             trailed(p, size, MLK_KIND_MALLOC);
         return p;
     }
+    if (EARLY(size))
+        return early_malloc(size, 0);
     void *p = real.malloc(size);
     after_alloc(p, size, MLK_KIND_MALLOC);
     return p;
@@ -264,6 +278,8 @@ EXPORT void *calloc(size_t n, size_t size)
             trailed(p, total, MLK_KIND_MALLOC);
         return p;
     }
+    if (EARLY(0) && !__builtin_mul_overflow(n, size, &total) && TRAILABLE(total))
+        return early_malloc(total, 1);
     void *p = real.calloc(n, size);
     after_alloc(p, n * size, MLK_KIND_MALLOC);
     return p;
@@ -272,7 +288,8 @@ EXPORT void *calloc(size_t n, size_t size)
 static void *realloc_impl(void *old, size_t size)
 {
     int trailing = TRAILING() && TRAILABLE(size);
-    size_t extra = trailing ? MLK_TRAILER_SIZE : 0;
+    int early = !trailing && EARLY(size) && size != 0;
+    size_t extra = trailing || early ? MLK_TRAILER_SIZE : 0;
     void *p;
     if (!old || is_boot(old)) {
         p = real.malloc(size + extra);
@@ -283,7 +300,7 @@ static void *realloc_impl(void *old, size_t size)
     } else {
         /* realloc(p, 0) frees p (glibc): it must stay a 0 for the real one. */
         if (size == 0)
-            trailing = 0, extra = 0;
+            trailing = early = 0, extra = 0;
         /* Forget the old block first (see the top of this file); put it
          * back if the real realloc fails and leaves it in place. */
         struct mlk_trailer *t = trailer(old);
@@ -315,6 +332,8 @@ static void *realloc_impl(void *old, size_t size)
     if (p) {
         if (trailing)
             trailed(p, size, MLK_KIND_MALLOC);
+        else if (early)
+            mlk_trailer_write_uncounted(p, real.malloc_usable_size(p), mlk_in_hook);
         else
             after_alloc(p, size, MLK_KIND_MALLOC);
     }
@@ -577,6 +596,11 @@ static void *fallback_new(size_t size)
                 trailed(p, size, kind);                                                            \
                 return p;                                                                          \
             }                                                                                      \
+        }                                                                                          \
+        if (fast && EARLY(size)) {                                                                 \
+            void *p = early_malloc(size, 0);                                                       \
+            if (MLK_LIKELY(p != NULL))                                                             \
+                return p;                                                                          \
         }                                                                                          \
         if (MLK_UNLIKELY(!next))                                                                   \
             next = (new_fn)next_symbol(#mangled);                                                  \

@@ -168,6 +168,13 @@ static inline struct mlk_trailer *mlk_trailer_of(void *p, size_t usable)
     return t->check == ((uint64_t)p ^ mlk_trailer_key) ? t : NULL;
 }
 MLK_HIDDEN void mlk_trailers_enable(void);
+MLK_HIDDEN int mlk_trailers_in_use(void);   /* collection records blocks with trailers */
+/* Blocks made before collection starts from load get an uncounted trailer
+ * (trailers.c: the scan must see them); set at the first hook call. */
+extern MLK_HIDDEN int mlk_early_trailers;
+MLK_HIDDEN void mlk_trailers_decide_early(int allocator_has_usable_size);
+#define MLK_TRAILER_OURS_META ((2ull << 24) | 0xffffff) /* scan.c knows it too */
+MLK_HIDDEN void mlk_trailer_write_uncounted(void *p, size_t usable, int ours);
 MLK_HIDDEN int mlk_trailers_possible(void);  /* interpose.c: the allocator allows them */
 /* Writes p's trailer and counts the block for `stack` (MLK_NO_STACK: not
  * counted); 0 if it could not be counted. */

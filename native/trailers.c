@@ -31,6 +31,8 @@
  * lock from a small pool instead; fork takes those too. */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/auxv.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -135,20 +137,66 @@ static inline void update_end(uint32_t *busy)
         mlk_unlock(lock_of_thread());
 }
 
-void mlk_trailers_enable(void)
+/* Random per process (the kernel's AT_RANDOM bytes, mixed with the
+ * clock), so that no data the program stores can look like a trailer
+ * except by a 2^-64 chance; forked children keep it with their blocks. */
+static void make_key(void)
 {
     if (__atomic_load_n(&mlk_trailer_key, __ATOMIC_RELAXED))
         return;
-    /* Random per process (the kernel's AT_RANDOM bytes, mixed with the
-     * clock), so that no data the program stores can look like a trailer
-     * except by a 2^-64 chance; forked children keep it with their blocks. */
     uint64_t key = mlk_now_ns(CLOCK_MONOTONIC) * 0x9e3779b97f4a7c15ull;
     const uint64_t *r = (const uint64_t *)getauxval(AT_RANDOM);
     if (r)
         key ^= r[1];
+    __atomic_store_n(&mlk_trailer_key, key | 1, __ATOMIC_RELEASE);
+}
+
+static int collecting_with_trailers;
+
+void mlk_trailers_enable(void)
+{
+    if (collecting_with_trailers)
+        return;
     if (pthread_key_create(&flag_key, flag_release) == 0 && register_fence())
         __atomic_store_n(&fenced, 1, __ATOMIC_RELEASE);
-    __atomic_store_n(&mlk_trailer_key, key | 1, __ATOMIC_RELEASE);
+    make_key();
+    collecting_with_trailers = 1;
+}
+
+int mlk_trailers_in_use(void) { return collecting_with_trailers; }
+
+/* Blocks allocated before libmtrace's constructor runs -- libstdc++'s
+ * emergency exception pool, a library's own constructor's tables, an
+ * early setenv -- cannot be counted for a stack (there is no segment
+ * yet), but the reachability scan must see them as blocks: one of them
+ * may hold the only reference to a block made later.  So, when tracing
+ * will collect from load with trailers, they get a trailer that says
+ * "ours, not counted" from the very first allocation on.  Decided at the
+ * first hook call, from the environment as it is then (the constructor
+ * stops it if the configuration turns out otherwise); ignored in setuid
+ * programs, as the configuration is. */
+int mlk_early_trailers;
+
+void mlk_trailers_decide_early(int allocator_has_usable_size)
+{
+    if (!allocator_has_usable_size || getauxval(AT_SECURE))
+        return;
+    const char *cfg = getenv("MEMLEAK_CONFIG");
+    if (cfg && (!strstr(cfg, "mtraceinit") || strstr(cfg, "sample") || strstr(cfg, "track")))
+        return;
+    make_key();
+    mlk_early_trailers = 1;
+}
+
+void mlk_trailer_write_uncounted(void *p, size_t usable, int ours)
+{
+    struct mlk_trailer *t = mlk_trailer_at(p, usable);
+    /* The size bits of an uncounted trailer are never read as a size;
+     * MLK_TRAILER_OURS_META says the block is libmtrace's own (made inside
+     * a hook: the environment it sets for descendants), which the scan
+     * follows but does not count as the program's. */
+    t->meta = ours ? MLK_TRAILER_OURS_META : UNCOUNTED;
+    t->check = (uint64_t)p ^ mlk_trailer_key;
 }
 
 int mlk_trailer_write(void *p, size_t usable, uint64_t size, uint32_t stack)

@@ -108,7 +108,7 @@ def test_keys_that_print_the_same_frames_are_one_entry():
     words = array("q")
     for key, pos, b, k in ((1, 0, 40, 1), (0, 1, 17, 1), (2, 2, 17, 1), (3, 3, -34, -2)):
         words.extend([key, pos, b, k, 100, 1, -1, 10])
-    rows = report_core.Rows(words)
+    rows = report_core.Rows.of(words)
     scratch = array("q", [-1] * 4)
     rows.merge_same_text(store.canon, scratch)
     assert [rows.row(i) for i in range(len(rows))] == [[1, 0, 40, 1, 100, 1, -1, 10]]  # 17+17-34: gone
@@ -116,7 +116,7 @@ def test_keys_that_print_the_same_frames_are_one_entry():
     words = array("q")
     for key, pos, b, k in ((0, 1, 17, 1), (1, 0, 40, 1), (2, 2, 17, 1), (3, 3, 17, 1)):
         words.extend([key, pos, b, k, 100, 1, -1, 10])
-    rows = report_core.Rows(words)
+    rows = report_core.Rows.of(words)
     rows.merge_same_text(store.canon, scratch)
     assert [rows.row(i) for i in range(len(rows))] == [[0, 1, 51, 3, 300, 3, -1, 30],
                                                        [1, 0, 40, 1, 100, 1, -1, 10]]
@@ -144,7 +144,7 @@ def test_entries_name_their_allocator_family_and_kinds_are_not_merged():
     words = array("q")
     for key, b in ((2, 8192), (1, 40), (0, 10)):
         words.extend([key, key, b, 1, b, 1, -1, -1])
-    text = b"".join(store.render(report_core.Rows(words))).decode()
+    text = b"".join(store.render(report_core.Rows.of(words))).decode()
     assert text.splitlines()[::2] == ["+8192 +1 kind=mmap", "+40 +1 kind=new", "+10 +1"]
 
 
@@ -169,7 +169,7 @@ def test_render_writes_what_memlog_writes():
     words = array("q")
     for key, b, k in ((2, 1 << 62, 7), (0, 100, 1), (1, 0, -3), (0, -(1 << 63), -(1 << 63))):
         words.extend([key, 0, b, k, 0, 0, -1, -1])
-    rows = report_core.Rows(words)
+    rows = report_core.Rows.of(words)
     expected = render((), [Entry(b, k, [], frames_text="\n".join(frames[key]))
                            for key, b, k in ((2, 1 << 62, 7), (0, 100, 1), (1, 0, -3),
                                              (0, -(1 << 63), -(1 << 63)))])
@@ -183,7 +183,7 @@ def test_temporary_texts_are_dropped_after_the_report():
     store = store_with({0: ["\ta\t(/bin/p)"]})
     store.begin_temporary()
     store.set_key(3, [store.add_line("\tpartial\t(/bin/p)"), 0])
-    rows = report_core.Rows(array("q", [3, 0, 1, 1, 0, 0, -1, -1, 0, 2, 2, 1, 0, 0, -1, -1]))
+    rows = report_core.Rows.of(array("q", [3, 0, 1, 1, 0, 0, -1, -1, 0, 2, 2, 1, 0, 0, -1, -1]))
     body = store.render(rows)
     text = b"".join(body).decode()
     store.end_temporary()
@@ -195,6 +195,22 @@ def test_temporary_texts_are_dropped_after_the_report():
 
 def test_a_key_beyond_the_store_is_textless_and_written_without_frames():
     store = store_with({0: ["\ta\t(/bin/p)"]})
-    rows = report_core.Rows(array("q", [10, 0, 5, 1, 0, 0, -1, -1]))
+    rows = report_core.Rows.of(array("q", [10, 0, 5, 1, 0, 0, -1, -1]))
     assert rows.textless(store.key_first) == [10]
     assert b"".join(store.render(rows)) == b"+5 +1\n"
+
+
+def test_a_scan_report_lists_every_scanned_stack_with_its_split():
+    """Unchanged stacks are entries too when the scan found blocks of
+    theirs; the split is absolute (no sign), zero categories left out."""
+    changes = Changes([100, 50, 0], [2, 1, 0], [100, 40, 0], [2, 1, 0],
+                      scan=array("q", [60, 1, 0, 0, 40, 1, 0, 0,      # stack 0: unchanged
+                                       0, 0, 0, 0, 0, 0, 50, 1,       # stack 1: changed
+                                       0, 0, 0, 0, 0, 0, 0, 0]))      # stack 2: nothing
+    rows = changes.merge(array("q", [0, 1, 2]), 3, array("q", [-1, -1, -1]))
+    assert [rows.row(i)[:4] for i in range(len(rows))] == [[1, 1, 10, 0], [0, 0, 0, 0]]
+    assert rows.lost(0) == [0, 0, 0, 0, 0, 0, 50, 1]
+    store = store_with({0: ["\ta\t(/bin/p)"], 1: ["\tb\t(/bin/p)"]})
+    text = b"".join(store.render(rows)).decode()
+    assert text == ("+10 +0 still-reachable=50/1\n\tb\t(/bin/p)\n"
+                    "+0 +0 definitely-lost=60/1 possibly-lost=40/1\n\ta\t(/bin/p)\n")

@@ -18,6 +18,8 @@ for weeks never gets there), and what it freed is said instead."""
 import math
 from dataclasses import dataclass, field
 
+from libmemleak.analysis import lost
+
 TEARDOWN = "exit"
 
 
@@ -53,6 +55,7 @@ class Trend:
     rate: float | None = None          # bytes per second over them
     freed_at_exit: int = 0
     survival: float | None = None      # share of its allocations (in those intervals) still live
+    lost: dict = field(default_factory=dict)  # the latest scan's split: category -> (bytes, blocks)
     score: float = 0.0
     suspect: bool = False
     verdict: str = ""
@@ -68,10 +71,23 @@ class Analysis:
     running_reports: int = 0
     seconds: float | None = None       # from the first to the last running report
     notes: list = field(default_factory=list)
+    scan: object = None                # lost.ScanResult of the latest report with a scan
+    scan_seq: int | None = None        # that report's seq
 
 
-def trends_of(series):
-    """Every stack of the process, with its change in each report."""
+def latest_scan(series):
+    """(index, ScanResult) of the process's latest report that carries a
+    reachability scan, or (None, None)."""
+    for i in range(len(series.reports) - 1, -1, -1):
+        result = lost.from_report(series.reports[i])
+        if result is not None:
+            return i, result
+    return None, None
+
+
+def trends_of(series, scanned_at=None):
+    """Every stack of the process, with its change in each report (and
+    its split in the report at index scanned_at, a scan's)."""
     n = len(series.reports)
     by_key = {}
     for i, report in enumerate(series.reports):
@@ -80,6 +96,10 @@ def trends_of(series):
             t = by_key.get(key)
             if t is None:
                 t = by_key[key] = Trend(key, entry.frames, [0] * n, [0] * n)
+            if i == scanned_at:
+                for name, value in lost.categories_of(entry).items():
+                    b, k = t.lost.get(name, (0, 0))
+                    t.lost[name] = (b + value[0], k + value[1])
             t.deltas[i] += entry.bytes
             t.block_deltas[i] += entry.blocks or 0
             for extra in entry.extra:
@@ -120,8 +140,11 @@ def regroup(trends, by, executable):
         if g is None:
             g = groups[key] = Trend(key, frames[:1] if by == "function" else frames,
                                     list(t.deltas), list(t.block_deltas), t.samples,
-                                    allocations=t.allocations, kind=t.kind)
+                                    allocations=t.allocations, kind=t.kind, lost=dict(t.lost))
             continue
+        for name, (b, k) in t.lost.items():
+            gb, gk = g.lost.get(name, (0, 0))
+            g.lost[name] = (gb + b, gk + k)
         g.deltas = [a + b for a, b in zip(g.deltas, t.deltas)]
         g.block_deltas = [a + b for a, b in zip(g.block_deltas, t.block_deltas)]
         g.samples += t.samples
@@ -134,13 +157,15 @@ def analyse(series, group_by="stack"):
     """Trends, totals and the ranking of one process; group_by: "stack"
     (each call stack), "site" or "function" (see regroup)."""
     reports = series.reports
-    trends = trends_of(series)
+    scanned_at, scan = latest_scan(series)
+    trends = trends_of(series, scanned_at)
     if group_by != "stack":
         trends = regroup(trends, group_by, series.executable)
     running = len(reports) - (1 if reports and reports[-1].reason == TEARDOWN and len(reports) > 1 else 0)
     times = [r.time for r in reports[:running]]
     seconds = (times[-1] - times[0]) if running > 1 and None not in (times[0], times[-1]) else None
-    a = Analysis(series, trends, [], running_reports=running, seconds=seconds)
+    a = Analysis(series, trends, [], running_reports=running, seconds=seconds, scan=scan,
+                 scan_seq=reports[scanned_at].seq if scan else None)
     for t in trends:
         t.live_bytes, t.live_blocks = sum(t.deltas), sum(t.block_deltas)
         t.running_live_bytes = sum(t.deltas[:running])
@@ -163,7 +188,10 @@ def analyse(series, group_by="stack"):
         a.live_bytes += t.live_bytes
         a.live_blocks += t.live_blocks
     a.trends.sort(key=lambda t: -t.live_bytes)  # stable: first seen first among equals
-    a.suspects = sorted((t for t in trends if t.suspect), key=lambda t: -t.score)
+    # A block nothing points to is a leak for certain: what the latest scan
+    # found definitely lost ranks first, largest first; growth after.
+    a.suspects = sorted((t for t in trends if t.suspect),
+                        key=lambda t: (-t.lost.get("definitely-lost", (0, 0))[0], -t.score))
     if running < 3:
         a.notes.append(f"{running} report{'s' if running != 1 else ''} before exit: a stack must "
                        "grow across two intervals to be a suspect; take more reports while it "
@@ -175,6 +203,18 @@ def analyse(series, group_by="stack"):
 
 def _judge(t):
     """Suspect or not, its score and verdict."""
+    _judge_growth(t)
+    definite, blocks = t.lost.get("definitely-lost", (0, 0))
+    if blocks:
+        t.suspect = True
+        words = f"definitely lost: {human_bytes(definite)} in {blocks:,} block{'s' if blocks != 1 else ''}"
+        indirect = t.lost.get("indirectly-lost", (0, 0))[0]
+        if indirect:
+            words += f" (and {human_bytes(indirect)} indirectly)"
+        t.verdict = words + (f"; {t.verdict}" if t.verdict else "")
+
+
+def _judge_growth(t):
     # Two intervals of growth at least: one is a burst, or start-up.
     if t.intervals < 2 or t.running_live_bytes <= 0 or t.growth_bytes <= 0:
         return

@@ -1,5 +1,5 @@
 """`libmemleak check PATH... [--max-live BYTES] [--max-growth BYTES]
-[--max-leaks N]`: a CI gate over the reports of a test run.  Exit status 0
+[--max-leaks N] [--max-definitely-lost BYTES]`: a CI gate over the reports of a test run.  Exit status 0
 when every limit holds, 1 (and the offending stacks on stdout) when one is
 passed, 2 on bad input -- usable in a Makefile, ctest or a CI step."""
 
@@ -16,14 +16,19 @@ def add_parser(sub):
     p = sub.add_parser("check", help="exit 1 when the reports pass a limit (for CI)",
                        description="Fail (exit 1) when a process of the reports in PATH has more "
                                    "live bytes at its end than --max-live, a stack that grew more "
-                                   "than --max-growth while it ran, or more leak suspects than "
-                                   "--max-leaks.  Exit 0 when every limit holds, 2 on bad input.")
+                                   "than --max-growth while it ran, more leak suspects than "
+                                   "--max-leaks, or more definitely lost bytes at its latest scan "
+                                   "than --max-definitely-lost.  Exit 0 when every limit holds, 2 on bad input.")
     p.add_argument("paths", metavar="PATH", nargs="+")
     p.add_argument("--max-live", type=int, metavar="BYTES",
                    help="live bytes a process may hold at its last report")
     p.add_argument("--max-growth", type=int, metavar="BYTES",
                    help="bytes one stack may grow by while the program ran")
     p.add_argument("--max-leaks", type=int, metavar="N", help="leak suspects allowed per process")
+    p.add_argument("--max-definitely-lost", type=int, metavar="BYTES",
+                   help="definitely lost bytes a process may have at its latest scan (run the "
+                        "tests with MEMLEAK_CONFIG=scan=exit or libmemleak run --scan-at-exit); "
+                        "a process without a scan fails it")
     add_suppressions_option(p)
     p.set_defaults(func=run)
 
@@ -34,9 +39,10 @@ def _show(t, executable):
 
 
 def run(args):
-    if args.max_live is None and args.max_growth is None and args.max_leaks is None:
-        print("libmemleak: check: give at least one limit (--max-live, --max-growth, --max-leaks)",
-              file=sys.stderr)
+    if (args.max_live is None and args.max_growth is None and args.max_leaks is None
+            and args.max_definitely_lost is None):
+        print("libmemleak: check: give at least one limit (--max-live, --max-growth, --max-leaks, "
+              "--max-definitely-lost)", file=sys.stderr)
         return EXIT_BAD_INPUT
     rules = load_suppressions("check", args.suppressions)
     read = read_reports("check", args.paths) if rules is not None else None
@@ -64,6 +70,19 @@ def run(args):
             print(f"{name}: {len(a.suspects)} leak suspects, over --max-leaks {args.max_leaks}")
             for t in a.suspects[:5]:
                 print(f"  {t.verdict}: {_show(t, s.executable)}")
+        if args.max_definitely_lost is not None:
+            if not a.scan:
+                failed = True
+                print(f"{name}: no reachability scan in its reports, so --max-definitely-lost "
+                      "cannot hold (MEMLEAK_CONFIG=scan=exit, or libmemleak scan PID)")
+            elif a.scan.totals["definitely-lost"][0] > args.max_definitely_lost:
+                failed = True
+                nbytes, blocks = a.scan.totals["definitely-lost"]
+                print(f"{name}: {human_bytes(nbytes)} in {blocks:,} blocks definitely lost at "
+                      f"report {a.scan_seq}, over --max-definitely-lost "
+                      f"{human_bytes(args.max_definitely_lost)}")
+                for t in [t for t in a.suspects if t.lost.get("definitely-lost")][:5]:
+                    print(f"  {t.verdict}: {_show(t, s.executable)}")
     if any(not s.complete for s in series):
         return EXIT_BAD_INPUT  # a gap in the reports: the totals judged would be wrong
     return 1 if failed else 0

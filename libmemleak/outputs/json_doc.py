@@ -21,6 +21,9 @@ def trend_dict(t, rank=None):
         d["allocations"] = t.allocations
     if t.survival is not None:
         d["survival"] = round(t.survival, 3)
+    if t.lost:
+        d["reachability"] = {name.replace("-", "_"): {"bytes": b, "blocks": k}
+                             for name, (b, k) in t.lost.items()}
     if rank is not None:
         d = {"rank": rank, "verdict": t.verdict, "score": round(t.score, 3), **d}
     return d
@@ -33,6 +36,9 @@ def document(analyses, problems):
         "ended": a.series.ended, "sampled": a.series.sampled,
         "seconds": a.seconds, "live_bytes": a.live_bytes, "live_blocks": a.live_blocks,
         "notes": a.notes,
+        "scan": None if not a.scan else {
+            "report": a.scan_seq, "pause_ms": a.scan.pause_ms, "threads": a.scan.threads,
+            **{name.replace("-", "_"): {"bytes": b, "blocks": k} for name, (b, k) in a.scan.totals.items()}},
         "suspects": [trend_dict(t, i) for i, t in enumerate(a.suspects, 1)],
         "stacks": [trend_dict(t) for t in a.trends],
     } for a in analyses], "problems": problems}

@@ -23,6 +23,10 @@ def write(out, analyses, problems, top=10, full_names=False, all_stacks=False):
                   f"{span}{ended}\n")
         out.write(f"  live now: {human_bytes(a.live_bytes)} in {a.live_blocks:,} blocks"
                   f"{' (estimates: sampled)' if s.sampled else ''}\n")
+        if a.scan:
+            parts = [f"{name.replace('-', ' ')} {human_bytes(b)} in {k:,} block{'s' if k != 1 else ''}"
+                     for name, (b, k) in a.scan.totals.items()]
+            out.write(f"  scan (report {a.scan_seq}): {', '.join(parts)}\n")
         for note in a.notes:
             out.write(f"  note: {note}\n")
         rows = a.trends if all_stacks else a.suspects

@@ -42,6 +42,8 @@
 
 #define TRAILER_STACK_BITS 24
 #define UNCOUNTED ((1u << TRAILER_STACK_BITS) - 1)
+#define OURS_META ((2ull << TRAILER_STACK_BITS) | UNCOUNTED) /* native/mlk.h MLK_TRAILER_OURS_META */
+#define OURS 0xfffffffeu /* block.stack of libmtrace's own blocks: followed, not counted */
 #define MAX_BLOCK_SPAN (1ull << 40)  /* a trailer further than this from its start is not one */
 #define RED_ZONE 128                  /* below the stack pointer, still the function's (x86-64 ABI) */
 #define CHUNK (1u << 20)              /* bytes read per call when streaming a region */
@@ -194,7 +196,9 @@ static void add_block(struct scan *s, uint64_t start, uint64_t trailer, uint64_t
 {
     uint32_t stack = (uint32_t)(meta & UNCOUNTED);
     uint64_t size = meta >> TRAILER_STACK_BITS;
-    if (stack == UNCOUNTED)
+    if (meta == OURS_META)
+        stack = OURS;
+    if (stack >= UNCOUNTED)
         size = trailer - start; /* not counted: its size is not kept; at most this */
     else if (start + size > trailer || trailer - (start + size) > size + 2 * PAGE)
         return; /* not where its own trailer would be: a stale copy */
@@ -500,8 +504,13 @@ EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t own_l
     flood(&s, -1);
     mark_cliques(&s);
 
+    int64_t ours = 0;
     for (int64_t i = 0; i < s.nblocks; i++) {
         const struct block *b = &s.blocks[i];
+        if (b->stack == OURS) {
+            ours++;
+            continue;
+        }
         totals->bytes[b->state == UNREACHED ? 0 : b->state] += (int64_t)b->size;
         totals->blocks[b->state == UNREACHED ? 0 : b->state]++;
         if (b->stack < nstacks) {
@@ -512,7 +521,7 @@ EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t own_l
             totals->unattributed++;
         }
     }
-    totals->heap_blocks = s.nblocks;
+    totals->heap_blocks = s.nblocks - ours;
     if (s.pagemap >= 0)
         close(s.pagemap);
     free(s.buf);
