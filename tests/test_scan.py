@@ -282,3 +282,39 @@ def test_real_programs_at_exit_match_valgrinds_totals(tmp_path, argv):
         assert ours[name] == expected[name]
     if argv[0] == "sqlite3":
         assert ours == expected
+
+
+def test_report_check_and_json_use_the_scan(tmp_path):
+    """`run --scan-at-exit`, then the offline tools: report shows the totals
+    and ranks definitely lost stacks first; check gates on them; --json
+    carries them."""
+    import json
+    p = subprocess.Popen(cli_argv("run", "-q", "--scan-at-exit", compile_program("reach.c")),
+                         cwd=tmp_path, env=CLI_ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    p.communicate(b"\n", timeout=60)
+    assert p.returncode == 0
+    out = cli("report", tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert ("scan (report 1): definitely lost 860 B in 12 blocks, indirectly lost 352 B in 9 blocks, "
+            "possibly lost 368 B in 4 blocks, still reachable 128 B in 3 blocks") in out.stdout
+    ranked = [line for line in out.stdout.splitlines() if line.startswith("  #")]
+    assert ranked[0].startswith("  #1 576 B live in 8 blocks -- definitely lost: 576 B in 8 blocks")
+    assert "definitely lost: 64 B in 1 block (and 64 B indirectly)" in out.stdout
+    doc = json.loads(cli("report", "--json", tmp_path).stdout)["processes"][0]
+    assert doc["scan"]["definitely_lost"] == {"bytes": 860, "blocks": 12}
+    assert doc["suspects"][0]["reachability"] == {"definitely_lost": {"bytes": 576, "blocks": 8}}
+    gate = cli("check", "--max-definitely-lost", "860", tmp_path)
+    assert gate.returncode == 0, gate.stdout
+    gate = cli("check", "--max-definitely-lost", "859", tmp_path)
+    assert gate.returncode == 1
+    assert "860 B in 12 blocks definitely lost at report 1, over --max-definitely-lost 859 B" in gate.stdout
+
+
+def test_check_without_a_scan_fails_the_definitely_lost_gate(tmp_path):
+    p = subprocess.Popen(cli_argv("run", "-q", compile_program("reach.c")), cwd=tmp_path, env=CLI_ENV,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.communicate(b"\n", timeout=60)
+    gate = cli("check", "--max-definitely-lost", "0", tmp_path)
+    assert gate.returncode == 1
+    assert "no reachability scan in its reports" in gate.stdout
