@@ -329,3 +329,22 @@ def test_check_without_a_scan_fails_the_definitely_lost_gate(tmp_path):
     gate = cli("check", "--max-definitely-lost", "0", tmp_path)
     assert gate.returncode == 1
     assert "no reachability scan in its reports" in gate.stdout
+
+
+def test_threads_that_come_and_go_while_the_scan_stops_the_others(tmp_path):
+    prog = compile_program("scanchurn.c")
+    p = subprocess.Popen(cli_argv("run", "-q", prog, "20000", "spawn"), cwd=tmp_path, env=CLI_ENV,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(0.5)
+    threads = set()
+    for _ in range(10):
+        report, _ = scan_live(p.pid)
+        sites = scanned_sites(report)
+        assert sites[("site_kept", "still-reachable")] == (4000, 100)
+        assert sites[("site_dropped", "definitely-lost")] == (1200, 50)
+        assert not [k for k in sites if k[0] == "site_churn" and k[1] != "still-reachable"], sites
+        threads.add(int(report.header["scan-threads"]))
+    assert threads <= {6, 7}  # main, 4 churning, the spawner, and one short-lived or none
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    assert out == b"done 1\n" and err == b""

@@ -4,8 +4,9 @@
  *   site_kept     100 x 40 B  still reachable (a global array)
  *   site_dropped   50 x 24 B  definitely lost
  *   site_churn    blocks each thread holds in a local array: never lost
- * argv[1]: how long to run, ms.  Prints "done N" (the blocks churned) and
- * exits 0. */
+ * argv[1]: how long to run, ms; argv[2] "spawn": one more thread creates
+ * and joins short-lived threads all the while (threads that appear and
+ * exit while a scan stops the others).  Prints "done 1" and exits 0. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,23 @@ static void *churn(void *arg)
     return NULL;
 }
 
+static void *short_lived(void *arg)
+{
+    free(site_churn(64));
+    return arg;
+}
+
+static void *spawner(void *arg)
+{
+    (void)arg;
+    while (!stop) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, short_lived, NULL) == 0)
+            pthread_join(t, NULL);
+    }
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
     long ms = argc > 1 ? atol(argv[1]) : 3000;
@@ -55,9 +73,15 @@ int main(int argc, char **argv)
     pthread_t t[THREADS];
     for (long i = 0; i < THREADS; i++)
         pthread_create(&t[i], NULL, churn, (void *)i);
+    pthread_t spawning;
+    int spawn = argc > 2 && strcmp(argv[2], "spawn") == 0;
+    if (spawn)
+        pthread_create(&spawning, NULL, spawner, NULL);
     struct timespec d = {ms / 1000, (ms % 1000) * 1000000};
     nanosleep(&d, NULL);
     stop = 1;
+    if (spawn)
+        pthread_join(spawning, NULL);
     long total = 0;
     for (int i = 0; i < THREADS; i++) {
         pthread_join(t[i], NULL);
