@@ -196,7 +196,7 @@ class Deltas:
         return (self[i] for i in range(len(self)))
 
 
-def diff_snapshot(snapshot, resolver=None, scan=None):
+def diff_snapshot(snapshot, resolver=None, scan=None, age=None):
     """Deltas (a sequence of StackDelta), largest byte change first;
     unchanged stacks left out.  Only changed stacks are looked at closely
     (their frames read and resolved, in Python); the scan, merge and sort
@@ -215,12 +215,9 @@ def diff_snapshot(snapshot, resolver=None, scan=None):
     allocs = ((snapshot.alloc_count, snapshot.reported_allocs)
               if not snapshot.sample_bytes and snapshot.reported_allocs is not None else None)
     ids, stacks = snapshot.ids, snapshot.stacks
-    if scan is not None and not report_core.positions_are_ids(ids):
-        scan = array("q", (scan[8 * i + k] if 8 * i + k < len(scan) else 0 for i in ids for k in range(8)))
-    elif scan is not None:
-        report_core.extend_to(scan, 8 * len(ids), 0)
+    scan, age = (_per_position(a, ids) for a in (scan, age))
     changes = report_core.Changes(live_bytes, live_blocks, reported_bytes, reported_blocks, samples,
-                                  allocs, scan)
+                                  allocs, scan, age)
     if report_core.positions_are_ids(ids):  # the resolver's own array serves
         resolver.cover(len(ids))
         key_of = resolver.key_of
@@ -232,6 +229,17 @@ def diff_snapshot(snapshot, resolver=None, scan=None):
     report_core.extend_to(resolver.scratch, nkeys)
     rows = changes.merge(key_of, nkeys, resolver.scratch)
     return Deltas(rows, resolver, ids)
+
+
+def _per_position(per_id, ids):
+    """An array of 8 words per stack id, as 8 words per snapshot position."""
+    if per_id is None:
+        return None
+    if report_core.positions_are_ids(ids):
+        report_core.extend_to(per_id, 8 * len(ids), 0)
+        return per_id
+    return array("q", (per_id[8 * i + k] if 8 * i + k < len(per_id) else 0
+                       for i in ids for k in range(8)))
 
 
 def totals(snapshot):

@@ -21,9 +21,22 @@ class ScanRefused(Exception):
     written without categories."""
 
 
+AGE_BUCKETS = 8
+
+
+class AgeHistory:
+    """What the earlier scans of this reporter saw (native/reporter/age.c):
+    the survivors view.  Lost with the reporter (a new one starts afresh)."""
+
+    def __init__(self):
+        self.handle = ffi.gc(lib.mlk_age_history_new(), lib.mlk_age_history_free)
+
+
 @dataclass
 class Scan:
     per_stack: object      # array('q'): 8 words per stack id, bytes then blocks per category
+    per_stack_age: object  # array('q'): 8 words per stack id, blocks live since each bucket_seq
+    bucket_seq: tuple      # the report seq of each age bucket (0: unused)
     bytes: tuple           # per category, in CATEGORIES order
     blocks: tuple
     pause_ms: float
@@ -47,7 +60,7 @@ def _stack_count(snapshot):
     return max(ids) + 1 if len(ids) else 0
 
 
-def scan(pid, header, take_snapshot):
+def scan(pid, header, take_snapshot, history=None, seq=0):
     """(snapshot, Scan) of process `pid`, its threads stopped for both.
     Raises ScanRefused when the threads cannot be stopped or the process
     cannot be read; nothing is changed in the process then."""
@@ -64,14 +77,19 @@ def scan(pid, header, take_snapshot):
         snapshot = take_snapshot()
         nstacks = _stack_count(snapshot)
         per_stack = zeros(8 * nstacks)
+        per_stack_age = zeros(AGE_BUCKETS * nstacks)
+        bucket_seq = ffi.new("int32_t[]", AGE_BUCKETS)
         totals = ffi.new("struct mlk_scan_totals *")
         status = lib.mlk_scan_heap(world, trailer_key, header.own_lo, header.own_hi, nstacks,
-                                   _q(per_stack), totals, why, WHY_BYTES)
+                                   _q(per_stack), totals,
+                                   history.handle if history else ffi.NULL, seq,
+                                   _q(per_stack_age), bucket_seq, why, WHY_BYTES)
         threads = lib.mlk_world_threads(world)
     finally:
         lib.mlk_world_resume(world)
     pause_ms = (time.monotonic() - started) * 1000
     if status != 0:
         raise ScanRefused(ffi.string(why).decode("utf-8", "replace"))
-    return snapshot, Scan(per_stack, tuple(totals.bytes), tuple(totals.blocks), pause_ms, threads,
-                          totals.heap_blocks, totals.unattributed)
+    return snapshot, Scan(per_stack, per_stack_age, tuple(bucket_seq), tuple(totals.bytes),
+                          tuple(totals.blocks), pause_ms, threads, totals.heap_blocks,
+                          totals.unattributed)

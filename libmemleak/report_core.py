@@ -18,17 +18,18 @@ ffi = cffi.FFI()
 ffi.include(layout_ffi)
 ffi.cdef("""
 struct mlk_rc_row { int64_t key, pos, bytes, blocks, live_bytes, live_blocks, samples, allocs,
-                    scanned, lost[8]; };
+                    scanned, lost[8], since[8]; };
 struct mlk_rc_texts { const char *arena; const int64_t *line_off; const int32_t *pool;
                       const int64_t *key_first; const int32_t *key_lines; const int8_t *key_kind;
-                      int64_t keys; };
+                      int64_t keys; const int32_t *since_seq; };
 void mlk_rc_columns(const struct mlk_stack *, int64_t, const uint8_t *, int64_t *, int64_t *,
                     int64_t *, int64_t *, int64_t *, int64_t *, int64_t *);
 int64_t mlk_rc_unkeyed(int64_t, const int64_t *, const int64_t *, const int64_t *,
                        const int64_t *, const int64_t *, int64_t *, int64_t);
 int64_t mlk_rc_merge(int64_t, const int64_t *, const int64_t *, const int64_t *, const int64_t *,
                      const int64_t *, int64_t, int64_t *, const int64_t *, const int64_t *,
-                     const int64_t *, const int64_t *, const int64_t *, struct mlk_rc_row *);
+                     const int64_t *, const int64_t *, const int64_t *, const int64_t *,
+                     struct mlk_rc_row *);
 int64_t mlk_rc_merge_same_text(struct mlk_rc_row *, int64_t, const int64_t *, int64_t, int64_t *,
                                int64_t);
 int64_t mlk_rc_textless(const struct mlk_rc_row *, int64_t, const int64_t *, int64_t, int64_t *,
@@ -43,8 +44,11 @@ struct mlk_scan_totals { int64_t bytes[4], blocks[4]; int64_t heap_blocks, unatt
 struct mlk_world *mlk_world_stop(int, char *, int);
 void mlk_world_resume(struct mlk_world *);
 int mlk_world_threads(const struct mlk_world *);
+struct mlk_age_history;
+struct mlk_age_history *mlk_age_history_new(void);
+void mlk_age_history_free(struct mlk_age_history *);
 int mlk_scan_heap(const struct mlk_world *, uint64_t, uint64_t, uint64_t, int64_t, int64_t *,
-                  struct mlk_scan_totals *,
+                  struct mlk_scan_totals *, struct mlk_age_history *, uint32_t, int64_t *, int32_t *,
                   char *, int);
 void mlk_rc_commit(struct mlk_stack *, int64_t, const int64_t *, const int64_t *,
                    const int64_t *, const int64_t *, const int64_t *, const int64_t *);
@@ -120,13 +124,15 @@ class Changes:
     """The changed stacks of a snapshot, column by column (array('q'))."""
 
     def __init__(self, live_bytes, live_blocks, reported_bytes, reported_blocks, samples=None,
-                 allocs=None, scan=None):
+                 allocs=None, scan=None, age=None):
         """samples: for a sampled snapshot, the recorded (unscaled) live and
         reported blocks, whose difference each row carries; allocs: the
         allocation counts now and at the previous report, likewise; scan:
         a scan's split of each position's live blocks, 8 words a position
-        (bytes, blocks of each category), or None."""
+        (bytes, blocks of each category), or None; age: likewise, the blocks
+        of each position live since each earlier scan (8 buckets)."""
         self.scan = scan
+        self.age = age
         self.cols = [_as_q(c) for c in (live_bytes, live_blocks, reported_bytes, reported_blocks)]
         self.samples = [_as_q(c) for c in samples] if samples else None
         self.allocs = [_as_q(c) for c in allocs] if allocs else None
@@ -145,8 +151,9 @@ class Changes:
             samples = list(map(_q, self.samples)) if self.samples else [ffi.NULL, ffi.NULL]
             allocs = list(map(_q, self.allocs)) if self.allocs else [ffi.NULL, ffi.NULL]
             scan = _q(self.scan) if self.scan is not None else ffi.NULL
+            age = _q(self.age) if self.age is not None else ffi.NULL
             count = lib.mlk_rc_merge(self.n, *map(_q, self.cols), _q(key_of), nkeys, _q(scratch),
-                                     *samples, *allocs, scan, out)
+                                     *samples, *allocs, scan, age, out)
         if count < 0:
             raise ValueError("a changed stack has no key")
         del rows[count * ROW_WORDS:]
@@ -183,6 +190,11 @@ class Rows:
         """A scan report's split of row i (bytes, blocks per category), or None."""
         at = i * ROW_WORDS + self.BASE_WORDS
         return self.words[at + 1:at + 9].tolist() if self.words[at] else None
+
+    def since(self, i):
+        """A scan report's blocks of row i live since each earlier scan (8 buckets)."""
+        at = i * ROW_WORDS + self.BASE_WORDS + 9
+        return self.words[at:at + 8].tolist()
 
     def pointer(self):
         """The rows for C; the returned object keeps the buffer exported
@@ -278,16 +290,18 @@ class TextStore:
             self.key_first[key_id] = -1
         self._temporary_keys, self._mark = [], None
 
-    def render(self, rows, chunk_bytes=1 << 20):
+    def render(self, rows, chunk_bytes=1 << 20, since_seq=None):
         """The entries of `rows` in the report format, as bytes pieces of
         about chunk_bytes.  Nothing may be added to the store until the
-        generator is finished or closed (C holds its buffers)."""
+        generator is finished or closed (C holds its buffers).  since_seq:
+        the report seq of each age bucket of a scan report's rows."""
         keep = [ffi.from_buffer("char[]", self.arena), _q(self.line_off),
                 ffi.from_buffer("int32_t[]", self.pool), _q(self.key_first),
                 ffi.from_buffer("int32_t[]", self.key_lines),
                 ffi.from_buffer("int8_t[]", self.key_kind)]
+        seqs = ffi.new("int32_t[8]", list(since_seq)[:8]) if since_seq is not None else ffi.NULL
         try:
-            texts = ffi.new("struct mlk_rc_texts *", keep + [len(self.key_first)])
+            texts = ffi.new("struct mlk_rc_texts *", keep + [len(self.key_first), seqs])
             rows_ptr, total = rows.pointer(), len(rows)
             keep.append(rows_ptr)
             out = bytearray(chunk_bytes)

@@ -136,6 +136,7 @@ class Reporter:
         self.written = []        # paths of the reports this reporter wrote
         self.scan_asked = False  # a pending request asked for a reachability scan
         self.scan_refused = None # why the scan asked for with this report could not be made
+        self.ages = reachability.AgeHistory()  # what this reporter's earlier scans saw
         # `libmemleak run` (not -q) asked for the list of reports at the end,
         # for the process it started (a descendant's parent-pid is set).
         self.announce = bool(os.environ.get("MEMLEAK_ANNOUNCE")) and not segment.header.parent_pid
@@ -308,7 +309,8 @@ class Reporter:
         return its path."""
         snap, scan = self.take_snapshot(reason)
         self.update_resolver(snap.modules)
-        deltas = diff_snapshot(snap, self.resolver, scan.per_stack if scan else None)
+        deltas = diff_snapshot(snap, self.resolver, scan.per_stack if scan else None,
+                               scan.per_stack_age if scan else None)
         sums = totals(snap)
         texts = self.texts
         texts.grow_keys(len(self.keys.keys))
@@ -329,7 +331,7 @@ class Reporter:
                                            for x in items], self.kind_code(key_id))
                 report_core.extend_to(self.resolver.scratch, len(texts.canon))
                 deltas.rows.merge_same_text(texts.canon, self.resolver.scratch)
-                body = texts.render(deltas.rows)
+                body = texts.render(deltas.rows, since_seq=scan.bucket_seq if scan else None)
                 try:
                     path = write_report(directory or snap.report_dir, report_name(prog, snap.pid, seq),
                                         itertools.chain([header], body))
@@ -354,7 +356,8 @@ class Reporter:
             return self.seg.take_snapshot(), None
         self.scan_asked = False
         try:
-            return reachability.scan(self.h.pid, self.h, self.seg.take_snapshot)
+            return reachability.scan(self.h.pid, self.h, self.seg.take_snapshot, self.ages,
+                                     self.h.report_seq + 1)
         except reachability.ScanRefused as e:
             self.scan_refused = str(e)
             say(f"no scan: {e}")

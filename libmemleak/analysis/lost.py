@@ -33,6 +33,27 @@ def categories_of(entry):
     return split
 
 
+def since_of(entry):
+    """A scan entry's survivors: {report seq: blocks live since then}
+    (blocks first seen by an earlier scan; docs/memlog.md); {} if none."""
+    ages = {}
+    for extra in entry.extra or ():
+        name, eq, value = extra.partition("=")
+        if eq and name == "since":
+            for item in value.split(","):
+                seq, _, blocks = item.partition(":")
+                try:
+                    ages[int(seq)] = int(blocks)
+                except ValueError:
+                    continue
+    return ages
+
+
+def survivors_words(ages):
+    """"8 since report 2, 3 since report 5": the oldest first."""
+    return ", ".join(f"{n:,} since report {seq}" for seq, n in sorted(ages.items()) if n)
+
+
 def header_totals(header):
     """category -> (bytes, blocks) from a report header; None if it carries no scan."""
     totals = {}

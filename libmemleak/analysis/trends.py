@@ -56,6 +56,7 @@ class Trend:
     freed_at_exit: int = 0
     survival: float | None = None      # share of its allocations (in those intervals) still live
     lost: dict = field(default_factory=dict)  # the latest scan's split: category -> (bytes, blocks)
+    since: dict = field(default_factory=dict)  # the latest scan's survivors: report seq -> blocks
     score: float = 0.0
     suspect: bool = False
     verdict: str = ""
@@ -100,6 +101,8 @@ def trends_of(series, scanned_at=None):
                 for name, value in lost.categories_of(entry).items():
                     b, k = t.lost.get(name, (0, 0))
                     t.lost[name] = (b + value[0], k + value[1])
+                for seq, blocks in lost.since_of(entry).items():
+                    t.since[seq] = t.since.get(seq, 0) + blocks
             t.deltas[i] += entry.bytes
             t.block_deltas[i] += entry.blocks or 0
             for extra in entry.extra:
@@ -140,8 +143,11 @@ def regroup(trends, by, executable):
         if g is None:
             g = groups[key] = Trend(key, frames[:1] if by == "function" else frames,
                                     list(t.deltas), list(t.block_deltas), t.samples,
-                                    allocations=t.allocations, kind=t.kind, lost=dict(t.lost))
+                                    allocations=t.allocations, kind=t.kind, lost=dict(t.lost),
+                                    since=dict(t.since))
             continue
+        for seq, blocks in t.since.items():
+            g.since[seq] = g.since.get(seq, 0) + blocks
         for name, (b, k) in t.lost.items():
             gb, gk = g.lost.get(name, (0, 0))
             g.lost[name] = (gb + b, gk + k)
@@ -211,6 +217,8 @@ def _judge(t):
         indirect = t.lost.get("indirectly-lost", (0, 0))[0]
         if indirect:
             words += f" (and {human_bytes(indirect)} indirectly)"
+        if t.since:
+            words += f"; live: {lost.survivors_words(t.since)}"
         t.verdict = words + (f"; {t.verdict}" if t.verdict else "")
 
 

@@ -21,6 +21,8 @@ def trend_dict(t, rank=None):
         d["allocations"] = t.allocations
     if t.survival is not None:
         d["survival"] = round(t.survival, 3)
+    if t.since:
+        d["live_since_report"] = {str(seq): n for seq, n in sorted(t.since.items())}
     if t.lost:
         d["reachability"] = {name.replace("-", "_"): {"bytes": b, "blocks": k}
                              for name, (b, k) in t.lost.items()}

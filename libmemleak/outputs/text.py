@@ -53,7 +53,7 @@ def write(out, analyses, problems, top=10, full_names=False, all_stacks=False):
 def render_scan(result, pid, top=10, full_names=False, executable=None):
     """A scan's answer as valgrind's LEAK SUMMARY would put it, then the
     stacks that lost memory (the `top` largest of each category)."""
-    from libmemleak.analysis.lost import CATEGORIES
+    from libmemleak.analysis.lost import CATEGORIES, since_of, survivors_words
     out = []
     pause = f", paused {result.pause_ms:.1f} ms" if result.pause_ms is not None else ""
     threads = f" ({result.threads} thread{'s' if result.threads != 1 else ''})" if result.threads else ""
@@ -71,6 +71,9 @@ def render_scan(result, pid, top=10, full_names=False, executable=None):
             out.append(f"{name.replace('-', ' ')}, by stack:")
         shown[name] = shown.get(name, 0) + 1
         lines = frame_lines(entry.frames, executable, full=full_names) or ["(no frames)"]
+        ages = survivors_words(since_of(entry))
+        if ages:
+            lines.append(f"(live blocks of this stack: {ages})")
         out.append(f"  {human_bytes(nbytes):>9} in {blocks:,} block{'s' if blocks != 1 else ''}  {lines[0]}")
         out.extend(f"  {'':>9}    {'':{len(str(blocks)) + 6}}  {line}" for line in lines[1:])
     return "\n".join(out) + "\n"

@@ -92,6 +92,7 @@ struct mlk_rc_row {
     int64_t allocs;         /* allocations made since the previous report; -1 = not known */
     int64_t scanned;        /* 1: a scan report; lost[] holds its split of the live blocks */
     int64_t lost[8];        /* bytes, blocks: definitely, indirectly, possibly lost, still reachable */
+    int64_t since[8];       /* blocks live since each earlier scan (mlk_rc_texts.since_seq) */
 };
 
 static int any_scanned(const int64_t *cats)
@@ -137,7 +138,7 @@ EXPORT int64_t mlk_rc_merge(int64_t n, const int64_t *live_bytes, const int64_t 
                             const int64_t *key_of, int64_t nkeys, int64_t *slot_of_key,
                             const int64_t *sampled_live, const int64_t *sampled_reported,
                             const int64_t *alloc_count, const int64_t *reported_allocs,
-                            const int64_t *scan, struct mlk_rc_row *rows)
+                            const int64_t *scan, const int64_t *age, struct mlk_rc_row *rows)
 {
     int64_t used = 0, bad = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -159,9 +160,12 @@ EXPORT int64_t mlk_rc_merge(int64_t n, const int64_t *live_bytes, const int64_t 
         if (slot < 0) {
             slot_of_key[key] = used;
             rows[used] = (struct mlk_rc_row){key, i, (int64_t)db, (int64_t)dk,
-                                             live_bytes[i], live_blocks[i], ds, da, scan != NULL, {0}};
+                                             live_bytes[i], live_blocks[i], ds, da, scan != NULL,
+                                             {0}, {0}};
             if (scan)
                 memcpy(rows[used].lost, &scan[8 * i], sizeof rows[used].lost);
+            if (age)
+                memcpy(rows[used].since, &age[8 * i], sizeof rows[used].since);
             used++;
         } else {
             struct mlk_rc_row *r = &rows[slot];
@@ -176,6 +180,9 @@ EXPORT int64_t mlk_rc_merge(int64_t n, const int64_t *live_bytes, const int64_t 
             if (scan)
                 for (int k = 0; k < 8; k++)
                     r->lost[k] += scan[8 * i + k];
+            if (age)
+                for (int k = 0; k < 8; k++)
+                    r->since[k] += age[8 * i + k];
         }
     }
     int64_t kept = 0;
@@ -226,8 +233,10 @@ EXPORT int64_t mlk_rc_merge_same_text(struct mlk_rc_row *rows, int64_t n, const 
             into->allocs += row.allocs;
         if (row.pos < into->pos)
             into->pos = row.pos;
-        for (int k = 0; k < 8; k++)
+        for (int k = 0; k < 8; k++) {
             into->lost[k] += row.lost[k];
+            into->since[k] += row.since[k];
+        }
         merged = 1;
     }
     int64_t kept = 0;
@@ -270,6 +279,7 @@ struct mlk_rc_texts {
     const int32_t *key_lines;
     const int8_t *key_kind; /* MLK_KIND_* of each key: the allocator family */
     int64_t keys;           /* entries of key_first, key_lines and key_kind */
+    const int32_t *since_seq; /* the report seq of each since[] bucket (0: unused), or NULL */
 };
 
 /* How an entry names its allocator family; malloc's is left unsaid. */
@@ -317,8 +327,9 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
         const struct mlk_rc_row *row = &rows[r];
         int64_t first = row->key >= 0 && row->key < t->keys ? t->key_first[row->key] : -1;
         int32_t lines = first < 0 ? 0 : t->key_lines[row->key];
-        int64_t need = 112 + 200; /* four signed numbers, the kind, "samples=", "allocs=",
-                                   * four categories' "name=bytes/blocks", a newline */
+        int64_t need = 112 + 200 + 240; /* four signed numbers, the kind, "samples=", "allocs=",
+                                         * four categories' "name=bytes/blocks", "since=" with
+                                         * eight "seq:blocks", a newline */
         for (int32_t k = 0; k < lines; k++) {
             int32_t l = t->pool[first + k];
             need += t->line_off[l + 1] - t->line_off[l];
@@ -359,6 +370,19 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
                 *p++ = '/';
                 p += put_count(p, row->lost[2 * c + 1]);
             }
+        if (row->scanned && t->since_seq) {
+            int first = 1;
+            for (int k = 0; k < 8; k++) {
+                if (!row->since[k] || !t->since_seq[k])
+                    continue;
+                memcpy(p, first ? " since=" : ",", first ? 7 : 1);
+                p += first ? 7 : 1;
+                first = 0;
+                p += put_count(p, t->since_seq[k]);
+                *p++ = ':';
+                p += put_count(p, row->since[k]);
+            }
+        }
         *p++ = '\n';
         for (int32_t k = 0; k < lines; k++) {
             int32_t l = t->pool[first + k];

@@ -36,6 +36,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "age.h"
 #include "world.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -480,10 +481,13 @@ static void mark_cliques(struct scan *s)
 
 /* Classify every live block of the stopped process w->pid.  per_stack:
  * nstacks rows of 8 (bytes then blocks of each category, in the order of
- * struct mlk_scan_totals), added to.  Returns 0, or -1 with `why` set. */
+ * struct mlk_scan_totals), added to.  history (or NULL): what earlier
+ * scans saw, for per_stack_age and bucket_seq (age.h); seq: the report
+ * this scan goes into.  Returns 0, or -1 with `why` set. */
 EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t own_lo, uint64_t own_hi,
                          int64_t nstacks, int64_t *per_stack, struct mlk_scan_totals *totals,
-                         char *why, int why_len)
+                         struct mlk_age_history *history, uint32_t seq, int64_t *per_stack_age,
+                         int32_t *bucket_seq, char *why, int why_len)
 {
     struct scan s = {.pid = w->pid, .own_lo = own_lo, .own_hi = own_hi, .totals = totals};
     char path[64];
@@ -522,6 +526,17 @@ EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t own_l
         }
     }
     totals->heap_blocks = s.nblocks - ours;
+    if (history) { /* the survivors view (age.c), from the blocks in address order */
+        struct mlk_aged_block *aged = malloc((size_t)(s.nblocks ? s.nblocks : 1) * sizeof *aged);
+        int64_t n = 0;
+        for (int64_t i = 0; aged && i < s.nblocks; i++)
+            if (s.blocks[i].stack != OURS)
+                aged[n++] = (struct mlk_aged_block){s.blocks[i].start, s.blocks[i].size,
+                                                    s.blocks[i].stack};
+        if (aged)
+            mlk_age_update(history, aged, n, seq, nstacks, per_stack_age, bucket_seq);
+        free(aged);
+    }
     if (s.pagemap >= 0)
         close(s.pagemap);
     free(s.buf);
