@@ -16,6 +16,11 @@
  *   site_ptree_root 88 B  possibly lost (a global points into it), the
  *                         root of site_ptree_node 2 x 40 B, possibly lost
  *                         too (reached only through a possibly lost block)
+ *   site_reach_interior 56 B possibly lost (site_global's block points
+ *                         16 bytes into it: a reachable block's interior pointer)
+ *   site_lost2      32 B  definitely lost, pointing 8 bytes into
+ *   site_indirect_interior 48 B  indirectly lost (from a lost block, interior
+ *                         pointers count too)
  * Stops at checkpoint "built" (a scan now), then exits. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -27,6 +32,7 @@
 SITE(site_global) SITE(site_child) SITE(site_stack) SITE(site_tls) SITE(site_interior)
 SITE(site_lost) SITE(site_indirect) SITE(site_indirect2) SITE(site_cycle) SITE(site_forgotten)
 SITE(site_tree_root) SITE(site_tree_node) SITE(site_ptree_root) SITE(site_ptree_node)
+SITE(site_reach_interior) SITE(site_lost2) SITE(site_indirect_interior)
 
 void **g_reach;
 char *g_interior;
@@ -59,6 +65,10 @@ __attribute__((noinline)) static void make_lost(void)
     proot[1] = site_ptree_node(40);
     g_ptree = (char *)proot + 16;
     memset(&proot, 0, sizeof proot);
+    g_reach[4] = (char *)site_reach_interior(56) + 16;
+    void **lost2 = site_lost2(32);
+    lost2[1] = (char *)site_indirect_interior(48) + 8;
+    memset(&lost2, 0, sizeof lost2);
     /* nothing of these is left in registers or this frame once it returns;
      * the frame itself lies below the stack pointer then */
     memset(&lost, 0, sizeof lost);
