@@ -466,3 +466,94 @@ def test_diff_of_what_cannot_be_read_is_one_line_and_status_2(slowleaks, tmp_pat
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and "no such file or directory" in r.stderr, r.stderr
 
+
+
+def test_growth_since_a_report_is_what_grew_after_it(slowleaks, tmp_path):
+    """--since SEQ draws the leak between two reports, not what is live."""
+    workdir, pid = slowleaks
+    r = export_cmd("--format", "collapsed", "--since", "3", workdir)
+    assert r.returncode == 0, r.stderr
+    values = {line.rsplit(" ", 1)[0]: int(line.rsplit(" ", 1)[1]) for line in r.stdout.splitlines()}
+    leak = next(v for k, v in values.items() if k.endswith(";main;site_leak"))
+    assert leak == 64 * (ROUNDS - 3)  # rounds 4..8; nothing of it freed at exit
+    assert not any(k.endswith(";site_startup") for k in values)  # start-up grew before report 3
+    page = tmp_path / "growth.html"
+    assert export_cmd("--format", "flamegraph", "--since", "3", "-o", page, workdir).returncode == 0
+    assert "growth since report 3" in page.read_text()
+    bad = export_cmd("--format", "json", "--since", "3", workdir)
+    assert bad.returncode == 2 and "--since draws growth" in bad.stderr
+    bad = export_cmd("--format", "collapsed", "--since", "99", workdir)
+    assert bad.returncode == 2 and "no process has a report 99" in bad.stderr
+
+
+SPEEDSCOPE_VERSION = "1.25.0"
+
+
+def speedscope_package():
+    """speedscope's npm package (its schema and its app), fetched once with
+    npm into a cache; None where npm or the registry is not at hand."""
+    cache = os.path.join(os.environ.get("MEMLEAK_TEST_BUILD", "/tmp/libmemleak-test-build"),
+                         f"speedscope-{SPEEDSCOPE_VERSION}")
+    release = os.path.join(cache, "package", "dist", "release")
+    if os.path.exists(os.path.join(release, "index.html")):
+        return release
+    if not shutil.which("npm"):
+        return None
+    os.makedirs(cache, exist_ok=True)
+    try:
+        packed = subprocess.run(["npm", "pack", f"speedscope@{SPEEDSCOPE_VERSION}"], cwd=cache,
+                                capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return None
+    tgz = os.path.join(cache, f"speedscope-{SPEEDSCOPE_VERSION}.tgz")
+    if packed.returncode != 0 or not os.path.exists(tgz):
+        return None
+    subprocess.run(["tar", "xzf", tgz], cwd=cache, check=True)
+    return release if os.path.exists(os.path.join(release, "index.html")) else None
+
+
+def test_speedscope_export_follows_the_schema_and_opens_in_speedscope(slowleaks, tmp_path):
+    import http.server
+    import threading
+    jsonschema = pytest.importorskip("jsonschema")
+    release = speedscope_package()
+    if release is None:
+        pytest.skip("speedscope's npm package is not at hand (npm, registry)")
+    workdir, pid = slowleaks
+    profile = tmp_path / "heap.speedscope.json"
+    r = export_cmd("--format", "speedscope", "-o", profile, workdir)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(profile.read_text())
+    with open(os.path.join(release, "file-format-schema.json")) as f:
+        schema = json.load(f)
+    jsonschema.validate(doc, {**schema, "$ref": "#/definitions/FileFormat.File"})
+    [prof] = doc["profiles"]
+    collapsed = export_cmd("--format", "collapsed", workdir).stdout.splitlines()
+    assert prof["endValue"] == sum(prof["weights"]) == sum(int(line.rsplit(" ", 1)[1]) for line in collapsed)
+    names = [doc["shared"]["frames"][i]["name"] for i in prof["samples"][prof["weights"].index(64 * ROUNDS)]]
+    assert names[0] == "_start" and names[-2:] == ["main", "site_leak"]  # root first
+    # speedscope itself, served from localhost, loads it
+    shutil.copy(profile, os.path.join(tmp_path, "p.json"))
+    for name in os.listdir(release):
+        os.symlink(os.path.join(release, name), tmp_path / name)
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), lambda *a: Quiet(*a, directory=str(tmp_path)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        url = f"{base}/index.html#profileURL={base}/p.json"
+        if not CHROMIUM:
+            pytest.skip("needs Debian's chromium")
+        dom = headless(tmp_path / "profile", "--virtual-time-budget=8000", "--dump-dom", url)
+        assert f"slowleaks (pid {pid}): live bytes" in dom.stdout
+        shot = tmp_path / "speedscope.png"
+        headless(tmp_path / "profile", "--virtual-time-budget=8000", "--window-size=1200,500",
+                 f"--screenshot={shot}", url)
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10000
+    finally:
+        server.shutdown()

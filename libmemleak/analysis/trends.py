@@ -207,6 +207,31 @@ def analyse(series, group_by="stack"):
     return a
 
 
+def growth_since(a, seq):
+    """A copy of analysis `a` whose stacks hold, as their live bytes and
+    blocks, what they grew by after report `seq` (what a growth
+    flamegraph draws); None if the process has no report `seq` with one
+    after it.  The rest of the analysis is left as it was."""
+    import copy
+    reports = a.series.reports
+    at = next((i for i, r in enumerate(reports) if r.seq == seq), None)
+    if at is None or at == len(reports) - 1:
+        return None
+    grown = copy.copy(a)
+    grown.trends = []
+    for t in a.trends:
+        g = copy.copy(t)
+        g.live_bytes = sum(t.deltas[at + 1:])
+        g.live_blocks = sum(t.block_deltas[at + 1:])
+        if g.alloc_deltas is not None:
+            g.allocations = sum(t.alloc_deltas[at + 1:])
+        grown.trends.append(g)
+    grown.trends.sort(key=lambda t: -t.live_bytes)
+    grown.live_bytes = sum(max(0, t.live_bytes) for t in grown.trends)
+    grown.live_blocks = sum(max(0, t.live_blocks) for t in grown.trends)
+    return grown
+
+
 def _judge(t):
     """Suspect or not, its score and verdict."""
     _judge_growth(t)

@@ -1,43 +1,63 @@
-"""`libmemleak export --format F [-o FILE] PATH...`: the reports in PATH in a
-format other tools read.  Today: collapsed (flamegraph.pl, inferno),
-pprof (go tool pprof, Pyroscope, Parca) and json (the document of
-`report --json`).  Exit status 0; 2 when nothing
+"""`libmemleak export --format F [-o FILE] [--since SEQ] PATH...`: the reports
+in PATH in a format other tools read: html (one self-contained report
+page), flamegraph, speedscope, collapsed (flamegraph.pl, inferno), pprof
+(go tool pprof, Pyroscope, Parca) and json (the document of `report
+--json`).  What is drawn is what is live at the last report, or with
+--since SEQ what grew after report SEQ.  Exit status 0; 2 when nothing
 could be read, the format is unknown or the output cannot be written."""
 
 import sys
 
-from libmemleak.analysis.trends import analyse
-from libmemleak.outputs import collapsed, flamegraph, html_report, json_doc, pprof
+from libmemleak.analysis.trends import analyse, growth_since
+from libmemleak.commands.report import progress_bar
+from libmemleak.outputs import collapsed, flamegraph, html_report, json_doc, pprof, speedscope
 from libmemleak.analysis import suppressions
 from libmemleak.commands import (EXIT_BAD_INPUT, add_suppressions_option, load_suppressions,
                                  read_reports)
 
 FORMATS = {"collapsed": collapsed.write, "flamegraph": flamegraph.write, "html": html_report.write,
-           "json": json_doc.write, "pprof": pprof.write}
+           "json": json_doc.write, "pprof": pprof.write, "speedscope": speedscope.write}
+# The formats that draw one quantity per stack: --since makes it the growth.
+DRAWN = {"collapsed", "flamegraph", "pprof", "speedscope"}
 BINARY = {"pprof"}
 
 
 def add_parser(sub):
-    p = sub.add_parser("export", help="write the reports in another format (pprof, collapsed, json)",
-                       description="Read the reports in PATH and write them as FORMAT: pprof "
-                                   "(go tool pprof, Pyroscope, Parca), collapsed stacks of live "
-                                   "bytes (flamegraph.pl, inferno) or the JSON document of "
-                                   "`report --json`.")
+    p = sub.add_parser("export", help="write the reports in another format (html, flamegraph, "
+                                      "speedscope, pprof, collapsed, json)",
+                       description="Read the reports in PATH and write them as FORMAT: html (one "
+                                   "self-contained page), flamegraph, speedscope, pprof (go tool "
+                                   "pprof, Pyroscope, Parca), collapsed stacks (flamegraph.pl, "
+                                   "inferno) or the JSON document of `report --json`.")
     p.add_argument("paths", metavar="PATH", nargs="+")
     p.add_argument("--format", "-f", required=True, choices=sorted(FORMATS))
     p.add_argument("-o", "--output", metavar="FILE", help="where to write (default: stdout)")
     p.add_argument("--pid", type=int, help="only this process")
+    p.add_argument("--since", type=int, metavar="SEQ",
+                   help="draw what grew after report SEQ instead of what is live (flamegraph, "
+                        "speedscope, pprof, collapsed): the leak between two reports")
     add_suppressions_option(p)
     p.set_defaults(func=run)
 
 
 def run(args):
+    if args.since is not None and args.format not in DRAWN:
+        print(f"libmemleak: export: --since draws growth: it goes with "
+              f"{', '.join(sorted(DRAWN))}, not {args.format}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     rules = load_suppressions("export", args.suppressions)
-    read = read_reports("export", args.paths, args.pid) if rules is not None else None
+    read = (read_reports("export", args.paths, args.pid, progress_bar())
+            if rules is not None else None)
     if read is None:
         return EXIT_BAD_INPUT
     series, problems = read
     analyses = [suppressions.apply(analyse(s), rules) for s in series]
+    if args.since is not None:
+        analyses = [g for g in (growth_since(a, args.since) for a in analyses) if g is not None]
+        if not analyses:
+            print(f"libmemleak: export: no process has a report {args.since} and one after it",
+                  file=sys.stderr)
+            return EXIT_BAD_INPUT
     try:
         mode = "wb" if args.format in BINARY else "w"
         out = open(args.output, mode) if args.output else sys.stdout
@@ -45,7 +65,10 @@ def run(args):
         print(f"libmemleak: export: {args.output}: {e.strerror}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        FORMATS[args.format](out, analyses, problems)
+        if args.since is not None and args.format in ("flamegraph", "speedscope"):
+            FORMATS[args.format](out, analyses, problems, what=f"growth since report {args.since}")
+        else:
+            FORMATS[args.format](out, analyses, problems)
     except BrokenPipeError:
         pass
     finally:

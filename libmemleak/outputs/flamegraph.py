@@ -131,7 +131,7 @@ def page(analyses, title="live bytes"):
     return PAGE % {"title": html.escape(title), "style": STYLE, "body": body(analyses)}
 
 
-def write(out, analyses, problems):
+def write(out, analyses, problems, what="live bytes"):
     names = ", ".join(f"{a.series.program} (pid {a.series.pid})" for a in analyses)
-    out.write(page(analyses, f"libmemleak: live bytes of {names}"))
+    out.write(page(analyses, f"libmemleak: {what} of {names}"))
 
