@@ -21,7 +21,7 @@ import time
 from libmemleak import __version__, reachability, report_core
 from libmemleak.diff import FrameResolver, KeyTable, diff_snapshot, totals
 from libmemleak.keeper import Keeper
-from libmemleak.memlog import render, render_frames, report_name, write_report
+from libmemleak.memlog import Frame, render, render_frames, report_name, write_report
 from libmemleak.report_core import TextStore
 from libmemleak.segment import KIND_NAMES, Segment, SegmentError, futex_wait, futex_wake
 from libmemleak.symbols import Symbolizer
@@ -140,6 +140,10 @@ class Reporter:
         # `libmemleak run` (not -q) asked for the list of reports at the end,
         # for the process it started (a descendant's parent-pid is set).
         self.announce = bool(os.environ.get("MEMLEAK_ANNOUNCE")) and not segment.header.parent_pid
+        # MEMLEAK_SYMBOLIZE=no: frames as module+offset, symbolized on another
+        # host (the unsymbolized pprof export, go tool pprof with
+        # PPROF_BINARY_PATH); the header's build-ids name the files.
+        self.symbolize = os.environ.get("MEMLEAK_SYMBOLIZE", "yes").lower() not in ("no", "0", "off")
 
     # -- the loop -----------------------------------------------------------
 
@@ -176,7 +180,7 @@ class Reporter:
         report request finds most frames cached.  Returns True if there is
         more to do."""
         seg = self.seg
-        if self.h.stacks_used <= self.warm_next:
+        if self.h.stacks_used <= self.warm_next or not self.symbolize:
             return False
         end = seg.refresh()
         if self.warm_next >= end:
@@ -395,6 +399,9 @@ class Reporter:
         module, address, _ = self.keys.frames[token]
         if module is not None and module.path.endswith("/" + SELF_LIBRARY):
             line_id = NOT_THE_PROGRAMS
+        elif not self.symbolize:
+            line_id = self.texts.add_line(render_frames(
+                [Frame(None, module.path, address - module.base) if module else Frame(None, None, address)]))
         else:
             skipped = self.symbolizer.skipped
             text = render_frames(self.symbolizer.frames_for(module, address))
@@ -457,6 +464,14 @@ class Reporter:
                                            "(MEMLEAK_SYMBOL_BUDGET)"))
         for problem in self.symbolizer.problems():
             lines.append(("symbols-unreadable", problem))
+        if not self.symbolize:
+            lines.append(("symbolization", "none (MEMLEAK_SYMBOLIZE=no): frames are module+offset"))
+        # Which file each module was (what pprof and debuginfod look files up by).
+        seen = set()
+        for m in snap.modules:
+            if m.build_id and m.path not in seen and not m.path.endswith("/" + SELF_LIBRARY):
+                seen.add(m.path)
+                lines.append((f"build-id {m.path}", m.build_id))
         return lines
 
 

@@ -557,3 +557,32 @@ def test_speedscope_export_follows_the_schema_and_opens_in_speedscope(slowleaks,
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10000
     finally:
         server.shutdown()
+
+
+@pytest.mark.skipif(not shutil.which("go"), reason="needs go tool pprof (Debian's golang-go)")
+def test_unsymbolized_reports_give_a_pprof_that_stock_pprof_symbolizes(tmp_path):
+    """MEMLEAK_SYMBOLIZE=no: frames as module+offset and the modules'
+    build-ids in the header; the pprof export leaves those locations for
+    pprof to symbolize from the binary, as on another host."""
+    prog = compile_program("slowleaks.c")
+    t = Traced([prog], tmp_path, config="mtraceinit", env={"MEMLEAK_SYMBOLIZE": "no"})
+    t.reports_at(*["round"] * ROUNDS)
+    assert t.finish() == 0, t.stderr
+    last = t.reports()[-1]
+    assert last.header["symbolization"].startswith("none")
+    build_ids = {k[len("build-id "):]: v for k, v in last.header.items() if k.startswith("build-id ")}
+    assert re.fullmatch(r"[0-9a-f]{40}", build_ids[prog])
+    assert all(f.function is None for e in last.entries for f in e.frames)
+    out = tmp_path / "heap.pb.gz"
+    assert export_cmd("--format", "pprof", "-o", out, tmp_path).returncode == 0
+    env = dict(os.environ, HOME=str(tmp_path), GOCACHE=str(tmp_path / "gocache"))
+    raw = subprocess.run(["go", "tool", "pprof", "-raw", str(out)], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert build_ids[prog] in raw.stdout  # the mapping names the file by build-id
+    top = subprocess.run(["go", "tool", "pprof", "-symbolize=local", "-top", "-nodefraction=0",
+                          "-sample_index=inuse_space", str(out)],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert top.returncode == 0, top.stderr
+    rows = {line.split()[-1]: line.split()[0] for line in top.stdout.splitlines()
+            if line.strip().endswith(("site_leak", "site_rare", "site_startup"))}
+    assert rows == {"site_leak": f"{64 * ROUNDS}B", "site_rare": "600B", "site_startup": "4096B"}

@@ -6,6 +6,15 @@ the function they were inlined into, innermost first, as profile.proto
 says -- and functions deduplicated.  Loads in `go tool pprof`, Pyroscope
 and Parca.
 
+Frames the reports left unsymbolized (MEMLEAK_SYMBOLIZE=no, or symbols
+missing) become locations with an address and no lines, in a mapping
+that carries the module's build-id (from the reports' `# build-id PATH:`
+lines) and spans the whole address space with no offset -- pprof's sign
+that addresses are already the file's own (its elfexec.GetBase) -- so
+stock pprof symbolizes them on another host from the binaries it finds
+by name or build-id (`PPROF_BINARY_PATH`).  The address is the return
+address less one: the call, as a debugger looks it up.
+
 The encoder is the few lines of protobuf wire format this needs (varints
 and length-delimited fields), not the protobuf package: a dependency for
 one writer, and no faster for this shape of data."""
@@ -64,14 +73,21 @@ def encode(analyses):
         body += _field_bytes(1, _field_varint(1, strings(kind)) + _field_varint(2, strings(unit)))
     mappings, functions, locations = {}, {}, {}
     mapping_msgs, function_msgs, location_msgs = [], [], []
+    build_ids = {key[len("build-id "):]: value for a in analyses for r in a.series.reports
+                 for key, value in r.header.items() if key.startswith("build-id ")}
 
-    def mapping_id(module):
-        mid = mappings.get(module)
+    def mapping_id(module, symbolized=True):
+        key = (module, symbolized)
+        mid = mappings.get(key)
         if mid is None:
-            mid = mappings[module] = len(mappings) + 1
-            mapping_msgs.append(_field_varint(1, mid) + _field_varint(5, strings(module))
-                                + _field_varint(7, 1) + _field_varint(8, 1) + _field_varint(9, 1)
-                                + _field_varint(10, 1))
+            mid = mappings[key] = len(mappings) + 1
+            msg = _field_varint(1, mid) + _field_varint(5, strings(module))
+            msg += _field_varint(6, strings(build_ids.get(module)))
+            if symbolized:
+                msg += _field_varint(7, 1) + _field_varint(8, 1) + _field_varint(9, 1) + _field_varint(10, 1)
+            else:  # addresses are the file's own: start 0, no offset, the whole space
+                msg += _field_varint(3, (1 << 64) - 1)
+            mapping_msgs.append(msg)
         return mid
 
     def function_id(f):
@@ -91,6 +107,11 @@ def encode(analyses):
         if lid is None:
             lid = locations[key] = len(locations) + 1
             real = group[-1]
+            if not real.function and real.module and len(group) == 1:  # for pprof to symbolize
+                msg = _field_varint(1, lid) + _field_varint(2, mapping_id(real.module, False))
+                msg += _field_varint(3, max(0, real.offset - 1))
+                location_msgs.append(msg)
+                return lid
             msg = _field_varint(1, lid) + _field_varint(2, mapping_id(real.module or "?"))
             msg += _field_varint(3, real.offset if not real.function else 0)
             for f in group:  # innermost first; the last is the function they are inlined into
