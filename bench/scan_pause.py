@@ -90,10 +90,13 @@ def main():
     cases.append(("python3, a dict of 1M entries", [sys.executable, "-c", PY_DICT], "ready", "\n"))
     if shutil.which("sqlite3"):
         cases.append(("sqlite3, 100,000 rows in memory", ["sqlite3"], None, None))
+    cases.append(("cc1 at its exit (gcc -O2 -c big.c)", ["cc1"], None, None))
     print(f"{'program':34} {'live heap':>10} {'pause (median)':>15} {'target':>8}")
     for name, argv, ready, after in cases:
         if argv[0] == "sqlite3":
             pauses, live = scan_sqlite(work, args.scans)
+        elif argv[0] == "cc1":
+            pauses, live = scan_cc1_at_exit(work, args.scans)
         else:
             pauses, live = scan_pauses(argv, ready, after, work, args.scans)
         target = 50 + 1000 * live / (1 << 30)
@@ -120,6 +123,26 @@ def scan_sqlite(work, scans):
         pauses.append(float(header["scan-pause-ms"]))
         live = int(header["live-bytes"])
     p.communicate(".quit\n", timeout=60)
+    return pauses, live
+
+
+def scan_cc1_at_exit(work, runs):
+    """cc1 does not wait to be asked: its exit report carries the scan
+    (run --scan-at-exit; the driver passes the configuration on to cc1)."""
+    sys.path.insert(0, HERE)
+    from run import gen_c
+    src = gen_c(work)
+    pauses, live = [], 0
+    for i in range(runs):
+        out = os.path.join(work, f"cc1-{i}")
+        os.makedirs(out)
+        subprocess.run(cli("run", "-q", "--scan-at-exit", "--config", f"dir={out}", "gcc", "-O2", "-c",
+                           src, "-o", os.path.join(out, "big.o")), check=True, env=ENV, cwd=out)
+        reports = [n for n in os.listdir(out) if n.startswith("cc1-") and n.endswith(".memlog")]
+        final = max(reports, key=lambda n: int(n.rsplit("-", 1)[1].split(".")[0]))
+        header = memlog.read(os.path.join(out, final)).header
+        pauses.append(float(header["scan-pause-ms"]))
+        live = int(header["live-bytes"])
     return pauses, live
 
 

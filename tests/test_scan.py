@@ -332,6 +332,10 @@ def test_report_check_and_json_use_the_scan(tmp_path):
     doc = json.loads(cli("report", "--json", tmp_path).stdout)["processes"][0]
     assert doc["scan"]["definitely_lost"] == {"bytes": 892, "blocks": 13}
     assert doc["suspects"][0]["reachability"] == {"definitely_lost": {"bytes": 576, "blocks": 8}}
+    page = tmp_path / "r.html"
+    assert cli("export", "--format", "html", "-o", page, tmp_path).returncode == 0
+    assert ("reachability scan (report 1): definitely lost <b>892 B</b> in 13 blocks"
+            in page.read_text())
     gate = cli("check", "--max-definitely-lost", "892", tmp_path)
     assert gate.returncode == 0, gate.stdout
     gate = cli("check", "--max-definitely-lost", "891", tmp_path)

@@ -95,6 +95,10 @@ def page(analyses, problems):
         parts.append(f"<h2>{_e(s.program)} (pid {s.pid})</h2>"
                      f"<p>{len(s.reports)} reports{_e(span)}; ended: {_e(s.ended or 'still running')}; "
                      f"live now: <b>{_e(human_bytes(a.live_bytes))}</b> in {a.live_blocks:,} blocks</p>")
+        if a.scan:
+            parts.append(f'<p class="scan">reachability scan (report {a.scan_seq}): ' + ", ".join(
+                f"{_e(name.replace('-', ' '))} <b>{_e(human_bytes(b))}</b> in {k:,} blocks"
+                for name, (b, k) in a.scan.totals.items()) + "</p>")
         for note in a.notes:
             parts.append(f'<p class="note">{_e(note)}</p>')
         parts.append(chart(a))
