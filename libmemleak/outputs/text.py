@@ -74,6 +74,7 @@ def render_scan(result, pid, top=10, full_names=False, executable=None):
         ages = survivors_words(since_of(entry))
         if ages:
             lines.append(f"(live blocks of this stack: {ages})")
-        out.append(f"  {human_bytes(nbytes):>9} in {blocks:,} block{'s' if blocks != 1 else ''}  {lines[0]}")
-        out.extend(f"  {'':>9}    {'':{len(str(blocks)) + 6}}  {line}" for line in lines[1:])
+        first = f"  {human_bytes(nbytes):>9} in {blocks:,} block{'s' if blocks != 1 else ''}  "
+        out.append(first + lines[0])
+        out.extend(" " * len(first) + line for line in lines[1:])
     return "\n".join(out) + "\n"

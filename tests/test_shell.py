@@ -1,0 +1,120 @@
+"""`libmemleak shell PID` (#24): a prompt on a running traced process,
+scripted (-c, standard input) and under a real terminal (tmux)."""
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import CLI_ENV, PACKAGE_DIR, cli, cli_argv, compile_program, reports_of
+
+ROUNDS = 4
+
+
+@pytest.fixture
+def running(tmp_path):
+    """slowleaks traced, stopped at its 5th round, having had a report at
+    each of the first four (asked through the shell itself)."""
+    prog = compile_program("slowleaks.c")
+    p = subprocess.Popen(cli_argv("run", "-q", prog), cwd=tmp_path, env=CLI_ENV, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    for _ in range(ROUNDS):
+        assert p.stdout.readline() == b"checkpoint round\n"
+        out = cli("shell", p.pid, "-c", "report")
+        assert out.returncode == 0, out.stderr
+        p.stdin.write(b"\n")
+        p.stdin.flush()
+    assert p.stdout.readline() == b"checkpoint round\n"
+    yield p, tmp_path
+    p.stdin.close()
+    p.wait(timeout=60)
+
+
+def test_scripted_commands_answer_from_the_live_process(running):
+    p, workdir = running
+    out = cli("shell", p.pid, "-c", "top 3; show 1; trend 1; diff; scan; restart")
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert f"slowleaks (pid {p.pid}): {ROUNDS} reports" in text
+    assert text.index("#1 ") < text.index("site_leak (slowleaks.c:") < text.index("#2 ")
+    assert "  _start (slowleaks)" in text  # show: the whole stack
+    assert text.count("(snapshot): +64 B +1 blocks") >= ROUNDS  # trend of site_leak, a line a report
+    assert f"report {ROUNDS} (snapshot):" in text  # diff: the latest report's changes
+    scan = text[text.index("reachability scan"):]  # scan: site_startup's 4 KB is lost
+    assert re.search(r"definitely lost: [\d,]+ bytes in \d+ blocks", scan)
+    assert scan.index("definitely lost, by stack") < scan.index("site_startup")
+    assert "a new interval starts here" in text
+    reasons = [r.header["reason"] for r in reports_of(str(workdir), "slowleaks", p.pid)]
+    assert reasons == ["snapshot"] * ROUNDS + ["scan", "snapshot"]
+
+
+def test_commands_on_standard_input_and_mistakes(running):
+    p, _ = running
+    out = subprocess.run(cli_argv("shell", p.pid), input="top 1\nshow 9\nfrobnicate\nhelp\n", env=CLI_ENV,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2  # typed wrong; the other commands still ran
+    assert "#1 " in out.stdout and "watch SECS [K]" in out.stdout
+    assert "libmemleak: shell: no suspect 9: 'top' lists" in out.stderr
+    assert "libmemleak: shell: unknown command 'frobnicate' (help lists them)" in out.stderr
+
+
+def test_watch_reports_and_ranks_every_interval(running):
+    p, workdir = running
+    out = cli("shell", p.pid, "-c", "watch 0.2 2")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("leak suspects, most likely first") == 2
+    assert len(reports_of(str(workdir), "slowleaks", p.pid)) == ROUNDS + 2
+
+
+def test_a_process_that_cannot_be_asked():
+    out = cli("shell", 4194000, "-c", "top")
+    assert out.returncode == 1 and out.stderr.startswith("libmemleak: shell: ")
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        out = cli("shell", sleeper.pid, "-c", "top")
+        assert out.returncode == 1 and "is not traced by libmemleak" in out.stderr
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_the_prompt_under_a_real_terminal(running, tmp_path):
+    """readline's prompt in tmux: a command typed, its answer on the
+    screen, completion of a command name, quit."""
+    p, _ = running
+    session = f"mlk-shell-{os.getpid()}"
+    done = tmp_path / "done"
+    command = (f"PYTHONPATH={os.path.dirname(PACKAGE_DIR)} HOME={tmp_path} {sys.executable} -m libmemleak "
+               f"shell {p.pid}; touch {done}; sleep 30")
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "40", command],
+                   check=True, env=dict(CLI_ENV, TERM="xterm"))
+
+    def screen():
+        return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
+                              text=True, check=True).stdout
+
+    def wait_for(words, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if words in screen():
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"{words!r} never on the screen:\n{screen()}")
+
+    try:
+        wait_for(f"memleak {p.pid}>")  # (tmux leaves out trailing blanks)
+        subprocess.run(["tmux", "send-keys", "-t", session, "to", "Tab"], check=True)  # completes 'top'
+        subprocess.run(["tmux", "send-keys", "-t", session, " 1", "Enter"], check=True)
+        wait_for("#1 ")
+        assert f"memleak {p.pid}> top 1" in screen()
+        subprocess.run(["tmux", "send-keys", "-t", session, "quit", "Enter"], check=True)
+        deadline = time.monotonic() + 30
+        while not done.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert done.exists()
+        assert (tmp_path / ".libmemleak_history").read_text().splitlines()[-2:] == ["top 1", "quit"]
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
