@@ -7,6 +7,7 @@ the first thread stopped to the last resumed -- is measured and reported.
 What the categories mean and how the scan finds roots and blocks:
 docs/scan.md."""
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -74,7 +75,9 @@ def scan(pid, header, take_snapshot, history=None, seq=0):
     if world == ffi.NULL:
         raise ScanRefused(ffi.string(why).decode("utf-8", "replace"))
     try:
+        t0 = time.monotonic()
         snapshot = take_snapshot()
+        t1 = time.monotonic()
         nstacks = _stack_count(snapshot)
         per_stack = zeros(8 * nstacks)
         per_stack_age = zeros(AGE_BUCKETS * nstacks)
@@ -85,8 +88,13 @@ def scan(pid, header, take_snapshot, history=None, seq=0):
                                    history.handle if history else ffi.NULL, seq,
                                    _q(per_stack_age), bucket_seq, why, WHY_BYTES)
         threads = lib.mlk_world_threads(world)
+        t2 = time.monotonic()
     finally:
         lib.mlk_world_resume(world)
+    if os.environ.get("MEMLEAK_SCAN_TIMES"):
+        import sys
+        print(f"scan: stop {1000*(t0-started):.1f} ms, snapshot {1000*(t1-t0):.1f} ms, "
+              f"heap {1000*(t2-t1):.1f} ms, resume {1000*(time.monotonic()-t2):.1f} ms", file=sys.stderr)
     pause_ms = (time.monotonic() - started) * 1000
     if status != 0:
         raise ScanRefused(ffi.string(why).decode("utf-8", "replace"))

@@ -420,9 +420,13 @@ __attribute__((destructor)) static void mlk_destructor(void)
     /* A descendant the keeper holds leaves its exit report to the keeper
      * (no Python process per exiting child), if the keeper is still there
      * to see it die and no reporter of its own is running anyway. */
-    if (!is_root && keeper_holds_us && !mlk_reporter_alive() && mlk_keeper_reachable())
+    /* With scan=exit the process waits for its exit report, whoever
+     * writes it: the scan needs it alive (its threads stopped, its memory
+     * read), not gone. */
+    int scan = __atomic_load_n(&mlk_seg->scan_at_exit, __ATOMIC_RELAXED) != 0;
+    if (!is_root && keeper_holds_us && !mlk_reporter_alive() && mlk_keeper_reachable() && !scan)
         post_request(&mlk_seg->exit_requests);
     else
-        mlk_request_report(&mlk_seg->exit_requests, is_root);
+        mlk_request_report(&mlk_seg->exit_requests, is_root || scan);
     mlk_in_hook = was;
 }
