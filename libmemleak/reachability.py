@@ -8,6 +8,7 @@ What the categories mean and how the scan finds roots and blocks:
 docs/scan.md."""
 
 import os
+import sys
 import time
 from dataclasses import dataclass
 
@@ -91,10 +92,13 @@ def scan(pid, header, take_snapshot, history=None, seq=0):
         t2 = time.monotonic()
     finally:
         lib.mlk_world_resume(world)
-    if os.environ.get("MEMLEAK_SCAN_TIMES"):
-        import sys
-        print(f"scan: stop {1000*(t0-started):.1f} ms, snapshot {1000*(t1-t0):.1f} ms, "
-              f"heap {1000*(t2-t1):.1f} ms, resume {1000*(time.monotonic()-t2):.1f} ms", file=sys.stderr)
+    if os.environ.get("MEMLEAK_SCAN_TIMES"):  # where a pause goes (bench/scan_pause.py)
+        blocks, roots, flood, cliques = (ns / 1e6 for ns in totals.phase_ns)
+        print(f"libmemleak: scan of {pid}: stopping {1000 * (t0 - started):.1f} ms, snapshot "
+              f"{1000 * (t1 - t0):.1f} ms, blocks {blocks:.1f} ms ({totals.heap_blocks}), roots "
+              f"{roots:.1f} ms ({totals.root_bytes >> 20} MB), flood {flood:.1f} ms "
+              f"({totals.heap_bytes_read >> 20} MB), cliques {cliques:.1f} ms, resuming "
+              f"{1000 * (time.monotonic() - t2):.1f} ms", file=sys.stderr)
     pause_ms = (time.monotonic() - started) * 1000
     if status != 0:
         raise ScanRefused(ffi.string(why).decode("utf-8", "replace"))

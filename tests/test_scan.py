@@ -411,3 +411,17 @@ def test_a_live_scan_of_a_real_program_finds_every_block_once(tmp_path, argv, re
     assert err == ""
     if argv[0] != "sqlite3":
         assert out == "20000\n"
+
+
+def test_scan_at_exit_of_a_descendant(tmp_path):
+    """A program the traced one starts (here through sh) waits for its exit
+    report when it carries a scan: the scan needs it alive."""
+    prog = compile_program("reach.c")
+    p = subprocess.run(cli_argv("run", "-q", "--scan-at-exit", "sh", "-c", f"echo | {prog}"), cwd=tmp_path,
+                       env=CLI_ENV, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    names = [n for n in os.listdir(tmp_path) if n.startswith("reach-")]
+    assert len(names) == 1, names
+    final = memlog.read(str(tmp_path / names[0]))
+    assert final.header["reason"] == "exit"
+    assert header_totals(final.header)["definitely-lost"] == (892, 13)

@@ -1,0 +1,26 @@
+/* What the reachability scan's parts share (reporter side only). */
+#ifndef MLK_SCAN_H
+#define MLK_SCAN_H
+
+#include <stdint.h>
+
+/* One live block the scan found. */
+struct mlk_block {
+    uint64_t start, size, end; /* end: past its trailer (the extent it occupies) */
+    uint32_t stack;
+    uint8_t state;
+};
+
+/* Which block holds an address: a hash of 4 KB pages to the blocks that
+ * overlap each (block_index.c), so that following a pointer costs a hash
+ * probe and a search among a page's few blocks instead of a binary search
+ * over all of them -- the flood follows every heap pointer of the heap. */
+struct mlk_block_index;
+
+struct mlk_block_index *mlk_block_index_build(const struct mlk_block *blocks, int64_t n);
+void mlk_block_index_free(struct mlk_block_index *ix);
+/* The index of the block whose [start, start + max(size, 1)) holds p, or -1. */
+int64_t mlk_block_index_find(const struct mlk_block_index *ix, const struct mlk_block *blocks,
+                             int64_t n, uint64_t p);
+
+#endif
