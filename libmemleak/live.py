@@ -66,7 +66,7 @@ def open_segment(pid):
     raise LiveError(f"process {pid} is not traced by libmemleak (start it with 'libmemleak run')")
 
 
-def request_report(pid, timeout=60.0, scan=False):
+def request_report(pid, timeout=60.0, scan=False, heuristics=None):
     """Ask process `pid` for a report -- with a reachability scan if
     `scan` -- and wait for it; the report's path."""
     segment, fd = open_segment(pid)
@@ -78,6 +78,8 @@ def request_report(pid, timeout=60.0, scan=False):
         if scan and not h.trailer_key:
             raise LiveError(f"process {pid} cannot be scanned: the scan needs every block "
                             "tracked with a trailer (not sample=, not track=table)")
+        if scan and heuristics is not None:  # read by the reporter as it serves the request
+            h.scan_heuristics = heuristics
         post = report_core.lib.mlk_rc_post_scan if scan else report_core.lib.mlk_rc_post_snapshot
         mine = post(h)
         futex_wake(segment.field_address("request_seq"))

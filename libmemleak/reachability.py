@@ -15,6 +15,37 @@ from dataclasses import dataclass
 from libmemleak.report_core import ffi, lib, zeros, _q
 
 CATEGORIES = ("definitely-lost", "indirectly-lost", "possibly-lost", "still-reachable")
+# valgrind's --leak-check-heuristics, bit n = heuristic n (native/reporter/heuristics.h)
+HEURISTICS = ("stdstring", "length64", "newarray", "multipleinheritance")
+HEURISTICS_SET = 0x80000000  # MLK_SCAN_HEURISTICS_SET: the field says which; 0 = all
+
+
+def heuristics_field(text):
+    """The header's scan_heuristics for `all`, `none` or a comma-separated
+    list of HEURISTICS; ValueError naming what is not one."""
+    text = text.strip().lower()
+    if text == "all":
+        return 0
+    if text == "none":
+        return HEURISTICS_SET
+    bits = HEURISTICS_SET
+    for name in filter(None, (n.strip() for n in text.replace("+", ",").split(","))):
+        if name not in HEURISTICS:
+            raise ValueError(f"{name!r} is not a heuristic (all, none, or of: {', '.join(HEURISTICS)})")
+        bits |= 1 << (HEURISTICS.index(name) + 1)
+    return bits
+
+
+def heuristics_set(field):
+    """The bit set a scan applies, from the header's field."""
+    return field & 0x1e if field & HEURISTICS_SET else 0x1e
+
+
+def heuristics_words(field):
+    bits = heuristics_set(field)
+    if bits == 0x1e:
+        return "all"
+    return ",".join(n for i, n in enumerate(HEURISTICS) if bits & (1 << (i + 1))) or "none"
 WHY_BYTES = 512
 
 
@@ -45,11 +76,17 @@ class Scan:
     threads: int
     heap_blocks: int
     unattributed: int
+    heuristics: str = "all"           # which of valgrind's heuristics were applied
+    via_heuristic: tuple = ()         # (name, bytes, blocks) of the still reachable, by heuristic
 
     def header_lines(self):
         """The report header's lines for this scan (docs/memlog.md)."""
         lines = [(name, f"{b} {n}") for name, b, n in zip(CATEGORIES, self.bytes, self.blocks)]
-        lines += [("scan-pause-ms", f"{self.pause_ms:.1f}"), ("scan-threads", self.threads)]
+        if self.via_heuristic:
+            lines.append(("reachable-via-heuristic",
+                          ", ".join(f"{name} {b} {k}" for name, b, k in self.via_heuristic)))
+        lines += [("scan-heuristics", self.heuristics),
+                  ("scan-pause-ms", f"{self.pause_ms:.1f}"), ("scan-threads", self.threads)]
         if self.unattributed:
             lines.append(("scan-unattributed-blocks", self.unattributed))
         return lines
@@ -84,7 +121,8 @@ def scan(pid, header, take_snapshot, history=None, seq=0):
         per_stack_age = zeros(AGE_BUCKETS * nstacks)
         bucket_seq = ffi.new("int32_t[]", AGE_BUCKETS)
         totals = ffi.new("struct mlk_scan_totals *")
-        status = lib.mlk_scan_heap(world, trailer_key, header.own_lo, header.own_hi, nstacks,
+        status = lib.mlk_scan_heap(world, trailer_key, header.own_lo, header.own_hi,
+                                   heuristics_set(header.scan_heuristics), nstacks,
                                    _q(per_stack), totals,
                                    history.handle if history else ffi.NULL, seq,
                                    _q(per_stack_age), bucket_seq, why, WHY_BYTES)
@@ -102,6 +140,8 @@ def scan(pid, header, take_snapshot, history=None, seq=0):
     pause_ms = (time.monotonic() - started) * 1000
     if status != 0:
         raise ScanRefused(ffi.string(why).decode("utf-8", "replace"))
+    via = tuple((name, totals.heuristic_bytes[i], totals.heuristic_blocks[i])
+                for i, name in enumerate(HEURISTICS) if totals.heuristic_blocks[i])
     return snapshot, Scan(per_stack, per_stack_age, tuple(bucket_seq), tuple(totals.bytes),
                           tuple(totals.blocks), pause_ms, threads, totals.heap_blocks,
-                          totals.unattributed)
+                          totals.unattributed, heuristics_words(header.scan_heuristics), via)

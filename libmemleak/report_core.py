@@ -40,14 +40,15 @@ uint32_t mlk_rc_post_snapshot(struct mlk_header *);
 uint32_t mlk_rc_post_scan(struct mlk_header *);
 struct mlk_world;
 struct mlk_scan_totals { int64_t bytes[4], blocks[4]; int64_t heap_blocks, unattributed, root_bytes,
-                         heap_bytes_read, threads, phase_ns[4]; };
+                         heap_bytes_read, threads, phase_ns[4], heuristic_bytes[4],
+                         heuristic_blocks[4]; };
 struct mlk_world *mlk_world_stop(int, char *, int);
 void mlk_world_resume(struct mlk_world *);
 int mlk_world_threads(const struct mlk_world *);
 struct mlk_age_history;
 struct mlk_age_history *mlk_age_history_new(void);
 void mlk_age_history_free(struct mlk_age_history *);
-int mlk_scan_heap(const struct mlk_world *, uint64_t, uint64_t, uint64_t, int64_t, int64_t *,
+int mlk_scan_heap(const struct mlk_world *, uint64_t, uint64_t, uint64_t, unsigned, int64_t, int64_t *,
                   struct mlk_scan_totals *, struct mlk_age_history *, uint32_t, int64_t *, int32_t *,
                   char *, int);
 void mlk_rc_commit(struct mlk_stack *, int64_t, const int64_t *, const int64_t *,

@@ -8,7 +8,7 @@
 
 #include "control.h"
 
-struct mlk_config mlk_config = {1, 16, SIGUSR1, 60000, 0, 0, ""};
+struct mlk_config mlk_config = {1, 16, SIGUSR1, 60000, 0, 0, 0, ""};
 
 static int parse_uint(const char *s, size_t n, uint64_t *out)
 {
@@ -84,11 +84,43 @@ static const char *value_wanted(const char *key, size_t n)
                  {"sample", "': needs a mean number of bytes between samples (sample=524288)"},
                  {"track", "': needs trailers or table"},
                  {"exit_timeout", "': needs a number of seconds"},
-                 {"scan", "': needs exit (scan=exit)"}};
+                 {"scan", "': needs exit (scan=exit)"},
+                 {"scan_heuristics", "': needs all, none or names joined by + (stdstring+newarray)"}};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (strlen(known[i].name) == n && strncmp(key, known[i].name, n) == 0)
             return known[i].wants;
     return NULL;
+}
+
+/* scan_heuristics=all|none|NAME+NAME...: the header's scan_heuristics. */
+static int parse_heuristics(const char *v, size_t n, uint32_t *out)
+{
+    static const char *const names[] = {"stdstring", "length64", "newarray", "multipleinheritance"};
+    if (n == 3 && strncmp(v, "all", 3) == 0) {
+        *out = 0;
+        return 1;
+    }
+    uint32_t bits = MLK_SCAN_HEURISTICS_SET;
+    if (n == 4 && strncmp(v, "none", 4) == 0) {
+        *out = bits;
+        return 1;
+    }
+    for (size_t at = 0; at < n;) {
+        size_t len = 0;
+        while (at + len < n && v[at + len] != '+')
+            len++;
+        int found = 0;
+        for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
+            if (strlen(names[i]) == len && strncmp(v + at, names[i], len) == 0) {
+                bits |= 1u << (i + 1);
+                found = 1;
+            }
+        if (!found)
+            return 0;
+        at += len + 1;
+    }
+    *out = bits;
+    return 1;
 }
 
 void mlk_config_parse(const char *cfg, const char *cwd)
@@ -173,6 +205,10 @@ void mlk_config_parse(const char *cfg, const char *cwd)
                 mlk_config.exit_timeout_ms = (int)num * 1000;
             else
                 bad_option(p, n, "': exit_timeout takes seconds (0 to 86400)");
+        } else if (KEY("scan_heuristics") && val) {
+            if (!parse_heuristics(val, vn, &mlk_config.scan_heuristics))
+                bad_option(p, n, "': heuristics are all, none, or some of stdstring, length64, "
+                                 "newarray, multipleinheritance joined by +; using all");
         } else if (KEY("scan") && val) {
             if (vn == 4 && strncmp(val, "exit", 4) == 0)
                 mlk_config.scan_at_exit = 1;
@@ -181,7 +217,8 @@ void mlk_config_parse(const char *cfg, const char *cwd)
         } else {
             bad_option(p, n, "': unknown option (known: mtraceinit, depth=N, dir=PATH, "
                              "signal=NAME, unwind=fast|libgcc, sample=BYTES, "
-                             "track=trailers|table, exit_timeout=SECONDS, scan=exit)");
+                             "track=trailers|table, exit_timeout=SECONDS, scan=exit, "
+                             "scan_heuristics=all|none|NAME+NAME)");
         }
 #undef KEY
     }

@@ -232,6 +232,7 @@ int mlk_start_collecting(void)
     mlk_seg->trailer_key = mlk_trailers_in_use() ? mlk_trailer_key : 0;
     mlk_own_range(&mlk_seg->own_lo, &mlk_seg->own_hi);
     mlk_seg->scan_at_exit = (uint32_t)mlk_config.scan_at_exit;
+    mlk_seg->scan_heuristics = mlk_config.scan_heuristics;
     __atomic_store_n(&mlk_seg->collecting, 1, __ATOMIC_RELEASE);
     mlk_ever_collected = 1;
     mlk_collecting = 1;

@@ -19,6 +19,7 @@ struct mlk_config {
     int exit_timeout_ms;
     int track_in_table;  /* track=table: no trailers (trailers.c) */
     int scan_at_exit;    /* scan=exit: the exit report carries a reachability scan */
+    uint32_t scan_heuristics; /* scan_heuristics=: the header's field (shm_layout.h) */
     char dir[4096];
 };
 MLK_HIDDEN extern struct mlk_config mlk_config;

@@ -94,7 +94,7 @@ static __attribute__((noinline)) void *early_malloc(size_t size, int zeroed)
 {
     void *p = zeroed ? real.calloc(1, size + MLK_TRAILER_SIZE) : real.malloc(size + MLK_TRAILER_SIZE);
     if (p)
-        mlk_trailer_write_uncounted(p, real.malloc_usable_size(p), mlk_in_hook);
+        mlk_trailer_write_uncounted(p, real.malloc_usable_size(p), size, mlk_in_hook);
     return p;
 }
 #define EARLY(size) (MLK_UNLIKELY(mlk_early_trailers) && !mlk_collecting && TRAILABLE(size))
@@ -333,7 +333,7 @@ static void *realloc_impl(void *old, size_t size)
         if (trailing)
             trailed(p, size, MLK_KIND_MALLOC);
         else if (early)
-            mlk_trailer_write_uncounted(p, real.malloc_usable_size(p), mlk_in_hook);
+            mlk_trailer_write_uncounted(p, real.malloc_usable_size(p), size, mlk_in_hook);
         else
             after_alloc(p, size, MLK_KIND_MALLOC);
     }

@@ -173,8 +173,12 @@ MLK_HIDDEN int mlk_trailers_in_use(void);   /* collection records blocks with tr
  * (trailers.c: the scan must see them); set at the first hook call. */
 extern MLK_HIDDEN int mlk_early_trailers;
 MLK_HIDDEN void mlk_trailers_decide_early(int allocator_has_usable_size);
-#define MLK_TRAILER_OURS_META ((2ull << 24) | 0xffffff) /* scan.c knows it too */
-MLK_HIDDEN void mlk_trailer_write_uncounted(void *p, size_t usable, int ours);
+/* An uncounted trailer's meta (scan.c reads them too): stack bits all set;
+ * bit 63: the block is libmtrace's own; bit 62: bits 24..61 hold its size. */
+#define MLK_TRAILER_OURS_META ((1ull << 63) | 0xffffff)
+#define MLK_TRAILER_SIZED (1ull << 62)
+#define MLK_TRAILER_SIZE_LIMIT (1ull << 38)
+MLK_HIDDEN void mlk_trailer_write_uncounted(void *p, size_t usable, size_t size, int ours);
 MLK_HIDDEN int mlk_trailers_possible(void);  /* interpose.c: the allocator allows them */
 /* Writes p's trailer and counts the block for `stack` (MLK_NO_STACK: not
  * counted); 0 if it could not be counted. */

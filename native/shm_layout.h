@@ -33,6 +33,9 @@
 #define MLK_TRACK_TABLE 0
 #define MLK_TRACK_TRAILERS 1
 
+/* struct mlk_header.scan_heuristics */
+#define MLK_SCAN_HEURISTICS_SET 0x80000000
+
 /* struct mlk_stack.state */
 #define MLK_STACK_EMPTY 0
 #define MLK_STACK_READY 1
@@ -185,7 +188,10 @@ struct mlk_header {
     uint32_t scan_requests;
     uint32_t seen_scan;
     uint32_t scan_at_exit;
-    uint32_t reserved32b;
+    /* valgrind's leak-check heuristics a scan applies: 0 = the default (all
+     * four, as valgrind); else MLK_SCAN_HEURISTICS_SET | a bit per heuristic
+     * (1 stdstring, 2 length64, 3 newarray, 4 multipleinheritance). */
+    uint32_t scan_heuristics;
     /* The address range libmtrace's own private maps are carved from
      * (native/rt.c): not the program's memory, never a root. */
     uint64_t own_lo;

@@ -134,6 +134,35 @@ static __attribute__((noreturn)) void exec_reporter(int seg_fd, int pidfd, int k
         raw(SYS_exit_group, 127, 0, 0);
 }
 
+/* The reachability scan stops the program with ptrace from its reporter,
+ * which Yama's default (ptrace_scope 1: only an ancestor may trace) forbids
+ * a descendant.  LeakSanitizer's answer, here too: name the tracer with
+ * PR_SET_PTRACER.  Only under scope 1 (elsewhere it is not needed, or does
+ * not help), once the reporter has said its pid (before its exec: a
+ * moment).  A program that names a tracer of its own afterwards (a crash
+ * handler) takes the slot back; a scan then says it was refused. */
+static void let_reporter_trace(void)
+{
+    char scope = 0;
+    int fd = (int)raw(SYS_open, (long)"/proc/sys/kernel/yama/ptrace_scope", O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return;
+    long n = raw(SYS_read, fd, (long)&scope, 1);
+    raw(SYS_close, fd, 0, 0);
+    if (n != 1 || scope != '1')
+        return;
+    for (int i = 0; i < 2000; i++) {
+        int pid = __atomic_load_n(&mlk_seg->reporter_pid, __ATOMIC_ACQUIRE);
+        if (pid > 0) {
+            raw(SYS_prctl, PR_SET_PTRACER, pid, 0);
+            return;
+        }
+        if (pid < 0)
+            return;
+        mlk_syscall6(SYS_sched_yield, 0, 0, 0, 0, 0, 0);
+    }
+}
+
 /* Async-signal-safe: may run in our signal handler. */
 void mlk_spawn_reporter(void)
 {
@@ -166,8 +195,10 @@ void mlk_spawn_reporter(void)
         for (;;)
             raw(SYS_exit_group, 0, 0, 0);
     }
-    if (child > 0)
+    if (child > 0) {
         mlk_syscall6(SYS_wait4, child, 0, __WCLONE, 0, 0, 0);
+        let_reporter_trace();
+    }
     if (subreaper)
         raw(SYS_prctl, PR_SET_CHILD_SUBREAPER, 1, 0);
     if (pidfd >= 0)

@@ -188,14 +188,17 @@ void mlk_trailers_decide_early(int allocator_has_usable_size)
     mlk_early_trailers = 1;
 }
 
-void mlk_trailer_write_uncounted(void *p, size_t usable, int ours)
+void mlk_trailer_write_uncounted(void *p, size_t usable, size_t size, int ours)
 {
     struct mlk_trailer *t = mlk_trailer_at(p, usable);
-    /* The size bits of an uncounted trailer are never read as a size;
-     * MLK_TRAILER_OURS_META says the block is libmtrace's own (made inside
-     * a hook: the environment it sets for descendants), which the scan
-     * follows but does not count as the program's. */
-    t->meta = ours ? MLK_TRAILER_OURS_META : UNCOUNTED;
+    /* A free never reads an uncounted trailer's other bits; the scan does:
+     * MLK_TRAILER_OURS_META, a block of libmtrace's own (made inside a hook:
+     * the environment it sets for descendants), which the scan follows but
+     * does not count as the program's; else the size asked for, as valgrind
+     * counts it. */
+    t->meta = ours ? MLK_TRAILER_OURS_META
+                   : size < MLK_TRAILER_SIZE_LIMIT ? MLK_TRAILER_SIZED | (uint64_t)size << TRAILER_STACK_BITS | UNCOUNTED
+                                                    : UNCOUNTED;
     t->check = (uint64_t)p ^ mlk_trailer_key;
 }
 

@@ -11,10 +11,11 @@ import sys
 
 from libmemleak.analysis import lost
 from libmemleak.live import LiveError, request_report
+from libmemleak.reachability import heuristics_field
 from libmemleak.memlog import MemlogError, read as read_memlog
 from libmemleak.outputs.text import render_scan
 
-EXIT_FAILED = 1
+EXIT_FAILED, EXIT_USAGE = 1, 2
 
 
 def add_parser(sub):
@@ -30,14 +31,22 @@ def add_parser(sub):
     p.add_argument("--full-names", action="store_true", help="C++ names in full")
     p.add_argument("--timeout", metavar="SECONDS", type=float, default=60.0,
                    help="how long to wait for each scan (default 60)")
+    p.add_argument("--heuristics", metavar="SET", default="all",
+                   help="valgrind's --leak-check-heuristics: all (the default, as valgrind), none, "
+                        "or some of stdstring,length64,newarray,multipleinheritance")
     p.set_defaults(func=run)
 
 
 def run(args):
+    try:
+        heuristics = heuristics_field(args.heuristics)
+    except ValueError as e:
+        print(f"libmemleak: scan: --heuristics: {e}", file=sys.stderr)
+        return EXIT_USAGE
     status = 0
     for pid in args.pids:
         try:
-            path = request_report(pid, args.timeout, scan=True)
+            path = request_report(pid, args.timeout, scan=True, heuristics=heuristics)
         except LiveError as e:
             print(f"libmemleak: scan: {e}", file=sys.stderr)
             status = EXIT_FAILED

@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "age.h"
+#include "heuristics.h"
 #include "scan.h"
 #include "world.h"
 
@@ -44,7 +45,10 @@
 
 #define TRAILER_STACK_BITS 24
 #define UNCOUNTED ((1u << TRAILER_STACK_BITS) - 1)
-#define OURS_META ((2ull << TRAILER_STACK_BITS) | UNCOUNTED) /* native/mlk.h MLK_TRAILER_OURS_META */
+/* native/mlk.h: an uncounted trailer's meta, libmtrace's own block or one
+ * whose size is kept (bits 24..61) */
+#define OURS_META ((1ull << 63) | UNCOUNTED)
+#define SIZED (1ull << 62)
 #define OURS 0xfffffffeu /* block.stack of libmtrace's own blocks: followed, not counted */
 #define MAX_BLOCK_SPAN (1ull << 40)  /* a trailer further than this from its start is not one */
 #define RED_ZONE 128                  /* below the stack pointer, still the function's (x86-64 ABI) */
@@ -74,6 +78,7 @@ struct mlk_scan_totals {
     int64_t heap_bytes_read; /* bytes of blocks read */
     int64_t threads;
     int64_t phase_ns[4];     /* listing the blocks, the roots, the flood, the cliques */
+    int64_t heuristic_bytes[4], heuristic_blocks[4]; /* of the still reachable, by heuristic */
 };
 
 struct region {
@@ -88,6 +93,9 @@ struct region {
 
 struct scan {
     int pid;
+    struct mlk_file_map *files;    /* file mappings, any permission: for the heuristics */
+    int nfiles, files_cap;
+    struct mlk_heuristics *heur;   /* valgrind's heuristics (heuristics.c), or NULL for none */
     uint64_t own_lo, own_hi; /* libmtrace's own maps (native/rt.c): not the program's */
     int pagemap;
     struct region *regions;
@@ -107,6 +115,19 @@ struct scan {
 
 /* ---- reading the process ------------------------------------------------ */
 
+static void note_file_map(struct scan *s, uint64_t lo, uint64_t hi, int readable, int executable)
+{
+    if (s->nfiles == s->files_cap) {
+        int cap = s->files_cap ? 2 * s->files_cap : 256;
+        struct mlk_file_map *more = realloc(s->files, (size_t)cap * sizeof *more);
+        if (!more)
+            return;
+        s->files = more;
+        s->files_cap = cap;
+    }
+    s->files[s->nfiles++] = (struct mlk_file_map){lo, hi, readable, executable};
+}
+
 static int read_maps(struct scan *s)
 {
     char path[64], line[4096];
@@ -121,11 +142,13 @@ static int read_maps(struct scan *s)
         char perms[8] = "", file[4096] = "";
         if (sscanf(line, "%llx-%llx %7s %*s %*s %*s %4095[^\n]", &lo, &hi, perms, file) < 3)
             continue;
-        if (perms[0] != 'r' || perms[1] != 'w' || perms[3] != 'p')
-            continue; /* not readable and writable, or shared (not scanned: docs/scan.md) */
         char *name = file;
         while (*name == ' ')
             name++;
+        if (*name && *name != '[')
+            note_file_map(s, lo, hi, perms[0] == 'r', perms[2] == 'x');
+        if (perms[0] != 'r' || perms[1] != 'w' || perms[3] != 'p')
+            continue; /* not readable and writable, or shared (not scanned: docs/scan.md) */
         struct region r = {lo, hi, 0, 1, 0, lo, 0};
         if (!*name || !strcmp(name, "[heap]") || !strcmp(name, "[stack]") ||
             !strncmp(name, "[anon:", 6))
@@ -206,8 +229,10 @@ static void add_block(struct scan *s, uint64_t start, uint64_t trailer, uint64_t
     uint64_t size = meta >> TRAILER_STACK_BITS;
     if (meta == OURS_META)
         stack = OURS;
-    if (stack >= UNCOUNTED)
-        size = trailer - start; /* not counted: its size is not kept; at most this */
+    if (stack == UNCOUNTED && (meta & SIZED) && (size & ((1ull << 38) - 1)) <= trailer - start)
+        size &= (1ull << 38) - 1; /* made before collection: its size is kept */
+    else if (stack >= UNCOUNTED)
+        size = trailer - start; /* its size is not kept: at most this */
     else if (start + size > trailer || trailer - (start + size) > size + 2 * PAGE)
         return; /* not where its own trailer would be: a stale copy */
     if (s->nblocks == s->cap) {
@@ -218,7 +243,7 @@ static void add_block(struct scan *s, uint64_t start, uint64_t trailer, uint64_t
         s->blocks = more;
         s->cap = cap;
     }
-    s->blocks[s->nblocks++] = (struct mlk_block){start, size, trailer + 16, stack, UNREACHED};
+    s->blocks[s->nblocks++] = (struct mlk_block){start, size, trailer + 16, stack, UNREACHED, 0};
 }
 
 struct trailer_walk {
@@ -380,7 +405,17 @@ static inline void follow(struct scan *s, uint64_t word, int from, int64_t cliqu
         }
         return;
     }
-    if (word == b->start && from == REACHABLE && b->state != REACHABLE) {
+    if (b->state == REACHABLE) {
+        if (b->heuristic && word == b->start)
+            b->heuristic = MLK_HEUR_NONE; /* reached plainly after all */
+        return;
+    }
+    int as_start = word == b->start;
+    if (!as_start && s->heur) { /* an interior pointer valgrind's heuristics may accept */
+        b->heuristic = (uint8_t)mlk_heuristic_reaches(s->heur, word, i, b);
+        as_start = b->heuristic != MLK_HEUR_NONE;
+    }
+    if (as_start && from == REACHABLE) {
         b->state = REACHABLE;
         push(s, i);
     } else if (b->state == UNREACHED) {
@@ -505,7 +540,8 @@ static void mark_cliques(struct scan *s)
  * scans saw, for per_stack_age and bucket_seq (age.h); seq: the report
  * this scan goes into.  Returns 0, or -1 with `why` set. */
 EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t own_lo, uint64_t own_hi,
-                         int64_t nstacks, int64_t *per_stack, struct mlk_scan_totals *totals,
+                         unsigned heuristics, int64_t nstacks, int64_t *per_stack,
+                         struct mlk_scan_totals *totals,
                          struct mlk_age_history *history, uint32_t seq, int64_t *per_stack_age,
                          int32_t *bucket_seq, char *why, int why_len)
 {
@@ -518,11 +554,14 @@ EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t own_l
         snprintf(why, (size_t)why_len, "cannot read the memory map of process %d", w->pid);
         free(s.buf);
         free(s.regions);
+        free(s.files);
         return -1;
     }
     snprintf(path, sizeof path, "/proc/%d/pagemap", w->pid);
     s.pagemap = open(path, O_RDONLY | O_CLOEXEC);
 
+    if (heuristics & MLK_HEUR_ALL)
+        s.heur = mlk_heuristics_new(s.pid, heuristics & MLK_HEUR_ALL, s.files, s.nfiles);
     int64_t t0 = mlk_now_monotonic_ns();
     list_blocks(&s, key);
     int64_t t1 = mlk_now_monotonic_ns();
@@ -546,6 +585,10 @@ EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t own_l
         }
         totals->bytes[b->state == UNREACHED ? 0 : b->state] += (int64_t)b->size;
         totals->blocks[b->state == UNREACHED ? 0 : b->state]++;
+        if (b->state == REACHABLE && b->heuristic) { /* still reachable, by a heuristic */
+            totals->heuristic_bytes[b->heuristic - 1] += (int64_t)b->size;
+            totals->heuristic_blocks[b->heuristic - 1]++;
+        }
         if (b->stack < nstacks) {
             int64_t *row = &per_stack[b->stack * 8 + 2 * b->state];
             row[0] += (int64_t)b->size;
@@ -575,5 +618,7 @@ EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t own_l
     free(s.spans);
     free(s.granules);
     mlk_block_index_free(s.index);
+    mlk_heuristics_free(s.heur);
+    free(s.files);
     return 0;
 }

@@ -9,6 +9,7 @@ struct mlk_block {
     uint64_t start, size, end; /* end: past its trailer (the extent it occupies) */
     uint32_t stack;
     uint8_t state;
+    uint8_t heuristic; /* MLK_HEUR_* that made it reachable (heuristics.h), or 0 */
 };
 
 /* Which block holds an address: a hash of 4 KB pages to the blocks that

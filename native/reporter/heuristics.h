@@ -1,0 +1,33 @@
+/* valgrind's leak-check heuristics for interior pointers (heuristics.c). */
+#ifndef MLK_HEURISTICS_H
+#define MLK_HEURISTICS_H
+
+#include <stdint.h>
+
+#include "scan.h"
+
+/* The heuristic a block was reached by (0: none); bit n of a set is
+ * heuristic n. */
+#define MLK_HEUR_NONE 0
+#define MLK_HEUR_STDSTRING 1
+#define MLK_HEUR_LENGTH64 2
+#define MLK_HEUR_NEWARRAY 3
+#define MLK_HEUR_MULTIPLE_INHERITANCE 4
+#define MLK_HEUR_ALL 0x1eu
+
+/* A file mapping of the process: where vtables and code can be. */
+struct mlk_file_map {
+    uint64_t lo, hi;
+    int readable, executable;
+};
+
+struct mlk_heuristics;
+/* maps: sorted by address, kept by the caller while the heuristics live. */
+struct mlk_heuristics *mlk_heuristics_new(int pid, unsigned set, const struct mlk_file_map *maps,
+                                          int nmaps);
+void mlk_heuristics_free(struct mlk_heuristics *h);
+/* Which heuristic (of the set) makes interior pointer p reach block b
+ * (the block at `index`), or MLK_HEUR_NONE. */
+int mlk_heuristic_reaches(struct mlk_heuristics *h, uint64_t p, int64_t index, const struct mlk_block *b);
+
+#endif
