@@ -136,14 +136,16 @@ int mlk_heuristic_reaches(struct mlk_heuristics *h, uint64_t p, int64_t index, c
     if ((h->set & (1u << MLK_HEUR_NEWARRAY)) && p == b->start + 8 && b->size >= 8 && w[0] > 0 &&
         (b->size - 8) % w[0] == 0)
         return MLK_HEUR_NEWARRAY;
-    if ((h->set & (1u << MLK_HEUR_MULTIPLE_INHERITANCE)) && !(p & 7) && p + 8 <= b->start + b->size) {
+    /* The block's own first word first: cached, and for all but C++ objects
+     * not a vtable -- the word at p would cost a read of the process. */
+    if ((h->set & (1u << MLK_HEUR_MULTIPLE_INHERITANCE)) && !(p & 7) && p + 8 <= b->start + b->size &&
+        !(w[0] & 7) && w[0] >= PAGE && is_vtable(h, w[0])) {
         uint64_t inner = 0;
         if (p - b->start + 8 <= sizeof(uint64_t) * 3)
             inner = w[(p - b->start) / 8];
         else
             mlk_read_mem(h->pid, p, &inner, 8);
-        if (!(inner & 7) && inner >= PAGE && !(w[0] & 7) && w[0] >= PAGE && is_vtable(h, inner) &&
-            is_vtable(h, w[0]))
+        if (!(inner & 7) && inner >= PAGE && is_vtable(h, inner))
             return MLK_HEUR_MULTIPLE_INHERITANCE;
     }
     return MLK_HEUR_NONE;
