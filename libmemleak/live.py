@@ -95,3 +95,39 @@ def request_report(pid, timeout=60.0, scan=False, heuristics=None):
     finally:
         segment.close()
         os.close(fd)
+
+
+def set_collecting(pid, on):
+    """Pause (on=False) or resume the recording of new allocations in the
+    traced process `pid`, without a signal: its hooks read a flag of its
+    own, which is written through /proc/PID/mem (the kernel's ptrace check:
+    the same user, or root); the segment's `paused` tells its exit and its
+    report signal that reports are still owed.  Frees keep being counted
+    while paused, so reports then show only what is released."""
+    import struct
+    segment, fd = open_segment(pid)
+    try:
+        h = segment.header
+        if not h.collecting:
+            raise LiveError(f"process {pid} is not collecting (it waits for its mtrace(), or "
+                            "called muntrace())")
+        if not h.collecting_addr:
+            raise LiveError(f"process {pid}: its libmemleak cannot be paused from outside")
+        try:
+            mem = os.open(f"/proc/{pid}/mem", os.O_RDWR | os.O_CLOEXEC)
+        except OSError as e:
+            raise LiveError(f"process {pid}: cannot write its memory ({e.strerror}): pausing needs "
+                            "the rights a debugger needs") from None
+        try:
+            if not on:
+                h.paused = 1  # first: an exit in between still owes its report
+            os.pwrite(mem, struct.pack("i", 1 if on else 0), h.collecting_addr)
+            if on:
+                h.paused = 0
+        except OSError as e:
+            raise LiveError(f"process {pid}: cannot write its memory ({e.strerror})") from None
+        finally:
+            os.close(mem)
+    finally:
+        segment.close()
+        os.close(fd)

@@ -150,7 +150,7 @@ static void on_report_signal(int sig)
 {
     (void)sig;
     int saved = errno;
-    if (mlk_collecting && mlk_seg && mlk_seg->pid == mlk_getpid())
+    if (mlk_collecting_or_paused() && mlk_seg && mlk_seg->pid == mlk_getpid())
         mlk_request_report(&mlk_seg->signal_requests, 0);
     else if (!mlk_collecting && !inert)
         say_not_collecting();
@@ -233,6 +233,8 @@ int mlk_start_collecting(void)
     mlk_own_range(&mlk_seg->own_lo, &mlk_seg->own_hi);
     mlk_seg->scan_at_exit = (uint32_t)mlk_config.scan_at_exit;
     mlk_seg->scan_heuristics = mlk_config.scan_heuristics;
+    mlk_seg->collecting_addr = (uint64_t)(uintptr_t)&mlk_collecting;
+    __atomic_store_n(&mlk_seg->paused, 0, __ATOMIC_RELEASE);
     __atomic_store_n(&mlk_seg->collecting, 1, __ATOMIC_RELEASE);
     mlk_ever_collected = 1;
     mlk_collecting = 1;
@@ -246,8 +248,15 @@ int mlk_start_collecting(void)
 void mlk_stop_collecting(void)
 {
     mlk_collecting = 0;
-    if (mlk_seg)
+    if (mlk_seg) {
+        __atomic_store_n(&mlk_seg->paused, 0, __ATOMIC_RELEASE);
         __atomic_store_n(&mlk_seg->collecting, 0, __ATOMIC_RELEASE);
+    }
+}
+
+int mlk_collecting_or_paused(void)
+{
+    return mlk_collecting || (mlk_seg && __atomic_load_n(&mlk_seg->paused, __ATOMIC_ACQUIRE));
 }
 
 void mlk_segment_fd_threatened(int lo, int hi)
@@ -413,7 +422,7 @@ static void record_exit_memory(void)
 
 __attribute__((destructor)) static void mlk_destructor(void)
 {
-    if (!mlk_seg || inert || !mlk_collecting || mlk_seg->pid != mlk_getpid())
+    if (!mlk_seg || inert || !mlk_collecting_or_paused() || mlk_seg->pid != mlk_getpid())
         return;
     int was = mlk_in_hook;
     mlk_in_hook = 1;

@@ -689,7 +689,7 @@ EXPORT void mtrace(void)
 EXPORT void muntrace(void)
 {
     BEGIN_HOOK();
-    if (mlk_collecting && mlk_seg) {
+    if (mlk_collecting_or_paused() && mlk_seg) {
         mlk_stop_collecting();
         mlk_request_report(&mlk_seg->muntrace_requests, 1);
     }

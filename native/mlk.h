@@ -261,6 +261,7 @@ MLK_HIDDEN int mlk_start_collecting(void);
 extern MLK_HIDDEN uint64_t mlk_lazy_spawn_at;
 MLK_HIDDEN void mlk_lazy_spawn(void);
 MLK_HIDDEN void mlk_stop_collecting(void);
+MLK_HIDDEN int mlk_collecting_or_paused(void); /* collecting, or paused from outside (shm_layout.h) */
 
 /* Thread-local recursion guard: set while this thread runs our own code, so
  * that allocations made by the code we call are passed straight through. */

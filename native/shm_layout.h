@@ -196,4 +196,12 @@ struct mlk_header {
      * (native/rt.c): not the program's memory, never a root. */
     uint64_t own_lo;
     uint64_t own_hi;
+    /* Pausing collection from outside (`libmemleak shell`: stop, start):
+     * the program's own collecting flag, at this address in it, is what
+     * its hooks read -- the asker writes it (/proc/PID/mem) -- and `paused`
+     * tells the program's slow paths (its exit, the report signal,
+     * muntrace) that collection is only paused: reports are still owed. */
+    uint64_t collecting_addr;
+    uint32_t paused;
+    uint32_t reserved32c;
 };

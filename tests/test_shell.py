@@ -118,3 +118,33 @@ def test_the_prompt_under_a_real_terminal(running, tmp_path):
         assert (tmp_path / ".libmemleak_history").read_text().splitlines()[-2:] == ["top 1", "quit"]
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+def test_stop_and_start_recording(running):
+    """stop: what the program allocates is not counted (site_leak's +64 a
+    round); start: it is again; the exit report is still written."""
+    p, workdir = running
+    assert cli("shell", p.pid, "-c", "stop").returncode == 0
+    for _ in range(2):  # two rounds while paused
+        p.stdin.write(b"\n")
+        p.stdin.flush()
+        assert p.stdout.readline() == b"checkpoint round\n"
+    out = cli("shell", p.pid, "-c", "report; start")
+    assert out.returncode == 0, out.stderr
+    paused = reports_of(str(workdir), "slowleaks", p.pid)[-1]
+    leak = [e for e in paused.entries if any(f.function == "site_leak" for f in e.frames)]
+    # round 5's block, made before its checkpoint, before the pause; rounds 6
+    # and 7 made two more while paused: not counted
+    assert [(e.bytes, e.blocks) for e in leak] == [(64, 1)]
+    p.stdin.write(b"\n")
+    p.stdin.flush()
+    assert p.stdout.readline() == b"checkpoint round\n"
+    assert cli("shell", p.pid, "-c", "report").returncode == 0
+    resumed = reports_of(str(workdir), "slowleaks", p.pid)[-1]
+    leak = [e for e in resumed.entries if any(f.function == "site_leak" for f in e.frames)]
+    assert [(e.bytes, e.blocks) for e in leak] == [(64, 1)]
+    assert cli("shell", p.pid, "-c", "stop").returncode == 0  # and exits while paused
+    p.stdin.write(b"\n")  # past the last round
+    p.stdin.close()
+    assert p.wait(timeout=60) == 0
+    assert reports_of(str(workdir), "slowleaks", p.pid)[-1].header["reason"] == "exit"

@@ -12,6 +12,7 @@ user or root may open) and answers from its reports with the analysis
     diff              the biggest changes of the latest report
     watch SECS [K]    a report and `top` every SECS seconds (K times, or until ^C)
     restart           start a new interval: a report now, `diff` then shows only what follows
+    stop, start       pause and resume recording new allocations (frees still count)
     help, quit
 
 With readline editing, history (~/.libmemleak_history) and completion on
@@ -28,13 +29,14 @@ import time
 from libmemleak.analysis import lost
 from libmemleak.analysis.names import frame_lines, frame_text, shown_frames
 from libmemleak.analysis.trends import analyse, human_bytes
-from libmemleak.live import LiveError, open_segment, request_report
+from libmemleak.live import LiveError, open_segment, request_report, set_collecting
 from libmemleak.memlog import MemlogError, read as read_memlog
 from libmemleak.outputs import text
 from libmemleak.series import InputError, read_series
 
 EXIT_FAILED, EXIT_USAGE = 1, 2
-COMMANDS = ("report", "top", "show", "trend", "scan", "diff", "watch", "restart", "help", "quit")
+COMMANDS = ("report", "top", "show", "trend", "scan", "diff", "watch", "restart", "stop", "start", "help",
+            "quit")
 HISTORY = os.path.join(os.path.expanduser("~"), ".libmemleak_history")
 
 
@@ -171,6 +173,14 @@ class Session:
                 done += 1
         except KeyboardInterrupt:
             self.say("(watch stopped)")
+
+    def do_stop(self, words):
+        set_collecting(self.pid, False)
+        self.say(f"recording paused in {self.pid}: new allocations are not counted, frees are")
+
+    def do_start(self, words):
+        set_collecting(self.pid, True)
+        self.say(f"recording resumed in {self.pid}")
 
     def do_help(self, words):
         self.say(__doc__.split("\n\n")[1])
