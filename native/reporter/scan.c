@@ -38,6 +38,7 @@
 
 #include "age.h"
 #include "heuristics.h"
+#include "maps.h"
 #include "scan.h"
 #include "world.h"
 
@@ -81,25 +82,11 @@ struct mlk_scan_totals {
     int64_t heuristic_bytes[4], heuristic_blocks[4]; /* of the still reachable, by heuristic */
 };
 
-struct region {
-    uint64_t lo, hi;
-    int anon;       /* anonymous (or [heap]/[stack]): may hold blocks */
-    int root;       /* scanned as a root (unless heap) */
-    int heap;       /* holds blocks not in their own mapping: not a root */
-    uint64_t root_from; /* a thread's stack: roots start here */
-    int stack_of_thread;
-};
-
-
 struct scan {
     int pid;
-    struct mlk_file_map *files;    /* file mappings, any permission: for the heuristics */
-    int nfiles, files_cap;
     struct mlk_heuristics *heur;   /* valgrind's heuristics (heuristics.c), or NULL for none */
     uint64_t own_lo, own_hi; /* libmtrace's own maps (native/rt.c): not the program's */
-    int pagemap;
-    struct region *regions;
-    int nregions;
+    struct mlk_maps maps;     /* the process's mappings (maps.c) */
     struct mlk_block *blocks;
     int64_t nblocks, cap;
     uint64_t lowest, highest; /* of the blocks' extents: a cheap first filter */
@@ -112,114 +99,6 @@ struct scan {
     struct mlk_scan_totals *totals;
     char *buf;
 };
-
-/* ---- reading the process ------------------------------------------------ */
-
-static void note_file_map(struct scan *s, uint64_t lo, uint64_t hi, int readable, int executable)
-{
-    if (s->nfiles == s->files_cap) {
-        int cap = s->files_cap ? 2 * s->files_cap : 256;
-        struct mlk_file_map *more = realloc(s->files, (size_t)cap * sizeof *more);
-        if (!more)
-            return;
-        s->files = more;
-        s->files_cap = cap;
-    }
-    s->files[s->nfiles++] = (struct mlk_file_map){lo, hi, readable, executable};
-}
-
-static int read_maps(struct scan *s)
-{
-    char path[64], line[4096];
-    snprintf(path, sizeof path, "/proc/%d/maps", s->pid);
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return -1;
-    int cap = 256;
-    s->regions = malloc((size_t)cap * sizeof *s->regions);
-    while (s->regions && fgets(line, sizeof line, f)) {
-        unsigned long long lo, hi;
-        char perms[8] = "", file[4096] = "";
-        if (sscanf(line, "%llx-%llx %7s %*s %*s %*s %4095[^\n]", &lo, &hi, perms, file) < 3)
-            continue;
-        char *name = file;
-        while (*name == ' ')
-            name++;
-        if (*name && *name != '[')
-            note_file_map(s, lo, hi, perms[0] == 'r', perms[2] == 'x');
-        if (perms[0] != 'r' || perms[1] != 'w' || perms[3] != 'p')
-            continue; /* not readable and writable, or shared (not scanned: docs/scan.md) */
-        struct region r = {lo, hi, 0, 1, 0, lo, 0};
-        if (!*name || !strcmp(name, "[heap]") || !strcmp(name, "[stack]") ||
-            !strncmp(name, "[anon:", 6))
-            r.anon = 1;
-        else if (name[0] == '[')
-            continue; /* [vvar], [vsyscall]...: the kernel's */
-        else if (strstr(name, "/libmtrace.so"))
-            continue; /* our own tables hold addresses of blocks, not references */
-        if (lo >= s->own_lo && hi <= s->own_hi)
-            continue; /* libmtrace's tables and the unwinder's copies of stack words */
-        r.heap = !strcmp(name, "[heap]");
-        if (s->nregions == cap) {
-            cap *= 2;
-            struct region *more = realloc(s->regions, (size_t)cap * sizeof *more);
-            if (!more)
-                break;
-            s->regions = more;
-        }
-        s->regions[s->nregions++] = r;
-    }
-    fclose(f);
-    return s->regions ? 0 : -1;
-}
-
-static struct region *region_of(struct scan *s, uint64_t addr)
-{
-    int lo = 0, hi = s->nregions;
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        if (s->regions[mid].hi <= addr)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < s->nregions && s->regions[lo].lo <= addr ? &s->regions[lo] : NULL;
-}
-
-/* Calls each(s, lo, hi, arg) for the runs of [lo, hi) whose pages were
- * ever touched (present or swapped out); the rest reads as zeros. */
-static void touched_runs(struct scan *s, uint64_t lo, uint64_t hi,
-                         void (*each)(struct scan *, uint64_t, uint64_t, void *), void *arg)
-{
-    if (s->pagemap < 0 || hi - lo <= 64 * PAGE) {
-        each(s, lo, hi, arg);
-        return;
-    }
-    uint64_t entries[512];
-    uint64_t page = lo / PAGE, last = (hi + PAGE - 1) / PAGE, run_lo = 0;
-    int in_run = 0;
-    while (page < last) {
-        size_t want = last - page < 512 ? (size_t)(last - page) : 512;
-        ssize_t n = pread(s->pagemap, entries, want * 8, (off_t)(page * 8));
-        if (n <= 0) { /* cannot tell: read the rest */
-            each(s, in_run ? run_lo : page * PAGE > lo ? page * PAGE : lo, hi, arg);
-            return;
-        }
-        for (size_t i = 0; i < (size_t)n / 8; i++, page++) {
-            int touched = (entries[i] >> 62) != 0; /* bit 63 present, 62 swapped */
-            uint64_t at = page * PAGE > lo ? page * PAGE : lo;
-            if (touched && !in_run) {
-                run_lo = at;
-                in_run = 1;
-            } else if (!touched && in_run) {
-                each(s, run_lo, at, arg);
-                in_run = 0;
-            }
-        }
-    }
-    if (in_run)
-        each(s, run_lo, hi, arg);
-}
 
 /* ---- 1. the live blocks ---------------------------------------------------- */
 
@@ -251,8 +130,9 @@ struct trailer_walk {
     uint64_t prev;  /* the word before the current one (a trailer's meta) */
 };
 
-static void find_trailers(struct scan *s, uint64_t lo, uint64_t hi, void *arg)
+static void find_trailers(void *ctx, uint64_t lo, uint64_t hi, void *arg)
 {
+    struct scan *s = ctx;
     struct trailer_walk *t = arg;
     t->prev = 0;
     for (uint64_t at = lo; at < hi; at += CHUNK) {
@@ -328,7 +208,7 @@ static void mark_heap(struct scan *s)
 {
     for (int64_t i = 0; i < s->nblocks; i++) {
         struct mlk_block *b = &s->blocks[i];
-        struct region *r = region_of(s, b->start);
+        struct mlk_region *r = mlk_region_of(&s->maps, b->start);
         if (!r || r->heap)
             continue;
         uint64_t header[2]; /* glibc's chunk header: prev_size, size | flags */
@@ -348,9 +228,9 @@ static void list_blocks(struct scan *s, uint64_t key)
 {
     struct trailer_walk t = {key, 0};
     s->lowest = 4096;
-    for (int i = 0; i < s->nregions; i++)
-        if (s->regions[i].anon)
-            touched_runs(s, s->regions[i].lo, s->regions[i].hi, find_trailers, &t);
+    for (int i = 0; i < s->maps.nregions; i++)
+        if (s->maps.regions[i].anon)
+            mlk_touched_runs(&s->maps, s->maps.regions[i].lo, s->maps.regions[i].hi, find_trailers, s, &t);
     settle_blocks(s);
     mark_heap(s);
 }
@@ -432,8 +312,9 @@ static void scan_words(struct scan *s, const uint64_t *w, size_t n, int from, in
             follow(s, w[i], from, clique);
 }
 
-static void scan_root_run(struct scan *s, uint64_t lo, uint64_t hi, void *unused)
+static void scan_root_run(void *ctx, uint64_t lo, uint64_t hi, void *unused)
 {
+    struct scan *s = ctx;
     lo = (lo + 7) & ~7ull;
     for (uint64_t at = lo; at + 8 <= hi; at += CHUNK) {
         size_t len = hi - at < CHUNK ? (size_t)(hi - at) : CHUNK;
@@ -456,7 +337,7 @@ static void scan_root(struct scan *s, uint64_t lo, uint64_t hi)
         lo = b;
     }
     if (lo < hi)
-        touched_runs(s, lo, hi, scan_root_run, NULL);
+        mlk_touched_runs(&s->maps, lo, hi, scan_root_run, s, NULL);
 }
 
 static void mark_from_roots(struct scan *s, const struct mlk_world *w)
@@ -464,7 +345,7 @@ static void mark_from_roots(struct scan *s, const struct mlk_world *w)
     for (int t = 0; t < w->nthreads; t++) {
         const struct mlk_thread *th = &w->threads[t];
         scan_words(s, th->regs, (size_t)th->nregs, REACHABLE, -1);
-        struct region *r = th->sp ? region_of(s, th->sp) : NULL;
+        struct mlk_region *r = th->sp ? mlk_region_of(&s->maps, th->sp) : NULL;
         if (!r)
             continue; /* its stack pointer is nowhere we scan: registers only */
         uint64_t from = th->sp - RED_ZONE > r->lo ? th->sp - RED_ZONE : r->lo;
@@ -472,8 +353,8 @@ static void mark_from_roots(struct scan *s, const struct mlk_world *w)
             r->root_from = from;
         r->stack_of_thread = 1;
     }
-    for (int i = 0; i < s->nregions; i++) {
-        struct region *r = &s->regions[i];
+    for (int i = 0; i < s->maps.nregions; i++) {
+        struct mlk_region *r = &s->maps.regions[i];
         if (r->root && !r->heap)
             scan_root(s, r->root_from, r->hi);
     }
@@ -546,22 +427,17 @@ EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t own_l
                          int32_t *bucket_seq, char *why, int why_len)
 {
     struct scan s = {.pid = w->pid, .own_lo = own_lo, .own_hi = own_hi, .totals = totals};
-    char path[64];
     memset(totals, 0, sizeof *totals);
     totals->threads = w->nthreads;
     s.buf = malloc(BATCH_BYTES > CHUNK ? BATCH_BYTES : CHUNK);
-    if (!s.buf || read_maps(&s) != 0) {
+    if (!s.buf || mlk_maps_read(&s.maps, s.pid, own_lo, own_hi) != 0) {
         snprintf(why, (size_t)why_len, "cannot read the memory map of process %d", w->pid);
         free(s.buf);
-        free(s.regions);
-        free(s.files);
+        mlk_maps_free(&s.maps);
         return -1;
     }
-    snprintf(path, sizeof path, "/proc/%d/pagemap", w->pid);
-    s.pagemap = open(path, O_RDONLY | O_CLOEXEC);
-
     if (heuristics & MLK_HEUR_ALL)
-        s.heur = mlk_heuristics_new(s.pid, heuristics & MLK_HEUR_ALL, s.files, s.nfiles);
+        s.heur = mlk_heuristics_new(s.pid, heuristics & MLK_HEUR_ALL, s.maps.files, s.maps.nfiles);
     int64_t t0 = mlk_now_monotonic_ns();
     list_blocks(&s, key);
     int64_t t1 = mlk_now_monotonic_ns();
@@ -609,16 +485,13 @@ EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t own_l
             mlk_age_update(history, aged, n, seq, nstacks, per_stack_age, bucket_seq);
         free(aged);
     }
-    if (s.pagemap >= 0)
-        close(s.pagemap);
+    mlk_maps_free(&s.maps);
     free(s.buf);
-    free(s.regions);
     free(s.blocks);
     free(s.todo);
     free(s.spans);
     free(s.granules);
     mlk_block_index_free(s.index);
     mlk_heuristics_free(s.heur);
-    free(s.files);
     return 0;
 }
