@@ -14,7 +14,9 @@ cannot poke it).
 `libmemleak snapshot` and `libmemleak scan` use this; `attach`/`shell`
 are to reuse it."""
 
+import contextlib
 import os
+import struct
 import time
 
 from libmemleak import report_core
@@ -66,15 +68,25 @@ def open_segment(pid):
     raise LiveError(f"process {pid} is not traced by libmemleak (start it with 'libmemleak run')")
 
 
+@contextlib.contextmanager
+def collecting_segment(pid):
+    """The segment of process `pid`, which must be collecting; closed after."""
+    segment, fd = open_segment(pid)
+    try:
+        if not segment.header.collecting:
+            raise LiveError(f"process {pid} is not collecting (it waits for its mtrace(), or "
+                            "called muntrace())")
+        yield segment
+    finally:
+        segment.close()
+        os.close(fd)
+
+
 def request_report(pid, timeout=60.0, scan=False, heuristics=None):
     """Ask process `pid` for a report -- with a reachability scan if
     `scan` -- and wait for it; the report's path."""
-    segment, fd = open_segment(pid)
-    try:
+    with collecting_segment(pid) as segment:
         h = segment.header
-        if not h.collecting:
-            raise LiveError(f"process {pid} is not collecting (it waits for its mtrace(), or "
-                            "called muntrace()): no report to write")
         if scan and not h.trailer_key:
             raise LiveError(f"process {pid} cannot be scanned: the scan needs every block "
                             "tracked with a trailer (not sample=, not track=table)")
@@ -92,9 +104,6 @@ def request_report(pid, timeout=60.0, scan=False, heuristics=None):
                                 "running? the request stays posted and is served when one runs)")
             futex_wait(done_at, h.done_seq, min(left, 0.5))
         return segment.report_path(h.report_seq)
-    finally:
-        segment.close()
-        os.close(fd)
 
 
 def set_collecting(pid, on):
@@ -104,13 +113,8 @@ def set_collecting(pid, on):
     the same user, or root); the segment's `paused` tells its exit and its
     report signal that reports are still owed.  Frees keep being counted
     while paused, so reports then show only what is released."""
-    import struct
-    segment, fd = open_segment(pid)
-    try:
+    with collecting_segment(pid) as segment:
         h = segment.header
-        if not h.collecting:
-            raise LiveError(f"process {pid} is not collecting (it waits for its mtrace(), or "
-                            "called muntrace())")
         if not h.collecting_addr:
             raise LiveError(f"process {pid}: its libmemleak cannot be paused from outside")
         try:
@@ -128,6 +132,3 @@ def set_collecting(pid, on):
             raise LiveError(f"process {pid}: cannot write its memory ({e.strerror})") from None
         finally:
             os.close(mem)
-    finally:
-        segment.close()
-        os.close(fd)

@@ -215,3 +215,42 @@ def wait_for_reporter(traced_pid, timeout=10.0):
             return found[0]
         time.sleep(0.02)
     raise AssertionError(f"no reporter for pid {traced_pid}")
+
+
+class Terminal:
+    """A command in a real terminal (a detached tmux session of a given
+    size): its screen, keys typed into it, and the moment it is done (the
+    command line ends by touching a file; the session stays to be read)."""
+
+    def __init__(self, libmemleak_args, tmp_path, width=120, height=24, env=None):
+        self.session = f"mlk-{os.getpid()}-{len(os.listdir(tmp_path))}"
+        self.done = tmp_path / f"done-{self.session}"
+        args = " ".join(str(a) for a in libmemleak_args)
+        command = (f"PYTHONPATH={os.path.dirname(PACKAGE_DIR)} {sys.executable} -m libmemleak {args}; "
+                   f"touch {self.done}; sleep 30")
+        subprocess.run(["tmux", "new-session", "-d", "-s", self.session, "-x", str(width), "-y", str(height),
+                        command], check=True, env=dict(CLI_ENV, TERM="xterm", **(env or {})))
+
+    def screen(self):
+        return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.session], capture_output=True,
+                              text=True, check=True).stdout
+
+    def wait_for(self, words, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if words in self.screen():
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"{words!r} never on the screen:\n{self.screen()}")
+
+    def keys(self, *keys):
+        subprocess.run(["tmux", "send-keys", "-t", self.session, *keys], check=True)
+
+    def wait_done(self, timeout=30):
+        deadline = time.monotonic() + timeout
+        while not self.done.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return self.done.exists()
+
+    def close(self):
+        subprocess.run(["tmux", "kill-session", "-t", self.session], capture_output=True)

@@ -6,12 +6,10 @@ import re
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 
-from helpers import CLI_ENV, Traced, cli, compile_program
-from libmemleak import PACKAGE_DIR
+from helpers import Terminal, Traced, cli, compile_program
 
 ROUNDS = 8
 
@@ -267,21 +265,12 @@ def test_progress_bar_on_a_terminal_and_none_in_a_pipe():
 @pytest.mark.skipif(not shutil.which("tmux"), reason="needs tmux for a real terminal")
 def test_on_a_terminal_the_report_fits_the_screen(slowleaks, tmp_path):
     workdir, pid = slowleaks
-    session = f"mlk-{os.getpid()}"
-    done = tmp_path / "done"
-    command = (f"PYTHONPATH={os.path.dirname(PACKAGE_DIR)} {sys.executable} -m libmemleak report "
-               f"{workdir}; touch {done}; sleep 30")
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "24", command],
-                   check=True, env=dict(CLI_ENV, TERM="xterm"))
+    term = Terminal(["report", workdir], tmp_path)
     try:
-        import time
-        deadline = time.monotonic() + 30
-        while not done.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
-                                text=True, check=True).stdout
+        term.wait_done()
+        screen = term.screen()
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        term.close()
     lines = [line for line in screen.splitlines() if line.strip()]
     assert lines[0].startswith(f"slowleaks (pid {pid})"), screen
     assert any(line.lstrip().startswith("#1 ") for line in lines), screen

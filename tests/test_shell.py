@@ -1,15 +1,13 @@
 """`libmemleak shell PID` (#24): a prompt on a running traced process,
 scripted (-c, standard input) and under a real terminal (tmux)."""
 
-import os
 import re
+import shutil
 import subprocess
-import sys
-import time
 
 import pytest
 
-from helpers import CLI_ENV, PACKAGE_DIR, cli, cli_argv, compile_program, reports_of
+from helpers import CLI_ENV, Terminal, cli, cli_argv, compile_program, reports_of
 
 ROUNDS = 4
 
@@ -81,43 +79,23 @@ def test_a_process_that_cannot_be_asked():
         sleeper.wait()
 
 
+@pytest.mark.skipif(not shutil.which("tmux"), reason="needs tmux for a real terminal")
 def test_the_prompt_under_a_real_terminal(running, tmp_path):
     """readline's prompt in tmux: a command typed, its answer on the
     screen, completion of a command name, quit."""
     p, _ = running
-    session = f"mlk-shell-{os.getpid()}"
-    done = tmp_path / "done"
-    command = (f"PYTHONPATH={os.path.dirname(PACKAGE_DIR)} HOME={tmp_path} {sys.executable} -m libmemleak "
-               f"shell {p.pid}; touch {done}; sleep 30")
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "40", command],
-                   check=True, env=dict(CLI_ENV, TERM="xterm"))
-
-    def screen():
-        return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
-                              text=True, check=True).stdout
-
-    def wait_for(words, timeout=30):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if words in screen():
-                return
-            time.sleep(0.1)
-        raise AssertionError(f"{words!r} never on the screen:\n{screen()}")
-
+    term = Terminal(["shell", p.pid], tmp_path, height=40, env={"HOME": str(tmp_path)})
     try:
-        wait_for(f"memleak {p.pid}>")  # (tmux leaves out trailing blanks)
-        subprocess.run(["tmux", "send-keys", "-t", session, "to", "Tab"], check=True)  # completes 'top'
-        subprocess.run(["tmux", "send-keys", "-t", session, " 1", "Enter"], check=True)
-        wait_for("#1 ")
-        assert f"memleak {p.pid}> top 1" in screen()
-        subprocess.run(["tmux", "send-keys", "-t", session, "quit", "Enter"], check=True)
-        deadline = time.monotonic() + 30
-        while not done.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert done.exists()
+        term.wait_for(f"memleak {p.pid}>")  # (tmux leaves out trailing blanks)
+        term.keys("to", "Tab")  # completes 'top'
+        term.keys(" 1", "Enter")
+        term.wait_for("#1 ")
+        assert f"memleak {p.pid}> top 1" in term.screen()
+        term.keys("quit", "Enter")
+        assert term.wait_done()
         assert (tmp_path / ".libmemleak_history").read_text().splitlines()[-2:] == ["top 1", "quit"]
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        term.close()
 
 
 def test_stop_and_start_recording(running):
