@@ -10,6 +10,7 @@ import subprocess
 import pytest
 
 from helpers import Terminal, Traced, cli, compile_program
+from libmemleak import memlog
 
 ROUNDS = 8
 
@@ -575,3 +576,38 @@ def test_unsymbolized_reports_give_a_pprof_that_stock_pprof_symbolizes(tmp_path)
     rows = {line.split()[-1]: line.split()[0] for line in top.stdout.splitlines()
             if line.strip().endswith(("site_leak", "site_rare", "site_startup"))}
     assert rows == {"site_leak": f"{64 * ROUNDS}B", "site_rare": "600B", "site_startup": "4096B"}
+
+
+def test_symbolize_on_another_host_gives_the_frames_a_local_report_has(slowleaks, tmp_path):
+    """Reports written with MEMLEAK_SYMBOLIZE=no, symbolized later from a
+    copy of the binary under --sysroot (the original gone, as on another
+    host): the same frames as the local run's reports name."""
+    prog = compile_program("slowleaks.c", name="slowleaks_offline")
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    t = Traced([prog], raw, config="mtraceinit", env={"MEMLEAK_SYMBOLIZE": "no"})
+    t.reports_at(*["round"] * ROUNDS)
+    assert t.finish() == 0, t.stderr
+    sysroot = tmp_path / "sysroot"
+    os.makedirs(sysroot / os.path.dirname(prog).lstrip("/"))
+    shutil.copy(prog, str(sysroot) + prog)
+    os.rename(prog, prog + ".away")  # the capture host's file is not here
+    try:
+        out = cli("symbolize", "-o", tmp_path / "out", "--sysroot", sysroot, raw)
+    finally:
+        os.rename(prog + ".away", prog)
+    assert out.returncode == 0, out.stderr
+    first = memlog.read(str(tmp_path / "out" / os.path.basename(out.stdout.splitlines()[0])))
+    assert first.header["symbolization"] == "offline (libmemleak symbolize)"
+
+    def sites(report):  # the site frame and its caller, of the sites every run has
+        return {tuple((f.function, os.path.basename(f.file or ""), f.line) for f in e.frames[:2])
+                for e in report.entries if e.frames and e.frames[0].function in ("site_startup", "site_leak")}
+
+    workdir, pid = slowleaks
+    local = memlog.read(os.path.join(workdir, f"slowleaks-{pid}-1.memlog"))
+    assert len(sites(first)) == 2 and sites(first) == sites(local)
+    missing = cli("symbolize", "-o", tmp_path / "out2", "--sysroot", tmp_path / "nowhere", raw)
+    assert missing.returncode == 0 and "not found; its frames stay module+offset" in missing.stderr
+    bad = cli("symbolize", "-o", tmp_path / "out3", tmp_path / "nothing-here")
+    assert bad.returncode == 2
