@@ -469,3 +469,23 @@ def test_no_heuristics_leaves_interior_pointers_possibly_lost(tmp_path):
     assert final.header["scan-heuristics"] == "none" and "reachable-via-heuristic" not in final.header
     bad = cli("scan", "--heuristics", "stdstring,bogus", os.getpid())
     assert bad.returncode == 2 and "'bogus' is not a heuristic" in bad.stderr
+
+
+def test_live_scan_of_a_descendant(tmp_path):
+    """A program the traced one started (here by sh, which waits for it):
+    its scan is served like its reports (by the keeper when it has no
+    reporter of its own), with the same answer as a root's."""
+    prog = compile_program("reach.c")
+    p = subprocess.Popen(cli_argv("run", "-q", "sh", "-c", f"{prog}; echo done"), cwd=tmp_path, env=CLI_ENV,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout.readline() == b"checkpoint built\n"
+    child = None
+    deadline = time.monotonic() + 10
+    while child is None and time.monotonic() < deadline:
+        found = subprocess.run(["pgrep", "-P", str(p.pid), "-x", "reach"], capture_output=True, text=True)
+        child = int(found.stdout.split()[0]) if found.stdout.split() else None
+    assert child, "the child is not found"
+    report, _ = scan_live(child)
+    assert header_totals(report.header)["definitely-lost"] == (852, 12)
+    out, err = p.communicate(b"\n", timeout=60)
+    assert p.returncode == 0 and out == b"done\n", err
