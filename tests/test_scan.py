@@ -484,6 +484,8 @@ def test_live_scan_of_a_descendant(tmp_path):
     while child is None and time.monotonic() < deadline:
         found = subprocess.run(["pgrep", "-P", str(p.pid), "-x", "reach"], capture_output=True, text=True)
         child = int(found.stdout.split()[0]) if found.stdout.split() else None
+        if child is None:
+            time.sleep(0.05)
     assert child, "the child is not found"
     report, _ = scan_live(child)
     assert header_totals(report.header)["definitely-lost"] == (852, 12)
