@@ -12,12 +12,15 @@ import sys
 import time
 from dataclasses import dataclass
 
+from libmemleak.analysis.lost import CATEGORIES
 from libmemleak.report_core import ffi, lib, zeros, _q
 
-CATEGORIES = ("definitely-lost", "indirectly-lost", "possibly-lost", "still-reachable")
 # valgrind's --leak-check-heuristics, bit n = heuristic n (native/reporter/heuristics.h)
 HEURISTICS = ("stdstring", "length64", "newarray", "multipleinheritance")
+ALL_HEURISTICS = 0x1e        # MLK_HEUR_ALL: bits 1-4
 HEURISTICS_SET = 0x80000000  # MLK_SCAN_HEURISTICS_SET: the field says which; 0 = all
+WHY_BYTES = 512
+AGE_BUCKETS = 8              # MLK_AGE_BUCKETS (native/reporter/age.h)
 
 
 def heuristics_field(text):
@@ -38,23 +41,19 @@ def heuristics_field(text):
 
 def heuristics_set(field):
     """The bit set a scan applies, from the header's field."""
-    return field & 0x1e if field & HEURISTICS_SET else 0x1e
+    return field & ALL_HEURISTICS if field & HEURISTICS_SET else ALL_HEURISTICS
 
 
 def heuristics_words(field):
     bits = heuristics_set(field)
-    if bits == 0x1e:
+    if bits == ALL_HEURISTICS:
         return "all"
     return ",".join(n for i, n in enumerate(HEURISTICS) if bits & (1 << (i + 1))) or "none"
-WHY_BYTES = 512
 
 
 class ScanRefused(Exception):
     """The scan could not be made (one line for the user); the report is
     written without categories."""
-
-
-AGE_BUCKETS = 8
 
 
 class AgeHistory:

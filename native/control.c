@@ -25,7 +25,8 @@
  *    program (fd 4) to notice its death.  Everything else it reads from the
  *    segment, so a reporter that dies can be replaced by a new one without
  *    losing anything: the baseline of the next report lives in the segment.
- */#define _GNU_SOURCE
+ */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>

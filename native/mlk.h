@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include "shm_layout.h"
+#include "trailer_format.h"
 
 #define MLK_HIDDEN __attribute__((visibility("hidden")))
 #define MLK_LIKELY(x) __builtin_expect(!!(x), 1)
@@ -173,11 +174,6 @@ MLK_HIDDEN int mlk_trailers_in_use(void);   /* collection records blocks with tr
  * (trailers.c: the scan must see them); set at the first hook call. */
 extern MLK_HIDDEN int mlk_early_trailers;
 MLK_HIDDEN void mlk_trailers_decide_early(int allocator_has_usable_size);
-/* An uncounted trailer's meta (scan.c reads them too): stack bits all set;
- * bit 63: the block is libmtrace's own; bit 62: bits 24..61 hold its size. */
-#define MLK_TRAILER_OURS_META ((1ull << 63) | 0xffffff)
-#define MLK_TRAILER_SIZED (1ull << 62)
-#define MLK_TRAILER_SIZE_LIMIT (1ull << 38)
 MLK_HIDDEN void mlk_trailer_write_uncounted(void *p, size_t usable, size_t size, int ours);
 MLK_HIDDEN int mlk_trailers_possible(void);  /* interpose.c: the allocator allows them */
 /* Writes p's trailer and counts the block for `stack` (MLK_NO_STACK: not

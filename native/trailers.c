@@ -39,8 +39,8 @@
 
 #include "mlk.h"
 
-#define TRAILER_STACK_BITS 24
-#define UNCOUNTED ((1u << TRAILER_STACK_BITS) - 1)
+#define TRAILER_STACK_BITS MLK_TRAILER_STACK_BITS /* the format: trailer_format.h */
+#define UNCOUNTED MLK_TRAILER_UNCOUNTED
 #define MAX_COUNTED_SIZE (1ull << (64 - TRAILER_STACK_BITS))
 #define THREAD_LOCKS 64
 #define FLAG_SLOTS 512
@@ -197,7 +197,7 @@ void mlk_trailer_write_uncounted(void *p, size_t usable, size_t size, int ours)
      * does not count as the program's; else the size asked for, as valgrind
      * counts it. */
     t->meta = ours ? MLK_TRAILER_OURS_META
-                   : size < MLK_TRAILER_SIZE_LIMIT ? MLK_TRAILER_SIZED | (uint64_t)size << TRAILER_STACK_BITS | UNCOUNTED
+                   : size <= MLK_TRAILER_SIZE_MASK ? MLK_TRAILER_SIZED | (uint64_t)size << TRAILER_STACK_BITS | UNCOUNTED
                                                     : UNCOUNTED;
     t->check = (uint64_t)p ^ mlk_trailer_key;
 }

@@ -11,20 +11,17 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "grow.h"
 #include "maps.h"
 
 #define PAGE 4096ull
 
 static void note_file_map(struct mlk_maps *m, uint64_t lo, uint64_t hi, int readable, int executable)
 {
-    if (m->nfiles == m->files_cap) {
-        int cap = m->files_cap ? 2 * m->files_cap : 256;
-        struct mlk_file_map *more = realloc(m->files, (size_t)cap * sizeof *more);
-        if (!more)
-            return;
-        m->files = more;
-        m->files_cap = cap;
-    }
+    struct mlk_file_map *files = mlk_grow(m->files, m->nfiles, &m->files_cap, sizeof *files, 256);
+    if (!files)
+        return;
+    m->files = files;
     m->files[m->nfiles++] = (struct mlk_file_map){lo, hi, readable, executable};
 }
 
@@ -37,9 +34,8 @@ int mlk_maps_read(struct mlk_maps *m, int pid, uint64_t own_lo, uint64_t own_hi)
     FILE *f = fopen(path, "re");
     if (!f)
         return -1;
-    int cap = 256;
-    m->regions = malloc((size_t)cap * sizeof *m->regions);
-    while (m->regions && fgets(line, sizeof line, f)) {
+    int complete = 1;
+    while (fgets(line, sizeof line, f)) {
         unsigned long long lo, hi;
         char perms[8] = "", file[4096] = "";
         if (sscanf(line, "%llx-%llx %7s %*s %*s %*s %4095[^\n]", &lo, &hi, perms, file) < 3)
@@ -62,17 +58,16 @@ int mlk_maps_read(struct mlk_maps *m, int pid, uint64_t own_lo, uint64_t own_hi)
         if (lo >= own_lo && hi <= own_hi)
             continue; /* libmtrace's tables and the unwinder's copies of stack words */
         r.heap = !strcmp(name, "[heap]");
-        if (m->nregions == cap) {
-            cap *= 2;
-            struct mlk_region *more = realloc(m->regions, (size_t)cap * sizeof *more);
-            if (!more)
-                break;
-            m->regions = more;
+        struct mlk_region *regions = mlk_grow(m->regions, m->nregions, &m->regions_cap, sizeof *regions, 256);
+        if (!regions) {
+            complete = 0;
+            break;
         }
+        m->regions = regions;
         m->regions[m->nregions++] = r;
     }
     fclose(f);
-    if (!m->regions)
+    if (!complete)
         return -1;
     snprintf(path, sizeof path, "/proc/%d/pagemap", pid);
     m->pagemap = open(path, O_RDONLY | O_CLOEXEC);

@@ -19,9 +19,9 @@ struct mlk_region {
 
 struct mlk_maps {
     struct mlk_region *regions; /* sorted */
-    int nregions;
+    int64_t nregions, regions_cap;
     struct mlk_file_map *files; /* file mappings, any permission: for the heuristics */
-    int nfiles, files_cap;
+    int64_t nfiles, files_cap;
     int pagemap;                /* /proc/PID/pagemap, or -1 */
 };
 

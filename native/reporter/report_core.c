@@ -103,6 +103,12 @@ static int any_scanned(const int64_t *cats)
     return 0;
 }
 
+/* A row is an entry of the report: it changed, or a scan found blocks of it. */
+static int row_shown(const struct mlk_rc_row *r)
+{
+    return r->bytes || r->blocks || (r->scanned && any_scanned(r->lost));
+}
+
 /* Report order (docs/memlog.md): growth before shrinkage, and within
  * each, the largest change first -- +4096 before +8, and -16384 before -8
  * (a report made only of frees lists the biggest first, not the smallest). */
@@ -188,7 +194,7 @@ EXPORT int64_t mlk_rc_merge(int64_t n, const int64_t *live_bytes, const int64_t 
     int64_t kept = 0;
     for (int64_t r = 0; r < used; r++) {
         slot_of_key[rows[r].key] = -1;
-        if (rows[r].bytes || rows[r].blocks || (rows[r].scanned && any_scanned(rows[r].lost)))
+        if (row_shown(&rows[r]))
             rows[kept++] = rows[r];
     }
     qsort(rows, (size_t)kept, sizeof *rows, row_order);
@@ -243,7 +249,7 @@ EXPORT int64_t mlk_rc_merge_same_text(struct mlk_rc_row *rows, int64_t n, const 
     for (int64_t r = 0; r < used; r++) {
         if (rows[r].key >= 0 && rows[r].key < nkeys)
             slot_of_key[rows[r].key] = -1;
-        if (rows[r].bytes || rows[r].blocks || (rows[r].scanned && any_scanned(rows[r].lost)))
+        if (row_shown(&rows[r]))
             rows[kept++] = rows[r];
     }
     if (merged)

@@ -36,7 +36,9 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "../trailer_format.h"
 #include "age.h"
+#include "grow.h"
 #include "heuristics.h"
 #include "maps.h"
 #include "scan.h"
@@ -44,12 +46,8 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-#define TRAILER_STACK_BITS 24
-#define UNCOUNTED ((1u << TRAILER_STACK_BITS) - 1)
-/* native/mlk.h: an uncounted trailer's meta, libmtrace's own block or one
- * whose size is kept (bits 24..61) */
-#define OURS_META ((1ull << 63) | UNCOUNTED)
-#define SIZED (1ull << 62)
+#define TRAILER_STACK_BITS MLK_TRAILER_STACK_BITS /* the format: native/trailer_format.h */
+#define UNCOUNTED MLK_TRAILER_UNCOUNTED
 #define OURS 0xfffffffeu /* block.stack of libmtrace's own blocks: followed, not counted */
 #define MAX_BLOCK_SPAN (1ull << 40)  /* a trailer further than this from its start is not one */
 #define RED_ZONE 128                  /* below the stack pointer, still the function's (x86-64 ABI) */
@@ -95,7 +93,7 @@ struct scan {
     int64_t *todo;            /* the flood's work stack (block indices) */
     int64_t ntodo, todo_cap;
     uint64_t *spans;          /* excluded from roots: mmapped chunks, [lo, hi) pairs */
-    int nspans, spans_cap;
+    int64_t nspans, spans_cap;
     struct mlk_scan_totals *totals;
     char *buf;
 };
@@ -106,22 +104,18 @@ static void add_block(struct scan *s, uint64_t start, uint64_t trailer, uint64_t
 {
     uint32_t stack = (uint32_t)(meta & UNCOUNTED);
     uint64_t size = meta >> TRAILER_STACK_BITS;
-    if (meta == OURS_META)
+    if (meta == MLK_TRAILER_OURS_META)
         stack = OURS;
-    if (stack == UNCOUNTED && (meta & SIZED) && (size & ((1ull << 38) - 1)) <= trailer - start)
-        size &= (1ull << 38) - 1; /* made before collection: its size is kept */
+    if (stack == UNCOUNTED && (meta & MLK_TRAILER_SIZED) && (size & MLK_TRAILER_SIZE_MASK) <= trailer - start)
+        size &= MLK_TRAILER_SIZE_MASK; /* made before collection: its size is kept */
     else if (stack >= UNCOUNTED)
         size = trailer - start; /* its size is not kept: at most this */
     else if (start + size > trailer || trailer - (start + size) > size + 2 * PAGE)
         return; /* not where its own trailer would be: a stale copy */
-    if (s->nblocks == s->cap) {
-        int64_t cap = s->cap ? 2 * s->cap : 65536;
-        struct mlk_block *more = realloc(s->blocks, (size_t)cap * sizeof *more);
-        if (!more)
-            return;
-        s->blocks = more;
-        s->cap = cap;
-    }
+    struct mlk_block *blocks = mlk_grow(s->blocks, s->nblocks, &s->cap, sizeof *blocks, 65536);
+    if (!blocks)
+        return;
+    s->blocks = blocks;
     s->blocks[s->nblocks++] = (struct mlk_block){start, size, trailer + 16, stack, UNREACHED, 0};
 }
 
@@ -186,14 +180,10 @@ static void settle_blocks(struct scan *s)
 
 static void exclude_span(struct scan *s, uint64_t lo, uint64_t hi)
 {
-    if (s->nspans == s->spans_cap) {
-        int cap = s->spans_cap ? 2 * s->spans_cap : 256;
-        uint64_t *more = realloc(s->spans, (size_t)cap * 2 * sizeof *more);
-        if (!more)
-            return;
-        s->spans = more;
-        s->spans_cap = cap;
-    }
+    uint64_t *spans = mlk_grow(s->spans, s->nspans, &s->spans_cap, 2 * sizeof *spans, 256);
+    if (!spans)
+        return;
+    s->spans = spans;
     s->spans[2 * s->nspans] = lo;
     s->spans[2 * s->nspans + 1] = hi;
     s->nspans++;
@@ -259,14 +249,10 @@ static int64_t block_at(const struct scan *s, uint64_t p)
 
 static void push(struct scan *s, int64_t i)
 {
-    if (s->ntodo == s->todo_cap) {
-        int64_t cap = s->todo_cap ? 2 * s->todo_cap : 4096;
-        int64_t *more = realloc(s->todo, (size_t)cap * sizeof *more);
-        if (!more)
-            return; /* the block is not followed: what it reaches may look lost */
-        s->todo = more;
-        s->todo_cap = cap;
-    }
+    int64_t *todo = mlk_grow(s->todo, s->ntodo, &s->todo_cap, sizeof *todo, 4096);
+    if (!todo)
+        return; /* the block is not followed: what it reaches may look lost */
+    s->todo = todo;
     s->todo[s->ntodo++] = i;
 }
 

@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "grow.h"
 #include "world.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -52,14 +53,10 @@ static int known(const struct mlk_world *w, int tid)
 
 static int add_thread(struct mlk_world *w, int tid)
 {
-    if (w->nthreads == w->cap) {
-        int cap = w->cap ? 2 * w->cap : 64;
-        struct mlk_thread *t = realloc(w->threads, (size_t)cap * sizeof *t);
-        if (!t)
-            return -1;
-        w->threads = t;
-        w->cap = cap;
-    }
+    struct mlk_thread *threads = mlk_grow(w->threads, w->nthreads, &w->cap, sizeof *threads, 64);
+    if (!threads)
+        return -1;
+    w->threads = threads;
     memset(&w->threads[w->nthreads], 0, sizeof w->threads[0]);
     w->threads[w->nthreads++].tid = tid;
     return 0;

@@ -19,7 +19,8 @@ struct mlk_thread {
 
 struct mlk_world {
     int pid;
-    int nthreads, cap;
+    int nthreads;
+    int64_t cap;
     struct mlk_thread *threads;
     int64_t stopped_ns; /* CLOCK_MONOTONIC when the last thread stopped */
 };

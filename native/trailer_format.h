@@ -1,0 +1,22 @@
+/* The format of a block's trailer: written by the hook library
+ * (native/trailers.c, struct mlk_trailer in mlk.h), read from the stopped
+ * program by the reachability scan (native/reporter/scan.c).  A trailer is
+ * a block's last 16 usable bytes, two words:
+ *   meta  = size << MLK_TRAILER_STACK_BITS | stack id, for a counted block;
+ *           for a block not counted, the stack bits are all set
+ *           (MLK_TRAILER_UNCOUNTED) and
+ *             bit 63 set (MLK_TRAILER_OURS_META): libmtrace's own block;
+ *             bit 62 set (MLK_TRAILER_SIZED): bits 24..61 hold its size;
+ *             neither: its size is not kept;
+ *   check = the block's address XOR the process's key. */
+#ifndef MLK_TRAILER_FORMAT_H
+#define MLK_TRAILER_FORMAT_H
+
+#define MLK_TRAILER_STACK_BITS 24
+#define MLK_TRAILER_UNCOUNTED ((1u << MLK_TRAILER_STACK_BITS) - 1)
+#define MLK_TRAILER_OURS_META ((1ull << 63) | MLK_TRAILER_UNCOUNTED)
+#define MLK_TRAILER_SIZED (1ull << 62)
+#define MLK_TRAILER_SIZE_BITS 38 /* of an uncounted block's kept size */
+#define MLK_TRAILER_SIZE_MASK ((1ull << MLK_TRAILER_SIZE_BITS) - 1)
+
+#endif
