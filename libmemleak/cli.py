@@ -215,7 +215,9 @@ def build_parser():
     demo = sub.add_parser("demo", help="trace a bundled leaking example and show its reports")
     demo.add_argument("--keep", metavar="DIR", help="build and run in DIR and keep the files")
     demo.set_defaults(func=cmd_demo)
-    from libmemleak.commands import check, diff, export, report, scan, shell, snapshot, symbolize
+    from libmemleak.commands import (attach, check, diff, export, report, scan, shell, snapshot,
+                                     symbolize)
+    attach.add_parser(sub)
     snapshot.add_parser(sub)
     scan.add_parser(sub)
     shell.add_parser(sub)

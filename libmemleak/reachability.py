@@ -77,6 +77,7 @@ class Scan:
     unattributed: int
     heuristics: str = "all"           # which of valgrind's heuristics were applied
     via_heuristic: tuple = ()         # (name, bytes, blocks) of the still reachable, by heuristic
+    attached: bool = False            # blocks from before an attach: not listed, read as roots
 
     def header_lines(self):
         """The report header's lines for this scan (docs/memlog.md)."""
@@ -88,6 +89,9 @@ class Scan:
                   ("scan-pause-ms", f"{self.pause_ms:.1f}"), ("scan-threads", self.threads)]
         if self.unattributed:
             lines.append(("scan-unattributed-blocks", self.unattributed))
+        if self.attached:
+            lines.append(("scan-before-attach", "blocks made before the attach are not classified; "
+                                                "the heap around the others is read as a root"))
         return lines
 
 
@@ -96,6 +100,12 @@ def _stack_count(snapshot):
     if isinstance(ids, range):
         return ids.stop
     return max(ids) + 1 if len(ids) else 0
+
+
+# mlk_scan_heap's option (native/reporter/heuristics.h): an attached process's
+# blocks from before the attach have no trailer; the heap between the listed
+# blocks is then read as a root.
+UNLISTED_HEAP_IS_ROOT = 0x40000000
 
 
 def scan(pid, header, take_snapshot, history=None, seq=0):
@@ -121,7 +131,8 @@ def scan(pid, header, take_snapshot, history=None, seq=0):
         bucket_seq = ffi.new("int32_t[]", AGE_BUCKETS)
         totals = ffi.new("struct mlk_scan_totals *")
         status = lib.mlk_scan_heap(world, trailer_key, header.own_lo, header.own_hi,
-                                   heuristics_set(header.scan_heuristics), nstacks,
+                                   heuristics_set(header.scan_heuristics)
+                                   | (UNLISTED_HEAP_IS_ROOT if header.attached_ns else 0), nstacks,
                                    _q(per_stack), totals,
                                    history.handle if history else ffi.NULL, seq,
                                    _q(per_stack_age), bucket_seq, why, WHY_BYTES)
@@ -143,4 +154,5 @@ def scan(pid, header, take_snapshot, history=None, seq=0):
                 for i, name in enumerate(HEURISTICS) if totals.heuristic_blocks[i])
     return snapshot, Scan(per_stack, per_stack_age, tuple(bucket_seq), tuple(totals.bytes),
                           tuple(totals.blocks), pause_ms, threads, totals.heap_blocks,
-                          totals.unattributed, heuristics_words(header.scan_heuristics), via)
+                          totals.unattributed, heuristics_words(header.scan_heuristics), via,
+                          bool(header.attached_ns))

@@ -32,13 +32,15 @@ EXEC_CHECK_SECONDS = 1.0
 WARM_SLICE_SECONDS = 0.05   # idle symbolization per wake-up, so requests wait little
 DEFAULT_SYMBOL_BUDGET = 15.0
 REASON_FIELDS = (("exit", "exit_requests", "seen_exit"),
+                 ("detach", "detach_requests", "seen_detach"),
                  ("muntrace", "muntrace_requests", "seen_muntrace"),
                  ("mtrace", "mtrace_requests", "seen_mtrace"),
                  ("scan", "scan_requests", "seen_scan"),
                  ("signal", "signal_requests", "seen_signal"),
                  ("snapshot", "snapshot_requests", "seen_snapshot"))
 KIND_CODES = {name: code for code, name in KIND_NAMES.items()}
-FINAL_REASONS = ("exit", "death", "muntrace")  # no report of this process follows
+FINAL_REASONS = ("exit", "death", "muntrace", "detach")  # no report of this process follows
+ENDS_REPORTER = ("exit", "detach")  # this reporter's work is done
 SELF_LIBRARY = "libmtrace.so"
 NOT_THE_PROGRAMS = -1  # a frame left out of reports: our own hooks'
 
@@ -155,7 +157,7 @@ class Reporter:
             while True:
                 request = h.request_seq
                 if request != h.done_seq:
-                    if self.handle(request) == "exit":
+                    if self.handle(request) in ENDS_REPORTER:
                         h.final_done = 1
                         return 0
                     continue
@@ -424,6 +426,11 @@ class Reporter:
             ("seq", seq),
             ("time", when.isoformat(timespec="milliseconds")),
             ("reason", reason),
+        ]
+        if snap.attached_ns:
+            attached = datetime.datetime.fromtimestamp(snap.attached_ns / 1e9).astimezone()
+            lines.append(("attached", attached.isoformat(timespec="milliseconds")))
+        lines += [
             ("live-bytes", sums.live_bytes),
             ("live-blocks", sums.live_blocks),
             ("change-bytes", f"{sums.change_bytes:+d}"),
@@ -454,7 +461,9 @@ class Reporter:
         lines.append(("reporter-pid", os.getpid()))
         lines += [("reporter-" + k, v) for k, v in process_status("self") if k == "vm-hwm"]
         for name, value in snap.health.items():
-            if value:
+            if value and name == "unknown_frees" and snap.attached_ns:
+                lines.append(("frees-before-attach", value))  # the program's older blocks
+            elif value:
                 lines.append((name.replace("_", "-"), value))
         if snap.corrupt_stacks:
             lines.append(("corrupt-stacks", snap.corrupt_stacks))

@@ -87,6 +87,7 @@ class Snapshot:
     tracking: str = "table"  # how live blocks are tracked: "table" or "trailers"
     reported_allocs: object = None  # allocations made as of the previous report, per position
     last_report_ns: int = 0  # when the previous report's snapshot was taken (0: none)
+    attached_ns: int = 0     # when `libmemleak attach` started collection (0: started with it)
 
 
 class _StackView:
@@ -233,7 +234,7 @@ class Segment:
             modules=self.modules(), stacks=self.stacks, ids=ids,
             corrupt_stacks=self._corrupt, sample_bytes=h.sample_bytes,
             tracking=TRACKING_NAMES.get(h.tracking, "unknown"), last_report_ns=h.last_report_ns,
-            **cols)
+            attached_ns=h.attached_ns, **cols)
 
     def _learn_new_stacks(self):
         """Validate the stacks published since the last call, once each:

@@ -350,6 +350,32 @@ static void decide_root(void)
         mlk_keeper_find();
 }
 
+/* What starting takes, whether at load or at an attach: the report
+ * signal, fork handling, the reporter's command line. */
+static void start_tracing(void)
+{
+    mlk_spawn_prepare();
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    mlk_signals_init();
+    if (mlk_config.signal) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_report_signal;
+        sa.sa_flags = SA_RESTART;
+        sigemptyset(&sa.sa_mask);
+        sigaction(mlk_config.signal, &sa, NULL);
+    }
+}
+
+static void parse_config(const char *config)
+{
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof cwd))
+        strcpy(cwd, "/");
+    snprintf(mlk_config.dir, sizeof mlk_config.dir, "%s", cwd);
+    mlk_config_parse(config, cwd);
+}
+
 void mlk_init(void)
 {
     if (__atomic_load_n(&init_state, __ATOMIC_ACQUIRE) == 2)
@@ -363,23 +389,9 @@ void mlk_init(void)
     if (secure_getenv("MEMLEAK_REPORTER")) {
         inert = 1;
     } else {
-        char cwd[4096];
-        if (!getcwd(cwd, sizeof cwd))
-            strcpy(cwd, "/");
-        snprintf(mlk_config.dir, sizeof mlk_config.dir, "%s", cwd);
-        mlk_config_parse(secure_getenv("MEMLEAK_CONFIG"), cwd);
+        parse_config(secure_getenv("MEMLEAK_CONFIG"));
         decide_root();
-        mlk_spawn_prepare();
-        pthread_atfork(fork_prepare, fork_parent, fork_child);
-        mlk_signals_init();
-        if (mlk_config.signal) {
-            struct sigaction sa;
-            memset(&sa, 0, sizeof sa);
-            sa.sa_handler = on_report_signal;
-            sa.sa_flags = SA_RESTART;
-            sigemptyset(&sa.sa_mask);
-            sigaction(mlk_config.signal, &sa, NULL);
-        }
+        start_tracing();
         if (mlk_config.collect_at_load)
             mlk_start_collecting();
     }
@@ -387,7 +399,53 @@ void mlk_init(void)
     __atomic_store_n(&init_state, 2, __ATOMIC_RELEASE);
 }
 
-__attribute__((constructor)) static void mlk_constructor(void) { mlk_init(); }
+/* mlk_attach (attach.c): the process was started without us and has just
+ * loaded us.  It is the root of what is traced from now on (its children
+ * forked later are its descendants); its environment is left alone -- no
+ * MEMLEAK_ROOT_PID is set in it, as nothing it execs is traced. */
+int mlk_init_attached(const char *config, char *why, size_t why_len)
+{
+    int expected = 0;
+    if (!__atomic_compare_exchange_n(&init_state, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        snprintf(why, why_len, "the process was attached to and detached from before; attaching "
+                 "again is not supported (its counts went stale while detached)");
+        return -1;
+    }
+    mlk_modules_set_self((void *)&mlk_init);
+    mlk_resolve_real();
+    parse_config(config);
+    is_root = 1;
+    mlk_keeper_listen();
+    start_tracing();
+    int r = mlk_start_collecting();
+    if (r == 0)
+        __atomic_store_n(&mlk_seg->attached_ns, mlk_now_ns(CLOCK_REALTIME), __ATOMIC_RELEASE);
+    else
+        snprintf(why, why_len, "cannot create the shared memory segment in the process "
+                 "(memfd, or RLIMIT_FSIZE below its ~1.3 GiB sparse size)");
+    __atomic_store_n(&init_state, 2, __ATOMIC_RELEASE);
+    return r;
+}
+
+/* mlk_detach: nothing is routed to us any more.  The reporter writes the
+ * last report and ends; the hooks a function pointer may still reach pass
+ * everything through. */
+void mlk_detach_report(void)
+{
+    if (!mlk_seg)
+        return;
+    mlk_stop_collecting();
+    mlk_request_report(&mlk_seg->detach_requests, 1);
+    inert = 1; /* no exit or death report after the last one */
+}
+
+/* Only as a preload (or linked in): a copy loaded by dlopen -- `libmemleak
+ * attach`, or a program that opens it by accident -- waits for mlk_attach. */
+__attribute__((constructor)) static void mlk_constructor(void)
+{
+    if (mlk_loaded_as_preload())
+        mlk_init();
+}
 
 /* Runs at exit() and return from main, after the program's own atexit
  * handlers and static destructors (our library was initialised before

@@ -66,7 +66,7 @@ static void *boot_alloc(size_t size, size_t align)
 static void resolve(void)
 {
     resolving = 1;
-#define GET(name) *(void **)&real.name = dlsym(RTLD_NEXT, #name)
+#define GET(name) *(void **)&real.name = dlsym(MLK_NEXT_HANDLE, #name)
     GET(malloc);
     GET(free);
     GET(malloc_usable_size);
@@ -84,8 +84,15 @@ static void resolve(void)
     GET(dlopen);
     GET(dlclose);
 #undef GET
-    mlk_trailers_decide_early(real.malloc_usable_size != NULL);
+    if (!mlk_attach_mode) /* an attach finds the program's blocks made already */
+        mlk_trailers_decide_early(real.malloc_usable_size != NULL);
     resolving = 0;
+}
+
+void mlk_resolve_real(void)
+{
+    if (!real.free)
+        resolve();
 }
 
 /* Before collection starts from load (mlk_early_trailers): a block with
@@ -206,6 +213,15 @@ EXPORT void *malloc(size_t size)
     void *p = real.malloc(size);
     after_alloc(p, size, MLK_KIND_MALLOC);
     return p;
+}
+
+/* Whether our malloc is the one the program calls: we were preloaded (or
+ * linked in).  The alias names our definition without going through the
+ * symbol lookup that the question is about. */
+extern void *mlk_own_malloc(size_t) __attribute__((alias("malloc"), visibility("hidden"), copy(malloc)));
+int mlk_loaded_as_preload(void)
+{
+    return dlsym(RTLD_DEFAULT, "malloc") == (void *)mlk_own_malloc;
 }
 
 /* A block with a trailer is forgotten by its trailer alone, before the
@@ -526,6 +542,8 @@ EXPORT void *dlopen(const char *file, int mode)
     if (h && !mlk_in_hook) {
         BEGIN_HOOK();
         mlk_after_dl_change();
+        if (MLK_UNLIKELY(mlk_attach_mode))
+            mlk_attach_route_new_modules();
         END_HOOK();
     }
     return h;
@@ -559,7 +577,7 @@ static void clear_guard(int *unused)
 
 static void *next_symbol(const char *mangled)
 {
-    void *f = dlsym(RTLD_NEXT, mangled);
+    void *f = dlsym(MLK_NEXT_HANDLE, mangled);
     if (!f) {
         /* libstdc++ loaded later with RTLD_LOCAL (a C program's C++ plugin). */
         void *lib = real.dlopen ? real.dlopen("libstdc++.so.6", RTLD_NOW | RTLD_NOLOAD) : NULL;
@@ -710,7 +728,7 @@ static void exec_mark(int pending)
 
 /* The next definition of `name`, looked up once (for hooks added after
  * start-up, outside the `real` table). */
-#define LAZY_NEXT(var, name) (var ? var : (*(void **)&var = dlsym(RTLD_NEXT, name), var))
+#define LAZY_NEXT(var, name) (var ? var : (*(void **)&var = dlsym(MLK_NEXT_HANDLE, name), var))
 
 #define EXEC_HOOK(name, params, args)                                                              \
     EXPORT int name params                                                                         \

@@ -247,6 +247,16 @@ static inline int mlk_maybe_recorded(const void *p)
 extern MLK_HIDDEN volatile int mlk_collecting;  /* mirror of mlk_seg->collecting */
 extern MLK_HIDDEN volatile int mlk_ever_collected;
 MLK_HIDDEN void mlk_init(void);                  /* idempotent */
+/* attach.c and its side of control.c: a process started without us. */
+extern MLK_HIDDEN int mlk_attach_mode;           /* loaded by dlopen and attached */
+MLK_HIDDEN int mlk_loaded_as_preload(void);      /* interpose.c */
+MLK_HIDDEN void mlk_resolve_real(void);          /* interpose.c */
+MLK_HIDDEN int mlk_init_attached(const char *config, char *why, size_t why_len);
+MLK_HIDDEN void mlk_detach_report(void);
+MLK_HIDDEN void mlk_attach_route_new_modules(void);
+/* The next definition of a symbol after ours: RTLD_NEXT as a preload; as an
+ * attached copy (not in the global scope) the program's own, RTLD_DEFAULT. */
+#define MLK_NEXT_HANDLE (mlk_attach_mode ? RTLD_DEFAULT : RTLD_NEXT)
 MLK_HIDDEN void mlk_request_report(uint32_t *reason_counter, int wait);
 MLK_HIDDEN void mlk_after_dl_change(void);
 /* The program is about to close or overwrite descriptors lo..hi, which

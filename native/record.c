@@ -72,7 +72,9 @@ int mlk_record_take(void *p, uint32_t *stack, uint64_t *size)
     if (mlk_collecting && !mlk_sample_bytes) { /* when sampling, most blocks are unrecorded */
         /* A few are normal (the loader allocates before we start); many mean
          * an allocator we do not see (RTLD_DEEPBIND, a static malloc): say so once. */
-        if (__atomic_add_fetch(&mlk_seg->unknown_frees, 1, __ATOMIC_RELAXED) == UNKNOWN_FREES_WARN)
+        /* Attached, they are the program's blocks from before: expected. */
+        if (__atomic_add_fetch(&mlk_seg->unknown_frees, 1, __ATOMIC_RELAXED) == UNKNOWN_FREES_WARN &&
+            !mlk_attach_mode)
             mlk_warn("1000 frees of blocks it never saw allocated (made by an allocator it does ",
                      "not intercept, e.g. in a library loaded with RTLD_DEEPBIND); ",
                      "reports count them as unknown-frees");

@@ -20,7 +20,7 @@
  */
 
 #define MLK_MAGIC 0x314b4c4d454d4c4b
-#define MLK_LAYOUT_VERSION 5
+#define MLK_LAYOUT_VERSION 6
 #define MLK_MAX_DEPTH 64
 #define MLK_BUILD_ID_MAX 32
 
@@ -204,4 +204,12 @@ struct mlk_header {
     uint64_t collecting_addr;
     uint32_t paused;
     uint32_t reserved32c;
+    /* `libmemleak attach PID` (native/attach.c): CLOCK_REALTIME of the
+     * attach, 0 for a process started under the tracer.  Blocks made before
+     * it carry no trailer: their frees are counted in unknown_frees.
+     * `libmemleak detach PID` asks for a last report (reason detach) with
+     * detach_requests, like the other request counts. */
+    uint64_t attached_ns;
+    uint32_t detach_requests;
+    uint32_t seen_detach;
 };

@@ -14,6 +14,9 @@
 #define MLK_HEUR_NEWARRAY 3
 #define MLK_HEUR_MULTIPLE_INHERITANCE 4
 #define MLK_HEUR_ALL 0x1eu
+/* Not a heuristic: an option of mlk_scan_heap passed in the same word --
+ * the process was attached to, its older blocks are not listed (scan.c). */
+#define MLK_SCAN_UNLISTED_HEAP_IS_ROOT 0x40000000u
 
 /* A file mapping of the process: where vtables and code can be. */
 struct mlk_file_map {

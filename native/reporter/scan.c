@@ -96,6 +96,7 @@ struct scan {
     int64_t nspans, spans_cap;
     struct mlk_scan_totals *totals;
     char *buf;
+    int unlisted_heap_is_root; /* MLK_SCAN_UNLISTED_HEAP_IS_ROOT */
 };
 
 /* ---- 1. the live blocks ---------------------------------------------------- */
@@ -326,6 +327,33 @@ static void scan_root(struct scan *s, uint64_t lo, uint64_t hi)
         mlk_touched_runs(&s->maps, lo, hi, scan_root_run, s, NULL);
 }
 
+/* An attached process's blocks from before the attach have no trailer:
+ * they are not listed, and one of them may hold the only pointer to a
+ * block made since.  So the heap between the listed blocks is read as a
+ * root (conservative: a stale pointer in a free chunk may keep a block
+ * reachable; nothing made since the attach is called lost because an
+ * older block points to it). */
+static void scan_heap_between_blocks(struct scan *s, const struct mlk_region *r)
+{
+    int64_t lo = 0, hi = s->nblocks;
+    while (lo < hi) { /* the first block starting at or above r->lo */
+        int64_t mid = (lo + hi) / 2;
+        if (s->blocks[mid].start < r->lo)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    uint64_t cursor = r->lo;
+    for (int64_t i = lo; i < s->nblocks && s->blocks[i].start < r->hi; i++) {
+        if (s->blocks[i].start > cursor)
+            scan_root(s, cursor, s->blocks[i].start);
+        if (s->blocks[i].end > cursor)
+            cursor = s->blocks[i].end;
+    }
+    if (cursor < r->hi)
+        scan_root(s, cursor, r->hi);
+}
+
 static void mark_from_roots(struct scan *s, const struct mlk_world *w)
 {
     for (int t = 0; t < w->nthreads; t++) {
@@ -343,6 +371,8 @@ static void mark_from_roots(struct scan *s, const struct mlk_world *w)
         struct mlk_region *r = &s->maps.regions[i];
         if (r->root && !r->heap)
             scan_root(s, r->root_from, r->hi);
+        else if (r->heap && s->unlisted_heap_is_root)
+            scan_heap_between_blocks(s, r);
     }
 }
 
@@ -412,7 +442,8 @@ EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t own_l
                          struct mlk_age_history *history, uint32_t seq, int64_t *per_stack_age,
                          int32_t *bucket_seq, char *why, int why_len)
 {
-    struct scan s = {.pid = w->pid, .own_lo = own_lo, .own_hi = own_hi, .totals = totals};
+    struct scan s = {.pid = w->pid, .own_lo = own_lo, .own_hi = own_hi, .totals = totals,
+                     .unlisted_heap_is_root = (heuristics & MLK_SCAN_UNLISTED_HEAP_IS_ROOT) != 0};
     memset(totals, 0, sizeof *totals);
     totals->threads = w->nthreads;
     s.buf = malloc(BATCH_BYTES > CHUNK ? BATCH_BYTES : CHUNK);

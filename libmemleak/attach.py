@@ -1,0 +1,358 @@
+"""Tracing a process that was started without the tracer, and stopping.
+
+`attach(pid)` borrows one of the process's threads (native/reporter/
+inject.c: ptrace, no signal the program sees), has it call the C runtime's
+dlopen() on libmtrace.so and then libmtrace's mlk_attach(), which routes
+the program's allocation calls to the hooks and starts the reporter as
+under LD_PRELOAD (native/attach.c).  `detach(pid)` has it call
+mlk_detach(): the routing is undone, a last report written.  Everything
+this module decides -- which process can be attached, where the functions
+are -- it decides from /proc and the ELF files, before the process is
+touched; whatever fails is one line (AttachError) and the process runs on.
+"""
+
+import os
+import time
+
+import cffi
+
+from libmemleak import preload_path
+from libmemleak.report_core import _LIBRARY
+
+ffi = cffi.FFI()
+ffi.cdef("""
+struct mlk_hijack;
+struct mlk_hijack *mlk_hijack_begin(int, const uint64_t *, const uint64_t *, int, int, char *, int);
+int mlk_hijack_tid(const struct mlk_hijack *);
+uint64_t mlk_hijack_push(struct mlk_hijack *, const void *, size_t);
+int mlk_hijack_call(struct mlk_hijack *, uint64_t, const uint64_t *, int, char *, int);
+int mlk_hijack_wait(struct mlk_hijack *, int, uint64_t *, char *, int);
+int64_t mlk_hijack_end(struct mlk_hijack *);
+size_t mlk_read_mem(int, uint64_t, void *, size_t);
+int mlk_write_mem(int, uint64_t, const void *, size_t);
+""")
+lib = ffi.dlopen(_LIBRARY)
+
+RTLD_NOW = 2
+WHY_BYTES = 512
+SAFE_POINT_ROUNDS = 400          # 5 ms apart: 2 s to find a thread at a safe point
+CALL_SLICE_MS = 5000             # how often a slow call is said to be slow
+RUNTIME_LIBRARIES = ("libc.so", "libc-", "ld-linux", "libstdc++", "libgcc_s", "libpthread",
+                     "libm.so", "libdl")
+LIBRARY_NAME = "libmtrace.so"
+
+
+class AttachError(Exception):
+    """Why the process cannot be attached to (or detached from), one line."""
+
+
+# -- what /proc says ----------------------------------------------------------
+
+def read_maps(pid):
+    """[(lo, hi, perms, offset, path)] of process pid."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        raise AttachError(f"no process {pid}") from None
+    except PermissionError:
+        raise AttachError(f"process {pid} belongs to another user: not allowed to read it "
+                          "(attach as its user or as root)") from None
+    maps = []
+    for line in lines:
+        parts = line.split(None, 5)
+        if len(parts) < 5:
+            continue
+        lo, hi = (int(x, 16) for x in parts[0].split("-"))
+        maps.append((lo, hi, parts[1], int(parts[2], 16), parts[5].strip() if len(parts) > 5 else ""))
+    return maps
+
+
+def _base_name(path):
+    return os.path.basename(path.removesuffix(" (deleted)"))
+
+
+def find_module(maps, predicate):
+    """(path, load bias) of the first file mapping whose name matches."""
+    for lo, _hi, _perms, offset, path in maps:
+        if path.startswith("/") and offset == 0 and predicate(_base_name(path)):
+            return path, lo
+    return None
+
+
+def _is_libc(name):
+    return name == "libc.so.6" or (name.startswith("libc-") and name.endswith(".so"))
+
+
+def runtime_ranges(maps):
+    """Executable mappings of the C/C++ runtime: a thread stopped in them may
+    hold the locks dlopen and malloc take."""
+    return [(lo, hi) for lo, hi, perms, _off, path in maps
+            if "x" in perms and path.startswith("/") and _base_name(path).startswith(RUNTIME_LIBRARIES)]
+
+
+def symbol_offsets(path, names):
+    """{name: st_value} of the defined dynamic symbols `names` in ELF file
+    `path` (a shared object's values are offsets from its load bias)."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    found = {}
+    try:
+        with open(path, "rb") as f:
+            dynsym = ELFFile(f).get_section_by_name(".dynsym")
+            if dynsym is None:
+                return found
+            for sym in dynsym.iter_symbols():
+                if (sym.name in names and sym.name not in found and sym["st_shndx"] != "SHN_UNDEF"
+                        and sym["st_value"]):
+                    found[sym.name] = sym["st_value"]
+    except (OSError, ELFError, ValueError) as e:
+        raise AttachError(f"cannot read {path}: {e}") from None
+    return found
+
+
+def _in_process_root(pid, path):
+    """The file the process sees at `path` (its mount namespace)."""
+    return f"/proc/{pid}/root{path}"
+
+
+def _check_process(pid, maps):
+    """The glibc of the process (its path there, its bias), or why not."""
+    try:
+        with open(f"/proc/{pid}/exe", "rb") as f:
+            from libmemleak.cli import has_interpreter
+            if not has_interpreter(f):
+                raise AttachError(f"process {pid} is statically linked: there is no dynamic "
+                                  "loader in it to load the tracer with (rebuild it without -static)")
+    except PermissionError:
+        raise AttachError(f"process {pid} belongs to another user: not allowed to read it "
+                          "(attach as its user or as root)") from None
+    except FileNotFoundError:
+        raise AttachError(f"no process {pid}") from None
+    libc = find_module(maps, _is_libc)
+    if libc is None:
+        if find_module(maps, lambda n: n.startswith("ld-musl")):
+            raise AttachError(f"process {pid} runs on musl, not glibc: attach needs glibc's "
+                              "loader (start it under libmemleak run instead)")
+        raise AttachError(f"process {pid} has no glibc loaded: attach needs glibc's loader")
+    return libc
+
+
+def _library_visible(pid, library):
+    """The process sees our library file at the same path (same file)."""
+    try:
+        mine, theirs = os.stat(library), os.stat(_in_process_root(pid, library))
+    except FileNotFoundError:
+        return False
+    except PermissionError:
+        raise AttachError(f"process {pid}: not allowed to look into its file system "
+                          "(attach as its user or as root)") from None
+    return (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino)
+
+
+# -- borrowing a thread ---------------------------------------------------------
+
+class Borrowed:
+    """One thread of the process, borrowed to make calls; given back by close()."""
+
+    def __init__(self, pid, avoid, say=None):
+        self.pid = pid
+        self.say = say or (lambda message: None)
+        why = ffi.new("char[]", WHY_BYTES)
+        lo = ffi.new("uint64_t[]", [a for a, _ in avoid] or [0])
+        hi = ffi.new("uint64_t[]", [b for _, b in avoid] or [0])
+        self.h = lib.mlk_hijack_begin(pid, lo, hi, len(avoid), SAFE_POINT_ROUNDS, why, WHY_BYTES)
+        if self.h == ffi.NULL:
+            raise AttachError(_explain(pid, ffi.string(why).decode(errors="replace")))
+        self.tid = lib.mlk_hijack_tid(self.h)
+        self.kept_ns = 0
+
+    def push(self, data):
+        addr = lib.mlk_hijack_push(self.h, data, len(data))
+        if not addr:
+            raise AttachError(f"cannot write to the stack of thread {self.tid}")
+        return addr
+
+    def push_string(self, text):
+        return self.push(os.fsencode(text) + b"\0")
+
+    def call(self, func, *args):
+        why = ffi.new("char[]", WHY_BYTES)
+        argv = ffi.new("uint64_t[]", list(args) or [0])
+        if lib.mlk_hijack_call(self.h, func, argv, len(args), why, WHY_BYTES) != 0:
+            raise AttachError(ffi.string(why).decode(errors="replace"))
+        ret = ffi.new("uint64_t *")
+        waited = 0
+        while True:
+            status = lib.mlk_hijack_wait(self.h, CALL_SLICE_MS, ret, why, WHY_BYTES)
+            if status == 0:
+                return ret[0]
+            if status < 0:
+                raise AttachError(f"process {self.pid}: {ffi.string(why).decode(errors='replace')}")
+            waited += CALL_SLICE_MS
+            # Never give up on it: let go mid-call, it would return into
+            # address 0.  Say what it is doing instead.
+            self.say(f"thread {self.tid} of process {self.pid} is still in the call after "
+                     f"{waited // 1000} s (waiting on a lock?); still waiting")
+
+    def read_string(self, addr, limit=4096):
+        buf = ffi.new("char[]", limit)
+        lib.mlk_read_mem(self.pid, addr, buf, limit - 1)
+        return ffi.string(buf).decode(errors="replace")
+
+    def read(self, addr, size):
+        buf = ffi.new("char[]", size)
+        lib.mlk_read_mem(self.pid, addr, buf, size)
+        return bytes(ffi.buffer(buf, size))
+
+    def write(self, addr, data):
+        return lib.mlk_write_mem(self.pid, addr, data, len(data)) == 0
+
+    def close(self):
+        if self.h != ffi.NULL:
+            self.kept_ns = lib.mlk_hijack_end(self.h)
+            self.h = ffi.NULL
+
+
+def _explain(pid, why):
+    if "Operation not permitted" in why:
+        scope = ""
+        try:
+            with open("/proc/sys/kernel/yama/ptrace_scope") as f:
+                scope = f.read().strip()
+        except OSError:
+            pass
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                tracer = next((line.split()[1] for line in f if line.startswith("TracerPid:")), "0")
+        except OSError:
+            tracer = "0"
+        if tracer != "0":
+            return (f"process {pid} is already traced by process {tracer} (a debugger or strace?): "
+                    "detach that first")
+        if scope and scope != "0":
+            return (f"not allowed to attach to process {pid} (kernel.yama.ptrace_scope is {scope}: "
+                    "run as root, or `sysctl kernel.yama.ptrace_scope=0`)")
+        return (f"not allowed to attach to process {pid} ({why}: another user's process, or "
+                "seccomp or a container forbids ptrace)")
+    return f"process {pid}: {why}"
+
+
+def _errno_kept(borrowed, errno_location):
+    """errno of the borrowed thread, to be given back after our calls."""
+    if not errno_location:
+        return None, b""
+    where = borrowed.call(errno_location)
+    return where, borrowed.read(where, 4)
+
+
+# -- attach and detach ------------------------------------------------------------
+
+def loaded_library(maps):
+    found = find_module(maps, lambda n: n == LIBRARY_NAME)
+    return found
+
+
+def attach(pid, config="", library=None, say=None):
+    """Start tracing process pid.  Returns (thread borrowed, ms it was kept)."""
+    library = os.path.realpath(library or preload_path())
+    maps = read_maps(pid)
+    libc_path, libc_base = _check_process(pid, maps)
+    if loaded_library(maps):
+        from libmemleak.live import open_segment, LiveError
+        try:
+            segment, fd = open_segment(pid)
+        except LiveError:
+            segment = None
+        if segment is not None:
+            detached = segment.header.detach_requests and not segment.header.collecting
+            segment.close()
+            os.close(fd)
+            if detached:
+                raise AttachError(f"process {pid} was attached to and detached from before: "
+                                  "attaching again is not supported (restart it, or attach and "
+                                  "use the shell's stop/start instead of detach)")
+            raise AttachError(f"process {pid} is already traced by libmemleak")
+    if not _library_visible(pid, library):
+        raise AttachError(f"process {pid} cannot see {library} (another mount namespace: a "
+                          "container?): copy libmtrace.so into its file system and pass "
+                          "--library with its path there")
+    wanted = ("dlopen", "__libc_dlopen_mode", "dlerror", "__errno_location")
+    syms = symbol_offsets(_in_process_root(pid, libc_path), wanted)
+    if "dlopen" not in syms:
+        raise AttachError(f"process {pid}: its glibc ({libc_path}) is older than 2.34 (dlopen "
+                          "outside libc): attach is not supported there")
+    ours = symbol_offsets(library, ("mlk_attach",))
+    if "mlk_attach" not in ours:
+        raise AttachError(f"{library} is not a libmemleak hook library with attach support")
+    borrowed = Borrowed(pid, runtime_ranges(maps), say)
+    try:
+        errno_at, errno_was = _errno_kept(borrowed, libc_base + syms.get("__errno_location", 0)
+                                          if "__errno_location" in syms else 0)
+        handle = borrowed.call(libc_base + syms["dlopen"], borrowed.push_string(library), RTLD_NOW)
+        if not handle:
+            why = ""
+            if "dlerror" in syms:
+                message = borrowed.call(libc_base + syms["dlerror"])
+                why = borrowed.read_string(message) if message else ""
+            raise AttachError(f"process {pid} could not load {library}: {why or 'dlopen failed'}")
+        found = loaded_library(read_maps(pid))
+        if not found:
+            raise AttachError(f"process {pid} loaded {library} but it is not in its maps")
+        status_at = borrowed.call(found[1] + ours["mlk_attach"], borrowed.push_string(config))
+        status = borrowed.read_string(status_at, 512) if status_at else "no answer"
+        if errno_at:
+            borrowed.write(errno_at, errno_was)
+        if status:
+            raise AttachError(f"process {pid}: {status}")
+    finally:
+        borrowed.close()
+    return borrowed.tid, borrowed.kept_ns / 1e6
+
+
+def detach(pid, say=None):
+    """Stop tracing an attached process: routing undone, a last report
+    written (reason detach).  Returns (thread, ms kept)."""
+    maps = read_maps(pid)
+    found = loaded_library(maps)
+    if not found:
+        raise AttachError(f"process {pid} is not attached (libmtrace.so is not loaded in it)")
+    path, base = found
+    ours = symbol_offsets(_in_process_root(pid, path.removesuffix(" (deleted)")), ("mlk_detach",))
+    if "mlk_detach" not in ours:
+        raise AttachError(f"process {pid}: its libmtrace.so cannot detach (an older build?)")
+    libc_path, libc_base = _check_process(pid, maps)
+    syms = symbol_offsets(_in_process_root(pid, libc_path), ("__errno_location",))
+    borrowed = Borrowed(pid, runtime_ranges(maps), say)
+    try:
+        errno_at, errno_was = _errno_kept(borrowed, libc_base + syms["__errno_location"]
+                                          if "__errno_location" in syms else 0)
+        status_at = borrowed.call(base + ours["mlk_detach"])
+        status = borrowed.read_string(status_at, 512) if status_at else "no answer"
+        if errno_at:
+            borrowed.write(errno_at, errno_was)
+        if status:
+            raise AttachError(f"process {pid}: {status}")
+    finally:
+        borrowed.close()
+    return borrowed.tid, borrowed.kept_ns / 1e6
+
+
+def wait_for_reporter(pid, timeout=10.0):
+    """The segment of an attached process, once its reporter runs."""
+    from libmemleak.live import open_segment, LiveError
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            segment, fd = open_segment(pid)
+            try:
+                if segment.header.reporter_pid > 0:
+                    return segment.report_dir()
+            finally:
+                segment.close()
+                os.close(fd)
+        except LiveError:
+            pass
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.02)

@@ -1,0 +1,244 @@
+"""`libmemleak attach PID` / `detach PID` (#24): programs started bare --
+no LD_PRELOAD, no environment of ours -- attached to while they run,
+their reports asserted to the byte and block for what was allocated after
+the attach, detached, and their output and exit status compared with a
+run nobody attached to."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from helpers import CLI_ENV, by_site, cli, compile_program, reports_of, wait_for_file
+from libmemleak import memlog
+
+BARE_ENV = {k: v for k, v in CLI_ENV.items() if k != "PYTHONPATH"}
+
+
+def start_bare(argv, cwd, env=None):
+    return subprocess.Popen(argv, cwd=cwd, env=env or BARE_ENV, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def expect(p, line):
+    got = p.stdout.readline().decode()
+    assert got == line, f"expected {line!r}, got {got!r}"
+
+
+def snapshot(pid, cwd):
+    out = cli("snapshot", pid, cwd=cwd)
+    assert out.returncode == 0, out.stderr
+    return memlog.read(out.stdout.strip())
+
+
+def through(report, function):
+    """(bytes, blocks) of the entries whose stack passes through `function`."""
+    found = [e for e in report.entries if any(f.function == function for f in e.frames)]
+    return sum(e.bytes for e in found), sum(e.blocks for e in found)
+
+
+def not_stopped(pid):
+    with open(f"/proc/{pid}/status") as f:
+        state = next(line for line in f if line.startswith("State:"))
+        tracer = next(line for line in f if line.startswith("TracerPid:"))
+    return "stopped" not in state and tracer.split()[1] == "0"
+
+
+def bare_run(argv, stdin, env=None):
+    p = subprocess.run(argv, input=stdin, capture_output=True, env=env or BARE_ENV, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_attach_counts_what_follows_exactly_and_detach_leaves_the_program_as_it_was(tmp_path):
+    prog = compile_program("attachee.c")
+    expected = bare_run([prog], b"\n\n\n")
+    p = start_bare([prog], tmp_path)
+    expect(p, "checkpoint attach\n")
+    out = cli("attach", p.pid, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert f"attached to attachee (pid {p.pid}" in out.stderr
+    assert f"{tmp_path}/attachee-{p.pid}-N.memlog" in out.stderr
+    assert not_stopped(p.pid)
+    p.stdin.write(b"\n")
+    p.stdin.flush()
+    expect(p, "sum 99000\n")
+    expect(p, "checkpoint counted\n")
+    first = snapshot(p.pid, tmp_path)
+    sites = by_site(first)
+    assert sites["leak_after_attach"] == (1000, 10)
+    assert sites["zeroed_after_attach"] == (500, 5)
+    assert through(first, "copied_after_attach") == (51, 3)  # strdup's malloc, inside libc
+    assert sites["grown_after_attach"] == (500, 1)   # an older block grown: a new one
+    assert first.header["frees-before-attach"] == "21"  # 20 frees and the realloc's old block
+    assert "attached" in first.header
+    p.stdin.write(b"\n")
+    p.stdin.flush()
+    expect(p, "checkpoint detach\n")
+    second = snapshot(p.pid, tmp_path)
+    assert by_site(second)["leak_after_attach"] == (-500, -5)
+    out = cli("detach", p.pid, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    last = memlog.read(wait_for_file(os.path.join(tmp_path, f"attachee-{p.pid}-3.memlog")))
+    assert last.header["reason"] == "detach"
+    assert not_stopped(p.pid)
+    stdout, stderr = p.communicate(b"\n", timeout=60)
+    # The program's own view: nothing happened.
+    assert (p.returncode, b"checkpoint attach\nsum 99000\ncheckpoint counted\ncheckpoint detach\n"
+            + stdout, stderr) == expected
+    assert p.returncode == 7
+    # Nothing after the detach: no exit report, no reporter left.
+    assert len(reports_of(str(tmp_path), "attachee", p.pid)) == 3
+
+
+def test_attach_to_a_threaded_cxx_server_and_detach(tmp_path):
+    """The threaded server of `report`'s tests, started bare: attached at its
+    first round (its workers running or waiting on its lock), its leaks
+    counted exactly from there, detached before it exits."""
+    prog = compile_program("slowleaks_server.cc")
+    expected = bare_run([prog], b"\n" * 8)
+    p = start_bare([prog], tmp_path)
+    expect(p, "checkpoint round\n")
+    out = cli("attach", "-q", p.pid, cwd=tmp_path)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    for _ in range(7):
+        p.stdin.write(b"\n")
+        p.stdin.flush()
+        expect(p, "checkpoint round\n")
+    report = snapshot(p.pid, tmp_path)
+    sites = by_site(report)
+    assert sites["Session::open()"] == (7 * 96, 7)                  # rounds 2..8
+    assert sites["parse_error_path(unsigned long)"] == (900, 3)     # rounds 2, 5, 7
+    assert cli("detach", "-q", p.pid, cwd=tmp_path).returncode == 0
+    stdout, stderr = p.communicate(b"\n", timeout=60)
+    assert (p.returncode, b"checkpoint round\n" * 8 + stdout, stderr) == expected
+
+
+PY_LOOP = r"""
+import sys
+keep = []
+for line in sys.stdin:
+    if line.startswith("grow"):
+        keep.extend(bytearray(100000) for _ in range(int(line.split()[1])))
+    print("ok", len(keep), flush=True)
+print("bye", len(keep))
+"""
+
+
+def test_attach_to_python3(tmp_path):
+    env = dict(BARE_ENV, PYTHONMALLOC="malloc")
+    argv = [sys.executable, "-c", PY_LOOP]
+    expected = bare_run(argv, b"x\ngrow 20\nx\n", env)
+    p = start_bare(argv, tmp_path, env)
+    p.stdin.write(b"x\n")
+    p.stdin.flush()
+    expect(p, "ok 0\n")
+    out = cli("attach", "-q", p.pid, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    p.stdin.write(b"grow 20\n")
+    p.stdin.flush()
+    expect(p, "ok 20\n")
+    report = snapshot(p.pid, tmp_path)
+    assert any(e.bytes == 20 * 100001 and e.blocks == 20 for e in report.entries), \
+        [(e.bytes, e.blocks) for e in report.entries[:5]]
+    assert cli("detach", "-q", p.pid, cwd=tmp_path).returncode == 0
+    stdout, stderr = p.communicate(b"x\n", timeout=60)
+    assert (p.returncode, b"ok 0\nok 20\n" + stdout, stderr) == expected
+
+
+SQL_BEFORE = b"create table t(a, b);\ninsert into t select value, 'x' from generate_series(1, 2000);\n" \
+             b"select 'ready';\n"
+SQL_AFTER = b"create table u(a, b);\ninsert into u select value, printf('%0300d', value) from " \
+            b"generate_series(1, 3000);\nselect count(*), sum(length(b)) from u;\n"
+SQL_END = b"delete from u;\nselect count(*) from t;\n.quit\n"
+
+
+@pytest.mark.skipif(not shutil.which("sqlite3"), reason="sqlite3 is not installed")
+def test_attach_to_sqlite3_fed_on_a_pipe_and_scan_it(tmp_path):
+    expected = bare_run(["sqlite3", ":memory:"], SQL_BEFORE + SQL_AFTER + SQL_END)
+    p = start_bare(["sqlite3", ":memory:"], tmp_path)
+    p.stdin.write(SQL_BEFORE)
+    p.stdin.flush()
+    expect(p, "ready\n")
+    assert cli("attach", "-q", p.pid, cwd=tmp_path).returncode == 0
+    p.stdin.write(SQL_AFTER)
+    p.stdin.flush()
+    expect(p, "3000|900000\n")
+    out = cli("scan", "--top", "0", p.pid, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    report = memlog.read(out.stdout.splitlines()[0])
+    assert report.header["reason"] == "scan"
+    assert report.header["scan-before-attach"].startswith("blocks made before the attach")
+    # Table u's rows (300+ bytes each, in pages made after the attach) are
+    # all counted, and none is called lost: the older table's pages and
+    # the schema point to them.
+    assert int(report.header["live-bytes"]) > 900000
+    assert report.header["definitely-lost"] == "0 0"
+    assert cli("detach", "-q", p.pid, cwd=tmp_path).returncode == 0
+    stdout, stderr = p.communicate(SQL_END, timeout=60)
+    assert (p.returncode, b"ready\n3000|900000\n" + stdout, stderr) == expected
+
+
+def test_what_cannot_be_attached_is_said_and_left_running(tmp_path):
+    # A static binary.
+    src = tmp_path / "spin.c"
+    src.write_text("#include <unistd.h>\nint main(void){for(;;)pause();}\n")
+    static = tmp_path / "spin"
+    if subprocess.run(["gcc", "-static", "-o", static, src], capture_output=True).returncode != 0:
+        pytest.skip("no static libc to build a static program with")
+    p = subprocess.Popen([static], env=BARE_ENV)
+    try:
+        out = cli("attach", p.pid, cwd=tmp_path)
+        assert out.returncode == 1
+        assert out.stderr == (f"libmemleak: attach: process {p.pid} is statically linked: there is "
+                              "no dynamic loader in it to load the tracer with (rebuild it without "
+                              "-static)\n")
+        assert not_stopped(p.pid)
+    finally:
+        p.kill()
+        p.wait()
+    # No such process; one that is not attached; one under libmemleak run.
+    out = cli("attach", 999999999, cwd=tmp_path)
+    assert (out.returncode, out.stderr) == (1, "libmemleak: attach: no process 999999999\n")
+    p = subprocess.Popen(["sleep", "30"], env=BARE_ENV)
+    try:
+        out = cli("detach", p.pid, cwd=tmp_path)
+        assert out.returncode == 1
+        assert "is not attached" in out.stderr
+    finally:
+        p.kill()
+        p.wait()
+    p = subprocess.Popen([sys.executable, "-m", "libmemleak", "run", "-q", "sleep", "30"],
+                         env=CLI_ENV, cwd=tmp_path)
+    try:
+        from helpers import wait_for_reporter
+        wait_for_reporter(p.pid)
+        out = cli("attach", p.pid, cwd=tmp_path)
+        assert (out.returncode, out.stderr) == (
+            1, f"libmemleak: attach: process {p.pid} is already traced by libmemleak\n")
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_a_process_under_a_debugger_is_refused_in_one_line(tmp_path):
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    p = subprocess.Popen(["sleep", "30"], env=BARE_ENV)
+    PTRACE_SEIZE, PTRACE_DETACH = 0x4206, 17
+    if libc.ptrace(PTRACE_SEIZE, p.pid, None, None) != 0:
+        p.kill()
+        pytest.skip(f"cannot ptrace here: errno {ctypes.get_errno()}")
+    try:
+        out = cli("attach", p.pid, cwd=tmp_path)
+        with open(f"/proc/{p.pid}/status") as f:
+            state = next(line for line in f if line.startswith("State:"))
+    finally:
+        libc.ptrace(PTRACE_DETACH, p.pid, None, None)
+    assert out.returncode == 1
+    assert out.stderr == (f"libmemleak: attach: process {p.pid} is already traced by process "
+                          f"{os.getpid()} (a debugger or strace?): detach that first\n")
+    assert "stopped" not in state  # left as it was: running, the test its only tracer
+    p.kill()
+    p.wait()
