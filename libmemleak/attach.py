@@ -339,7 +339,8 @@ def detach(pid, say=None):
 
 
 def wait_for_reporter(pid, timeout=10.0):
-    """The segment of an attached process, once its reporter runs."""
+    """(report directory, program name) of an attached process once its
+    reporter runs, or None."""
     from libmemleak.live import open_segment, LiveError
     deadline = time.monotonic() + timeout
     while True:
@@ -347,7 +348,7 @@ def wait_for_reporter(pid, timeout=10.0):
             segment, fd = open_segment(pid)
             try:
                 if segment.header.reporter_pid > 0:
-                    return segment.report_dir()
+                    return segment.report_dir(), segment.program_name()
             finally:
                 segment.close()
                 os.close(fd)

@@ -7,6 +7,7 @@
  * and record it first), an allocation *after* the real allocation. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -215,13 +216,40 @@ EXPORT void *malloc(size_t size)
     return p;
 }
 
-/* Whether our malloc is the one the program calls: we were preloaded (or
- * linked in).  The alias names our definition without going through the
- * symbol lookup that the question is about. */
-extern void *mlk_own_malloc(size_t) __attribute__((alias("malloc"), visibility("hidden"), copy(malloc)));
+/* Whether our malloc comes before the next one in the program's symbol
+ * lookups: we were preloaded (or linked in), not dlopen'ed.  Told by the
+ * order of the loaded modules (the lookup order): ours before the module
+ * of the malloc we forward to.  (Asking dlsym(RTLD_DEFAULT, "malloc")
+ * would not do: in a non-PIE program that takes malloc's address, the
+ * answer is the program's own PLT entry.) */
+struct lookup_order {
+    uintptr_t ours, next;
+    int ours_at, next_at, at;
+};
+
+static int note_position(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    struct lookup_order *o = data;
+    if (info->dlpi_addr == o->ours && o->ours_at < 0)
+        o->ours_at = o->at;
+    if (info->dlpi_addr == o->next && o->next_at < 0)
+        o->next_at = o->at;
+    o->at++;
+    return 0;
+}
+
 int mlk_loaded_as_preload(void)
 {
-    return dlsym(RTLD_DEFAULT, "malloc") == (void *)mlk_own_malloc;
+    Dl_info mine, next;
+    void *next_malloc = dlsym(RTLD_NEXT, "malloc");
+    if (!dladdr((void *)&mlk_loaded_as_preload, &mine) || !next_malloc || !dladdr(next_malloc, &next))
+        return 1; /* cannot tell: behave as always */
+    struct lookup_order o = {(uintptr_t)mine.dli_fbase, (uintptr_t)next.dli_fbase, -1, -1, 0};
+    /* dli_fbase is the mapping's start; dlpi_addr the load bias: equal
+     * for shared objects, which both are. */
+    dl_iterate_phdr(note_position, &o);
+    return o.ours_at < 0 || o.next_at < 0 || o.ours_at < o.next_at;
 }
 
 /* A block with a trailer is forgotten by its trailer alone, before the

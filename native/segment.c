@@ -64,7 +64,9 @@ static int make_memfd(uint64_t size)
 }
 
 /* argv[0]'s last part, from /proc/self/cmdline (raw calls: this runs in
- * our constructor and after fork, with no allocation). */
+ * our constructor and after fork, with no allocation).  A program that
+ * rewrote its title ("redis-server *:6379", "nginx: worker process": what
+ * an attach or a late fork reads) is named by its first word. */
 static void invoked_name(struct mlk_header *h)
 {
     char buf[4096];
@@ -76,6 +78,13 @@ static void invoked_name(struct mlk_header *h)
     if (n <= 0)
         return;
     buf[n] = 0;
+    for (char *c = buf; *c; c++)
+        if (*c == ' ') {
+            *c = 0;
+            if (c > buf && c[-1] == ':')
+                c[-1] = 0;
+            break;
+        }
     const char *name = buf;
     for (const char *c = buf; *c; c++)
         if (*c == '/' && c[1])

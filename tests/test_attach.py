@@ -242,3 +242,14 @@ def test_a_process_under_a_debugger_is_refused_in_one_line(tmp_path):
     assert "stopped" not in state  # left as it was: running, the test its only tracer
     p.kill()
     p.wait()
+
+
+def test_preloaded_into_a_non_pie_program_taking_mallocs_address(tmp_path):
+    """The tracer tells a preload from a dlopen by the modules' lookup
+    order, not by asking dlsym for malloc: in this program that answer is
+    the program's own PLT entry."""
+    prog = compile_program("fnptr.c", "-no-pie")
+    out = cli("run", "-q", prog, cwd=tmp_path)
+    assert (out.returncode, out.stdout) == (0, "1\n"), out.stderr
+    [report] = reports_of(str(tmp_path), "fnptr", int(sorted(os.listdir(tmp_path))[0].split("-")[1]))
+    assert by_site(report)["main"] == (1234, 1)

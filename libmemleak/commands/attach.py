@@ -63,11 +63,12 @@ def run_attach(args):
     except AttachError as e:
         _say(f"attach: {e}")
         return EXIT_FAILED
-    if not wait_for_reporter(args.pid):
+    started = wait_for_reporter(args.pid)
+    if not started:
         _say(f"attach: process {args.pid} is traced, but its reporter did not start (see its "
              "stderr); reports will be written when one can be started")
     if not args.quiet:
-        name = _program_name(args.pid)
+        directory, name = started or (directory, str(args.pid))
         _say(f"attached to {name} (pid {args.pid}; thread {tid} was borrowed for {kept_ms:.1f} ms); "
              f"reports go to {directory}/{name}-{args.pid}-N.memlog; ask for one with: libmemleak "
              f"snapshot {args.pid} (or libmemleak shell {args.pid}); stop with: libmemleak detach "
@@ -85,12 +86,3 @@ def run_detach(args):
         _say(f"detached from pid {args.pid} (thread {tid} was borrowed for {kept_ms:.1f} ms, the "
              "last report written)")
     return 0
-
-
-def _program_name(pid):
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv0 = f.read().split(b"\0")[0]
-        return os.path.basename(os.fsdecode(argv0)) or str(pid)
-    except OSError:
-        return str(pid)
