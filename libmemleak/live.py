@@ -86,24 +86,34 @@ def request_report(pid, timeout=60.0, scan=False, heuristics=None):
     """Ask process `pid` for a report -- with a reachability scan if
     `scan` -- and wait for it; the report's path."""
     with collecting_segment(pid) as segment:
-        h = segment.header
-        if scan and not h.trailer_key:
-            raise LiveError(f"process {pid} cannot be scanned: the scan needs every block "
-                            "tracked with a trailer (not sample=, not track=table)")
-        if scan and heuristics is not None:  # read by the reporter as it serves the request
-            h.scan_heuristics = heuristics
-        post = report_core.lib.mlk_rc_post_scan if scan else report_core.lib.mlk_rc_post_snapshot
-        mine = post(h)
-        futex_wake(segment.field_address("request_seq"))
-        done_at = segment.field_address("done_seq")
-        deadline = time.monotonic() + timeout
-        while ((h.done_seq - mine) & 0xffffffff) >= 1 << 31:  # done_seq before mine
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise LiveError(f"process {pid}: no report within {timeout:g} s (is its reporter "
-                                "running? the request stays posted and is served when one runs)")
-            futex_wait(done_at, h.done_seq, min(left, 0.5))
-        return segment.report_path(h.report_seq)
+        return request_on_segment(segment, timeout, scan, heuristics)
+
+
+def request_on_segment(segment, timeout=60.0, scan=False, heuristics=None):
+    """request_report on an open segment (the remote server's: it holds
+    one)."""
+    h = segment.header
+    pid = h.pid
+    if not h.collecting and not h.paused:
+        raise LiveError(f"process {pid} is not collecting (it waits for its mtrace(), or "
+                        "called muntrace(), or was detached)")
+    if scan and not h.trailer_key:
+        raise LiveError(f"process {pid} cannot be scanned: the scan needs every block "
+                        "tracked with a trailer (not sample=, not track=table)")
+    if scan and heuristics is not None:  # read by the reporter as it serves the request
+        h.scan_heuristics = heuristics
+    post = report_core.lib.mlk_rc_post_scan if scan else report_core.lib.mlk_rc_post_snapshot
+    mine = post(h)
+    futex_wake(segment.field_address("request_seq"))
+    done_at = segment.field_address("done_seq")
+    deadline = time.monotonic() + timeout
+    while ((h.done_seq - mine) & 0xffffffff) >= 1 << 31:  # done_seq before mine
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise LiveError(f"process {pid}: no report within {timeout:g} s (is its reporter "
+                            "running? the request stays posted and is served when one runs)")
+        futex_wait(done_at, h.done_seq, min(left, 0.5))
+    return segment.report_path(h.report_seq)
 
 
 def set_collecting(pid, on):
@@ -114,21 +124,26 @@ def set_collecting(pid, on):
     report signal that reports are still owed.  Frees keep being counted
     while paused, so reports then show only what is released."""
     with collecting_segment(pid) as segment:
-        h = segment.header
-        if not h.collecting_addr:
-            raise LiveError(f"process {pid}: its libmemleak cannot be paused from outside")
-        try:
-            mem = os.open(f"/proc/{pid}/mem", os.O_RDWR | os.O_CLOEXEC)
-        except OSError as e:
-            raise LiveError(f"process {pid}: cannot write its memory ({e.strerror}): pausing needs "
-                            "the rights a debugger needs") from None
-        try:
-            if not on:
-                h.paused = 1  # first: an exit in between still owes its report
-            os.pwrite(mem, struct.pack("i", 1 if on else 0), h.collecting_addr)
-            if on:
-                h.paused = 0
-        except OSError as e:
-            raise LiveError(f"process {pid}: cannot write its memory ({e.strerror})") from None
-        finally:
-            os.close(mem)
+        set_collecting_on_segment(segment, on)
+
+
+def set_collecting_on_segment(segment, on):
+    h = segment.header
+    pid = h.pid
+    if not h.collecting_addr:
+        raise LiveError(f"process {pid}: its libmemleak cannot be paused from outside")
+    try:
+        mem = os.open(f"/proc/{pid}/mem", os.O_RDWR | os.O_CLOEXEC)
+    except OSError as e:
+        raise LiveError(f"process {pid}: cannot write its memory ({e.strerror}): pausing needs "
+                        "the rights a debugger needs") from None
+    try:
+        if not on:
+            h.paused = 1  # first: an exit in between still owes its report
+        os.pwrite(mem, struct.pack("i", 1 if on else 0), h.collecting_addr)
+        if on:
+            h.paused = 0
+    except OSError as e:
+        raise LiveError(f"process {pid}: cannot write its memory ({e.strerror})") from None
+    finally:
+        os.close(mem)

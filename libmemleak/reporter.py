@@ -575,6 +575,8 @@ def _let_go_of_stderr():
 
 
 def _run_reporter(segment):
+    from libmemleak import remote
+    server = remote.serve_if_asked(segment, say)  # noqa: F841 -- lives as long as this reporter
     profile = os.environ.get("MEMLEAK_PROFILE_REPORTER")  # a file for cProfile stats
     if not profile:
         try:

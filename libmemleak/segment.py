@@ -180,6 +180,10 @@ class Segment:
         """Where report `seq` of this segment's process is written."""
         return os.path.join(self.report_dir(), report_name(self.program_name(), self.header.pid, seq))
 
+    def string(self, off, length):
+        """A string of the segment's strings array (header *_off/*_len)."""
+        return self._string(off, length)
+
     def _string(self, off, length):
         used = min(self.header.strings_used, self.header.strings_cap)
         if off + length > used:

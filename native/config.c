@@ -8,7 +8,7 @@
 
 #include "control.h"
 
-struct mlk_config mlk_config = {1, 16, SIGUSR1, 60000, 0, 0, 0, ""};
+struct mlk_config mlk_config = {1, 16, SIGUSR1, 60000, 0, 0, 0, "", ""};
 
 static int parse_uint(const char *s, size_t n, uint64_t *out)
 {
@@ -85,7 +85,8 @@ static const char *value_wanted(const char *key, size_t n)
                  {"track", "': needs trailers or table"},
                  {"exit_timeout", "': needs a number of seconds"},
                  {"scan", "': needs exit (scan=exit)"},
-                 {"scan_heuristics", "': needs all, none or names joined by + (stdstring+newarray)"}};
+                 {"scan_heuristics", "': needs all, none or names joined by + (stdstring+newarray)"},
+                 {"listen", "': needs HOST:PORT (listen=0.0.0.0:7070)"}};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (strlen(known[i].name) == n && strncmp(key, known[i].name, n) == 0)
             return known[i].wants;
@@ -209,6 +210,20 @@ void mlk_config_parse(const char *cfg, const char *cwd)
             if (!parse_heuristics(val, vn, &mlk_config.scan_heuristics))
                 bad_option(p, n, "': heuristics are all, none, or some of stdstring, length64, "
                                  "newarray, multipleinheritance joined by +; using all");
+        } else if (KEY("listen") && val) {
+            /* HOST:PORT for a remote shell (libmemleak/remote.py checks it
+             * further; here only its shape). */
+            const char *colon = NULL;
+            for (const char *c = val; c < val + vn; c++)
+                if (*c == ':')
+                    colon = c;
+            if (colon && colon > val && colon + 1 < val + vn && vn < sizeof mlk_config.listen &&
+                parse_uint(colon + 1, (size_t)(val + vn - colon - 1), &num) && num < 65536) {
+                memcpy(mlk_config.listen, val, vn);
+                mlk_config.listen[vn] = 0;
+            } else {
+                bad_option(p, n, "': listen takes HOST:PORT (listen=0.0.0.0:7070); not listening");
+            }
         } else if (KEY("scan") && val) {
             if (vn == 4 && strncmp(val, "exit", 4) == 0)
                 mlk_config.scan_at_exit = 1;
@@ -218,7 +233,7 @@ void mlk_config_parse(const char *cfg, const char *cwd)
             bad_option(p, n, "': unknown option (known: mtraceinit, depth=N, dir=PATH, "
                              "signal=NAME, unwind=fast|libgcc, sample=BYTES, "
                              "track=trailers|table, exit_timeout=SECONDS, scan=exit, "
-                             "scan_heuristics=all|none|NAME+NAME)");
+                             "scan_heuristics=all|none|NAME+NAME, listen=HOST:PORT)");
         }
 #undef KEY
     }

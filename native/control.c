@@ -207,7 +207,7 @@ int mlk_start_collecting(void)
     if (inert)
         return -1;
     if (!mlk_seg) {
-        if (mlk_segment_create(mlk_config.depth, mlk_config.dir) != 0) {
+        if (mlk_segment_create(mlk_config.depth, mlk_config.dir, mlk_config.listen) != 0) {
             mlk_warn("cannot create the shared memory segment (memfd, or RLIMIT_FSIZE below ",
                      "its ~1.3 GiB sparse size); this process is not traced", "");
             inert = 1;

@@ -21,6 +21,7 @@ struct mlk_config {
     int scan_at_exit;    /* scan=exit: the exit report carries a reachability scan */
     uint32_t scan_heuristics; /* scan_heuristics=: the header's field (shm_layout.h) */
     char dir[4096];
+    char listen[256];    /* listen=HOST:PORT: the reporter serves remote shells there */
 };
 MLK_HIDDEN extern struct mlk_config mlk_config;
 MLK_HIDDEN void mlk_config_parse(const char *cfg, const char *cwd);

@@ -43,7 +43,7 @@ MLK_HIDDEN void mlk_unlock(mlk_lock_t *l);
 #define MLK_FRAMES_CAP (1ull << 26)  /* 64M frames: 512 MiB if all used */
 extern MLK_HIDDEN struct mlk_header *mlk_seg;  /* NULL until created */
 extern MLK_HIDDEN int mlk_seg_fd;
-MLK_HIDDEN int mlk_segment_create(uint32_t depth, const char *dir);
+MLK_HIDDEN int mlk_segment_create(uint32_t depth, const char *dir, const char *listen);
 /* fork(): prepare copies the segment (our locks held), child maps the copy. */
 MLK_HIDDEN void mlk_segment_fork_prepare(void);
 MLK_HIDDEN void mlk_segment_fork_parent(void);

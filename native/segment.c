@@ -98,7 +98,7 @@ static void invoked_name(struct mlk_header *h)
     h->name_len = len;
 }
 
-int mlk_segment_create(uint32_t depth, const char *dir)
+int mlk_segment_create(uint32_t depth, const char *dir, const char *listen)
 {
     uint64_t off = align_up(sizeof(struct mlk_header), 4096);
     uint64_t stacks_off = off;
@@ -147,6 +147,8 @@ int mlk_segment_create(uint32_t depth, const char *dir)
     invoked_name(h);
     h->dir_len = (uint32_t)mlk_strlen(dir);
     h->dir_off = mlk_string_add(dir, h->dir_len);
+    h->listen_len = (uint32_t)mlk_strlen(listen);
+    h->listen_off = h->listen_len ? mlk_string_add(listen, h->listen_len) : 0;
     __atomic_store_n(&h->magic, MLK_MAGIC, __ATOMIC_RELEASE);
     return 0;
 }

@@ -212,4 +212,8 @@ struct mlk_header {
     uint64_t attached_ns;
     uint32_t detach_requests;
     uint32_t seen_detach;
+    /* MEMLEAK_CONFIG listen=HOST:PORT, in strings (0/0: none): the root's
+     * reporter serves remote shells there (libmemleak/remote.py). */
+    uint32_t listen_off;
+    uint32_t listen_len;
 };

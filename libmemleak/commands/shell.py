@@ -17,7 +17,9 @@ user or root may open) and answers from its reports with the analysis
 
 With readline editing, history (~/.libmemleak_history) and completion on
 a terminal; scriptable with `-c 'report; top 5'` or commands on standard
-input.  Exit status: 0; 1 when a command failed (the process could not
+input.  `libmemleak shell HOST:PORT` drives a process on another host that
+was started with listen=HOST:PORT (libmemleak/remote.py): the same
+commands, its reports copied into --dir as they are written.  Exit status: 0; 1 when a command failed (the process could not
 be asked), 2 when one was typed wrong -- the last failure's, the other
 commands still run."""
 
@@ -32,6 +34,7 @@ from libmemleak.analysis.trends import analyse, human_bytes
 from libmemleak.live import LiveError, open_segment, request_report, set_collecting
 from libmemleak.memlog import MemlogError, read as read_memlog
 from libmemleak.outputs import text
+from libmemleak.remote import Client, RemoteError, read_secret
 from libmemleak.series import InputError, read_series
 
 EXIT_FAILED, EXIT_USAGE = 1, 2
@@ -45,11 +48,17 @@ def add_parser(sub):
                        description="An interactive prompt on the traced process PID: ask for "
                                    "reports, see the leak suspects and their trends, scan for "
                                    "lost memory. Commands: " + ", ".join(COMMANDS) + ".")
-    p.add_argument("pid", metavar="PID", type=int)
+    p.add_argument("target", metavar="PID|HOST:PORT",
+                   help="a traced process here, or one on another host started with "
+                        "listen=HOST:PORT")
     p.add_argument("-c", metavar="COMMANDS", dest="commands",
                    help="run these commands (separated by ';') and exit")
     p.add_argument("--timeout", metavar="SECONDS", type=float, default=60.0,
                    help="how long to wait for a report or a scan (default 60)")
+    p.add_argument("--secret-file", metavar="FILE",
+                   help="remote: the secret the process printed (else $MEMLEAK_SECRET, or asked)")
+    p.add_argument("--dir", metavar="DIR", default=".",
+                   help="remote: where its reports are copied to (default: here)")
     p.set_defaults(func=run)
 
 
@@ -57,12 +66,11 @@ class UsageError(Exception):
     """A command typed wrong (one line)."""
 
 
-class Session:
-    """One process, asked over its control channel; its reports read back
-    from the directory its segment names."""
+class LocalTarget:
+    """A process on this host, asked through its segment (live.py)."""
 
-    def __init__(self, pid, timeout, out=sys.stdout):
-        self.pid, self.timeout, self.out = pid, timeout, out
+    def __init__(self, pid, timeout):
+        self.pid, self.timeout = pid, timeout
         segment, fd = open_segment(pid)  # LiveError if it cannot be asked
         try:
             self.directory = segment.report_dir()
@@ -71,6 +79,24 @@ class Session:
             segment.close()
             os.close(fd)
 
+    def request_report(self, scan=False):
+        return request_report(self.pid, self.timeout, scan=scan)
+
+    def set_collecting(self, on):
+        set_collecting(self.pid, on)
+
+    def sync(self):
+        return 0
+
+
+class Session:
+    """One process, asked over its control channel (here, or remote); its
+    reports read back from the directory they are in (or copied to)."""
+
+    def __init__(self, target, out=sys.stdout):
+        self.target, self.out = target, out
+        self.pid, self.directory, self.program = target.pid, target.directory, target.program
+
     def say(self, line=""):
         self.out.write(line + "\n")
         self.out.flush()
@@ -78,6 +104,7 @@ class Session:
     # -- reading what the process wrote -----------------------------------
 
     def analysis(self):
+        self.target.sync()
         prefix = f"{self.program}-{self.pid}-"
         paths = [os.path.join(self.directory, n) for n in sorted(os.listdir(self.directory))
                  if n.startswith(prefix) and n.endswith(".memlog")]
@@ -104,12 +131,12 @@ class Session:
     # -- the commands ------------------------------------------------------
 
     def do_report(self, words):
-        path = request_report(self.pid, self.timeout)
+        path = self.target.request_report()
         self.say(path)
         self._changes(read_memlog(path), 5)
 
     def do_restart(self, words):
-        path = request_report(self.pid, self.timeout)
+        path = self.target.request_report()
         self.say(f"{path}: a new interval starts here")
 
     def do_top(self, words):
@@ -131,7 +158,7 @@ class Session:
         self.say(f"  live: {human_bytes(t.live_bytes)} in {t.live_blocks:,} blocks")
 
     def do_scan(self, words):
-        path = request_report(self.pid, self.timeout, scan=True)
+        path = self.target.request_report(scan=True)
         self.say(path)
         report = read_memlog(path)
         result = lost.from_report(report)
@@ -175,11 +202,11 @@ class Session:
             self.say("(watch stopped)")
 
     def do_stop(self, words):
-        set_collecting(self.pid, False)
+        self.target.set_collecting(False)
         self.say(f"recording paused in {self.pid}: new allocations are not counted, frees are")
 
     def do_start(self, words):
-        set_collecting(self.pid, True)
+        self.target.set_collecting(True)
         self.say(f"recording resumed in {self.pid}")
 
     def do_help(self, words):
@@ -209,7 +236,7 @@ def _one(session, line):
     except UsageError as e:
         print(f"libmemleak: shell: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except (LiveError, MemlogError, OSError) as e:
+    except (LiveError, RemoteError, MemlogError, OSError) as e:
         print(f"libmemleak: shell: {e}", file=sys.stderr)
         return EXIT_FAILED
 
@@ -248,10 +275,29 @@ def _interactive(session):
     return status
 
 
+def connect(args):
+    """The target named on the command line."""
+    if args.target.isdigit():
+        return LocalTarget(int(args.target), args.timeout)
+    if ":" not in args.target:
+        raise UsageError(f"{args.target!r} is neither a PID nor HOST:PORT")
+    secret = read_secret(args.secret_file)
+    try:
+        os.makedirs(args.dir, exist_ok=True)
+    except OSError as e:
+        raise RemoteError(f"--dir {args.dir}: {e.strerror}") from None
+    client = Client(args.target, secret, args.dir, args.timeout)
+    client.sync()
+    return client
+
+
 def run(args):
     try:
-        session = Session(args.pid, args.timeout)
-    except LiveError as e:
+        session = Session(connect(args))
+    except UsageError as e:
+        print(f"libmemleak: shell: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except (LiveError, RemoteError) as e:
         print(f"libmemleak: shell: {e}", file=sys.stderr)
         return EXIT_FAILED
     if args.commands is not None:
