@@ -8,7 +8,7 @@ keep the borrowed thread.
     python bench/attach.py                  # 3 rounds
     python bench/attach.py --rounds 5 --only sqlite3
 
-Workloads: sqlite3 fed SQL on a pipe (an in-memory table of 60,000 rows
+Workloads: sqlite3 fed SQL on a pipe (an in-memory table of 400,000 rows
 built, indexed, queried, half deleted: timed from the first statement to
 the answer of the last); redis-server (Debian's, jemalloc) under
 redis-benchmark (SET and GET of 1 KB values, 50 clients: requests/s).
@@ -32,7 +32,7 @@ from libmemleak.cli import traced_environment  # noqa: E402
 
 MODES = ("bare", "preload", "attached", "detached")
 SQL_WORK = ("create table w(a integer, b text);\n"
-            "insert into w select value, printf('%050d', value) from generate_series(1, 60000);\n"
+            "insert into w select value, printf('%050d', value) from generate_series(1, 400000);\n"
             "create index wi on w(b);\n"
             "select count(*), sum(length(b)) from w where a % 7 = 3;\n"
             "delete from w where a % 2 = 0;\n"
