@@ -77,7 +77,7 @@ class Scan:
     unattributed: int
     heuristics: str = "all"           # which of valgrind's heuristics were applied
     via_heuristic: tuple = ()         # (name, bytes, blocks) of the still reachable, by heuristic
-    attached: bool = False            # blocks from before an attach: not listed, read as roots
+    before_attach: tuple = ()         # an attached process's older blocks: (bytes, blocks) per category
 
     def header_lines(self):
         """The report header's lines for this scan (docs/memlog.md)."""
@@ -89,9 +89,9 @@ class Scan:
                   ("scan-pause-ms", f"{self.pause_ms:.1f}"), ("scan-threads", self.threads)]
         if self.unattributed:
             lines.append(("scan-unattributed-blocks", self.unattributed))
-        if self.attached:
-            lines.append(("scan-before-attach", "blocks made before the attach are not classified; "
-                                                "the heap around the others is read as a root"))
+        if self.before_attach:
+            lines.append(("before-attach", ", ".join(f"{name} {b} {n}" for name, (b, n)
+                                                     in zip(CATEGORIES, self.before_attach))))
         return lines
 
 
@@ -155,4 +155,5 @@ def scan(pid, header, take_snapshot, history=None, seq=0):
     return snapshot, Scan(per_stack, per_stack_age, tuple(bucket_seq), tuple(totals.bytes),
                           tuple(totals.blocks), pause_ms, threads, totals.heap_blocks,
                           totals.unattributed, heuristics_words(header.scan_heuristics), via,
-                          bool(header.attached_ns))
+                          tuple(zip(totals.before_bytes, totals.before_blocks))
+                          if header.attached_ns else ())

@@ -41,7 +41,7 @@ uint32_t mlk_rc_post_scan(struct mlk_header *);
 struct mlk_world;
 struct mlk_scan_totals { int64_t bytes[4], blocks[4]; int64_t heap_blocks, unattributed, root_bytes,
                          heap_bytes_read, threads, phase_ns[4], heuristic_bytes[4],
-                         heuristic_blocks[4]; };
+                         heuristic_blocks[4], before_bytes[4], before_blocks[4]; };
 struct mlk_world *mlk_world_stop(int, char *, int);
 void mlk_world_resume(struct mlk_world *);
 int mlk_world_threads(const struct mlk_world *);

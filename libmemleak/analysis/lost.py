@@ -68,6 +68,29 @@ def header_totals(header):
     return totals
 
 
+@dataclass
+class BeforeAttach:
+    """The blocks an attached process made before the attach, as one
+    pseudo-stack of a scan's answer (they have no recorded stack)."""
+    frames: tuple = ()
+    extra: tuple = ()
+    label: str = "(before attach: no stack recorded)"
+
+
+def before_attach_split(header):
+    """category -> (bytes, blocks) of the older blocks an attached
+    process's scan classified (`# before-attach:`); {} if none."""
+    split = {}
+    for item in header.get("before-attach", "").split(","):
+        parts = item.split()
+        if len(parts) == 3 and parts[0] in CATEGORIES:
+            try:
+                split[parts[0]] = (int(parts[1]), int(parts[2]))
+            except ValueError:
+                continue
+    return split
+
+
 def _number(text, kind):
     try:
         return kind(text)
@@ -86,6 +109,9 @@ def from_report(report):
         for name, (nbytes, blocks) in categories_of(entry).items():
             if name in LOST and blocks:
                 stacks.append((name, nbytes, blocks, entry))
+    for name, (nbytes, blocks) in before_attach_split(report.header).items():
+        if name in LOST and blocks:
+            stacks.append((name, nbytes, blocks, BeforeAttach()))
     stacks.sort(key=lambda s: (LOST.index(s[0]), -s[1], -s[2]))
     return ScanResult(totals, _number(report.header.get("scan-pause-ms"), float),
                       _number(report.header.get("scan-threads"), int), stacks)

@@ -70,7 +70,8 @@ def render_scan(result, pid, top=10, full_names=False, executable=None):
         if name not in shown:
             out.append(f"{name.replace('-', ' ')}, by stack:")
         shown[name] = shown.get(name, 0) + 1
-        lines = frame_lines(entry.frames, executable, full=full_names) or ["(no frames)"]
+        lines = (frame_lines(entry.frames, executable, full=full_names)
+                 or [getattr(entry, "label", "(no frames)")])
         ages = survivors_words(since_of(entry))
         if ages:
             lines.append(f"(live blocks of this stack: {ages})")

@@ -41,6 +41,7 @@
 #include "grow.h"
 #include "heuristics.h"
 #include "maps.h"
+#include "glibc_heap.h"
 #include "scan.h"
 #include "world.h"
 
@@ -49,6 +50,7 @@
 #define TRAILER_STACK_BITS MLK_TRAILER_STACK_BITS /* the format: native/trailer_format.h */
 #define UNCOUNTED MLK_TRAILER_UNCOUNTED
 #define OURS 0xfffffffeu /* block.stack of libmtrace's own blocks: followed, not counted */
+#define BEFORE_ATTACH 0xfffffffdu /* an attached process's older block (glibc_heap.c) */
 #define MAX_BLOCK_SPAN (1ull << 40)  /* a trailer further than this from its start is not one */
 #define RED_ZONE 128                  /* below the stack pointer, still the function's (x86-64 ABI) */
 #define CHUNK (1u << 20)              /* bytes read per call when streaming a region */
@@ -78,6 +80,7 @@ struct mlk_scan_totals {
     int64_t threads;
     int64_t phase_ns[4];     /* listing the blocks, the roots, the flood, the cliques */
     int64_t heuristic_bytes[4], heuristic_blocks[4]; /* of the still reachable, by heuristic */
+    int64_t before_bytes[4], before_blocks[4];       /* an attached process's older blocks */
 };
 
 struct scan {
@@ -97,6 +100,8 @@ struct scan {
     struct mlk_scan_totals *totals;
     char *buf;
     int unlisted_heap_is_root; /* MLK_SCAN_UNLISTED_HEAP_IS_ROOT */
+    uint8_t *walked;          /* per region: its glibc chunks were all listed */
+    int64_t ntrailed;         /* blocks found by trailer: sorted, before the older ones */
 };
 
 /* ---- 1. the live blocks ---------------------------------------------------- */
@@ -215,6 +220,28 @@ static void mark_heap(struct scan *s)
     }
 }
 
+/* An in-use chunk of glibc's: a block from before the attach unless a
+ * trailer listed it already. */
+static void add_untrailed(void *ctx, uint64_t start, uint64_t usable)
+{
+    struct scan *s = ctx;
+    int64_t lo = 0, hi = s->ntrailed;
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (s->blocks[mid].start < start)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < s->ntrailed && s->blocks[lo].start == start)
+        return;
+    struct mlk_block *blocks = mlk_grow(s->blocks, s->nblocks, &s->cap, sizeof *blocks, 65536);
+    if (!blocks)
+        return;
+    s->blocks = blocks;
+    s->blocks[s->nblocks++] = (struct mlk_block){start, usable, start + usable, BEFORE_ATTACH, UNREACHED, 0};
+}
+
 static void list_blocks(struct scan *s, uint64_t key)
 {
     struct trailer_walk t = {key, 0};
@@ -222,6 +249,13 @@ static void list_blocks(struct scan *s, uint64_t key)
     for (int i = 0; i < s->maps.nregions; i++)
         if (s->maps.regions[i].anon)
             mlk_touched_runs(&s->maps, s->maps.regions[i].lo, s->maps.regions[i].hi, find_trailers, s, &t);
+    if (s->unlisted_heap_is_root) { /* attached: the blocks from before, from glibc's chains */
+        qsort(s->blocks, (size_t)s->nblocks, sizeof *s->blocks, by_start);
+        s->ntrailed = s->nblocks;
+        s->walked = calloc((size_t)(s->maps.nregions ? s->maps.nregions : 1), 1);
+        if (s->walked)
+            mlk_glibc_untrailed(s->pid, s->maps.regions, s->maps.nregions, add_untrailed, s, s->walked);
+    }
     settle_blocks(s);
     mark_heap(s);
 }
@@ -371,8 +405,8 @@ static void mark_from_roots(struct scan *s, const struct mlk_world *w)
         struct mlk_region *r = &s->maps.regions[i];
         if (r->root && !r->heap)
             scan_root(s, r->root_from, r->hi);
-        else if (r->heap && s->unlisted_heap_is_root)
-            scan_heap_between_blocks(s, r);
+        else if (r->heap && s->unlisted_heap_is_root && !(s->walked && s->walked[i]))
+            scan_heap_between_blocks(s, r); /* not a heap glibc's chains describe */
     }
 }
 
@@ -476,6 +510,10 @@ EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t own_l
             ours++;
             continue;
         }
+        if (b->stack == BEFORE_ATTACH) {
+            totals->before_bytes[b->state == UNREACHED ? 0 : b->state] += (int64_t)b->size;
+            totals->before_blocks[b->state == UNREACHED ? 0 : b->state]++;
+        }
         totals->bytes[b->state == UNREACHED ? 0 : b->state] += (int64_t)b->size;
         totals->blocks[b->state == UNREACHED ? 0 : b->state]++;
         if (b->state == REACHABLE && b->heuristic) { /* still reachable, by a heuristic */
@@ -486,7 +524,7 @@ EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t own_l
             int64_t *row = &per_stack[b->stack * 8 + 2 * b->state];
             row[0] += (int64_t)b->size;
             row[1]++;
-        } else {
+        } else if (b->stack != BEFORE_ATTACH) {
             totals->unattributed++;
         }
     }
@@ -495,7 +533,7 @@ EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t own_l
         struct mlk_aged_block *aged = malloc((size_t)(s.nblocks ? s.nblocks : 1) * sizeof *aged);
         int64_t n = 0;
         for (int64_t i = 0; aged && i < s.nblocks; i++)
-            if (s.blocks[i].stack != OURS)
+            if (s.blocks[i].stack != OURS && s.blocks[i].stack != BEFORE_ATTACH)
                 aged[n++] = (struct mlk_aged_block){s.blocks[i].start, s.blocks[i].size,
                                                     s.blocks[i].stack};
         if (aged)
@@ -507,6 +545,7 @@ EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t own_l
     free(s.blocks);
     free(s.todo);
     free(s.spans);
+    free(s.walked);
     free(s.granules);
     mlk_block_index_free(s.index);
     mlk_heuristics_free(s.heur);

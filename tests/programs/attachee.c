@@ -16,6 +16,7 @@ __attribute__((noinline)) void *zeroed_after_attach(size_t n) { return calloc(n,
 __attribute__((noinline)) char *copied_after_attach(const char *s) { return strdup(s); }
 __attribute__((noinline)) void *grown_after_attach(void *p, size_t n) { return realloc(p, n); }
 __attribute__((noinline)) void *after_detach(size_t n) { return malloc(n); }
+__attribute__((noinline)) void *linked_after_attach(size_t n) { return malloc(n); }
 
 static void *early[EARLY];
 static void *kept[64];
@@ -36,6 +37,7 @@ int main(void)
         free(early[i]);                            /* 20 frees of earlier blocks */
     kept[18] = grown_after_attach(early[20], 500); /* an earlier block grown: 1 x 500 */
     early[20] = NULL;
+    *(void **)early[30] = linked_after_attach(72);  /* reachable only through an older block */
     for (int i = 0; i < 1000; i++) {               /* churn: nothing left */
         char *s = copied_after_attach("churn");
         sum += (unsigned char)s[0];
@@ -53,6 +55,7 @@ int main(void)
         free(kept[i]);
     for (int i = 5; i < 19; i++)
         free(kept[i]);                             /* blocks with trailers, freed by libc */
+    free(*(void **)early[30]);
     for (int i = 21; i < EARLY; i++)
         free(early[i]);
     printf("done %lu\n", sum);
