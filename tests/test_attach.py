@@ -303,3 +303,27 @@ def test_preloaded_into_a_non_pie_program_taking_mallocs_address(tmp_path):
     assert (out.returncode, out.stdout) == (0, "1\n"), out.stderr
     [report] = reports_of(str(tmp_path), "fnptr", int(sorted(os.listdir(tmp_path))[0].split("-")[1]))
     assert by_site(report)["main"] == (1234, 1)
+
+
+def test_a_process_in_another_mount_namespace_is_told_what_to_do(tmp_path):
+    """A container's process cannot see our library at our path: one line
+    says so and how to attach anyway; the process is untouched."""
+    from libmemleak import preload_path
+    hide = os.path.dirname(preload_path())
+    p = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                          f"mount -t tmpfs none {hide} && echo ready && exec sleep 30"],
+                         env=BARE_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if p.stdout.readline() != b"ready\n":
+        p.kill()
+        p.wait()
+        pytest.skip("cannot make a mount namespace here")
+    try:
+        out = cli("attach", p.pid, cwd=tmp_path)
+        assert out.returncode == 1
+        assert out.stderr == (f"libmemleak: attach: process {p.pid} cannot see {preload_path()} "
+                              "(another mount namespace: a container?): copy libmtrace.so into its "
+                              "file system and pass --library with its path there\n")
+        assert not_stopped(p.pid)
+    finally:
+        p.kill()
+        p.wait()
