@@ -11,6 +11,7 @@ are -- it decides from /proc and the ELF files, before the process is
 touched; whatever fails is one line (AttachError) and the process runs on.
 """
 
+import contextlib
 import os
 import time
 
@@ -238,12 +239,30 @@ def _explain(pid, why):
     return f"process {pid}: {why}"
 
 
-def _errno_kept(borrowed, errno_location):
-    """errno of the borrowed thread, to be given back after our calls."""
-    if not errno_location:
-        return None, b""
-    where = borrowed.call(errno_location)
-    return where, borrowed.read(where, 4)
+@contextlib.contextmanager
+def borrowed_thread(pid, maps, libc_path, libc_base, say):
+    """A thread of the process borrowed for calls; its errno (which our
+    calls may change) put back, and the thread given back, at the end."""
+    syms = symbol_offsets(_in_process_root(pid, libc_path), ("__errno_location",))
+    borrowed = Borrowed(pid, runtime_ranges(maps), say)
+    try:
+        errno_at = borrowed.call(libc_base + syms["__errno_location"]) if syms else 0
+        errno_was = borrowed.read(errno_at, 4) if errno_at else b""
+        try:
+            yield borrowed
+        finally:
+            if errno_at:
+                borrowed.write(errno_at, errno_was)
+    finally:
+        borrowed.close()
+
+
+def _status_call(borrowed, func, *args):
+    """Call one of libmtrace's mlk_attach/mlk_detach: "" or why not."""
+    status_at = borrowed.call(func, *args)
+    status = borrowed.read_string(status_at, 512) if status_at else "no answer"
+    if status:
+        raise AttachError(f"process {borrowed.pid}: {status}")
 
 
 # -- attach and detach ------------------------------------------------------------
@@ -277,18 +296,14 @@ def attach(pid, config="", library=None, say=None):
         raise AttachError(f"process {pid} cannot see {library} (another mount namespace: a "
                           "container?): copy libmtrace.so into its file system and pass "
                           "--library with its path there")
-    wanted = ("dlopen", "__libc_dlopen_mode", "dlerror", "__errno_location")
-    syms = symbol_offsets(_in_process_root(pid, libc_path), wanted)
+    syms = symbol_offsets(_in_process_root(pid, libc_path), ("dlopen", "dlerror"))
     if "dlopen" not in syms:
         raise AttachError(f"process {pid}: its glibc ({libc_path}) is older than 2.34 (dlopen "
                           "outside libc): attach is not supported there")
     ours = symbol_offsets(library, ("mlk_attach",))
     if "mlk_attach" not in ours:
         raise AttachError(f"{library} is not a libmemleak hook library with attach support")
-    borrowed = Borrowed(pid, runtime_ranges(maps), say)
-    try:
-        errno_at, errno_was = _errno_kept(borrowed, libc_base + syms.get("__errno_location", 0)
-                                          if "__errno_location" in syms else 0)
+    with borrowed_thread(pid, maps, libc_path, libc_base, say) as borrowed:
         handle = borrowed.call(libc_base + syms["dlopen"], borrowed.push_string(library), RTLD_NOW)
         if not handle:
             why = ""
@@ -299,14 +314,7 @@ def attach(pid, config="", library=None, say=None):
         found = loaded_library(read_maps(pid))
         if not found:
             raise AttachError(f"process {pid} loaded {library} but it is not in its maps")
-        status_at = borrowed.call(found[1] + ours["mlk_attach"], borrowed.push_string(config))
-        status = borrowed.read_string(status_at, 512) if status_at else "no answer"
-        if errno_at:
-            borrowed.write(errno_at, errno_was)
-        if status:
-            raise AttachError(f"process {pid}: {status}")
-    finally:
-        borrowed.close()
+        _status_call(borrowed, found[1] + ours["mlk_attach"], borrowed.push_string(config))
     return borrowed.tid, borrowed.kept_ns / 1e6
 
 
@@ -322,19 +330,8 @@ def detach(pid, say=None):
     if "mlk_detach" not in ours:
         raise AttachError(f"process {pid}: its libmtrace.so cannot detach (an older build?)")
     libc_path, libc_base = _check_process(pid, maps)
-    syms = symbol_offsets(_in_process_root(pid, libc_path), ("__errno_location",))
-    borrowed = Borrowed(pid, runtime_ranges(maps), say)
-    try:
-        errno_at, errno_was = _errno_kept(borrowed, libc_base + syms["__errno_location"]
-                                          if "__errno_location" in syms else 0)
-        status_at = borrowed.call(base + ours["mlk_detach"])
-        status = borrowed.read_string(status_at, 512) if status_at else "no answer"
-        if errno_at:
-            borrowed.write(errno_at, errno_was)
-        if status:
-            raise AttachError(f"process {pid}: {status}")
-    finally:
-        borrowed.close()
+    with borrowed_thread(pid, maps, libc_path, libc_base, say) as borrowed:
+        _status_call(borrowed, base + ours["mlk_detach"])
     return borrowed.tid, borrowed.kept_ns / 1e6
 
 

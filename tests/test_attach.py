@@ -47,6 +47,17 @@ def not_stopped(pid):
     return "stopped" not in state and tracer.split()[1] == "0"
 
 
+def refused_and_untouched(p, cwd, why):
+    """`attach` of process p fails with exactly `why`, p runs on; p ends."""
+    try:
+        out = cli("attach", p.pid, cwd=cwd)
+        assert (out.returncode, out.stderr) == (1, f"libmemleak: attach: {why}\n")
+        assert not_stopped(p.pid)
+    finally:
+        p.kill()
+        p.wait()
+
+
 def bare_run(argv, stdin, env=None):
     p = subprocess.run(argv, input=stdin, capture_output=True, env=env or BARE_ENV, timeout=120)
     return p.returncode, p.stdout, p.stderr
@@ -238,16 +249,8 @@ def test_what_cannot_be_attached_is_said_and_left_running(tmp_path):
     if subprocess.run(["gcc", "-static", "-o", static, src], capture_output=True).returncode != 0:
         pytest.skip("no static libc to build a static program with")
     p = subprocess.Popen([static], env=BARE_ENV)
-    try:
-        out = cli("attach", p.pid, cwd=tmp_path)
-        assert out.returncode == 1
-        assert out.stderr == (f"libmemleak: attach: process {p.pid} is statically linked: there is "
-                              "no dynamic loader in it to load the tracer with (rebuild it without "
-                              "-static)\n")
-        assert not_stopped(p.pid)
-    finally:
-        p.kill()
-        p.wait()
+    refused_and_untouched(p, tmp_path, f"process {p.pid} is statically linked: there is no dynamic "
+                          "loader in it to load the tracer with (rebuild it without -static)")
     # No such process; one that is not attached; one under libmemleak run.
     out = cli("attach", 999999999, cwd=tmp_path)
     assert (out.returncode, out.stderr) == (1, "libmemleak: attach: no process 999999999\n")
@@ -317,13 +320,6 @@ def test_a_process_in_another_mount_namespace_is_told_what_to_do(tmp_path):
         p.kill()
         p.wait()
         pytest.skip("cannot make a mount namespace here")
-    try:
-        out = cli("attach", p.pid, cwd=tmp_path)
-        assert out.returncode == 1
-        assert out.stderr == (f"libmemleak: attach: process {p.pid} cannot see {preload_path()} "
-                              "(another mount namespace: a container?): copy libmtrace.so into its "
-                              "file system and pass --library with its path there\n")
-        assert not_stopped(p.pid)
-    finally:
-        p.kill()
-        p.wait()
+    refused_and_untouched(p, tmp_path, f"process {p.pid} cannot see {preload_path()} (another mount "
+                          "namespace: a container?): copy libmtrace.so into its file system and "
+                          "pass --library with its path there")
