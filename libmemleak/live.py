@@ -74,8 +74,7 @@ def collecting_segment(pid):
     segment, fd = open_segment(pid)
     try:
         if not segment.header.collecting:
-            raise LiveError(f"process {pid} is not collecting (it waits for its mtrace(), or "
-                            "called muntrace())")
+            raise LiveError(not_collecting_why(segment.header))
         yield segment
     finally:
         segment.close()
@@ -89,14 +88,19 @@ def request_report(pid, timeout=60.0, scan=False, heuristics=None):
         return request_on_segment(segment, timeout, scan, heuristics)
 
 
+def not_collecting_why(h):
+    if h.detach_requests:
+        return f"process {h.pid} was detached from (libmemleak detach): it is not traced any more"
+    return f"process {h.pid} is not collecting (it waits for its mtrace(), or called muntrace())"
+
+
 def request_on_segment(segment, timeout=60.0, scan=False, heuristics=None):
     """request_report on an open segment (the remote server's: it holds
     one)."""
     h = segment.header
     pid = h.pid
     if not h.collecting and not h.paused:
-        raise LiveError(f"process {pid} is not collecting (it waits for its mtrace(), or "
-                        "called muntrace(), or was detached)")
+        raise LiveError(not_collecting_why(h))
     if scan and not h.trailer_key:
         raise LiveError(f"process {pid} cannot be scanned: the scan needs every block "
                         "tracked with a trailer (not sample=, not track=table)")
