@@ -88,7 +88,9 @@ def _demo(cc, work, keep_dir):
           f"report,\ninnermost frame first.  {BATCHES + 1} reports were written; line them up:")
     print(f"\n$ libmemleak report {work}")
     sys.stdout.flush()
-    subprocess.run([sys.executable, "-m", "libmemleak", "report", "--top", "3", work],
+    # In the demo's directory: `-m` looks in the working directory first,
+    # and a source checkout there is not the installed package.
+    subprocess.run([sys.executable, "-m", "libmemleak", "report", "--top", "3", work], cwd=work,
                    env=dict(os.environ, PYTHONPATH=os.path.dirname(PACKAGE_DIR)))
     print("The two suspects are the demo's two leaks: the strdup in parse_request and cache_put.")
     return 0

@@ -7,7 +7,6 @@ detached from (one line says why; it runs on untouched), 2 a usage mistake."""
 import os
 import sys
 
-from libmemleak.attach import AttachError, attach, detach, wait_for_reporter
 from libmemleak.cli import config_value
 
 EXIT_FAILED = 1
@@ -57,6 +56,7 @@ def attach_config(config):
 
 
 def run_attach(args):
+    from libmemleak.attach import AttachError, attach, wait_for_reporter  # loads the C side
     config, directory = attach_config(args.config)
     try:
         tid, kept_ms = attach(args.pid, config, args.library, say=_say)
@@ -77,6 +77,7 @@ def run_attach(args):
 
 
 def run_detach(args):
+    from libmemleak.attach import AttachError, detach
     try:
         tid, kept_ms = detach(args.pid, say=_say)
     except AttachError as e:
