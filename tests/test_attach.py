@@ -172,7 +172,12 @@ def test_attach_to_python3(tmp_path):
     p.stdin.write(b"grow 20\n")
     p.stdin.flush()
     expect(p, "ok 20\n")
-    report = snapshot(p.pid, tmp_path)
+    # the shell on the attached process
+    out = cli("shell", p.pid, "-c", "report; diff 1", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    path = out.stdout.splitlines()[0]
+    assert "+2,000,020 B +20 blocks" in out.stdout
+    report = memlog.read(path)
     assert any(e.bytes == 20 * 100001 and e.blocks == 20 for e in report.entries), \
         [(e.bytes, e.blocks) for e in report.entries[:5]]
     assert cli("detach", "-q", p.pid, cwd=tmp_path).returncode == 0
