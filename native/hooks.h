@@ -1,0 +1,136 @@
+/* What the hook files share (interpose.c: the malloc family and the
+ * lookup of the real functions; hooks_maps.c: mappings and the loader;
+ * hooks_cxx.c: C++ new and delete; hooks_process.c: mtrace, exec and
+ * descriptors): the table of the next definitions, the recursion guard,
+ * and how a block is recorded and forgotten.  Inline helpers only: each
+ * is on some hook's hot path.
+ *
+ * Order matters for correctness under threads: a free is recorded *before*
+ * the real free (after it, another thread could be handed the same address
+ * and record it first), an allocation *after* the real allocation. */
+#ifndef MLK_HOOKS_H
+#define MLK_HOOKS_H
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "mlk.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+struct mlk_real_fns {
+    void *(*malloc)(size_t);
+    void (*free)(void *);
+    size_t (*malloc_usable_size)(void *);
+    void *(*calloc)(size_t, size_t);
+    void *(*realloc)(void *, size_t);
+    int (*posix_memalign)(void **, size_t, size_t);
+    void *(*aligned_alloc)(size_t, size_t);
+    void *(*memalign)(size_t, size_t);
+    void *(*valloc)(size_t);
+    void *(*pvalloc)(size_t);
+    void *(*mmap)(void *, size_t, int, int, int, off_t);
+    int (*munmap)(void *, size_t);
+    int (*mprotect)(void *, size_t, int);
+    void *(*mremap)(void *, size_t, size_t, int, ...);
+    void *(*dlopen)(const char *, int);
+    int (*dlclose)(void *);
+};
+extern MLK_HIDDEN struct mlk_real_fns mlk_real; /* the next definitions (interpose.c) */
+
+/* Bootstrap: allocations made while dlsym runs (interpose.c). */
+#define MLK_BOOT_ARENA (64 * 1024)
+extern MLK_HIDDEN char mlk_boot_arena[MLK_BOOT_ARENA];
+static inline int mlk_is_boot(const void *p)
+{
+    return (const char *)p >= mlk_boot_arena && (const char *)p < mlk_boot_arena + MLK_BOOT_ARENA;
+}
+MLK_HIDDEN void *mlk_boot_alloc(size_t size, size_t align);
+
+#define READY() (MLK_LIKELY(mlk_real.free != NULL) || (mlk_ensure_real(), mlk_real.free != NULL))
+MLK_HIDDEN void mlk_ensure_real(void);
+
+
+/* The guard: record only when collecting and not inside our own code. */
+#define RECORDING() (MLK_LIKELY(!mlk_in_hook) && mlk_collecting)
+/* errno is libc's thread-local, reached through a call to __errno_location
+ * each time; its address never changes for a thread, so ask once. */
+extern MLK_HIDDEN __thread int *mlk_errno_at __attribute__((tls_model("initial-exec")));
+static inline int *thread_errno(void)
+{
+    int *e = mlk_errno_at;
+    if (MLK_UNLIKELY(!e))
+        mlk_errno_at = e = &errno;
+    return e;
+}
+#define BEGIN_HOOK() int *errno_p_ = thread_errno(); int saved_errno_ = *errno_p_; mlk_in_hook = 1
+#define END_HOOK() mlk_in_hook = 0; *errno_p_ = saved_errno_
+
+/* Trailers (trailers.c): record new blocks in 16 extra bytes at their end.
+ * A request too big to grow by 16 bytes takes the ordinary path, where the
+ * real allocator refuses it. */
+#define TRAILING() (RECORDING() && mlk_trailer_key)
+#define TRAILABLE(size) ((size) <= (size_t)PTRDIFF_MAX - MLK_TRAILER_SIZE)
+
+static inline __attribute__((always_inline)) void trailed(void *p, size_t size, int kind)
+{
+    BEGIN_HOOK();
+    MLK_WALK_FROM_HERE();
+    mlk_record_trailed(p, mlk_real.malloc_usable_size(p), size, kind);
+    END_HOOK();
+}
+
+/* p's trailer if p is a block recorded with one, else NULL. */
+static inline struct mlk_trailer *trailer(void *p)
+{
+    if (MLK_LIKELY(!mlk_trailer_key))
+        return NULL;
+    return mlk_trailer_of(p, mlk_real.malloc_usable_size(p));
+}
+
+/* Before collection starts from load (mlk_early_trailers): a block with
+ * an uncounted trailer, for the scan.  Never on the collecting path. */
+MLK_HIDDEN void *mlk_early_malloc(size_t size, int zeroed);
+#define EARLY(size) (MLK_UNLIKELY(mlk_early_trailers) && !mlk_collecting && TRAILABLE(size))
+
+/* Mapping calls made by that allocator itself. */
+#define BY_THE_ALLOCATOR() mlk_is_allocator_address((uint64_t)__builtin_return_address(0))
+
+static inline __attribute__((always_inline)) void after_alloc(void *p, size_t size, int kind)
+{
+    if (p && RECORDING() && mlk_sample(size)) {
+        BEGIN_HOOK();
+        MLK_WALK_FROM_HERE();
+        mlk_record_alloc(p, size, kind);
+        END_HOOK();
+    }
+}
+
+static inline void before_free(void *p)
+{
+    if (p && !mlk_in_hook && mlk_ever_collected && mlk_maybe_recorded(p)) {
+        BEGIN_HOOK();
+        mlk_record_free(p);
+        END_HOOK();
+    }
+}
+
+/* A block with a trailer is forgotten by its trailer alone, before the
+ * real free (nothing else can reach it after). */
+static inline int free_trailed(void *p)
+{
+    struct mlk_trailer *t = trailer(p);
+    if (!t)
+        return 0;
+    mlk_trailer_uncount(mlk_trailer_take(t));
+    mlk_real.free(p);
+    return 1;
+}
+
+/* The next definition of `name`, looked up once (for hooks added after
+ * start-up, outside the `real` table). */
+#define LAZY_NEXT(var, name) (var ? var : (*(void **)&var = dlsym(MLK_NEXT_HANDLE, name), var))
+
+#endif

@@ -1,0 +1,137 @@
+/* C++ operator new and delete (hooks.h has what the hooks share). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "hooks.h"
+
+/* ---- C++ operators -------------------------------------------------------
+ * Ours come first in symbol lookup.  Each delegates to the next definition
+ * (libstdc++'s, which implements the new-handler loop and throws bad_alloc)
+ * with the guard set, so its inner malloc is not counted a second time.  The
+ * guard is a cleanup variable, so it is also reset when bad_alloc unwinds
+ * through us (this file is compiled with -fexceptions). */
+
+static void clear_guard(int *unused)
+{
+    (void)unused;
+    mlk_in_hook = 0;
+}
+
+static void *next_symbol(const char *mangled)
+{
+    void *f = dlsym(MLK_NEXT_HANDLE, mangled);
+    if (!f) {
+        /* libstdc++ loaded later with RTLD_LOCAL (a C program's C++ plugin). */
+        void *lib = mlk_real.dlopen ? mlk_real.dlopen("libstdc++.so.6", RTLD_NOW | RTLD_NOLOAD) : NULL;
+        if (lib)
+            f = dlsym(lib, mangled);
+    }
+    return f;
+}
+
+typedef void *(*new_fn)();
+typedef void (*delete_fn)();
+
+static void *fallback_new(size_t size)
+{
+    void *p = mlk_real.malloc(size ? size : 1);
+    if (!p) {
+        mlk_warn("operator new: out of memory and no C++ runtime to throw bad_alloc", "", "");
+        abort();
+    }
+    return p;
+}
+
+#define NEW_HOOK(mangled, kind, fast, params, args)                                                      \
+    EXPORT void *mangled params                                                                    \
+    {                                                                                              \
+        static new_fn next;                                                                        \
+        if (!READY())                                                                              \
+            return mlk_boot_alloc(size, 16);                                                           \
+        if (fast && TRAILING() && TRAILABLE(size)) {                                               \
+            /* Most news: one malloc.  If it fails, the C++ runtime's      \
+             * new below runs the new-handler loop or throws. */           \
+            void *p = mlk_real.malloc(size + MLK_TRAILER_SIZE);                                        \
+            if (MLK_LIKELY(p != NULL)) {                                                           \
+                trailed(p, size, kind);                                                            \
+                return p;                                                                          \
+            }                                                                                      \
+        }                                                                                          \
+        if (fast && EARLY(size)) {                                                                 \
+            void *p = mlk_early_malloc(size, 0);                                                       \
+            if (MLK_LIKELY(p != NULL))                                                             \
+                return p;                                                                          \
+        }                                                                                          \
+        if (MLK_UNLIKELY(!next))                                                                   \
+            next = (new_fn)next_symbol(#mangled);                                                  \
+        void *p;                                                                                   \
+        if (mlk_in_hook) {                                                                         \
+            p = next ? next args : fallback_new(size);                                             \
+        } else {                                                                                   \
+            int guard __attribute__((cleanup(clear_guard))) = 0;                                   \
+            (void)guard;                                                                           \
+            mlk_in_hook = 1;                                                                       \
+            p = next ? next args : fallback_new(size);                                             \
+        }                                                                                          \
+        after_alloc(p, size, kind);                                                                \
+        return p;                                                                                  \
+    }
+
+typedef struct nothrow_t nothrow_t;
+/* align_val_t is an enum of size_t: passed as a size_t. */
+NEW_HOOK(_Znwm, MLK_KIND_NEW, 1, (size_t size), (size))
+NEW_HOOK(_Znam, MLK_KIND_NEW, 1, (size_t size), (size))
+NEW_HOOK(_ZnwmRKSt9nothrow_t, MLK_KIND_NEW, 1, (size_t size, const nothrow_t *nt), (size, nt))
+NEW_HOOK(_ZnamRKSt9nothrow_t, MLK_KIND_NEW, 1, (size_t size, const nothrow_t *nt), (size, nt))
+NEW_HOOK(_ZnwmSt11align_val_t, MLK_KIND_NEW, 0, (size_t size, size_t al), (size, al))
+NEW_HOOK(_ZnamSt11align_val_t, MLK_KIND_NEW, 0, (size_t size, size_t al), (size, al))
+NEW_HOOK(_ZnwmSt11align_val_tRKSt9nothrow_t, MLK_KIND_NEW, 0, (size_t size, size_t al, const nothrow_t *nt),
+         (size, al, nt))
+NEW_HOOK(_ZnamSt11align_val_tRKSt9nothrow_t, MLK_KIND_NEW, 0, (size_t size, size_t al, const nothrow_t *nt),
+         (size, al, nt))
+
+#define DELETE_HOOK(mangled, params, args)                                                         \
+    EXPORT void mangled params                                                                     \
+    {                                                                                              \
+        static delete_fn next;                                                                     \
+        if (!p || mlk_is_boot(p))                                                                      \
+            return;                                                                                \
+        if (!READY())                                                                              \
+            return;                                                                                \
+        if (free_trailed(p)) /* the runtime's delete would only call free */                    \
+            return;                                                                                \
+        if (MLK_UNLIKELY(!next))                                                                   \
+            next = (delete_fn)next_symbol(#mangled);                                               \
+        before_free(p);                                                                            \
+        if (!next) {                                                                               \
+            mlk_real.free(p);                                                                          \
+        } else if (mlk_in_hook) {                                                                  \
+            next args;                                                                             \
+        } else {                                                                                   \
+            mlk_in_hook = 1;                                                                       \
+            next args;                                                                             \
+            mlk_in_hook = 0;                                                                       \
+        }                                                                                          \
+    }
+
+DELETE_HOOK(_ZdlPv, (void *p), (p))
+DELETE_HOOK(_ZdaPv, (void *p), (p))
+DELETE_HOOK(_ZdlPvm, (void *p, size_t n), (p, n))
+DELETE_HOOK(_ZdaPvm, (void *p, size_t n), (p, n))
+DELETE_HOOK(_ZdlPvRKSt9nothrow_t, (void *p, const nothrow_t *nt), (p, nt))
+DELETE_HOOK(_ZdaPvRKSt9nothrow_t, (void *p, const nothrow_t *nt), (p, nt))
+DELETE_HOOK(_ZdlPvSt11align_val_t, (void *p, size_t al), (p, al))
+DELETE_HOOK(_ZdaPvSt11align_val_t, (void *p, size_t al), (p, al))
+DELETE_HOOK(_ZdlPvmSt11align_val_t, (void *p, size_t n, size_t al), (p, n, al))
+DELETE_HOOK(_ZdaPvmSt11align_val_t, (void *p, size_t n, size_t al), (p, n, al))
+DELETE_HOOK(_ZdlPvSt11align_val_tRKSt9nothrow_t, (void *p, size_t al, const nothrow_t *nt), (p, al, nt))
+DELETE_HOOK(_ZdaPvSt11align_val_tRKSt9nothrow_t, (void *p, size_t al, const nothrow_t *nt), (p, al, nt))
+

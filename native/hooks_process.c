@@ -1,0 +1,170 @@
+/* The hooks that are not about memory: glibc's <mcheck.h> API, exec
+ * (the image is replaced), and the descriptor calls that could take the
+ * segment's descriptor away (hooks.h has what the hooks share). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "hooks.h"
+
+/* ---- glibc's <mcheck.h> API: the program controls reporting ------------- */
+
+/* The program's first mtrace() means "start": it starts collection, or does
+ * nothing when collection already runs (MEMLEAK_CONFIG unset or mtraceinit),
+ * so the program gets the same reports either way.  Later calls report, or
+ * restart collection after a muntrace(). */
+EXPORT void mtrace(void)
+{
+    static int calls;
+    BEGIN_HOOK();
+    mlk_init();
+    int first = __atomic_fetch_add(&calls, 1, __ATOMIC_RELAXED) == 0;
+    if (!mlk_collecting)
+        mlk_start_collecting();
+    else if (!first && mlk_seg)
+        mlk_request_report(&mlk_seg->mtrace_requests, 1);
+    END_HOOK();
+}
+
+EXPORT void muntrace(void)
+{
+    BEGIN_HOOK();
+    if (mlk_collecting_or_paused() && mlk_seg) {
+        mlk_stop_collecting();
+        mlk_request_report(&mlk_seg->muntrace_requests, 1);
+    }
+    END_HOOK();
+}
+
+/* ---- exec: the image is about to be replaced ------------------------------
+ * The old image's reporter must not take the new image's exit for its own
+ * death, so each exec entry point marks the segment first (and clears the
+ * mark if the call fails).  glibc's exec variants call execve internally,
+ * not through the PLT, so each exported one is hooked. */
+
+static void exec_mark(int pending)
+{
+    if (mlk_seg && mlk_seg->pid == mlk_getpid())
+        __atomic_store_n(&mlk_seg->exec_pending, (uint32_t)pending, __ATOMIC_RELEASE);
+}
+
+
+#define EXEC_HOOK(name, params, args)                                                              \
+    EXPORT int name params                                                                         \
+    {                                                                                              \
+        static int (*next) params;                                                                 \
+        if (!LAZY_NEXT(next, #name)) {                                                             \
+            errno = ENOSYS;                                                                        \
+            return -1;                                                                             \
+        }                                                                                          \
+        exec_mark(1);                                                                              \
+        int r = next args;                                                                         \
+        int saved = errno;                                                                         \
+        exec_mark(0);                                                                              \
+        errno = saved;                                                                             \
+        return r;                                                                                  \
+    }
+
+EXEC_HOOK(execve, (const char *path, char *const argv[], char *const envp[]), (path, argv, envp))
+EXEC_HOOK(execv, (const char *path, char *const argv[]), (path, argv))
+EXEC_HOOK(execvp, (const char *file, char *const argv[]), (file, argv))
+EXEC_HOOK(execvpe, (const char *file, char *const argv[], char *const envp[]), (file, argv, envp))
+EXEC_HOOK(fexecve, (int fd, char *const argv[], char *const envp[]), (fd, argv, envp))
+EXEC_HOOK(execveat, (int dirfd, const char *path, char *const argv[], char *const envp[], int flags),
+          (dirfd, path, argv, envp, flags))
+
+/* The list forms: collect the arguments, then go through the vector forms. */
+#define MAX_EXEC_ARGS 4096
+static int collect_args(const char *arg0, va_list ap, char **argv, char ***envp_out)
+{
+    int n = 0;
+    argv[n++] = (char *)arg0;
+    while (argv[n - 1] && n < MAX_EXEC_ARGS)
+        argv[n++] = va_arg(ap, char *);
+    if (argv[n - 1]) {
+        errno = E2BIG;
+        return -1;
+    }
+    if (envp_out)
+        *envp_out = va_arg(ap, char **);
+    return 0;
+}
+
+EXPORT int execl(const char *path, const char *arg, ...)
+{
+    char *argv[MAX_EXEC_ARGS];
+    va_list ap;
+    va_start(ap, arg);
+    int ok = collect_args(arg, ap, argv, NULL);
+    va_end(ap);
+    return ok < 0 ? -1 : execv(path, argv);
+}
+
+EXPORT int execlp(const char *file, const char *arg, ...)
+{
+    char *argv[MAX_EXEC_ARGS];
+    va_list ap;
+    va_start(ap, arg);
+    int ok = collect_args(arg, ap, argv, NULL);
+    va_end(ap);
+    return ok < 0 ? -1 : execvp(file, argv);
+}
+
+EXPORT int execle(const char *path, const char *arg, ...)
+{
+    char *argv[MAX_EXEC_ARGS];
+    char **envp;
+    va_list ap;
+    va_start(ap, arg);
+    int ok = collect_args(arg, ap, argv, &envp);
+    va_end(ap);
+    return ok < 0 ? -1 : execve(path, argv, envp);
+}
+
+/* ---- our descriptor: programs that close or reuse every fd ----------------
+ * Daemons close every descriptor; that would take the segment's memfd, and a
+ * reporter started later could not be handed it.  So before the program
+ * closes or overwrites our descriptor, it is moved out of the way; when a
+ * whole range up to the top is closed, a reporter is started first instead
+ * (it holds the segment from then on). */
+
+static void protect_segment_fd(int lo, int hi)
+{
+    if (mlk_seg_fd < lo || mlk_seg_fd > hi || mlk_in_hook)
+        return;
+    BEGIN_HOOK();
+    mlk_segment_fd_threatened(lo, hi);
+    END_HOOK();
+}
+
+#define FD_HOOK(ret, name, params, args, lo, hi)                                                   \
+    EXPORT ret name params                                                                         \
+    {                                                                                              \
+        static ret (*next) params;                                                                 \
+        if (!LAZY_NEXT(next, #name)) {                                                             \
+            errno = ENOSYS;                                                                        \
+            return (ret)-1;                                                                        \
+        }                                                                                          \
+        protect_segment_fd(lo, hi);                                                                \
+        return next args;                                                                          \
+    }
+
+FD_HOOK(int, close, (int fd), (fd), fd, fd)
+FD_HOOK(int, dup2, (int oldfd, int newfd), (oldfd, newfd), newfd, newfd)
+FD_HOOK(int, dup3, (int oldfd, int newfd, int flags), (oldfd, newfd, flags), newfd, newfd)
+FD_HOOK(int, close_range, (unsigned first, unsigned last, int flags), (first, last, flags),
+        (int)(first > 0x7fffffffu ? 0x7fffffff : first), (int)(last > 0x7fffffffu ? 0x7fffffff : last))
+
+EXPORT void closefrom(int lowfd)
+{
+    static void (*next)(int);
+    protect_segment_fd(lowfd < 0 ? 0 : lowfd, 0x7fffffff);
+    if (LAZY_NEXT(next, "closefrom"))
+        next(lowfd);
+}
