@@ -18,6 +18,7 @@ import time
 import cffi
 
 from libmemleak import preload_path
+from libmemleak.live import proc_dir
 from libmemleak.report_core import _LIBRARY
 
 ffi = cffi.FFI()
@@ -52,7 +53,7 @@ class AttachError(Exception):
 def read_maps(pid):
     """[(lo, hi, perms, offset, path)] of process pid."""
     try:
-        with open(f"/proc/{pid}/maps") as f:
+        with open(f"{proc_dir(pid)}/maps") as f:
             lines = f.read().splitlines()
     except FileNotFoundError:
         raise AttachError(f"no process {pid}") from None
@@ -114,13 +115,13 @@ def symbol_offsets(path, names):
 
 def _in_process_root(pid, path):
     """The file the process sees at `path` (its mount namespace)."""
-    return f"/proc/{pid}/root{path}"
+    return f"{proc_dir(pid)}/root{path}"
 
 
 def _check_process(pid, maps):
     """The glibc of the process (its path there, its bias), or why not."""
     try:
-        with open(f"/proc/{pid}/exe", "rb") as f:
+        with open(f"{proc_dir(pid)}/exe", "rb") as f:
             from libmemleak.cli import has_interpreter
             if not has_interpreter(f):
                 raise AttachError(f"process {pid} is statically linked: there is no dynamic "
@@ -198,16 +199,16 @@ class Borrowed:
 
     def read_string(self, addr, limit=4096):
         buf = ffi.new("char[]", limit)
-        lib.mlk_read_mem(self.pid, addr, buf, limit - 1)
+        lib.mlk_read_mem(self.tid, addr, buf, limit - 1)  # the main thread may be a zombie
         return ffi.string(buf).decode(errors="replace")
 
     def read(self, addr, size):
         buf = ffi.new("char[]", size)
-        lib.mlk_read_mem(self.pid, addr, buf, size)
+        lib.mlk_read_mem(self.tid, addr, buf, size)
         return bytes(ffi.buffer(buf, size))
 
     def write(self, addr, data):
-        return lib.mlk_write_mem(self.pid, addr, data, len(data)) == 0
+        return lib.mlk_write_mem(self.tid, addr, data, len(data)) == 0
 
     def close(self):
         if self.h != ffi.NULL:

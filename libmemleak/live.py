@@ -29,11 +29,30 @@ class LiveError(Exception):
     """Why a live process cannot be asked (one line, for the user)."""
 
 
+def proc_dir(pid):
+    """/proc/PID, or /proc/PID/task/TID of a live thread when the main thread
+    has exited (pthread_exit): a zombie main thread has no fd, maps, mem,
+    exe or root of its own while the others run."""
+    def alive(stat_path):
+        with open(stat_path, "rb") as f:
+            return f.read().rpartition(b")")[2].split()[:1] not in ([b"Z"], [b"X"])
+    try:
+        if alive(f"/proc/{pid}/stat"):
+            return f"/proc/{pid}"
+        for tid in sorted(os.listdir(f"/proc/{pid}/task")):
+            if alive(f"/proc/{pid}/task/{tid}/stat"):
+                return f"/proc/{pid}/task/{tid}"
+    except OSError:
+        pass
+    return f"/proc/{pid}"
+
+
 def open_segment(pid):
     """The segment of the traced process `pid`, mapped writable."""
-    fd_dir = f"/proc/{pid}/fd"
+    where = proc_dir(pid)
+    fd_dir = f"{where}/fd"
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
+        with open(f"{where}/stat", "rb") as f:
             if f.read().rpartition(b")")[2].split()[:1] in ([b"Z"], [b"X"]):
                 raise LiveError(f"process {pid} has exited")
         names = os.listdir(fd_dir)
@@ -137,7 +156,7 @@ def set_collecting_on_segment(segment, on):
     if not h.collecting_addr:
         raise LiveError(f"process {pid}: its libmemleak cannot be paused from outside")
     try:
-        mem = os.open(f"/proc/{pid}/mem", os.O_RDWR | os.O_CLOEXEC)
+        mem = os.open(f"{proc_dir(pid)}/mem", os.O_RDWR | os.O_CLOEXEC)
     except OSError as e:
         raise LiveError(f"process {pid}: cannot write its memory ({e.strerror}): pausing needs "
                         "the rights a debugger needs") from None

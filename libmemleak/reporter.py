@@ -22,6 +22,7 @@ from libmemleak import __version__, reachability, report_core
 from libmemleak.diff import FrameResolver, KeyTable, diff_snapshot, totals
 from libmemleak.keeper import Keeper
 from libmemleak.memlog import Frame, render, render_frames, report_name, write_report
+from libmemleak.live import proc_dir
 from libmemleak.report_core import TextStore
 from libmemleak.segment import KIND_NAMES, Segment, SegmentError, futex_wait, futex_wake
 from libmemleak.symbols import Symbolizer
@@ -108,7 +109,9 @@ class ProgramWatch:
             return False
         self._next_exec_check = now + EXEC_CHECK_SECONDS
         try:
-            with open(f"/proc/{self.pid}/maps", "rb") as f:
+            # a live thread's view: a main thread that called pthread_exit
+            # has no maps while the others run (no exec happened)
+            with open(f"{proc_dir(self.pid)}/maps", "rb") as f:
                 maps = f.read()
         except OSError:
             return False  # gone: dead() tells

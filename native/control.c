@@ -467,7 +467,9 @@ static uint32_t status_kb(const char *status, const char *key)
 static void record_exit_memory(void)
 {
     char buf[4096];
-    int fd = (int)raw(SYS_open, (long)"/proc/self/status", O_RDONLY | O_CLOEXEC, 0);
+    int fd = (int)raw(SYS_open, (long)"/proc/thread-self/status", O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0) /* no thread-self before Linux 3.17 */
+        fd = (int)raw(SYS_open, (long)"/proc/self/status", O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0)
         return;
     long n = raw(SYS_read, fd, (long)buf, sizeof buf - 1);

@@ -70,7 +70,11 @@ static int make_memfd(uint64_t size)
 static void invoked_name(struct mlk_header *h)
 {
     char buf[4096];
-    int fd = (int)mlk_syscall6(SYS_open, (long)"/proc/self/cmdline", O_RDONLY | O_CLOEXEC, 0, 0, 0, 0);
+    /* thread-self: a main thread that called pthread_exit leaves /proc/self
+     * without cmdline and exe while the other threads run */
+    int fd = (int)mlk_syscall6(SYS_open, (long)"/proc/thread-self/cmdline", O_RDONLY | O_CLOEXEC, 0, 0, 0, 0);
+    if (fd < 0)
+        fd = (int)mlk_syscall6(SYS_open, (long)"/proc/self/cmdline", O_RDONLY | O_CLOEXEC, 0, 0, 0, 0);
     if (fd < 0)
         return;
     long n = mlk_syscall6(SYS_read, fd, (long)buf, sizeof buf - 1, 0, 0, 0);
@@ -139,7 +143,9 @@ int mlk_segment_create(uint32_t depth, const char *dir, const char *listen)
     mlk_seg_fd = fd;
 
     char exe[4096];
-    long n = mlk_syscall6(SYS_readlink, (long)"/proc/self/exe", (long)exe, sizeof exe - 1, 0, 0, 0);
+    long n = mlk_syscall6(SYS_readlink, (long)"/proc/thread-self/exe", (long)exe, sizeof exe - 1, 0, 0, 0);
+    if (n < 0)
+        n = mlk_syscall6(SYS_readlink, (long)"/proc/self/exe", (long)exe, sizeof exe - 1, 0, 0, 0);
     if (n < 0)
         n = 0;
     h->exe_off = mlk_string_add(exe, (uint32_t)n);

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -150,6 +151,7 @@ def test_attach_to_a_threaded_cxx_server_and_detach(tmp_path):
 
 PY_LOOP = r"""
 import sys
+import time
 keep = []
 for line in sys.stdin:
     if line.startswith("grow"):
@@ -328,3 +330,32 @@ def test_a_process_in_another_mount_namespace_is_told_what_to_do(tmp_path):
     refused_and_untouched(p, tmp_path, f"process {p.pid} cannot see {preload_path()} (another mount "
                           "namespace: a container?): copy libmtrace.so into its file system and "
                           "pass --library with its path there")
+
+
+@pytest.mark.parametrize("how", ["run", "attach"])
+def test_a_process_whose_main_thread_exited(tmp_path, how):
+    """pthread_exit in main leaves a zombie main thread while a worker runs:
+    the reporter keeps serving (it once took the missing maps for an exec),
+    snapshot, scan and attach look through the live thread."""
+    prog = compile_program("mainexits.c")
+    argv = [prog] if how == "attach" else [sys.executable, "-m", "libmemleak", "run", "-q", prog]
+    p = start_bare(argv, tmp_path, None if how == "attach" else CLI_ENV)
+    expect(p, "checkpoint started\n")
+    time.sleep(0.5)  # the main thread has exited by now
+    with open(f"/proc/{p.pid}/stat") as f:
+        assert f.read().rpartition(")")[2].split()[0] == "Z"
+    if how == "attach":
+        out = cli("attach", "-q", p.pid, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+    time.sleep(1.5)  # longer than the reporter's exec check
+    p.stdin.write(b"\n")
+    p.stdin.flush()
+    expect(p, "checkpoint ready\n")
+    assert by_site(snapshot(p.pid, tmp_path))["site_worker"] == (1000, 10)
+    out = cli("scan", p.pid, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    scanned = memlog.read(out.stdout.splitlines()[0])
+    assert categories_of(next(e for e in scanned.entries if e.frames[0].function == "site_worker")) \
+        == {"still-reachable": (1000, 10)}
+    p.communicate(b"\n", timeout=60)
+    assert p.returncode == 5

@@ -84,6 +84,8 @@ static long syscall_of(int pid, int tid)
  * a lock of the runtime's (waiting, so not holding that one): last. */
 static int rank_of(int pid, int tid)
 {
+    if (mlk_thread_is_zombie(pid, tid))
+        return -2;
     long nr = syscall_of(pid, tid);
     if (nr < 0 || holds_locks_across(nr))
         return -1;
@@ -173,7 +175,7 @@ static int try_round(struct mlk_hijack *h, const uint64_t *lo, const uint64_t *h
     for (int want = 0; want <= 3; want++) {
         for (int i = 0; i < n; i++) {
             int rank = rank_of(h->pid, tids[i]);
-            if (!any_outside && rank != want)
+            if (rank == -2 || (!any_outside && rank != want))
                 continue;
             if (any_outside && want > 0)
                 return 0;
@@ -237,8 +239,8 @@ EXPORT uint64_t mlk_hijack_push(struct mlk_hijack *h, const void *data, size_t l
 {
     uint64_t at = (h->scratch - len) & ~(uint64_t)15;
     struct iovec local = {(void *)data, len}, remote = {(void *)(uintptr_t)at, len};
-    if (process_vm_writev(h->pid, &local, 1, &remote, 1, 0) != (ssize_t)len)
-        return 0;
+    if (process_vm_writev(h->tid, &local, 1, &remote, 1, 0) != (ssize_t)len)
+        return 0; /* through the borrowed thread: the main one may be a zombie */
     h->scratch = at;
     return at;
 }
@@ -258,7 +260,7 @@ EXPORT int mlk_hijack_call(struct mlk_hijack *h, uint64_t func, const uint64_t *
     uint64_t zero = 0;
     uint64_t sp = (h->scratch - 64) & ~(uint64_t)15;
     sp -= 8; /* the return address: at the call, sp + 8 is 16-aligned */
-    if (mlk_write_mem(h->pid, sp, &zero, 8) != 0) {
+    if (mlk_write_mem(h->tid, sp, &zero, 8) != 0) {
         snprintf(why, (size_t)why_len, "cannot write the thread's stack: %s", strerror(errno));
         return -1;
     }

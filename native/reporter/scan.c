@@ -476,7 +476,7 @@ EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t own_l
                          struct mlk_age_history *history, uint32_t seq, int64_t *per_stack_age,
                          int32_t *bucket_seq, char *why, int why_len)
 {
-    struct scan s = {.pid = w->pid, .own_lo = own_lo, .own_hi = own_hi, .totals = totals,
+    struct scan s = {.pid = w->mem_pid, .own_lo = own_lo, .own_hi = own_hi, .totals = totals,
                      .unlisted_heap_is_root = (heuristics & MLK_SCAN_UNLISTED_HEAP_IS_ROOT) != 0};
     memset(totals, 0, sizeof *totals);
     totals->threads = w->nthreads;

@@ -83,6 +83,20 @@ static int tracer_of(int pid, int tid)
     return tracer;
 }
 
+EXPORT int mlk_thread_is_zombie(int pid, int tid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/stat", pid, tid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *close = strrchr(buf, ')');
+    return !close || close[1] != ' ' || close[2] == 'Z' || close[2] == 'X';
+}
+
 static int yama_scope(void)
 {
     FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "re");
@@ -174,7 +188,7 @@ EXPORT struct mlk_world *mlk_world_stop(int pid, char *why, int why_len)
         struct dirent *e;
         while ((e = readdir(d)) != NULL) {
             int tid = atoi(e->d_name);
-            if (tid <= 0 || known(w, tid))
+            if (tid <= 0 || known(w, tid) || mlk_thread_is_zombie(pid, tid))
                 continue;
             if (ptrace(PTRACE_SEIZE, tid, 0, 0) != 0) {
                 if (errno == ESRCH)
@@ -212,6 +226,10 @@ EXPORT struct mlk_world *mlk_world_stop(int pid, char *why, int why_len)
                 return NULL;
             }
             w->stopped_ns = mlk_now_monotonic_ns();
+            w->mem_pid = w->threads[0].tid;
+            for (int i = 0; i < w->nthreads; i++)
+                if (w->threads[i].tid == pid)
+                    w->mem_pid = pid; /* the main thread, when it is alive */
             return w;
         }
     }

@@ -19,6 +19,8 @@ struct mlk_thread {
 
 struct mlk_world {
     int pid;
+    int mem_pid;        /* a live thread's id, to read memory and /proc through: a main
+                         * thread that called pthread_exit is a zombie without either */
     int nthreads;
     int64_t cap;
     struct mlk_thread *threads;
@@ -40,5 +42,9 @@ int mlk_world_threads(const struct mlk_world *w);
 size_t mlk_read_mem(int pid, uint64_t addr, void *buf, size_t len);
 
 int64_t mlk_now_monotonic_ns(void);
+
+/* An exited thread not reaped yet (a main thread after pthread_exit, while
+ * the others run): seized, it would never stop; it has no memory to read. */
+int mlk_thread_is_zombie(int pid, int tid);
 
 #endif
