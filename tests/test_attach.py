@@ -359,3 +359,17 @@ def test_a_process_whose_main_thread_exited(tmp_path, how):
         == {"still-reachable": (1000, 10)}
     p.communicate(b"\n", timeout=60)
     assert p.returncode == 5
+
+
+def test_attach_with_a_report_directory_that_cannot_take_reports(tmp_path):
+    p = subprocess.Popen(["sleep", "30"], env=BARE_ENV)
+    try:
+        out = cli("attach", "--config", "dir=/nonexistent/reports", p.pid, cwd=tmp_path)
+        assert (out.returncode, out.stderr) == (1, "libmemleak: attach: the report directory "
+                                                   "/nonexistent/reports is missing or not "
+                                                   "writable: nothing done\n")
+        with open(f"/proc/{p.pid}/maps") as f:
+            assert "libmtrace" not in f.read()
+    finally:
+        p.kill()
+        p.wait()

@@ -58,6 +58,9 @@ def attach_config(config):
 def run_attach(args):
     from libmemleak.attach import AttachError, attach, wait_for_reporter  # loads the C side
     config, directory = attach_config(args.config)
+    if not os.path.isdir(directory) or not os.access(directory, os.W_OK | os.X_OK):
+        _say(f"attach: the report directory {directory} is missing or not writable: nothing done")
+        return EXIT_FAILED
     try:
         tid, kept_ms = attach(args.pid, config, args.library, say=_say)
     except AttachError as e:
