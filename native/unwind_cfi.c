@@ -1,0 +1,356 @@
+/* Reading the unwind tables (.eh_frame, through _dl_find_object and
+ * .eh_frame_hdr's search table: no lock, no allocation) and running a CFA
+ * program up to an address, for the rule cache of unwind.c; and libgcc's
+ * _Unwind_Backtrace, the fallback for frames those rules cannot describe. */
+#define _GNU_SOURCE
+#include <string.h>
+#include <unwind.h>
+
+#include "unwind_cfi.h"
+
+/* ---- libgcc ---------------------------------------------------------------- */
+
+struct collect {
+    uint64_t *ips;
+    int max;
+    int n;
+    int truncated;
+};
+
+static _Unwind_Reason_Code collect_one(struct _Unwind_Context *ctx, void *arg)
+{
+    struct collect *c = arg;
+    int before_insn = 0;
+    uint64_t ip = (uint64_t)_Unwind_GetIPInfo(ctx, &before_insn);
+    if (ip == 0)
+        return _URC_END_OF_STACK;
+    if (c->n == 0 && mlk_is_self_address(ip))
+        return _URC_NO_REASON; /* our own hook frames: not the program's */
+    if (c->n >= c->max) {
+        c->truncated = 1;
+        return _URC_END_OF_STACK;
+    }
+    /* A signal frame's IP is the interrupted instruction itself, not a
+     * return address; the reporter subtracts one from every address to find
+     * the call instruction, so add one here to keep that rule uniform. */
+    c->ips[c->n++] = before_insn ? ip + 1 : ip;
+    return _URC_NO_REASON;
+}
+
+int mlk_libgcc_backtrace(uint64_t *ips, int max, int *truncated)
+{
+    struct collect c = {ips, max, 0, 0};
+    _Unwind_Backtrace(collect_one, &c);
+    *truncated = c.truncated;
+    return c.n;
+}
+
+#if defined(__x86_64__)
+
+/* ---- finding the FDE ------------------------------------------------------- */
+
+/* glibc >= 2.35.  Weak, so the library still loads on an older glibc, where
+ * the fast path simply reports "not understood" and libgcc does the work. */
+struct mlk_dl_find_object {
+    unsigned long long dlfo_flags;
+    void *dlfo_map_start;
+    void *dlfo_map_end;
+    void *dlfo_link_map;
+    void *dlfo_eh_frame;
+    unsigned long long reserved[7];
+};
+extern int _dl_find_object(void *pc, struct mlk_dl_find_object *result) __attribute__((weak));
+
+#define DW_EH_PE_omit 0xff
+#define DW_EH_PE_absptr 0x00
+#define DW_EH_PE_udata4 0x03
+#define DW_EH_PE_sdata4 0x0b
+#define DW_EH_PE_pcrel 0x10
+#define DW_EH_PE_datarel 0x30
+
+static uint64_t uleb(const uint8_t **p)
+{
+    uint64_t v = 0;
+    int shift = 0;
+    uint8_t b;
+    do {
+        b = *(*p)++;
+        if (shift < 64)
+            v |= (uint64_t)(b & 0x7f) << shift;
+        shift += 7;
+    } while (b & 0x80);
+    return v;
+}
+
+static int64_t sleb(const uint8_t **p)
+{
+    int64_t v = 0;
+    int shift = 0;
+    uint8_t b;
+    do {
+        b = *(*p)++;
+        if (shift < 64)
+            v |= (int64_t)(b & 0x7f) << shift;
+        shift += 7;
+    } while (b & 0x80);
+    if (shift < 64 && (b & 0x40))
+        v |= -((int64_t)1 << shift);
+    return v;
+}
+
+/* The encodings compilers use on x86-64; anything else is "not understood". */
+static int read_encoded(const uint8_t **p, uint8_t enc, uint64_t *out)
+{
+    const uint8_t *at = *p;
+    uint64_t v;
+    switch (enc & 0x0f) {
+    case DW_EH_PE_absptr: memcpy(&v, at, 8); *p += 8; break;
+    case DW_EH_PE_udata4: { uint32_t x; memcpy(&x, at, 4); v = x; *p += 4; break; }
+    case DW_EH_PE_sdata4: { int32_t x; memcpy(&x, at, 4); v = (uint64_t)(int64_t)x; *p += 4; break; }
+    default: return 0;
+    }
+    switch (enc & 0x70) {
+    case 0: break;
+    case DW_EH_PE_pcrel: v += (uint64_t)at; break;
+    default: return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+/* Binary search of .eh_frame_hdr's table (datarel sdata4 pairs). */
+static const uint8_t *find_fde(uint64_t pc)
+{
+    if (!_dl_find_object)
+        return NULL;
+    struct mlk_dl_find_object fo;
+    if (_dl_find_object((void *)pc, &fo) != 0 || !fo.dlfo_eh_frame)
+        return NULL;
+    const uint8_t *hdr = fo.dlfo_eh_frame;
+    if (hdr[0] != 1 || hdr[3] != (DW_EH_PE_datarel | DW_EH_PE_sdata4))
+        return NULL;
+    const uint8_t *p = hdr + 4;
+    uint64_t eh_frame, count;
+    if (!read_encoded(&p, hdr[1], &eh_frame) || hdr[2] == DW_EH_PE_omit || !read_encoded(&p, hdr[2], &count))
+        return NULL;
+    const int32_t *table = (const int32_t *)p;
+    uint64_t lo = 0, hi = count;
+    while (lo < hi) {
+        uint64_t mid = (lo + hi) / 2;
+        if ((uint64_t)hdr + (uint64_t)(int64_t)table[2 * mid] <= pc)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0)
+        return NULL;
+    return hdr + table[2 * (lo - 1) + 1];
+}
+
+/* ---- running the CFA program ------------------------------------------------ */
+
+struct cie {
+    uint64_t code_align;
+    int64_t data_align;
+    uint64_t ra_reg;
+    uint8_t fde_enc;
+    int has_z;
+    const uint8_t *insns, *end;
+};
+
+static int parse_cie(const uint8_t *cie, struct cie *out)
+{
+    uint32_t len;
+    memcpy(&len, cie, 4);
+    if (len == 0xffffffff || len == 0)
+        return 0;
+    const uint8_t *end = cie + 4 + len;
+    const uint8_t *p = cie + 8;
+    uint8_t version = *p++;
+    const char *aug = (const char *)p;
+    while (*p)
+        p++;
+    p++;
+    out->code_align = uleb(&p);
+    out->data_align = sleb(&p);
+    out->ra_reg = version == 1 ? *p++ : uleb(&p);
+    out->fde_enc = DW_EH_PE_absptr;
+    out->has_z = aug[0] == 'z';
+    if (out->has_z) {
+        uint64_t aug_len = uleb(&p);
+        const uint8_t *aug_end = p + aug_len;
+        for (const char *a = aug + 1; *a; a++) {
+            if (*a == 'R')
+                out->fde_enc = *p++;
+            else if (*a == 'P') {
+                uint8_t enc = *p++;
+                uint64_t ignored;
+                if (!read_encoded(&p, enc, &ignored))
+                    return 0;
+            } else if (*a == 'L')
+                p++;
+            else if (*a == 'S')
+                return 0; /* a signal frame: libgcc knows how */
+            else
+                break;
+        }
+        p = aug_end;
+    } else if (aug[0]) {
+        return 0;
+    }
+    out->insns = p;
+    out->end = end;
+    return out->ra_reg == REG_RA;
+}
+
+#define MAX_REMEMBER 8
+
+/* Runs insns while loc <= pc.  Returns RULE_UNKNOWN on anything unusual. */
+static int run_cfa(const uint8_t *p, const uint8_t *end, const struct cie *cie, uint64_t loc,
+                   uint64_t pc, struct rule_state *st, const struct rule_state *initial)
+{
+    struct rule_state saved[MAX_REMEMBER];
+    int depth = 0;
+    while (p < end) {
+        uint8_t op = *p++;
+        uint8_t low = op & 0x3f;
+        uint64_t reg;
+        int64_t off;
+        switch (op >> 6) {
+        case 1: /* advance_loc */
+            loc += low * cie->code_align;
+            if (loc > pc)
+                return RULE_OK;
+            continue;
+        case 2: /* offset */
+            off = (int64_t)uleb(&p) * cie->data_align;
+            if (low == REG_RBP) st->rbp_saved = 1, st->rbp_off = off;
+            if (low == REG_RA) st->ra_saved = 1, st->ra_off = off;
+            continue;
+        case 3: /* restore */
+            if (low == REG_RBP) st->rbp_saved = initial->rbp_saved, st->rbp_off = initial->rbp_off;
+            if (low == REG_RA) st->ra_saved = initial->ra_saved, st->ra_off = initial->ra_off;
+            continue;
+        }
+        switch (op) {
+        case 0x00: break; /* nop */
+        case 0x02: /* advance_loc1 */
+        case 0x03: /* advance_loc2 */
+        case 0x04: { /* advance_loc4 */
+            uint32_t delta = 0;
+            size_t width = op == 0x02 ? 1 : op == 0x03 ? 2 : 4;
+            memcpy(&delta, p, width); /* little-endian */
+            p += width;
+            loc += delta * cie->code_align;
+            if (loc > pc)
+                return RULE_OK;
+            break;
+        }
+        case 0x05: /* offset_extended */
+            reg = uleb(&p);
+            off = (int64_t)uleb(&p) * cie->data_align;
+            if (reg == REG_RBP) st->rbp_saved = 1, st->rbp_off = off;
+            if (reg == REG_RA) st->ra_saved = 1, st->ra_off = off;
+            break;
+        case 0x06: /* restore_extended */
+            reg = uleb(&p);
+            if (reg == REG_RBP) st->rbp_saved = initial->rbp_saved, st->rbp_off = initial->rbp_off;
+            if (reg == REG_RA) st->ra_saved = initial->ra_saved, st->ra_off = initial->ra_off;
+            break;
+        case 0x07: /* undefined */
+            reg = uleb(&p);
+            if (reg == REG_RA) st->ra_undefined = 1;
+            if (reg == REG_RBP) return RULE_UNKNOWN;
+            break;
+        case 0x08: /* same_value */
+            reg = uleb(&p);
+            if (reg == REG_RBP) st->rbp_saved = 0;
+            if (reg == REG_RA) return RULE_UNKNOWN;
+            break;
+        case 0x09: /* register */
+            reg = uleb(&p);
+            (void)uleb(&p);
+            if (reg == REG_RBP || reg == REG_RA) return RULE_UNKNOWN;
+            break;
+        case 0x0a: /* remember_state */
+            if (depth == MAX_REMEMBER)
+                return RULE_UNKNOWN;
+            saved[depth++] = *st;
+            break;
+        case 0x0b: /* restore_state */
+            if (depth == 0)
+                return RULE_UNKNOWN;
+            *st = saved[--depth];
+            break;
+        case 0x0c: st->cfa_reg = (int)uleb(&p); st->cfa_off = (int64_t)uleb(&p); break;
+        case 0x0d: st->cfa_reg = (int)uleb(&p); break;
+        case 0x0e: st->cfa_off = (int64_t)uleb(&p); break;
+        case 0x0f: return RULE_UNKNOWN; /* def_cfa_expression */
+        case 0x10: /* expression */
+        case 0x16: /* val_expression */
+            reg = uleb(&p);
+            if (reg == REG_RBP || reg == REG_RA || reg == REG_RSP) return RULE_UNKNOWN;
+            p += uleb(&p);
+            break;
+        case 0x11: /* offset_extended_sf */
+            reg = uleb(&p);
+            off = sleb(&p) * cie->data_align;
+            if (reg == REG_RBP) st->rbp_saved = 1, st->rbp_off = off;
+            if (reg == REG_RA) st->ra_saved = 1, st->ra_off = off;
+            break;
+        case 0x12: st->cfa_reg = (int)uleb(&p); st->cfa_off = sleb(&p) * cie->data_align; break;
+        case 0x13: st->cfa_off = sleb(&p) * cie->data_align; break;
+        case 0x14: /* val_offset */
+        case 0x15: /* val_offset_sf */
+            reg = uleb(&p);
+            if (op == 0x14)
+                (void)uleb(&p);
+            else
+                (void)sleb(&p);
+            if (reg == REG_RBP || reg == REG_RA) return RULE_UNKNOWN;
+            break;
+        case 0x2e: (void)uleb(&p); break; /* GNU_args_size */
+        default: return RULE_UNKNOWN;
+        }
+    }
+    return RULE_OK;
+}
+
+/* The rule at pc, computed from the unwind tables. */
+int mlk_compute_rule(uint64_t pc, struct rule_state *st)
+{
+    const uint8_t *fde = find_fde(pc);
+    if (!fde)
+        return RULE_END; /* no unwind info: libgcc would stop here too */
+    uint32_t len, cie_off;
+    memcpy(&len, fde, 4);
+    if (len == 0 || len == 0xffffffff)
+        return RULE_UNKNOWN;
+    memcpy(&cie_off, fde + 4, 4);
+    struct cie cie;
+    if (!parse_cie(fde + 4 - cie_off, &cie))
+        return RULE_UNKNOWN;
+    const uint8_t *p = fde + 8;
+    uint64_t start, range;
+    if (!read_encoded(&p, cie.fde_enc, &start) || !read_encoded(&p, cie.fde_enc & 0x0f, &range))
+        return RULE_UNKNOWN;
+    if (pc < start || pc >= start + range)
+        return RULE_END;
+    if (cie.has_z)
+        p += uleb(&p);
+    struct rule_state initial = {REG_RSP, 8, 0, 0, 1, -8, 0};
+    *st = initial;
+    if (run_cfa(cie.insns, cie.end, &cie, start, UINT64_MAX, st, &initial) != RULE_OK)
+        return RULE_UNKNOWN;
+    initial = *st;
+    if (run_cfa(p, fde + 4 + len, &cie, start, pc, st, &initial) != RULE_OK)
+        return RULE_UNKNOWN;
+    if (st->ra_undefined)
+        return RULE_END;
+    if ((st->cfa_reg != REG_RSP && st->cfa_reg != REG_RBP) || !st->ra_saved)
+        return RULE_UNKNOWN;
+    return RULE_OK;
+}
+
+
+#endif /* x86-64 */
