@@ -33,15 +33,16 @@
 
 int mlk_attach_mode;
 
-/* What we route, in the order routed: frees first (see above). */
+/* What we route, in the order routed: the frees' pass first (see above),
+ * then the rest, whose first name is where the second pass starts. */
+#define SECOND_PASS_FROM "malloc"
 static const char *const routed_names[] = {
     "free", "cfree", "free_sized", "free_aligned_sized", "realloc", "reallocarray",
     "_ZdlPv", "_ZdaPv", "_ZdlPvm", "_ZdaPvm", "_ZdlPvRKSt9nothrow_t", "_ZdaPvRKSt9nothrow_t",
     "_ZdlPvSt11align_val_t", "_ZdaPvSt11align_val_t", "_ZdlPvmSt11align_val_t", "_ZdaPvmSt11align_val_t",
     "_ZdlPvSt11align_val_tRKSt9nothrow_t", "_ZdaPvSt11align_val_tRKSt9nothrow_t",
     "munmap", "mremap", "malloc_usable_size",
-#define FIRST_ALLOCATION 21
-    "malloc", "calloc", "posix_memalign", "aligned_alloc", "memalign", "valloc", "pvalloc",
+    SECOND_PASS_FROM, "calloc", "posix_memalign", "aligned_alloc", "memalign", "valloc", "pvalloc",
     "_Znwm", "_Znam", "_ZnwmRKSt9nothrow_t", "_ZnamRKSt9nothrow_t", "_ZnwmSt11align_val_t",
     "_ZnamSt11align_val_t", "_ZnwmSt11align_val_tRKSt9nothrow_t", "_ZnamSt11align_val_tRKSt9nothrow_t",
     "mmap", "mmap64", "mprotect", "dlopen", "dlclose", "mtrace", "muntrace",
@@ -51,6 +52,7 @@ static const char *const routed_names[] = {
 };
 #define NROUTED (sizeof routed_names / sizeof routed_names[0])
 static void *ours[NROUTED];
+static size_t second_pass; /* index of SECOND_PASS_FROM */
 
 /* Every entry rewritten, with what it held, for detach. */
 struct routed {
@@ -191,11 +193,15 @@ static int route_module(struct dl_phdr_info *info, size_t size, void *data)
     struct dyn_tables t;
     if (read_dynamic(info, &t) != 0)
         return 0;
+    /* What the loader made read-only: the RELRO segment's whole pages (its
+     * last, partial page stays writable, shared with .data: it must never
+     * be closed by us). */
     uintptr_t relro_lo = 0, relro_hi = 0;
     for (int i = 0; i < info->dlpi_phnum; i++)
         if (info->dlpi_phdr[i].p_type == PT_GNU_RELRO) {
-            relro_lo = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
-            relro_hi = relro_lo + info->dlpi_phdr[i].p_memsz;
+            uintptr_t lo = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
+            relro_lo = lo & ~(uintptr_t)4095;
+            relro_hi = (lo + info->dlpi_phdr[i].p_memsz) & ~(uintptr_t)4095;
         }
     for (int r = 0; r < 2; r++) {
         size_t n = t.rela[r] ? t.rela_size[r] / sizeof(ElfW(Rela)) : 0;
@@ -205,7 +211,7 @@ static int route_module(struct dl_phdr_info *info, size_t size, void *data)
                 continue;
             const char *name = t.strtab + t.symtab[ELF64_R_SYM(rel->r_info)].st_name;
             int idx = routed_index(name);
-            if (idx < 0 || !ours[idx] || (idx < FIRST_ALLOCATION) != pass->frees)
+            if (idx < 0 || !ours[idx] || ((size_t)idx < second_pass) != pass->frees)
                 continue;
             void **slot = (void **)(info->dlpi_addr + rel->r_offset);
             if (*slot == ours[idx] || already_routed(slot))
@@ -258,10 +264,13 @@ static int find_ours(void)
     void *self = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
     if (!self)
         return set_status("cannot open libmtrace.so again in the process: ", dlerror());
-    for (size_t i = 0; i < NROUTED; i++)
+    for (size_t i = 0; i < NROUTED; i++) {
         ours[i] = dlsym(self, routed_names[i]);
+        if (strcmp(routed_names[i], SECOND_PASS_FROM) == 0)
+            second_pass = i;
+    }
     dlclose(self);
-    return ours[FIRST_ALLOCATION] ? 0 : set_status("libmtrace.so has no malloc", "");
+    return ours[second_pass] ? 0 : set_status("libmtrace.so has no malloc", "");
 }
 
 /* Called in the process by the attacher, on one of its threads, the others
