@@ -211,38 +211,52 @@ class Client:
         host, port = parse_address(address)
         self.address, self.directory, self.timeout = address, directory, timeout
         try:
+            bytes.fromhex(secret.strip())
+        except ValueError:
+            raise RemoteError("the secret is not the hex string the process printed") from None
+        try:
             self.sock = socket.create_connection((host, port), timeout=30)
         except OSError as e:
             raise RemoteError(f"cannot connect to {address}: {e.strerror or e}") from None
-        self.sock.settimeout(None)
+        # a silent peer (not a libmemleak remote) must not hang the shell
+        self.sock.settimeout(max(60.0, timeout + 30.0))
         self.lines = _Lines(self.sock)
-        hello = self.lines.read()
-        if not isinstance(hello, dict) or "challenge" not in hello:
-            raise RemoteError(f"{address} is not a libmemleak remote")
-        self.pid, self.program = int(hello["pid"]), str(hello["program"])
         try:
-            _send(self.sock, {"answer": answer(secret.strip(), hello["challenge"])})
-        except ValueError:
-            raise RemoteError("the secret is not the hex string the process printed") from None
-        reply = self.lines.read()
-        if not reply.get("ok"):
-            raise RemoteError(f"{address} refused: {reply.get('error', 'no reason given')}")
+            hello = self.lines.read()
+            if not isinstance(hello, dict) or "challenge" not in hello or "pid" not in hello:
+                raise RemoteError(f"{address} is not a libmemleak remote")
+            try:
+                self.pid, self.program = int(hello["pid"]), str(hello.get("program", "?"))
+                response = answer(secret.strip(), str(hello["challenge"]))
+            except ValueError:
+                raise RemoteError(f"{address} is not a libmemleak remote") from None
+            _send(self.sock, {"answer": response})
+            reply = self.lines.read()
+        except OSError as e:
+            raise RemoteError(f"{address}: {e.strerror or e or 'timed out'}") from None
+        if not isinstance(reply, dict) or not reply.get("ok"):
+            why = reply.get("error", "no reason given") if isinstance(reply, dict) else "not understood"
+            raise RemoteError(f"{address} refused: {why}")
 
     def _ask(self, **request):
         try:
             _send(self.sock, request)
             reply = self.lines.read()
         except OSError as e:
-            raise RemoteError(f"{self.address}: {e.strerror or e}") from None
-        if not reply.get("ok"):
-            raise RemoteError(f"{self.address}: {reply.get('error', 'failed')}")
+            raise RemoteError(f"{self.address}: {e.strerror or e or 'timed out'}") from None
+        if not isinstance(reply, dict) or not reply.get("ok"):
+            why = reply.get("error", "failed") if isinstance(reply, dict) else "not understood"
+            raise RemoteError(f"{self.address}: {why}")
         return reply
 
     def sync(self):
         """Copy the reports not here yet; their number."""
         have = [n for n in os.listdir(self.directory) if n.endswith(".memlog")]
-        got = self._ask(op="fetch", have=have)["reports"]
-        for name, text in got:
+        got = self._ask(op="fetch", have=have).get("reports") or []
+        for item in got:
+            if not (isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item)):
+                continue
+            name, text = item
             if os.path.basename(name) != name or not name.endswith(".memlog"):
                 continue  # a name that would leave the directory: not ours to write
             fd = os.open(os.path.join(self.directory, name),
@@ -252,7 +266,9 @@ class Client:
         return len(got)
 
     def request_report(self, scan=False, heuristics=None):
-        name = self._ask(op="report", scan=scan, heuristics=heuristics, timeout=self.timeout)["name"]
+        name = str(self._ask(op="report", scan=scan, heuristics=heuristics, timeout=self.timeout).get("name"))
+        if os.path.basename(name) != name:
+            raise RemoteError(f"{self.address}: not understood")
         self.sync()
         return os.path.join(self.directory, name)
 

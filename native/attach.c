@@ -288,12 +288,14 @@ EXPORT const char *mlk_attach(const char *config)
     else if (find_ours() == 0) {
         mlk_attach_mode = 1;
         if (mlk_init_attached(config, status, sizeof status) == 0) {
+            /* attached before routing: a dlopen another thread makes through
+             * an entry just routed routes what it loads */
+            __atomic_store_n(&attached, 1, __ATOMIC_RELEASE);
             if (route_all() != 0) {
+                __atomic_store_n(&attached, 0, __ATOMIC_RELEASE);
                 unroute_all();
                 mlk_stop_collecting();
                 set_status("out of memory for the routing table; nothing routed", "");
-            } else {
-                __atomic_store_n(&attached, 1, __ATOMIC_RELEASE);
             }
         }
     }

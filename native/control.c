@@ -407,8 +407,8 @@ int mlk_init_attached(const char *config, char *why, size_t why_len)
 {
     int expected = 0;
     if (!__atomic_compare_exchange_n(&init_state, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-        snprintf(why, why_len, "the process was attached to and detached from before; attaching "
-                 "again is not supported (its counts went stale while detached)");
+        snprintf(why, why_len, "libmemleak was started in this process before (an attach since "
+                 "detached, or one that failed); attaching again is not supported");
         return -1;
     }
     mlk_modules_set_self((void *)&mlk_init);

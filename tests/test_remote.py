@@ -77,6 +77,13 @@ def test_a_remote_shell_across_network_namespaces(tmp_path):
                 p.stdin.flush()
             assert p.stdout.readline() == b"checkpoint round\n"  # round 4, held there
             target = f"{address}:{port}"
+            # Noise first: a client that sends nonsense and one that says nothing
+            # and leaves; the server goes on serving.
+            import socket
+            for junk in (b"\xff garbage\n", b""):
+                with socket.create_connection((address, int(port)), timeout=10) as raw:
+                    raw.recv(4096)  # the hello
+                    raw.sendall(junk)
             # A wrong secret: refused, nothing served.
             out = cli("shell", target, "--dir", local_dir, "-c", "report",
                       env=dict(CLI_ENV, MEMLEAK_SECRET="00" * 32), timeout=60)
