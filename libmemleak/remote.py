@@ -86,9 +86,15 @@ class _Lines:
 
 # -- the server: a thread of the root's reporter ----------------------------------
 
-def write_secret(pid, directory):
-    """A new secret, in an owner-only file; its path and value."""
-    path = os.path.join(directory, f"remote-{pid}.secret")
+def secret_path(pid):
+    from libmemleak.reporter import fallback_directory
+    return os.path.join(fallback_directory(), f"remote-{pid}.secret")
+
+
+def write_secret(pid, bound):
+    """A new secret, in an owner-only file (the secret on its first line,
+    where it listens on the second); its path and value."""
+    path = secret_path(pid)
     value = secrets.token_hex(SECRET_BYTES)
     try:
         os.unlink(path)  # a previous reporter's, for this pid (pids are reused)
@@ -96,7 +102,7 @@ def write_secret(pid, directory):
         pass
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as f:
-        f.write(value + "\n")
+        f.write(f"{value}\nlistening on {bound}\n")
     return path, value
 
 
@@ -104,19 +110,27 @@ class Server:
     """Serves one client at a time (a shell is one user at a prompt)."""
 
     def __init__(self, segment, address, say):
-        from libmemleak.reporter import fallback_directory
         self.seg, self.say = segment, say
         self.pid = segment.header.pid
         host, port = parse_address(address)
         self.listener = socket.create_server((host, port), family=_family(host), reuse_port=False)
         self.listener.settimeout(None)
-        path, self.secret = write_secret(self.pid, fallback_directory())
         bound = self.listener.getsockname()
+        self.secret_file, self.secret = write_secret(self.pid, f"{bound[0]}:{bound[1]}")
+        path = self.secret_file
         say(f"listening on {bound[0]}:{bound[1]} for remote shells of pid {self.pid}: "
             f"libmemleak shell HOST:{bound[1]} with the secret {self.secret} (also in {path})")
 
     def start(self):
         threading.Thread(target=self._serve_forever, name="libmemleak-remote", daemon=True).start()
+
+    def close(self):
+        """The reporter ends: no more shells, and the secret goes."""
+        self.listener.close()
+        try:
+            os.unlink(self.secret_file)
+        except OSError:
+            pass
 
     def _serve_forever(self):
         while True:
@@ -284,7 +298,7 @@ def read_secret(args_secret_file):
     if args_secret_file:
         try:
             with open(args_secret_file) as f:
-                return f.read().strip()
+                return f.readline().strip()  # the second line says where it listens
         except OSError as e:
             raise RemoteError(f"{args_secret_file}: {e.strerror}") from None
     if os.environ.get("MEMLEAK_SECRET"):

@@ -579,7 +579,15 @@ def _let_go_of_stderr():
 
 def _run_reporter(segment):
     from libmemleak import remote
-    server = remote.serve_if_asked(segment, say)  # noqa: F841 -- lives as long as this reporter
+    server = remote.serve_if_asked(segment, say)
+    try:
+        return _run(segment)
+    finally:
+        if server is not None:
+            server.close()
+
+
+def _run(segment):
     profile = os.environ.get("MEMLEAK_PROFILE_REPORTER")  # a file for cProfile stats
     if not profile:
         try:

@@ -7,6 +7,7 @@ import contextlib
 import os
 import re
 import subprocess
+import time
 import uuid
 
 import pytest
@@ -69,7 +70,7 @@ def test_a_remote_shell_across_network_namespaces(tmp_path):
             m = read_until_secret(p)
             port, secret, secret_file = m.group(3), m.group(4), m.group(5)
             with open(secret_file) as f:
-                assert f.read().strip() == secret
+                assert f.read() == f"{secret}\nlistening on {address}:{port}\n"
             assert os.stat(secret_file).st_mode & 0o777 == 0o600
             for _ in range(3):
                 assert p.stdout.readline() == b"checkpoint round\n"
@@ -110,6 +111,7 @@ def test_a_remote_shell_across_network_namespaces(tmp_path):
             p.stdin.flush()
             p.communicate(timeout=60)
             assert p.returncode == 0
+            assert not os.path.exists(secret_file)  # gone with the reporter
         finally:
             if p.poll() is None:
                 p.kill()
@@ -126,3 +128,41 @@ def test_remote_shell_mistakes_are_one_line(tmp_path):
                                                              if k != "MEMLEAK_SECRET"})
     assert (out.returncode, out.stderr) == (
         1, "libmemleak: shell: no secret: give --secret-file FILE or set MEMLEAK_SECRET\n")
+
+
+def test_attach_with_listen_says_where_and_the_secret_file_serves_a_shell(tmp_path):
+    """An attached daemon's stderr is a log nobody reads: attach says where
+    it listens and which file holds the secret, and that file is what the
+    shell takes; detach ends the server and removes the file."""
+    prog = compile_program("attachee.c")
+    p = subprocess.Popen([prog], cwd=tmp_path, env={k: v for k, v in CLI_ENV.items() if k != "PYTHONPATH"},
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert p.stdout.readline() == b"checkpoint attach\n"
+        out = cli("attach", "--config", "listen=127.0.0.1:0", p.pid, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        m = re.search(r"listening on 127\.0\.0\.1:(\d+) for remote shells: libmemleak shell HOST:\1 "
+                      r"--secret-file (\S+) \(copy that file", out.stderr)
+        assert m, out.stderr
+        port, secret_file = m.group(1), m.group(2)
+        p.stdin.write(b"\n")
+        p.stdin.flush()
+        assert p.stdout.readline() == b"sum 99000\n"
+        assert p.stdout.readline() == b"checkpoint counted\n"
+        copies = tmp_path / "copies"
+        out = cli("shell", f"127.0.0.1:{port}", "--secret-file", secret_file, "--dir", copies,
+                  "-c", "report")
+        assert out.returncode == 0, out.stderr
+        assert "+1,000 B +10 blocks  leak_after_attach" in out.stdout
+        assert cli("detach", "-q", p.pid, cwd=tmp_path).returncode == 0
+        for _ in range(100):
+            if not os.path.exists(secret_file):
+                break
+            time.sleep(0.05)
+        assert not os.path.exists(secret_file)
+        p.communicate(b"\n\n", timeout=60)
+        assert p.returncode == 7
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()

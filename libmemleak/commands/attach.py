@@ -76,7 +76,30 @@ def run_attach(args):
              f"reports go to {directory}/{name}-{args.pid}-N.memlog; ask for one with: libmemleak "
              f"snapshot {args.pid} (or libmemleak shell {args.pid}); stop with: libmemleak detach "
              f"{args.pid}")
+        if config_value(config, "listen", None):
+            _say_where_it_listens(args.pid)
     return 0
+
+
+def _say_where_it_listens(pid):
+    """The reporter prints its remote address and secret on the program's
+    stderr (a log, for a daemon): say where the attaching user finds them."""
+    import time
+    from libmemleak.remote import secret_path
+    path = secret_path(pid)
+    for _ in range(100):
+        try:
+            with open(path) as f:
+                where = f.read().splitlines()[1:2]
+            if where:
+                port = where[0].rpartition(":")[2]
+                _say(f"{where[0]} for remote shells: libmemleak shell HOST:{port} --secret-file "
+                     f"{path} (copy that file to where the shell runs)")
+                return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    _say("remote shells: the process did not say where it listens (see its stderr)")
 
 
 def run_detach(args):
