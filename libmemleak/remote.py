@@ -244,24 +244,24 @@ class Client:
                 response = answer(secret.strip(), str(hello["challenge"]))
             except ValueError:
                 raise RemoteError(f"{address} is not a libmemleak remote") from None
-            _send(self.sock, {"answer": response})
-            reply = self.lines.read()
         except OSError as e:
             raise RemoteError(f"{address}: {e.strerror or e or 'timed out'}") from None
-        if not isinstance(reply, dict) or not reply.get("ok"):
-            why = reply.get("error", "no reason given") if isinstance(reply, dict) else "not understood"
-            raise RemoteError(f"{address} refused: {why}")
+        self._exchange({"answer": response}, "refused: ")
 
-    def _ask(self, **request):
+    def _exchange(self, message, refused=""):
+        """Send one message, read the answer: it must say ok."""
         try:
-            _send(self.sock, request)
+            _send(self.sock, message)
             reply = self.lines.read()
         except OSError as e:
             raise RemoteError(f"{self.address}: {e.strerror or e or 'timed out'}") from None
         if not isinstance(reply, dict) or not reply.get("ok"):
             why = reply.get("error", "failed") if isinstance(reply, dict) else "not understood"
-            raise RemoteError(f"{self.address}: {why}")
+            raise RemoteError(f"{self.address} {refused}{why}" if refused else f"{self.address}: {why}")
         return reply
+
+    def _ask(self, **request):
+        return self._exchange(request)
 
     def sync(self):
         """Copy the reports not here yet; their number."""
