@@ -341,9 +341,13 @@ def test_a_process_whose_main_thread_exited(tmp_path, how):
     argv = [prog] if how == "attach" else [sys.executable, "-m", "libmemleak", "run", "-q", prog]
     p = start_bare(argv, tmp_path, None if how == "attach" else CLI_ENV)
     expect(p, "checkpoint started\n")
-    time.sleep(0.5)  # the main thread has exited by now
-    with open(f"/proc/{p.pid}/stat") as f:
-        assert f.read().rpartition(")")[2].split()[0] == "Z"
+    for _ in range(500):  # the main thread exits right after starting the worker
+        with open(f"/proc/{p.pid}/stat") as f:
+            if f.read().rpartition(")")[2].split()[0] == "Z":
+                break
+        time.sleep(0.01)
+    else:
+        raise AssertionError("the main thread did not exit")
     if how == "attach":
         out = cli("attach", "-q", p.pid, cwd=tmp_path)
         assert out.returncode == 0, out.stderr
