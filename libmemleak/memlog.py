@@ -41,6 +41,12 @@ def report_name(prog, pid, seq):
     return f"{prog}-{pid}-{seq}.memlog"
 
 
+def report_names(directory, prog, pid):
+    """The names of one process's reports in `directory`, sorted."""
+    prefix = f"{prog}-{pid}-"
+    return sorted(n for n in os.listdir(directory) if n.startswith(prefix) and n.endswith(".memlog"))
+
+
 def format_frame(frame):
     if frame.function is None:
         if frame.module is None:

@@ -37,6 +37,7 @@ import threading
 import time
 
 from libmemleak import __version__
+from libmemleak.memlog import report_names
 
 SECRET_BYTES = 32
 REFUSE_PAUSE_SECONDS = 1.0
@@ -183,10 +184,9 @@ class Server:
 
     def _reports(self, have):
         directory = self.seg.report_dir()
-        prefix = f"{self.seg.program_name()}-{self.pid}-"
         out = []
-        for name in sorted(os.listdir(directory)):
-            if name.startswith(prefix) and name.endswith(".memlog") and name not in have:
+        for name in report_names(directory, self.seg.program_name(), self.pid):
+            if name not in have:
                 try:
                     with open(os.path.join(directory, name), encoding="utf-8", errors="replace") as f:
                         out.append([name, f.read()])

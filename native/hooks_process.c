@@ -96,25 +96,20 @@ static int collect_args(const char *arg0, va_list ap, char **argv, char ***envp_
     return 0;
 }
 
-EXPORT int execl(const char *path, const char *arg, ...)
-{
-    char *argv[MAX_EXEC_ARGS];
-    va_list ap;
-    va_start(ap, arg);
-    int ok = collect_args(arg, ap, argv, NULL);
-    va_end(ap);
-    return ok < 0 ? -1 : execv(path, argv);
-}
+/* execl and execlp: the arguments collected, then the vector form. */
+#define LIST_EXEC_HOOK(name, first, vector)                                                        \
+    EXPORT int name(const char *first, const char *arg, ...)                                       \
+    {                                                                                              \
+        char *argv[MAX_EXEC_ARGS];                                                                 \
+        va_list ap;                                                                                \
+        va_start(ap, arg);                                                                         \
+        int ok = collect_args(arg, ap, argv, NULL);                                                \
+        va_end(ap);                                                                                \
+        return ok < 0 ? -1 : vector(first, argv);                                                  \
+    }
 
-EXPORT int execlp(const char *file, const char *arg, ...)
-{
-    char *argv[MAX_EXEC_ARGS];
-    va_list ap;
-    va_start(ap, arg);
-    int ok = collect_args(arg, ap, argv, NULL);
-    va_end(ap);
-    return ok < 0 ? -1 : execvp(file, argv);
-}
+LIST_EXEC_HOOK(execl, path, execv)
+LIST_EXEC_HOOK(execlp, file, execvp)
 
 EXPORT int execle(const char *path, const char *arg, ...)
 {

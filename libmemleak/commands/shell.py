@@ -19,9 +19,10 @@ With readline editing, history (~/.libmemleak_history) and completion on
 a terminal; scriptable with `-c 'report; top 5'` or commands on standard
 input.  `libmemleak shell HOST:PORT` drives a process on another host that
 was started with listen=HOST:PORT (libmemleak/remote.py): the same
-commands, its reports copied into --dir as they are written.  Exit status: 0; 1 when a command failed (the process could not
-be asked), 2 when one was typed wrong -- the last failure's, the other
-commands still run."""
+commands, its reports copied into --dir as they are written.  Exit
+status: 0; 1 when a command failed (the process could not be asked), 2
+when one was typed wrong -- the last failure's, the other commands still
+run."""
 
 import os
 import shlex
@@ -32,7 +33,7 @@ from libmemleak.analysis import lost
 from libmemleak.analysis.names import frame_lines, frame_text, shown_frames
 from libmemleak.analysis.trends import analyse, human_bytes
 from libmemleak.live import LiveError, open_segment, request_report, set_collecting
-from libmemleak.memlog import MemlogError, read as read_memlog
+from libmemleak.memlog import MemlogError, read as read_memlog, report_names
 from libmemleak.outputs import text
 from libmemleak.remote import Client, RemoteError, read_secret
 from libmemleak.series import InputError, read_series
@@ -105,9 +106,8 @@ class Session:
 
     def analysis(self):
         self.target.sync()
-        prefix = f"{self.program}-{self.pid}-"
-        paths = [os.path.join(self.directory, n) for n in sorted(os.listdir(self.directory))
-                 if n.startswith(prefix) and n.endswith(".memlog")]
+        paths = [os.path.join(self.directory, n)
+                 for n in report_names(self.directory, self.program, self.pid)]
         if not paths:
             raise UsageError("no report yet: 'report' writes one")
         try:

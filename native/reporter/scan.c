@@ -61,7 +61,7 @@
  * between the lowest and the highest block (a GC heap or an arena of the
  * program's own, mapped among glibc's): a bit per 1 MB granule that holds
  * a block -- hashed into 2^21 bits, 256 KB, which stay in cache -- turns
- * them away before the binary search.  (cc1 at its exit: 324 -> N ms.) */
+ * them away before the binary search. */
 #define GRANULE_SHIFT 20
 #define GRANULE_BITS 21
 #define GRANULE_HASH(a) ((((a) >> GRANULE_SHIFT) * 0x9e3779b97f4a7c15ull) >> (64 - GRANULE_BITS))
@@ -361,12 +361,14 @@ static void scan_root(struct scan *s, uint64_t lo, uint64_t hi)
         mlk_touched_runs(&s->maps, lo, hi, scan_root_run, s, NULL);
 }
 
-/* An attached process's blocks from before the attach have no trailer:
- * they are not listed, and one of them may hold the only pointer to a
- * block made since.  So the heap between the listed blocks is read as a
- * root (conservative: a stale pointer in a free chunk may keep a block
- * reachable; nothing made since the attach is called lost because an
- * older block points to it). */
+/* An attached process's blocks from before the attach have no trailer;
+ * glibc_heap.c lists them from glibc's chunk chains.  In a heap whose
+ * chain could not be followed (another allocator, an unknown layout) they
+ * stay unlisted, and one of them may hold the only pointer to a block made
+ * since: there the heap between the listed blocks is read as a root
+ * (conservative: a stale pointer in a free chunk may keep a block
+ * reachable; nothing made since is called lost because an older block
+ * points to it). */
 static void scan_heap_between_blocks(struct scan *s, const struct mlk_region *r)
 {
     int64_t lo = 0, hi = s->nblocks;
