@@ -269,8 +269,8 @@ def _status_call(borrowed, func, *args):
 # -- attach and detach ------------------------------------------------------------
 
 def loaded_library(maps):
-    found = find_module(maps, lambda n: n == LIBRARY_NAME)
-    return found
+    """(path, bias) of libmtrace.so in the process's maps, or None."""
+    return find_module(maps, lambda n: n == LIBRARY_NAME)
 
 
 def attach(pid, config="", library=None, say=None):
