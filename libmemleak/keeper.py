@@ -28,8 +28,11 @@ import struct
 import threading
 import time
 
-from libmemleak.segment import Segment, SegmentError, header_fields
+from libmemleak.memlog import header_text
+from libmemleak.segment import (Segment, SegmentError, header_fields, header_string,
+                                program_name_of)
 from libmemleak.symbols import Symbolizer
+from libmemleak.trust import kernel_name, vouched_directory
 
 KEEPER_FD = 5                 # where the hook library puts the listening socket
 MESSAGE = struct.Struct("=4si")  # tag, pid of the sender
@@ -46,10 +49,14 @@ class Ward:
     """A descendant whose segment the keeper holds.  The watcher thread
     owns the table of wards; everything that reads or closes a ward's
     segment happens in the writer thread, in queue order."""
-    __slots__ = ("pid", "segment_fd", "pidfd", "died_at", "reporter", "queued")
+    __slots__ = ("pid", "segment_fd", "pidfd", "died_at", "reporter", "queued", "directory",
+                 "name")
 
-    def __init__(self, pid, segment_fd, pidfd):
+    def __init__(self, pid, segment_fd, pidfd, directory, name):
         self.pid, self.segment_fd, self.pidfd = pid, segment_fd, pidfd
+        # where its reports go and what they are called, read at hand-over:
+        # it may rewrite its segment once it has dropped its privileges
+        self.directory, self.name = directory, name
         self.died_at = None
         self.reporter = None      # made at its first report, kept for its caches
         self.queued = False       # a "serve" job for it is waiting (set by the watcher)
@@ -66,9 +73,10 @@ class Ward:
 
 
 class Keeper:
-    def __init__(self, listener, say):
+    def __init__(self, listener, say, directory):
         self.listener = listener
         self.say = say
+        self.directory = directory  # the root's: for descendants whose own claim is refused
         self.uid = os.geteuid()
         self.wards = {}           # pidfd -> Ward, live or awaiting the verdict on its death
         self.poller = select.poll()
@@ -90,7 +98,7 @@ class Keeper:
             self.profiler = cProfile.Profile()
 
     @classmethod
-    def inherited(cls, say):
+    def inherited(cls, say, directory):
         """The keeper, if the hook library handed us its listening socket."""
         try:
             listener = socket.socket(fileno=KEEPER_FD)
@@ -107,7 +115,7 @@ class Keeper:
         listener.set_inheritable(False)   # not into the reporters we start
         listener.setblocking(False)
         _raise_descriptor_limit()
-        return cls(listener, say)
+        return cls(listener, say, directory)
 
     # -- the threads --------------------------------------------------------
 
@@ -238,9 +246,26 @@ class Keeper:
                 self.poller.unregister(old.pidfd)
             del self.wards[old.pidfd]
             self.jobs.put(("release", old))
-        ward = Ward(pid, segment_fd, pidfd)
+        directory, name = self.vouch(pid, segment_fd)
+        ward = Ward(pid, segment_fd, pidfd, directory, name)
         self.wards[ward.pidfd] = ward
         self.poller.register(ward.pidfd, select.POLLIN)
+
+    def vouch(self, pid, segment_fd):
+        """(directory, name) for a descendant's reports: what its segment
+        names if it may choose them for us; else our directory (said once)
+        and the name of the executable the kernel knows it by (trust.py)."""
+        claimed = header_string(segment_fd, "dir_off", "dir_len")
+        name = program_name_of(segment_fd)
+        directory, refused = vouched_directory(claimed, pid, self.directory)
+        if refused:
+            name = kernel_name(pid) or name
+            if claimed != self.directory:
+                self._warn_once(("vouch", pid), f"pid {pid} does not run as uid {self.uid} alone: "
+                                                f"its reports go to {self.directory}, not to the "
+                                                f"directory its segment names "
+                                                f"({header_text(claimed)!r})")
+        return directory, name
 
     # -- descendants that died ----------------------------------------------
 
@@ -305,7 +330,8 @@ class Keeper:
                                                       f"pid {ward.pid}: {e}")
                 return None
             try:
-                ward.reporter = Reporter(segment, ward.segment_fd, ward.pidfd, self.symbolizer)
+                ward.reporter = Reporter(segment, ward.segment_fd, ward.pidfd, self.symbolizer,
+                                         ward.directory, ward.name, ward.pid)
             except Exception as e:  # noqa: BLE001
                 segment.close()
                 self._warn_once(("reporter", type(e)), f"keeper cannot report pid {ward.pid}: "

@@ -37,13 +37,27 @@ class Report:
     entries: list
 
 
+# What a program name in a file name may hold: the traced program writes the
+# name into its segment, and a more privileged reporter builds paths from it.
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._+@=,%~-]")
+NAME_MAX_CHARS = 100
+
+
+def safe_name(prog):
+    """`prog` as one harmless file-name part: no '/', no control or
+    non-ASCII characters (each becomes '_'), never '.' or '..', never empty,
+    at most NAME_MAX_CHARS characters."""
+    name = _UNSAFE_NAME.sub("_", str(prog))[:NAME_MAX_CHARS].lstrip(".")
+    return name or "unknown"
+
+
 def report_name(prog, pid, seq):
-    return f"{prog}-{pid}-{seq}.memlog"
+    return f"{safe_name(prog)}-{int(pid)}-{int(seq)}.memlog"
 
 
 def report_names(directory, prog, pid):
     """The names of one process's reports in `directory`, sorted."""
-    prefix = f"{prog}-{pid}-"
+    prefix = f"{safe_name(prog)}-{int(pid)}-"
     return sorted(n for n in os.listdir(directory) if n.startswith(prefix) and n.endswith(".memlog"))
 
 
@@ -59,6 +73,15 @@ def format_frame(frame):
     return text
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def header_text(value):
+    """A header value on one line: control characters (a newline that would
+    start a forged header line, an escape sequence) shown as '?'."""
+    return _CONTROL.sub("?", str(value))
+
+
 def render_frames(frames):
     return "\n".join(format_frame(f) for f in frames)
 
@@ -66,7 +89,7 @@ def render_frames(frames):
 def render_chunks(header, entries, chunk_bytes=1 << 20):
     """The report text in pieces of about chunk_bytes, so a report of a
     million stacks never has to exist as one string."""
-    lines = [f"# {key}: {value}" for key, value in header]
+    lines = [f"# {key}: {header_text(value)}" for key, value in header]
     size = 0
     for e in entries:
         first = f"{e.bytes:+d}"

@@ -26,6 +26,7 @@ The protocol: one JSON object per line each way.
           fetch answers {"ok": true, "reports": [[NAME, TEXT], ...]}: the
           process's reports the client does not have yet."""
 
+import errno
 import hashlib
 import hmac
 import json
@@ -41,8 +42,13 @@ from libmemleak.memlog import report_names
 
 SECRET_BYTES = 32
 REFUSE_PAUSE_SECONDS = 1.0
+MAX_LOGIN_LINE = 4096         # a peer's line before it proved the secret, at most
+LOGIN_TIMEOUT = 5.0           # seconds a peer has to answer the challenge
 MAX_LINE = 1 << 20            # a client's request line, at most
-CLIENT_TIMEOUT = 600.0
+MAX_REPLY_LINE = 1 << 30      # a server's reply line (report texts), at most
+MAX_DEPTH = 16                # nesting of a message, at most (none needs more than 3)
+CLIENT_TIMEOUT = 600.0        # an idle, logged-in shell
+MAX_CLIENTS = 8               # connections served at once; more are refused at once
 
 
 class RemoteError(Exception):
@@ -64,25 +70,68 @@ def _send(sock, obj):
     sock.sendall(json.dumps(obj).encode() + b"\n")
 
 
-class _Lines:
-    """Newline-delimited JSON from a socket."""
+def _no_constant(name):
+    raise ValueError(f"{name} is not a number here")
 
-    def __init__(self, sock, limit=None):
-        self.sock, self.buf, self.limit = sock, b"", limit
+
+def _finite(text):
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError("not a finite number")
+    return value
+
+
+def decode(line, max_depth=MAX_DEPTH):
+    """One message from a peer, who may be hostile: nesting deeper than
+    max_depth, NaN, Infinity and numbers too large for a float are refused
+    before they reach json's recursive parser or our arithmetic."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in line:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5c:        # backslash
+                escaped = True
+            elif byte == 0x22:        # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5b, 0x7b):    # [ {
+            depth += 1
+            if depth > max_depth:
+                raise RemoteError("not a libmemleak remote message (nested too deeply)")
+        elif byte in (0x5d, 0x7d):    # ] }
+            depth -= 1
+    try:
+        return json.loads(line, parse_constant=_no_constant, parse_float=_finite)
+    except (ValueError, RecursionError):
+        raise RemoteError("not a libmemleak remote message") from None
+
+
+class _Lines:
+    """Newline-delimited JSON from a socket, each line at most `limit` bytes."""
+
+    def __init__(self, sock, limit):
+        self.sock, self.buf, self.scanned, self.limit = sock, bytearray(), 0, limit
 
     def read(self):
-        while b"\n" not in self.buf:
-            if self.limit and len(self.buf) > self.limit:
-                raise RemoteError("request too long")
+        while True:
+            cut = self.buf.find(b"\n", self.scanned)
+            if cut >= 0:
+                line = bytes(self.buf[:cut])
+                del self.buf[:cut + 1]
+                self.scanned = 0
+                if len(line) > self.limit:
+                    raise RemoteError("message too long")
+                return decode(line)
+            self.scanned = len(self.buf)
+            if self.scanned > self.limit:
+                raise RemoteError("message too long")
             chunk = self.sock.recv(1 << 16)
             if not chunk:
                 raise RemoteError("connection closed")
             self.buf += chunk
-        line, _, self.buf = self.buf.partition(b"\n")
-        try:
-            return json.loads(line)
-        except ValueError:
-            raise RemoteError("not a libmemleak remote message") from None
 
 
 # -- the server: a thread of the root's reporter ----------------------------------
@@ -108,16 +157,22 @@ def write_secret(pid, bound):
 
 
 class Server:
-    """Serves one client at a time (a shell is one user at a prompt)."""
+    """Serves up to MAX_CLIENTS connections at once, each in a thread of its
+    own, so that an idle or hostile peer never keeps a shell out.  Nothing a
+    peer sends can stop it or reach the program's stderr: every failure ends
+    that one connection, silently."""
 
-    def __init__(self, segment, address, say):
-        self.seg, self.say = segment, say
+    def __init__(self, segment, address, say, directory, name):
+        self.seg, self.say, self.directory = segment, say, directory
         self.pid = segment.header.pid
+        self.program = name or segment.program_name()
         host, port = parse_address(address)
         self.listener = socket.create_server((host, port), family=_family(host), reuse_port=False)
         self.listener.settimeout(None)
         bound = self.listener.getsockname()
         self.secret_file, self.secret = write_secret(self.pid, f"{bound[0]}:{bound[1]}")
+        self.places = threading.BoundedSemaphore(MAX_CLIENTS)
+        self.asking = threading.Lock()  # one request on the segment at a time
         path = self.secret_file
         say(f"listening on {bound[0]}:{bound[1]} for remote shells of pid {self.pid}: "
             f"libmemleak shell HOST:{bound[1]} with the secret {self.secret} (also in {path})")
@@ -137,69 +192,130 @@ class Server:
         while True:
             try:
                 conn, _ = self.listener.accept()
-            except OSError:
-                return
+            except OSError as e:
+                if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    time.sleep(0.1)  # out of descriptors for now: not the end of the server
+                    continue
+                return  # closed: the reporter ends
+            if not self.places.acquire(blocking=False):
+                _refuse(conn, "busy: too many connections")
+                continue
+            try:
+                threading.Thread(target=self._connection, args=(conn,), daemon=True,
+                                 name="libmemleak-remote-client").start()
+            except RuntimeError:
+                self.places.release()
+                _refuse(conn, "busy")
+
+    def _connection(self, conn):
+        try:
             with conn:
-                conn.settimeout(CLIENT_TIMEOUT)
-                try:
-                    self._serve(conn)
-                except (RemoteError, OSError, ValueError, TypeError, KeyError):
-                    pass  # the client went away or spoke nonsense: the next one
+                self._serve(conn)
+        except Exception:  # noqa: BLE001 -- a peer ends its own connection, nothing else
+            pass
+        finally:
+            self.places.release()
 
     def _serve(self, conn):
-        lines = _Lines(conn, MAX_LINE)
+        conn.settimeout(LOGIN_TIMEOUT)
+        lines = _Lines(conn, MAX_LOGIN_LINE)
         challenge = secrets.token_hex(32)
         _send(conn, {"libmemleak": __version__, "pid": self.pid,
-                     "program": self.seg.program_name(), "challenge": challenge})
+                     "program": self.program, "challenge": challenge})
         reply = lines.read()
         expected = answer(self.secret, challenge)
-        if not isinstance(reply, dict) or not hmac.compare_digest(str(reply.get("answer", "")), expected):
+        given = reply.get("answer") if isinstance(reply, dict) else None
+        if not isinstance(given, str) or not hmac.compare_digest(given.encode(), expected.encode()):
             time.sleep(REFUSE_PAUSE_SECONDS)
             _send(conn, {"error": "wrong secret"})
             return
         _send(conn, {"ok": True})
+        conn.settimeout(CLIENT_TIMEOUT)
+        lines.limit = MAX_LINE
         while True:
             request = lines.read()
-            _send(conn, self._answer(request if isinstance(request, dict) else {}))
+            try:
+                reply = self._answer(request)
+            except BadRequest as e:
+                reply = {"error": str(e)}
+            _send(conn, reply)
 
     def _answer(self, request):
         from libmemleak.live import LiveError, request_on_segment, set_collecting_on_segment
-        op = request.get("op")
+        op = _field(request, "op", str)
         try:
             if op == "report":
-                heuristics = request.get("heuristics")
-                path = request_on_segment(self.seg, float(request.get("timeout", 60)),
-                                          bool(request.get("scan")),
-                                          int(heuristics) if heuristics is not None else None)
+                scan = _field(request, "scan", bool, False)
+                heuristics = _field(request, "heuristics", int, None)
+                if heuristics is not None and not 0 <= heuristics < 1 << 16:
+                    raise BadRequest("heuristics out of range")
+                timeout = _field(request, "timeout", (int, float), 60)
+                if not 0 < timeout <= 3600:
+                    raise BadRequest("timeout out of range (0-3600 s)")
+                with self.asking:
+                    path = request_on_segment(self.seg, float(timeout), scan, heuristics)
                 return {"ok": True, "name": os.path.basename(path)}
             if op == "collecting":
-                set_collecting_on_segment(self.seg, bool(request.get("on")))
+                on = _field(request, "on", bool)
+                with self.asking:
+                    set_collecting_on_segment(self.seg, on)
                 return {"ok": True}
             if op == "fetch":
-                have = set(request.get("have") or ())
-                return {"ok": True, "reports": self._reports(have)}
+                have = _field(request, "have", list, [])
+                return {"ok": True, "reports": self._reports({h for h in have if isinstance(h, str)})}
         except LiveError as e:
             return {"error": str(e)}
         return {"error": f"unknown request {op!r}"}
 
     def _reports(self, have):
-        directory = self.seg.report_dir()
         out = []
-        for name in report_names(directory, self.seg.program_name(), self.pid):
+        for name in report_names(self.directory, self.program, self.pid):
             if name not in have:
                 try:
-                    with open(os.path.join(directory, name), encoding="utf-8", errors="replace") as f:
+                    with open(os.path.join(self.directory, name), encoding="utf-8",
+                              errors="replace") as f:
                         out.append([name, f.read()])
                 except OSError:
                     continue
         return out
 
 
+class BadRequest(Exception):
+    """A logged-in client's request that does not make sense (one line back)."""
+
+
+_MISSING = object()
+
+
+def _field(request, name, kind, default=_MISSING):
+    """request[name], which must be of `kind` (bool is not an int here)."""
+    if not isinstance(request, dict):
+        raise BadRequest("a request is a JSON object")
+    value = request.get(name, default)
+    if value is _MISSING:
+        raise BadRequest(f"{name!r} is missing")
+    if value is default:
+        return value
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+        raise BadRequest(f"{name!r} has the wrong type")
+    return value
+
+
+def _refuse(conn, why):
+    try:
+        with conn:
+            conn.settimeout(1.0)
+            _send(conn, {"error": why})
+    except OSError:
+        pass
+
+
 def _family(host):
     return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
-def serve_if_asked(segment, say):
+def serve_if_asked(segment, say, directory, name=None):
     """Start the server when the segment names an address (the root's
     reporter only); says why not in one line if it cannot."""
     h = segment.header
@@ -207,7 +323,7 @@ def serve_if_asked(segment, say):
         return None
     address = segment.string(h.listen_off, h.listen_len)
     try:
-        server = Server(segment, address, say)
+        server = Server(segment, address, say, directory, name)
     except (OSError, RemoteError) as e:
         say(f"listen={address}: cannot serve remote shells: {getattr(e, 'strerror', None) or e}")
         return None
@@ -229,14 +345,7 @@ class Client:
         except ValueError:
             raise RemoteError("the secret is not the hex string the process printed") from None
         try:
-            self.sock = socket.create_connection((host, port), timeout=30)
-        except OSError as e:
-            raise RemoteError(f"cannot connect to {address}: {e.strerror or e}") from None
-        # a silent peer (not a libmemleak remote) must not hang the shell
-        self.sock.settimeout(max(60.0, timeout + 30.0))
-        self.lines = _Lines(self.sock)
-        try:
-            hello = self.lines.read()
+            hello = self._connect(host, port)
             if not isinstance(hello, dict) or "challenge" not in hello or "pid" not in hello:
                 raise RemoteError(f"{address} is not a libmemleak remote")
             try:
@@ -247,6 +356,26 @@ class Client:
         except OSError as e:
             raise RemoteError(f"{address}: {e.strerror or e or 'timed out'}") from None
         self._exchange({"answer": response}, "refused: ")
+
+    def _connect(self, host, port):
+        """Connect and read the server's hello; a server with every place
+        taken (idle peers, which it drops within LOGIN_TIMEOUT) is tried
+        again for a while."""
+        deadline = time.monotonic() + 2 * LOGIN_TIMEOUT + 5
+        while True:
+            try:
+                self.sock = socket.create_connection((host, port), timeout=30)
+            except OSError as e:
+                raise RemoteError(f"cannot connect to {self.address}: {e.strerror or e}") from None
+            # a silent peer (not a libmemleak remote) must not hang the shell
+            self.sock.settimeout(max(60.0, self.timeout + 30.0))
+            self.lines = _Lines(self.sock, MAX_REPLY_LINE)
+            hello = self.lines.read()
+            busy = isinstance(hello, dict) and str(hello.get("error", "")).startswith("busy")
+            if not busy or time.monotonic() > deadline:
+                return hello
+            self.sock.close()
+            time.sleep(0.5)
 
     def _exchange(self, message, refused=""):
         """Send one message, read the answer: it must say ok."""

@@ -15,17 +15,20 @@ import itertools
 import os
 import select
 import stat
+import sys
 import tempfile
 import time
 
 from libmemleak import __version__, reachability, report_core
 from libmemleak.diff import FrameResolver, KeyTable, diff_snapshot, totals
 from libmemleak.keeper import Keeper
-from libmemleak.memlog import Frame, render, render_frames, report_name, write_report
+from libmemleak.memlog import (Frame, header_text, render, render_frames, report_name,
+                               safe_name, write_report)
 from libmemleak.live import proc_dir
 from libmemleak.report_core import TextStore
 from libmemleak.segment import KIND_NAMES, Segment, SegmentError, futex_wait, futex_wake
 from libmemleak.symbols import Symbolizer
+from libmemleak.trust import vouched_directory
 
 SEGMENT_FD, PIDFD = 3, 4
 POLL_SECONDS = 0.2
@@ -123,9 +126,16 @@ class Reporter:
     descendant, with the segment and pidfd it holds and a Symbolizer shared
     by all of them."""
 
-    def __init__(self, segment, segment_fd=SEGMENT_FD, pidfd=PIDFD, symbolizer=None):
+    def __init__(self, segment, segment_fd=SEGMENT_FD, pidfd=PIDFD, symbolizer=None,
+                 directory=None, name=None, pid=None):
         self.seg = segment
         self.h = segment.header
+        # Where reports go and what they are called, fixed now: the program
+        # can rewrite its segment later (trust.py).  A keeper passes the
+        # directory it vouched for when the descendant was handed over.
+        self.name = name or segment.program_name()
+        self.pid = pid or self.h.pid
+        self.directory = directory or root_directory(segment)
         self.symbolizer = symbolizer or Symbolizer()
         self.warned = set()
         self.budget = _float_env("MEMLEAK_SYMBOL_BUDGET", DEFAULT_SYMBOL_BUDGET)
@@ -282,7 +292,7 @@ class Reporter:
         has no next, so it goes to a fallback directory (said where).
         Messages name the directory, never a temporary file in it."""
         self.h.report_errors += 1
-        directory = self.seg.report_dir()
+        directory = self.directory
         first_time = (error.errno, directory) not in self.warned
         self.warned.add((error.errno, directory))
         if reason not in FINAL_REASONS:
@@ -331,7 +341,6 @@ class Reporter:
             # written: a report of a million stacks never exists whole.
             partial = self.symbolize_keys(deltas.rows.textless(texts.key_first))
             seq = self.h.report_seq + 1
-            prog = snap.name
             header = render(self.header_lines(snap, sums, seq, reason, scan), ())
             texts.begin_temporary()  # the texts of partly symbolized keys: this report only
             try:
@@ -342,7 +351,7 @@ class Reporter:
                 deltas.rows.merge_same_text(texts.canon, self.resolver.scratch)
                 body = texts.render(deltas.rows, since_seq=scan.bucket_seq if scan else None)
                 try:
-                    path = write_report(directory or snap.report_dir, report_name(prog, snap.pid, seq),
+                    path = write_report(directory or self.directory, report_name(self.name, self.pid, seq),
                                         itertools.chain([header], body))
                 finally:
                     body.close()
@@ -421,7 +430,7 @@ class Reporter:
         lines = [
             ("libmemleak", __version__),
             ("program", snap.exe),
-            ("pid", snap.pid),
+            ("pid", self.pid),
         ]
         if snap.parent_pid:
             lines.append(("parent-pid", snap.parent_pid))
@@ -456,7 +465,7 @@ class Reporter:
             lines.append(("sampled", f"every {snap.sample_bytes} bytes on average "
                                      "(byte-weighted); bytes and blocks are estimates"))
         if not self.watch.dead():  # else the pid may already be another process's
-            lines += process_status(snap.pid)
+            lines += process_status(self.pid)
         elif self.h.exit_hwm_kb:  # what it said of itself as it exited
             lines += [("vm-rss", f"{self.h.exit_rss_kb} kB"), ("vm-hwm", f"{self.h.exit_hwm_kb} kB")]
         # Which process wrote it: a descendant's own reporter, or the keeper
@@ -485,6 +494,27 @@ class Reporter:
                 seen.add(m.path)
                 lines.append((f"build-id {m.path}", m.build_id))
         return lines
+
+
+def started_with():
+    """(directory, name) the hook library started this reporter with
+    (native/segment.c freeze_reporter_args), or (None, None)."""
+    if len(sys.argv) >= 3 and sys.argv[1]:
+        return sys.argv[1], safe_name(sys.argv[2]) if sys.argv[2] else None
+    return None, None
+
+
+def root_directory(segment):
+    """The directory the segment names, if its process may choose one for
+    us (it runs only as our user); else the fallback directory, said once."""
+    claimed = segment.report_dir()
+    directory, refused = vouched_directory(claimed, segment.header.pid, None)
+    if refused:
+        directory = fallback_directory()
+        say(f"pid {segment.header.pid} does not run as uid {os.geteuid()} alone, so its segment "
+            f"may not choose where reports go (it names {header_text(claimed)!r}); "
+            f"reports go to {directory}")
+    return directory
 
 
 def fallback_directory():
@@ -553,11 +583,15 @@ def main():
     except (OSError, SegmentError, ValueError) as e:
         say(f"reporter cannot read the segment: {e}")
         return 1
-    keeper = Keeper.inherited(say)  # the root's first reporter keeps its descendants
+    # Where reports go and what they are called: as the hook library
+    # started us with them, never as the segment says now (trust.py).
+    directory, name = started_with()
+    directory = directory or root_directory(segment)
+    keeper = Keeper.inherited(say, directory)  # the root's first reporter keeps its descendants
     if keeper is not None:
         keeper.start()
     try:
-        return _run_reporter(segment)
+        return _run_reporter(segment, directory, name)
     finally:
         # The program is gone (or another image runs): hold none of its
         # descriptors from here on.  Its stderr may be a pipe someone reads
@@ -577,21 +611,21 @@ def _let_go_of_stderr():
     os.close(null)
 
 
-def _run_reporter(segment):
+def _run_reporter(segment, directory, name):
     from libmemleak import remote
-    server = remote.serve_if_asked(segment, say)
+    server = remote.serve_if_asked(segment, say, directory, name)
     try:
-        return _run(segment)
+        return _run(segment, directory, name)
     finally:
         if server is not None:
             server.close()
 
 
-def _run(segment):
+def _run(segment, directory, name):
     profile = os.environ.get("MEMLEAK_PROFILE_REPORTER")  # a file for cProfile stats
     if not profile:
         try:
-            return Reporter(segment).run()
+            return Reporter(segment, directory=directory, name=name).run()
         except Exception as e:  # noqa: BLE001 -- one line on the program's stderr, never a traceback
             if os.environ.get("MEMLEAK_DEBUG"):
                 raise
@@ -601,6 +635,6 @@ def _run(segment):
     import cProfile
     profiler = cProfile.Profile()
     try:
-        return profiler.runcall(Reporter(segment).run)
+        return profiler.runcall(Reporter(segment, directory=directory, name=name).run)
     finally:
         profiler.dump_stats(f"{profile}.{os.getpid()}")

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from libmemleak import report_core
 from libmemleak.layout import CONST, HEADER_SIZE, MODULE_SIZE, STACK_SIZE, ffi, stack_word
-from libmemleak.memlog import report_name
+from libmemleak.memlog import report_name, safe_name
 
 KIND_NAMES = {CONST["MLK_KIND_MALLOC"]: "malloc", CONST["MLK_KIND_NEW"]: "new",
               CONST["MLK_KIND_MMAP"]: "mmap"}
@@ -169,8 +169,8 @@ class Segment:
         """The program as invoked (argv[0]'s last part), which reports are
         named after; the executable's name for segments without it."""
         h = self.header
-        return ((self._string(h.name_off, h.name_len) if h.name_len else "")
-                or os.path.basename(self._string(h.exe_off, h.exe_len)) or "unknown")
+        return _program_name(self._string(h.name_off, h.name_len) if h.name_len else "",
+                             self._string(h.exe_off, h.exe_len))
 
     def report_dir(self):
         """The directory the process's reports go to."""
@@ -356,6 +356,33 @@ def header_fields(fd, names):
                 ffi.release(buf)
     except (OSError, ValueError):
         return None
+
+
+def header_string(fd, off_field, len_field):
+    """One string of the segment on `fd` (named by its header's *_off and
+    *_len fields), read without mapping the segment; None if unreadable."""
+    h = header_fields(fd, ("strings_off", "strings_cap", "strings_used", off_field, len_field))
+    if h is None:
+        return None
+    used = min(h["strings_used"], h["strings_cap"])
+    off, length = h[off_field], h[len_field]
+    if off + length > used or length > 1 << 16:
+        return None
+    try:
+        raw = os.pread(fd, length, h["strings_off"] + off)
+    except OSError:
+        return None
+    return raw.decode("utf-8", "surrogateescape") if len(raw) == length else None
+
+
+def program_name_of(fd):
+    """Segment.program_name of the segment on `fd`, without mapping it."""
+    return _program_name(header_string(fd, "name_off", "name_len") or "",
+                         header_string(fd, "exe_off", "exe_len") or "")
+
+
+def _program_name(invoked, exe):
+    return safe_name(invoked or os.path.basename(exe) or "unknown")
 
 
 # -- waiting on the segment's futex words ----------------------------------

@@ -44,6 +44,10 @@ MLK_HIDDEN void mlk_unlock(mlk_lock_t *l);
 extern MLK_HIDDEN struct mlk_header *mlk_seg;  /* NULL until created */
 extern MLK_HIDDEN int mlk_seg_fd;
 MLK_HIDDEN int mlk_segment_create(uint32_t depth, const char *dir, const char *listen);
+/* The report directory and program name as the segment was created with
+ * them, handed to the reporter in its argv (spawn.c). */
+extern MLK_HIDDEN char mlk_reporter_dir_arg[4096];
+extern MLK_HIDDEN char mlk_reporter_name_arg[256];
 /* fork(): prepare copies the segment (our locks held), child maps the copy. */
 MLK_HIDDEN void mlk_segment_fork_prepare(void);
 MLK_HIDDEN void mlk_segment_fork_parent(void);

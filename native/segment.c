@@ -102,6 +102,37 @@ static void invoked_name(struct mlk_header *h)
     h->name_len = len;
 }
 
+char mlk_reporter_dir_arg[4096];
+char mlk_reporter_name_arg[256];
+
+/* The directory and name the reporter is started with (spawn.c puts them
+ * in its argv): execve copies them while the reporter inherits the
+ * program's uid of that moment, so a program that later drops its
+ * privileges and rewrites its segment cannot make a more privileged
+ * reporter write elsewhere (libmemleak/trust.py). */
+static void copy_arg(char *to, size_t cap, const char *from, size_t n)
+{
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(to, from, n);
+    to[n] = 0;
+}
+
+static void freeze_reporter_args(const struct mlk_header *h, const char *strings)
+{
+    copy_arg(mlk_reporter_dir_arg, sizeof mlk_reporter_dir_arg, strings + h->dir_off, h->dir_len);
+    if (h->name_len) {
+        copy_arg(mlk_reporter_name_arg, sizeof mlk_reporter_name_arg, strings + h->name_off, h->name_len);
+        return;
+    }
+    const char *exe = strings + h->exe_off, *base = exe;
+    for (uint32_t i = 0; i < h->exe_len; i++)
+        if (exe[i] == '/')
+            base = exe + i + 1;
+    copy_arg(mlk_reporter_name_arg, sizeof mlk_reporter_name_arg, base,
+             (size_t)(exe + h->exe_len - base));
+}
+
 int mlk_segment_create(uint32_t depth, const char *dir, const char *listen)
 {
     uint64_t off = align_up(sizeof(struct mlk_header), 4096);
@@ -155,6 +186,7 @@ int mlk_segment_create(uint32_t depth, const char *dir, const char *listen)
     h->dir_off = mlk_string_add(dir, h->dir_len);
     h->listen_len = (uint32_t)mlk_strlen(listen);
     h->listen_off = h->listen_len ? mlk_string_add(listen, h->listen_len) : 0;
+    freeze_reporter_args(h, (const char *)h + h->strings_off);
     __atomic_store_n(&h->magic, MLK_MAGIC, __ATOMIC_RELEASE);
     return 0;
 }

@@ -18,7 +18,7 @@
 /* Prepared once at start, so that spawning needs no allocation. */
 static char python_path[4096];
 static char main_script[4096];
-static char *spawn_argv[4];
+static char *spawn_argv[6];
 static char **spawn_envp;
 static uint64_t spawned_at_ns;
 static int warned_spawn;
@@ -56,7 +56,9 @@ void mlk_spawn_prepare(void)
     spawn_argv[0] = python_path;
     spawn_argv[1] = "-E";
     spawn_argv[2] = main_script;
-    spawn_argv[3] = NULL;
+    spawn_argv[3] = mlk_reporter_dir_arg;   /* filled when the segment is made */
+    spawn_argv[4] = mlk_reporter_name_arg;
+    spawn_argv[5] = NULL;
 
     size_t n = 0;
     for (char **e = environ; e && *e; e++)
