@@ -434,6 +434,8 @@ class Reporter:
         ]
         if snap.parent_pid:
             lines.append(("parent-pid", snap.parent_pid))
+        if self.h.blind_len:  # what the hook could not see: first, never missed
+            lines.append(("blind", self.seg.string(self.h.blind_off, min(self.h.blind_len, 1024))))
         lines += [
             ("seq", seq),
             ("time", when.isoformat(timespec="milliseconds")),

@@ -46,6 +46,18 @@ class Series:
         return any("sampled" in r.header for r in self.reports)
 
     @property
+    def blind(self):
+        """What the tracer said it could not see in this process (each
+        report's `blind` header), in the order first said; empty when it
+        saw everything it traces."""
+        said = []
+        for r in self.reports:
+            text = r.header.get("blind")
+            if text and text not in said:
+                said.append(text)
+        return said
+
+    @property
     def ended(self):
         """How the process ended, if its last report says so."""
         last = self.reports[-1].reason if self.reports else None

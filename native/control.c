@@ -390,6 +390,9 @@ void mlk_init(void)
         inert = 1;
     } else {
         parse_config(secure_getenv("MEMLEAK_CONFIG"));
+        mlk_find_blind_spots();
+        if (mlk_blind[0])
+            mlk_warn(mlk_blind, "", "");
         decide_root();
         start_tracing();
         if (mlk_config.collect_at_load)

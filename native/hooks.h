@@ -93,7 +93,8 @@ static inline struct mlk_trailer *trailer(void *p)
 /* Before collection starts from load (mlk_early_trailers): a block with
  * an uncounted trailer, for the scan.  Never on the collecting path. */
 MLK_HIDDEN void *mlk_early_malloc(size_t size, int zeroed);
-#define EARLY(size) (MLK_UNLIKELY(mlk_early_trailers) && !mlk_collecting && TRAILABLE(size))
+extern MLK_HIDDEN __thread int mlk_in_early __attribute__((tls_model("initial-exec")));
+#define EARLY(size) (MLK_UNLIKELY(mlk_early_trailers) && !mlk_collecting && TRAILABLE(size) && !mlk_in_early)
 
 /* Mapping calls made by that allocator itself. */
 #define BY_THE_ALLOCATOR() mlk_is_allocator_address((uint64_t)__builtin_return_address(0))

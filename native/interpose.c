@@ -15,6 +15,7 @@
 #include "hooks.h"
 
 __thread int mlk_in_hook __attribute__((tls_model("initial-exec")));
+__thread int mlk_in_early __attribute__((tls_model("initial-exec")));
 __thread int *mlk_errno_at __attribute__((tls_model("initial-exec")));
 struct mlk_real_fns mlk_real;
 
@@ -77,9 +78,15 @@ void mlk_ensure_real(void)
  * an uncounted trailer, for the scan.  Never on the collecting path. */
 __attribute__((noinline)) void *mlk_early_malloc(size_t size, int zeroed)
 {
+    /* The real allocator may allocate while we call it (tcmalloc's
+     * malloc_usable_size makes its MallocExtension with operator new, which
+     * is ours): those nested blocks go straight to it (EARLY is false while
+     * this is set), or the early path would recurse without end. */
+    mlk_in_early = 1;
     void *p = zeroed ? mlk_real.calloc(1, size + MLK_TRAILER_SIZE) : mlk_real.malloc(size + MLK_TRAILER_SIZE);
     if (p)
         mlk_trailer_write_uncounted(p, mlk_real.malloc_usable_size(p), size, mlk_in_hook);
+    mlk_in_early = 0;
     return p;
 }
 

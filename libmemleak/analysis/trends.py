@@ -198,6 +198,9 @@ def analyse(series, group_by="stack"):
     # found definitely lost ranks first, largest first; growth after.
     a.suspects = sorted((t for t in trends if t.suspect),
                         key=lambda t: (-t.lost.get("definitely-lost", (0, 0))[0], -t.score))
+    # What the tracer could not see comes first: without it every other
+    # answer here ("no leak suspects", a small live total) misleads.
+    a.notes[:0] = [f"NOT SEEN: {text}" for text in series.blind]
     if running < 3:
         a.notes.append(f"{running} report{'s' if running != 1 else ''} before exit: a stack must "
                        "grow across two intervals to be a suspect; take more reports while it "

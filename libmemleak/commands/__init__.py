@@ -7,6 +7,18 @@ import sys
 from libmemleak.series import InputError, read_series
 
 EXIT_BAD_INPUT = 2
+EXIT_NOT_SEEN = 3   # check: the tracer said it could not see the heap: no verdict
+
+
+def say_blind(command, series):
+    """One line on stderr per process whose reports say the tracer could
+    not see all of its heap; the number of such processes."""
+    blind = [s for s in series if s.blind]
+    for s in blind:
+        for text in s.blind:
+            print(f"libmemleak: {command}: {s.program} (pid {s.pid}): NOT SEEN: {text}",
+                  file=sys.stderr)
+    return len(blind)
 
 
 def read_reports(command, paths, pid=None, progress=None):

@@ -13,7 +13,7 @@ from libmemleak.commands.report import progress_bar
 from libmemleak.outputs import collapsed, flamegraph, html_report, json_doc, pprof, speedscope
 from libmemleak.analysis import suppressions
 from libmemleak.commands import (EXIT_BAD_INPUT, add_suppressions_option, load_suppressions,
-                                 read_reports)
+                                 read_reports, say_blind)
 
 FORMATS = {"collapsed": collapsed.write, "flamegraph": flamegraph.write, "html": html_report.write,
            "json": json_doc.write, "pprof": pprof.write, "speedscope": speedscope.write}
@@ -51,6 +51,7 @@ def run(args):
     if read is None:
         return EXIT_BAD_INPUT
     series, problems = read
+    say_blind("export", series)
     analyses = [suppressions.apply(analyse(s), rules) for s in series]
     if args.since is not None:
         analyses = [g for g in (growth_since(a, args.since) for a in analyses) if g is not None]

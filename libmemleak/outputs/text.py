@@ -31,7 +31,8 @@ def write(out, analyses, problems, top=10, full_names=False, all_stacks=False):
             out.write(f"  note: {note}\n")
         rows = a.trends if all_stacks else a.suspects
         if not rows:
-            out.write("  no leak suspects: no stack grew steadily while it ran\n\n")
+            seen = " among the allocations libmemleak saw (NOT SEEN above)" if s.blind else ""
+            out.write(f"  no leak suspects{seen}: no stack grew steadily while it ran\n\n")
             continue
         title = "stacks, by live bytes" if all_stacks else "leak suspects, most likely first"
         out.write(f"  {title}:\n")
