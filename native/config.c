@@ -47,8 +47,12 @@ static int parse_signal(const char *s, size_t n)
     return -1;
 }
 
+static int quiet; /* mlk_config_collects_early_with_trailers: a trial parse */
+
 static void bad_option(const char *opt, size_t n, const char *why)
 {
+    if (quiet)
+        return;
     char buf[256];
     if (n > sizeof buf - 1)
         n = sizeof buf - 1;
@@ -237,4 +241,23 @@ void mlk_config_parse(const char *cfg, const char *cwd)
         }
 #undef KEY
     }
+}
+
+/* Would `cfg` have collection start at load with trailers?  Asked at the
+ * first hook call, before the constructor parses for real: the real parser,
+ * run quietly, and everything it set put back (a value that merely contains
+ * "track" or "sample" -- a report directory's path -- decides nothing). */
+int mlk_config_collects_early_with_trailers(const char *cfg)
+{
+    struct mlk_config saved = mlk_config;
+    int unwind = mlk_unwind_mode;
+    uint64_t sample = mlk_sample_bytes;
+    quiet = 1;
+    mlk_config_parse(cfg, "");
+    quiet = 0;
+    int early = mlk_config.collect_at_load && !mlk_config.track_in_table && !mlk_sample_bytes;
+    mlk_config = saved;
+    mlk_unwind_mode = unwind;
+    mlk_sample_bytes = sample;
+    return early;
 }

@@ -25,6 +25,7 @@ struct mlk_config {
 };
 MLK_HIDDEN extern struct mlk_config mlk_config;
 MLK_HIDDEN void mlk_config_parse(const char *cfg, const char *cwd);
+MLK_HIDDEN int mlk_config_collects_early_with_trailers(const char *cfg);
 
 #define KEEPER_FD 5      /* where the reporter finds the keeper's listening socket */
 MLK_HIDDEN void mlk_keeper_listen(void);   /* root, at start */

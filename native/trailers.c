@@ -37,7 +37,7 @@
 #include <sys/syscall.h>
 #include <time.h>
 
-#include "mlk.h"
+#include "control.h"
 
 #define TRAILER_STACK_BITS MLK_TRAILER_STACK_BITS /* the format: trailer_format.h */
 #define UNCOUNTED MLK_TRAILER_UNCOUNTED
@@ -181,8 +181,7 @@ void mlk_trailers_decide_early(int allocator_has_usable_size)
 {
     if (!allocator_has_usable_size || getauxval(AT_SECURE))
         return;
-    const char *cfg = getenv("MEMLEAK_CONFIG");
-    if (cfg && (!strstr(cfg, "mtraceinit") || strstr(cfg, "sample") || strstr(cfg, "track")))
+    if (!mlk_config_collects_early_with_trailers(getenv("MEMLEAK_CONFIG")))
         return;
     make_key();
     mlk_early_trailers = 1;

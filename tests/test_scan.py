@@ -491,3 +491,25 @@ def test_live_scan_of_a_descendant(tmp_path):
     assert header_totals(report.header)["definitely-lost"] == (852, 12)
     out, err = p.communicate(b"\n", timeout=60)
     assert p.returncode == 0 and out == b"done\n", err
+
+
+@pytest.mark.parametrize("directory", ["plain", "track-sample"])
+def test_blocks_made_before_collection_keep_their_trailers_whatever_the_directory_is_called(
+        tmp_path, directory):
+    """glibc's setenv tree is rooted in a node made by the tracer's own
+    first setenv; later nodes hang from it.  The decision to trailer those
+    early blocks read MEMLEAK_CONFIG with strstr, so a report directory
+    whose path held 'track' or 'sample' left the root untrailed and the
+    tree 'lost' (24 B definitely, 120 B indirectly).  (#28 item 5)"""
+    from libmemleak import preload_path
+    prog = compile_program("envtree.c")
+    where = tmp_path / directory
+    where.mkdir()
+    env = {k: v for k, v in CLI_ENV.items() if k != "PYTHONPATH"}
+    env.update(LD_PRELOAD=preload_path(), MEMLEAK_CONFIG=f"mtraceinit,dir={where},scan=exit")
+    out = subprocess.run([prog], env=env, capture_output=True, text=True, timeout=60)
+    assert (out.returncode, out.stdout) == (0, "value-7\n"), out.stderr
+    [report] = reports_of(str(where), "envtree", int(os.listdir(where)[0].split("-")[-2]))
+    assert report.header["tracking"] == "trailers"
+    assert header_totals(report.header)["definitely-lost"] == (0, 0)
+    assert header_totals(report.header)["indirectly-lost"] == (0, 0)
