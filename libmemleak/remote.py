@@ -85,7 +85,7 @@ def decode(line, max_depth=MAX_DEPTH):
     """One message from a peer, who may be hostile: nesting deeper than
     max_depth, NaN, Infinity and numbers too large for a float are refused
     before they reach json's recursive parser or our arithmetic."""
-    depth = deepest = 0
+    depth = 0
     in_string = escaped = False
     for byte in line:
         if in_string:

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from helpers import Terminal, Traced, cli, compile_program
+from helpers import CLI_ENV, Terminal, Traced, cli, cli_argv, compile_program
 from libmemleak import memlog
 
 ROUNDS = 8
@@ -611,3 +611,23 @@ def test_symbolize_on_another_host_gives_the_frames_a_local_report_has(slowleaks
     assert missing.returncode == 0 and "not found; its frames stay module+offset" in missing.stderr
     bad = cli("symbolize", "-o", tmp_path / "out3", tmp_path / "nothing-here")
     assert bad.returncode == 2
+
+
+def test_check_leaves_suppressed_stacks_out_of_definitely_lost(tmp_path):
+    """(#28 item 11) `report` dropped suppressed stacks; `check
+    --max-definitely-lost` still counted their lost bytes."""
+    prog = compile_program("reach.c")
+    out = subprocess.run(cli_argv("run", "-q", "--scan-at-exit", prog), cwd=tmp_path, env=CLI_ENV,
+                         input="\n" * 10, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert cli("check", tmp_path, "--max-definitely-lost", "0").returncode == 1
+    rules = tmp_path / "rules.supp"
+    rules.write_text("# every stack reach.c loses a block from\n"
+                     "leak:site_lost\nleak:site_cycle\nleak:site_forgotten\nleak:site_tree_root\nleak:site_stack\n")
+    r = cli("check", tmp_path, "--max-definitely-lost", "0", "--suppressions", rules)
+    assert (r.returncode, r.stdout) == (0, ""), r.stdout + r.stderr
+    # the suppressions cover only some of it: the rest still fails
+    rules.write_text("leak:site_forgotten\n")
+    r = cli("check", tmp_path, "--max-definitely-lost", "0", "--suppressions", rules)
+    assert r.returncode == 1
+    assert "definitely lost" in r.stdout and "site_forgotten" not in r.stdout

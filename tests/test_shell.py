@@ -39,7 +39,7 @@ def test_scripted_commands_answer_from_the_live_process(running):
     assert f"slowleaks (pid {p.pid}): {ROUNDS} reports" in text
     assert text.index("#1 ") < text.index("site_leak (slowleaks.c:") < text.index("#2 ")
     assert "  _start (slowleaks)" in text  # show: the whole stack
-    assert text.count("(snapshot): +64 B +1 blocks") >= ROUNDS  # trend of site_leak, a line a report
+    assert text.count("(snapshot): +64 B +1 block\n") >= ROUNDS  # trend of site_leak, a line a report
     assert f"report {ROUNDS} (snapshot):" in text  # diff: the latest report's changes
     scan = text[text.index("reachability scan"):]  # scan: site_startup's 4 KB is lost
     assert re.search(r"definitely lost: [\d,]+ bytes in \d+ blocks", scan)

@@ -17,6 +17,23 @@ class ScanResult:
     pause_ms: float | None
     threads: int | None
     stacks: list = field(default_factory=list)   # (category, bytes, blocks, entry), by rank
+    splits: list = field(default_factory=list)   # (entry, {category: (bytes, blocks)}), every entry scanned
+
+    def without(self, dropped):
+        """This result less the entries `dropped(entry)` says to leave out
+        (suppressions): their blocks leave the totals too."""
+        totals = dict(self.totals)
+        splits = []
+        for entry, split in self.splits:
+            if not dropped(entry):
+                splits.append((entry, split))
+                continue
+            for name, (nbytes, blocks) in split.items():
+                if name in totals:
+                    b, k = totals[name]
+                    totals[name] = (b - nbytes, k - blocks)
+        stacks = [s for s in self.stacks if isinstance(s[3], BeforeAttach) or not dropped(s[3])]
+        return ScanResult(totals, self.pause_ms, self.threads, stacks, splits)
 
 
 def categories_of(entry):
@@ -104,9 +121,12 @@ def from_report(report):
     totals = header_totals(report.header)
     if totals is None:
         return None
-    stacks = []
+    stacks, splits = [], []
     for entry in report.entries:
-        for name, (nbytes, blocks) in categories_of(entry).items():
+        split = categories_of(entry)
+        if split:
+            splits.append((entry, split))
+        for name, (nbytes, blocks) in split.items():
             if name in LOST and blocks:
                 stacks.append((name, nbytes, blocks, entry))
     for name, (nbytes, blocks) in before_attach_split(report.header).items():
@@ -114,4 +134,4 @@ def from_report(report):
             stacks.append((name, nbytes, blocks, BeforeAttach()))
     stacks.sort(key=lambda s: (LOST.index(s[0]), -s[1], -s[2]))
     return ScanResult(totals, _number(report.header.get("scan-pause-ms"), float),
-                      _number(report.header.get("scan-threads"), int), stacks)
+                      _number(report.header.get("scan-threads"), int), stacks, splits)

@@ -65,4 +65,6 @@ def apply(analysis, rules):
     analysis.suspects = [t for t in analysis.suspects if id(t) in keep]
     analysis.live_bytes = sum(t.live_bytes for t in kept)
     analysis.live_blocks = sum(t.live_blocks for t in kept)
+    if analysis.scan:  # a suppressed stack's lost blocks are not lost to check or report
+        analysis.scan = analysis.scan.without(lambda entry: matches(rules, entry.frames))
     return analysis

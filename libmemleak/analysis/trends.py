@@ -285,6 +285,12 @@ def _judge_growth(t):
     t.verdict = ", ".join(words)
 
 
+def count(n, noun, sign=False):
+    """'1 block', '2 blocks', '+1 block' (sign=True), with thousands commas."""
+    number = f"{n:+,d}" if sign else f"{n:,}"
+    return f"{number} {noun}{'' if abs(n) == 1 else 's'}"
+
+
 def human_bytes(n, sign=False):
     prefix = ("+" if n >= 0 else "-") if sign else ("-" if n < 0 else "")
     n = abs(n)

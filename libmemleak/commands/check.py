@@ -7,7 +7,7 @@ heap (no verdict) -- usable in a Makefile, ctest or a CI step."""
 import sys
 
 from libmemleak.analysis.names import frame_text, shown_frames
-from libmemleak.analysis.trends import analyse, human_bytes
+from libmemleak.analysis.trends import analyse, count, human_bytes
 from libmemleak.analysis import suppressions
 from libmemleak.commands import (EXIT_BAD_INPUT, EXIT_NOT_SEEN, add_suppressions_option,
                                  load_suppressions, read_reports, say_blind)
@@ -80,7 +80,7 @@ def run(args):
             elif a.scan.totals["definitely-lost"][0] > args.max_definitely_lost:
                 failed = True
                 nbytes, blocks = a.scan.totals["definitely-lost"]
-                print(f"{name}: {human_bytes(nbytes)} in {blocks:,} blocks definitely lost at "
+                print(f"{name}: {human_bytes(nbytes)} in {count(blocks, 'block')} definitely lost at "
                       f"report {a.scan_seq}, over --max-definitely-lost "
                       f"{human_bytes(args.max_definitely_lost)}")
                 for t in [t for t in a.suspects if t.lost.get("definitely-lost")][:5]:

@@ -9,7 +9,7 @@ import sys
 
 from libmemleak.analysis.compare import compare
 from libmemleak.analysis.names import frame_text, shown_frames
-from libmemleak.analysis.trends import human_bytes
+from libmemleak.analysis.trends import count, human_bytes
 from libmemleak.outputs.json_doc import frame_dict
 from libmemleak.series import InputError
 
@@ -44,9 +44,9 @@ def run(args):
         print()
         return 0
     total = sum(c.change_bytes for c in changes)
-    print(f"{len(changes)} stacks changed, {human_bytes(total, sign=True)} in all")
+    print(f"{count(len(changes), 'stack')} changed, {human_bytes(total, sign=True)} in all")
     for c in changes[:args.top]:
-        print(f"  {c.status:6s} {human_bytes(c.change_bytes, sign=True):>10s} {c.change_blocks:+,d} blocks")
+        print(f"  {c.status:6s} {human_bytes(c.change_bytes, sign=True):>10s} {count(c.change_blocks, 'block', sign=True)}")
         frames, above, _ = shown_frames(c.frames, keep=2)
         for f in frames:
             print(f"           {frame_text(f)}")

@@ -31,7 +31,7 @@ import time
 
 from libmemleak.analysis import lost
 from libmemleak.analysis.names import frame_lines, frame_text, shown_frames
-from libmemleak.analysis.trends import analyse, human_bytes
+from libmemleak.analysis.trends import analyse, count, human_bytes
 from libmemleak.live import LiveError, open_segment, request_report, set_collecting
 from libmemleak.memlog import MemlogError, read as read_memlog, report_names
 from libmemleak.outputs import text
@@ -147,15 +147,15 @@ class Session:
 
     def do_show(self, words):
         a, t = self.suspect(words)
-        self.say(f"{human_bytes(t.live_bytes)} live in {t.live_blocks:,} blocks -- {t.verdict}")
+        self.say(f"{human_bytes(t.live_bytes)} live in {count(t.live_blocks, 'block')} -- {t.verdict}")
         for line in frame_lines(t.frames, a.series.executable, keep=len(t.frames), full=True):
             self.say(f"  {line}")
 
     def do_trend(self, words):
         a, t = self.suspect(words)
         for report, nbytes, blocks in zip(a.series.reports, t.deltas, t.block_deltas):
-            self.say(f"  report {report.seq:>4} ({report.reason:>8}): {nbytes:+,} B {blocks:+,} blocks")
-        self.say(f"  live: {human_bytes(t.live_bytes)} in {t.live_blocks:,} blocks")
+            self.say(f"  report {report.seq:>4} ({report.reason:>8}): {nbytes:+,} B {count(blocks, 'block', sign=True)}")
+        self.say(f"  live: {human_bytes(t.live_bytes)} in {count(t.live_blocks, 'block')}")
 
     def do_scan(self, words):
         path = self.target.request_report(scan=True)
@@ -180,7 +180,7 @@ class Session:
         for e in shown:
             frames, _, _ = shown_frames(e.frames, report.header.get("program"), keep=1)
             where = frame_text(frames[0]) if frames else "?"
-            self.say(f"  {e.bytes:+,} B {e.blocks or 0:+,} blocks  {where}")
+            self.say(f"  {e.bytes:+,} B {count(e.blocks or 0, 'block', sign=True)}  {where}")
 
     def do_watch(self, words):
         try:

@@ -8,7 +8,7 @@ rest are counted), the flamegraph merges frames too narrow to see."""
 import html
 
 from libmemleak.analysis.names import frame_lines, frame_text, shown_frames
-from libmemleak.analysis.trends import human_bytes
+from libmemleak.analysis.trends import count, human_bytes
 from libmemleak.outputs import flamegraph
 
 STACKS_SHOWN = 2000
@@ -94,10 +94,10 @@ def page(analyses, problems):
         span = f", {a.seconds:.1f} s between the first and the last" if a.seconds else ""
         parts.append(f"<h2>{_e(s.program)} (pid {s.pid})</h2>"
                      f"<p>{len(s.reports)} reports{_e(span)}; ended: {_e(s.ended or 'still running')}; "
-                     f"live now: <b>{_e(human_bytes(a.live_bytes))}</b> in {a.live_blocks:,} blocks</p>")
+                     f"live now: <b>{_e(human_bytes(a.live_bytes))}</b> in {count(a.live_blocks, 'block')}</p>")
         if a.scan:
             parts.append(f'<p class="scan">reachability scan (report {a.scan_seq}): ' + ", ".join(
-                f"{_e(name.replace('-', ' '))} <b>{_e(human_bytes(b))}</b> in {k:,} blocks"
+                f"{_e(name.replace('-', ' '))} <b>{_e(human_bytes(b))}</b> in {count(k, 'block')}"
                 for name, (b, k) in a.scan.totals.items()) + "</p>")
         for note in a.notes:
             parts.append(f'<p class="note">{_e(note)}</p>')

@@ -3,7 +3,7 @@ time, and the leak suspects with a verdict in words, readable frames and a
 compact trend."""
 
 from libmemleak.analysis.names import frame_lines
-from libmemleak.analysis.trends import human_bytes
+from libmemleak.analysis.trends import count, human_bytes
 
 TREND_POINTS = 8
 
@@ -21,7 +21,7 @@ def write(out, analyses, problems, top=10, full_names=False, all_stacks=False):
         ended = f", ended: {s.ended}" if s.ended else ", still running at the last report"
         out.write(f"{s.program} (pid {s.pid}): {len(s.reports)} report{'s' if len(s.reports) != 1 else ''}"
                   f"{span}{ended}\n")
-        out.write(f"  live now: {human_bytes(a.live_bytes)} in {a.live_blocks:,} blocks"
+        out.write(f"  live now: {human_bytes(a.live_bytes)} in {count(a.live_blocks, 'block')}"
                   f"{' (estimates: sampled)' if s.sampled else ''}\n")
         if a.scan:
             parts = [f"{name.replace('-', ' ')} {human_bytes(b)} in {k:,} block{'s' if k != 1 else ''}"
@@ -39,7 +39,7 @@ def write(out, analyses, problems, top=10, full_names=False, all_stacks=False):
         for rank, t in enumerate(rows[:top], 1):
             verdict = t.verdict or "not a suspect"
             live = (f"{human_bytes(t.running_live_bytes)} live before exit" if t.freed_at_exit
-                    else f"{human_bytes(t.live_bytes)} live in {t.live_blocks:,} blocks")
+                    else f"{human_bytes(t.live_bytes)} live in {count(t.live_blocks, 'block')}")
             out.write(f"  #{rank} {live} -- {verdict}\n")
             out.write(f"     trend: {compact_trend(t.deltas)}\n")
             for line in frame_lines(t.frames, s.executable, full=full_names):
