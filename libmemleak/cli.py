@@ -237,6 +237,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv=None):
+    # Text from report files (names with bytes that are not UTF-8) is
+    # escaped on the way out, never a UnicodeEncodeError.
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError):
+            pass
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -176,7 +176,7 @@ def _parse_frame(text):
     file = line = None
     if len(parts) > 2 and parts[2]:
         file, sep, num = parts[2].rpartition(":")
-        if sep and num.isdigit():
+        if sep and num.isascii() and num.isdigit() and len(num) < 10:
             line = int(num)
         else:
             file = parts[2]
@@ -245,10 +245,29 @@ def _frame_of(text, cache):
     return frame
 
 
+MAX_REPORT_BYTES = 4 << 30   # a report of millions of stacks is a few hundred MB
+# Control characters a report file may carry (an escape sequence in a
+# function name, say) never reach a terminal or an output: '?' as they are
+# read.  Tab and newline are the format's own.
+_FILE_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_SHOWN_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text):
+    """`text` (a path, a message quoting a file) safe for a terminal: control
+    characters and undecodable bytes shown as escapes."""
+    text = str(text).encode("utf-8", "backslashreplace").decode("utf-8")
+    return _SHOWN_CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def read(path, cache=None):
     try:
         with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_REPORT_BYTES:
+                raise MemlogError(f"{printable(path)}: {size:,} bytes: too large for a report")
             data = f.read()
     except OSError as e:
-        raise MemlogError(f"{path}: {e.strerror}") from None
-    return parse(data.decode("utf-8", "surrogateescape"), path, cache)
+        raise MemlogError(f"{printable(path)}: {e.strerror}") from None
+    return parse(_FILE_CONTROLS.sub("?", data.decode("utf-8", "surrogateescape")), printable(path),
+                 cache)

@@ -64,6 +64,10 @@ class Series:
         return last if last in ("exit", "death", "muntrace") else None
 
 
+MAX_PID = 1 << 22    # the kernel's pid_max limit
+MAX_SEQ = 1 << 31    # reports of one process, far beyond any real run
+
+
 class InputError(Exception):
     """Nothing readable was given (one line, for the user)."""
 
@@ -114,10 +118,15 @@ def read_series(paths, progress=None):
             pid = int(h.get("pid") or (match and match["pid"]))
             seq = int(h.get("seq") or (match and match["seq"]))
         except (TypeError, ValueError):
-            problems.append(f"{path}: not a libmemleak report (no pid or seq): not read")
+            problems.append(f"{memlog.printable(path)}: not a libmemleak report (no pid or seq): "
+                            "not read")
+            continue
+        if not (0 < pid <= MAX_PID and 0 < seq <= MAX_SEQ):
+            problems.append(f"{memlog.printable(path)}: pid {pid} or seq {seq} out of range: "
+                            "not read")
             continue
         executable = h.get("program", "?")
-        program = match["prog"] if match else os.path.basename(executable)
+        program = memlog.printable(match["prog"] if match else os.path.basename(executable))
         key = (program, pid, executable)
         series = by_process.get(key)
         if series is None:
@@ -133,10 +142,11 @@ def read_series(paths, progress=None):
         seqs = [r.seq for r in series.reports]
         if len(set(seqs)) != len(seqs):
             series.problems.append(f"{program} pid {pid}: two reports with one seq number")
-        missing = sorted(set(range(1, max(seqs) + 1)) - set(seqs))
+        missing = _gaps(seqs)
         if missing:
+            many = len(missing) > 1 or missing[0][0] != missing[0][1]
             series.problems.append(
-                f"{program} pid {pid}: report{'s' if len(missing) > 1 else ''} "
+                f"{program} pid {pid}: report{'s' if many else ''} "
                 f"{_ranges(missing)} missing: live totals are wrong")
         seen_pids.setdefault(pid, []).append(series)
     for pid, group in seen_pids.items():
@@ -147,14 +157,18 @@ def read_series(paths, progress=None):
     return ordered, problems
 
 
-def _ranges(numbers):
-    out, start, prev = [], None, None
-    for n in numbers + [None]:
-        if start is None:
-            start = prev = n
-        elif n == prev + 1:
-            prev = n
-        else:
-            out.append(f"{start}" if start == prev else f"{start}-{prev}")
-            start = prev = n
-    return ", ".join(out)
+def _gaps(seqs):
+    """The runs (first, last) of numbers from 1 to max(seqs) that sorted
+    `seqs` lacks -- computed from neighbours, never by listing every
+    number (a forged seq of 10^11 must cost nothing)."""
+    gaps, expected = [], 1
+    for seq in seqs:
+        if seq > expected:
+            gaps.append((expected, seq - 1))
+        expected = max(expected, seq + 1)
+    return gaps
+
+
+def _ranges(gaps, shown=8):
+    text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in gaps[:shown])
+    return text + (f" and {len(gaps) - shown} more runs" if len(gaps) > shown else "")

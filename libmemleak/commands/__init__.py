@@ -4,9 +4,11 @@ parses its options, calls the library and maps errors to exit statuses
 
 import sys
 
+from libmemleak.memlog import printable
 from libmemleak.series import InputError, read_series
 
 EXIT_BAD_INPUT = 2
+MAX_PROBLEMS_SAID = 20  # lines about unreadable input, then one that counts the rest
 EXIT_NOT_SEEN = 3   # check: the tracer said it could not see the heap: no verdict
 
 
@@ -28,7 +30,7 @@ def read_reports(command, paths, pid=None, progress=None):
     try:
         series, problems = read_series(paths, progress)
     except InputError as e:
-        print(f"libmemleak: {command}: {e}", file=sys.stderr)
+        print(f"libmemleak: {command}: {printable(e)}", file=sys.stderr)
         return None
     if pid is not None:
         series = [s for s in series if s.pid == pid]
@@ -36,8 +38,12 @@ def read_reports(command, paths, pid=None, progress=None):
             print(f"libmemleak: {command}: no reports of pid {pid} in {', '.join(paths)}",
                   file=sys.stderr)
             return None
-    for problem in problems + [p for s in series for p in s.problems]:
-        print(f"libmemleak: {command}: {problem}", file=sys.stderr)
+    said = problems + [p for s in series for p in s.problems]
+    for problem in said[:MAX_PROBLEMS_SAID]:
+        print(f"libmemleak: {command}: {printable(problem)}", file=sys.stderr)
+    if len(said) > MAX_PROBLEMS_SAID:
+        print(f"libmemleak: {command}: ... and {len(said) - MAX_PROBLEMS_SAID:,} more problems "
+              "like these", file=sys.stderr)
     return series, problems
 
 

@@ -61,7 +61,10 @@ def run(args):
             return EXIT_BAD_INPUT
     try:
         mode = "wb" if args.format in BINARY else "w"
-        out = open(args.output, mode) if args.output else sys.stdout
+        # names read from reports may hold bytes that are not UTF-8: escaped, never a traceback
+        out = ((open(args.output, mode) if mode == "wb" else
+                open(args.output, mode, encoding="utf-8", errors="backslashreplace"))
+               if args.output else sys.stdout)
     except OSError as e:
         print(f"libmemleak: export: {args.output}: {e.strerror}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -1,0 +1,150 @@
+"""Report files are hostile input (#28 item 8): whatever bytes a file holds,
+every reader and every output either answers or says one line -- never a
+traceback, never memory without bound, never a control character on the
+terminal.  A seeded mutation loop over real reports, run in a child with
+its address space capped, plus the cases users met."""
+
+import os
+import random
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from helpers import CLI_ENV, cli, cli_argv, compile_program
+
+CASES = 2500
+
+
+@pytest.fixture(scope="module")
+def real_reports(tmp_path_factory):
+    """Three reports of a real traced run (slowleaks, two signals and exit)."""
+    where = tmp_path_factory.mktemp("fuzz-seed")
+    prog = compile_program("reach.c")
+    out = subprocess.run(cli_argv("run", "-q", "--scan-at-exit", prog), cwd=where, env=CLI_ENV,
+                         input="\n" * 10, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    names = sorted(os.listdir(where))
+    assert names
+    return where
+
+
+FUZZER = textwrap.dedent('''
+    import io, os, random, resource, sys, tempfile, traceback
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+    from libmemleak.series import InputError, read_series
+    from libmemleak.analysis.trends import analyse
+    from libmemleak.commands.export import FORMATS, BINARY
+    from libmemleak.outputs import text
+
+    seed_dir, cases = sys.argv[1], int(sys.argv[2])
+    seeds = [open(os.path.join(seed_dir, n), "rb").read() for n in sorted(os.listdir(seed_dir))]
+    rng = random.Random(20261124)
+    NASTY = [b"\\x1b[2J", b"\\xff\\xfe", b"\\x00", b"\\r", b"\\t", b"\\n", b"#", b"+", b"-",
+             b"99999999999", b"1" * 5000, b"-1", b"0x", b"(", b")", b":", b"\\xc3", b"\\xe2\\x80\\xae",
+             b"# seq: 99999999999\\n", b"# pid: -5\\n", b"# seq: 0\\n", b"# blind: x\\n",
+             b"+1 +1 definitely-lost=99999999999999999999/1\\n", b"+9e99 +1\\n", b"\\t\\t\\t\\n"]
+
+    def mutate(data):
+        data = bytearray(data)
+        for _ in range(rng.randint(1, 6)):
+            kind = rng.randrange(5)
+            at = rng.randrange(len(data) + 1)
+            if kind == 0 and data:
+                data[min(at, len(data) - 1)] = rng.randrange(256)
+            elif kind == 1:
+                data[at:at] = rng.choice(NASTY)
+            elif kind == 2:
+                del data[at:at + rng.randint(1, 200)]
+            elif kind == 3:
+                data = data[:at]
+            else:
+                line_end = data.find(b"\\n", at)
+                if line_end > 0:
+                    data[at:at] = data[at:line_end + 1] * rng.randint(1, 50)
+        return bytes(data)
+
+    with tempfile.TemporaryDirectory() as work:
+        for case in range(cases):
+            for n in os.listdir(work):
+                os.unlink(os.path.join(work, n))
+            victim = rng.randrange(len(seeds))
+            for i, data in enumerate(seeds):
+                with open(os.path.join(work, f"reach-4242-{i + 1}.memlog"), "wb") as f:
+                    f.write(mutate(data) if i == victim or rng.random() < 0.2 else data)
+            try:
+                series, problems = read_series([work])
+            except InputError:
+                continue
+            try:
+                analyses = [analyse(s) for s in series]
+                out = io.StringIO()
+                text.write(out, analyses, problems)
+                assert "\\x1b" not in out.getvalue(), "an escape reached the text output"
+                for name, write in FORMATS.items():
+                    sink = io.BytesIO() if name in BINARY else io.StringIO()
+                    write(sink, analyses, problems)
+                    if name not in BINARY:
+                        sink.getvalue().encode("utf-8", "backslashreplace")
+            except Exception:
+                print(f"case {case}:", file=sys.stderr)
+                traceback.print_exc()
+                sys.exit(1)
+    print(f"{cases} cases")
+''')
+
+
+def test_mutated_reports_never_break_a_reader_or_an_output(real_reports, tmp_path):
+    script = tmp_path / "fuzz.py"
+    script.write_text(FUZZER)
+    out = subprocess.run([sys.executable, str(script), str(real_reports), str(CASES)], env=CLI_ENV,
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout == f"{CASES} cases\n"
+
+
+def _one_report(directory, header_extra="", frame="site\t(/bin/x)\tx.c:1"):
+    directory.mkdir(exist_ok=True)
+    (directory / "x-7-1.memlog").write_bytes(
+        ("# libmemleak: 0.1.0\n# program: /bin/x\n# pid: 7\n# seq: 1\n# reason: exit\n"
+         + header_extra + "+64 +1\n\t").encode() + frame.encode("utf-8", "surrogateescape") + b"\n")
+
+
+def test_the_cases_users_met(tmp_path):
+    # A frame name that is not UTF-8, exported to a file: escaped, no traceback.
+    _one_report(tmp_path / "latin", frame="caf\udce9\t(/bin/x)\tx.c:1")
+    for fmt in ("collapsed", "html", "flamegraph", "json", "speedscope"):
+        target = tmp_path / f"out.{fmt}"
+        r = cli("export", "--format", fmt, "-o", target, tmp_path / "latin")
+        assert r.returncode == 0 and "Traceback" not in r.stderr, (fmt, r.stderr)
+        assert target.stat().st_size > 0
+    r = cli("report", tmp_path / "latin")
+    assert r.returncode == 0 and "Traceback" not in r.stderr
+    # A forged seq of 10^11: one line, at once, no set of that size.
+    (tmp_path / "huge").mkdir()
+    (tmp_path / "huge" / "x-7-1.memlog").write_text(
+        "# pid: 7\n# seq: 1\n# reason: signal\n+64 +1\n\tsite\t(/bin/x)\n")
+    (tmp_path / "huge" / "x-7-2.memlog").write_text(
+        "# pid: 7\n# seq: 99999999999\n# reason: exit\n+64 +1\n\tsite\t(/bin/x)\n")
+    for command in (["report"], ["check", "--max-live", "0"], ["export", "--format", "json"]):
+        r = cli(*command, tmp_path / "huge", timeout=60)
+        assert "Traceback" not in r.stderr and "MemoryError" not in r.stderr, r.stderr
+        assert "out of range: not read" in r.stderr
+    # An escape sequence in a frame and in a file name: shown escaped.
+    _one_report(tmp_path / "esc", frame="evil\x1b[2J\t(/bin/x)\tx.c:1")
+    (tmp_path / "esc" / "y\x1b[31m-8-1.memlog").write_text("garbage\n")
+    r = cli("report", "--all", tmp_path / "esc")
+    assert "\x1b" not in r.stdout + r.stderr
+    assert "evil?[2J" in r.stdout
+    assert "y\\x1b[31m-8-1.memlog" in r.stderr
+    # 10,000 junk files: a few lines and a count, not 10,000 lines.
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    for i in range(10_000):
+        (junk / f"j{i}.memlog").write_text("not a report\n")
+    _one_report(junk)
+    r = cli("report", junk, timeout=300)
+    assert r.returncode == 0
+    lines = r.stderr.splitlines()
+    assert len(lines) <= 21 and lines[-1].endswith("more problems like these"), lines[-3:]
