@@ -9,8 +9,7 @@
  * lookup; every allocation then bypasses our hooks.  Asked the way the
  * program's own lookups ask (RTLD_DEFAULT: the global scope in order), and
  * believed only when the module really defines it -- a non-PIE program
- * that takes malloc's address answers with its own PLT entry, where no
- * defined symbol starts. */
+ * that takes free's address answers with its own PLT entry (gcc's cc1). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <link.h>
@@ -21,11 +20,13 @@
 
 char mlk_blind[MLK_BLIND_MAX];
 
+/* The malloc family only: an executable that defines operator new and
+ * delete itself (a static libstdc++: gcc's cc1) still forwards them to the
+ * malloc and free we see -- its blocks are counted, as kind malloc. */
 static const struct {
     const char *symbol, *said;
 } watched[] = {
     {"malloc", "malloc"}, {"free", "free"}, {"calloc", "calloc"}, {"realloc", "realloc"},
-    {"_Znwm", "operator new"}, {"_ZdlPv", "operator delete"},
 };
 
 static void append(size_t *used, const char *s)
@@ -50,11 +51,13 @@ void mlk_find_blind_spots(void)
         void *found = dlsym(RTLD_DEFAULT, watched[i].symbol);
         Dl_info where;
         const ElfW(Sym) *sym = NULL;
-        /* Defined there: a symbol starts exactly at that address (under
-         * any name: tcmalloc's malloc is tc_malloc's alias).  A PLT stub is
-         * no symbol's start. */
+        /* Defined there: a symbol of a real section starts exactly at that
+         * address (under any name: tcmalloc's malloc is tc_malloc's alias).
+         * A non-PIE program's canonical PLT entry for a function whose
+         * address it takes is matched too, by its undefined symbol. */
         if (!found || !dladdr1(found, &where, (void **)&sym, RTLD_DL_SYMENT) || !sym ||
-            where.dli_fbase == self.dli_fbase || where.dli_saddr != found)
+            where.dli_fbase == self.dli_fbase || where.dli_saddr != found ||
+            sym->st_shndx == SHN_UNDEF)
             continue;
         if (owner && strcmp(owner, where.dli_fname) != 0)
             continue; /* one module named; a second one is rarer than rare */
