@@ -149,6 +149,10 @@ def _library_visible(pid, library):
     except PermissionError:
         raise AttachError(f"process {pid}: not allowed to look into its file system "
                           "(attach as its user or as root)") from None
+    except OSError as e:  # ESRCH: a sandboxed process whose root the kernel will not show
+        raise AttachError(f"process {pid}: cannot look into its file system ({e.strerror}): "
+                          "a sandbox or a container? trace it from its start with "
+                          "libmemleak run instead") from None
     return (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino)
 
 

@@ -32,7 +32,7 @@ from libmemleak.memlog import header_text
 from libmemleak.segment import (Segment, SegmentError, header_fields, header_string,
                                 program_name_of)
 from libmemleak.symbols import Symbolizer
-from libmemleak.trust import kernel_name, vouched_directory
+from libmemleak.trust import kernel_name, pid_of_pidfd, vouched_directory
 
 KEEPER_FD = 5                 # where the hook library puts the listening socket
 MESSAGE = struct.Struct("=4si")  # tag, pid of the sender
@@ -49,11 +49,12 @@ class Ward:
     """A descendant whose segment the keeper holds.  The watcher thread
     owns the table of wards; everything that reads or closes a ward's
     segment happens in the writer thread, in queue order."""
-    __slots__ = ("pid", "segment_fd", "pidfd", "died_at", "reporter", "queued", "directory",
-                 "name")
+    __slots__ = ("pid", "segment_pid", "segment_fd", "pidfd", "died_at", "reporter", "queued",
+                 "directory", "name")
 
-    def __init__(self, pid, segment_fd, pidfd, directory, name):
+    def __init__(self, pid, segment_fd, pidfd, directory, name, segment_pid=None):
         self.pid, self.segment_fd, self.pidfd = pid, segment_fd, pidfd
+        self.segment_pid = segment_pid or pid  # as its segment names it (its own namespace's)
         # where its reports go and what they are called, read at hand-over:
         # it may rewrite its segment once it has dropped its privileges
         self.directory, self.name = directory, name
@@ -206,12 +207,18 @@ class Keeper:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
         tag, sender = MESSAGE.unpack(data) if len(data) == MESSAGE.size else (None, None)
-        if uid == self.uid and sender == pid and tag == REGISTER and len(fds) == 2:
-            self.register(pid, fds[0], fds[1])
+        # `sender` is the pid the process knows itself by, which its segment
+        # names; `pid` the kernel's, in our namespace.  They differ for a
+        # process in a pid namespace of its own (unshare --pid, a container):
+        # then the pidfd it hands over must not be of another live process
+        # (of none: it may have exited before we got here).
+        if (uid == self.uid and tag == REGISTER and len(fds) == 2 and sender and sender > 0
+                and (sender == pid or pid_of_pidfd(fds[1]) in (pid, None))):
+            self.register(pid, fds[0], fds[1], sender)
             return
         for fd in fds:
             os.close(fd)
-        if sender == pid and tag == REQUEST and not fds:
+        if tag == REQUEST and not fds:
             # From a ward, whatever its uid now: a worker that dropped its
             # privileges after it was handed over (nginx's, as nobody) is
             # still served.  SO_PEERCRED's pid is the kernel's word that the
@@ -234,12 +241,12 @@ class Keeper:
             if ward.died_at is not None or ward.queued:
                 continue
             h = header_fields(ward.segment_fd, DECISION_FIELDS)
-            if (h is not None and h["pid"] == ward.pid and h["request_seq"] != h["done_seq"]
+            if (h is not None and h["pid"] == ward.segment_pid and h["request_seq"] != h["done_seq"]
                     and not h["final_done"]
                     and not (h["reporter_pid"] > 0 and _alive(h["reporter_pid"]))):
                 self.serve(ward)
 
-    def register(self, pid, segment_fd, pidfd):
+    def register(self, pid, segment_fd, pidfd, segment_pid=None):
         # The same pid again: its old image exec'd, and that segment is done.
         for old in [w for w in self.wards.values() if w.pid == pid]:
             if old.died_at is None:
@@ -247,7 +254,7 @@ class Keeper:
             del self.wards[old.pidfd]
             self.jobs.put(("release", old))
         directory, name = self.vouch(pid, segment_fd)
-        ward = Ward(pid, segment_fd, pidfd, directory, name)
+        ward = Ward(pid, segment_fd, pidfd, directory, name, segment_pid)
         self.wards[ward.pidfd] = ward
         self.poller.register(ward.pidfd, select.POLLIN)
 
@@ -281,7 +288,7 @@ class Keeper:
     def verdict(self, ward, now):
         """'report' (write its last report), 'done' (nothing to do) or 'wait'."""
         h = header_fields(ward.segment_fd, DECISION_FIELDS)
-        if h is None or h["pid"] != ward.pid:
+        if h is None or h["pid"] != ward.segment_pid:
             return "done"
         if h["exec_pending"] or h["final_done"]:
             return "done"   # its last act was an exec, or its final report is written

@@ -21,6 +21,7 @@ import time
 
 from libmemleak import report_core
 from libmemleak.segment import Segment, SegmentError, futex_wait, futex_wake
+from libmemleak.trust import namespace_pids
 
 MEMFD_NAME = "/memfd:libmemleak"
 
@@ -62,6 +63,7 @@ def open_segment(pid):
         raise LiveError(f"process {pid} belongs to another user: not allowed to read it "
                         "(run as its user or as root)") from None
     found_other = False
+    own_pids = namespace_pids(pid)
     for name in names:
         try:
             if not os.readlink(f"{fd_dir}/{name}").startswith(MEMFD_NAME):
@@ -77,7 +79,8 @@ def open_segment(pid):
         except (OSError, SegmentError, ValueError):
             os.close(fd)
             continue
-        if segment.header.pid == pid:
+        if segment.header.pid in own_pids:  # its own, by any pid it has (pid namespaces)
+            segment.pid = pid
             return segment, fd
         found_other = True  # a parent's segment, inherited across fork: not this one
         segment.close()
@@ -93,7 +96,7 @@ def collecting_segment(pid):
     segment, fd = open_segment(pid)
     try:
         if not segment.header.collecting:
-            raise LiveError(not_collecting_why(segment.header))
+            raise LiveError(not_collecting_why(segment.header, segment.pid))
         yield segment
     finally:
         segment.close()
@@ -107,19 +110,19 @@ def request_report(pid, timeout=60.0, scan=False, heuristics=None):
         return request_on_segment(segment, timeout, scan, heuristics)
 
 
-def not_collecting_why(h):
+def not_collecting_why(h, pid):
     if h.detach_requests:
-        return f"process {h.pid} was detached from (libmemleak detach): it is not traced any more"
-    return f"process {h.pid} is not collecting (it waits for its mtrace(), or called muntrace())"
+        return f"process {pid} was detached from (libmemleak detach): it is not traced any more"
+    return f"process {pid} is not collecting (it waits for its mtrace(), or called muntrace())"
 
 
 def request_on_segment(segment, timeout=60.0, scan=False, heuristics=None):
     """request_report on an open segment (the remote server's: it holds
     one)."""
     h = segment.header
-    pid = h.pid
+    pid = segment.pid
     if not h.collecting and not h.paused:
-        raise LiveError(not_collecting_why(h))
+        raise LiveError(not_collecting_why(h, pid))
     if scan and not h.trailer_key:
         raise LiveError(f"process {pid} cannot be scanned: the scan needs every block "
                         "tracked with a trailer (not sample=, not track=table)")
@@ -152,7 +155,7 @@ def set_collecting(pid, on):
 
 def set_collecting_on_segment(segment, on):
     h = segment.header
-    pid = h.pid
+    pid = segment.pid
     if not h.collecting_addr:
         raise LiveError(f"process {pid}: its libmemleak cannot be paused from outside")
     try:

@@ -164,7 +164,7 @@ class Server:
 
     def __init__(self, segment, address, say, directory, name):
         self.seg, self.say, self.directory = segment, say, directory
-        self.pid = segment.header.pid
+        self.pid = segment.pid
         self.program = name or segment.program_name()
         host, port = parse_address(address)
         self.listener = socket.create_server((host, port), family=_family(host), reuse_port=False)

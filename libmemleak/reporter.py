@@ -28,7 +28,7 @@ from libmemleak.live import proc_dir
 from libmemleak.report_core import TextStore
 from libmemleak.segment import KIND_NAMES, Segment, SegmentError, futex_wait, futex_wake
 from libmemleak.symbols import Symbolizer
-from libmemleak.trust import vouched_directory
+from libmemleak.trust import pid_of_pidfd, vouched_directory
 
 SEGMENT_FD, PIDFD = 3, 4
 POLL_SECONDS = 0.2
@@ -134,7 +134,10 @@ class Reporter:
         # can rewrite its segment later (trust.py).  A keeper passes the
         # directory it vouched for when the descendant was handed over.
         self.name = name or segment.program_name()
-        self.pid = pid or self.h.pid
+        # The program's pid as our /proc numbers it: its segment's may be
+        # from a pid namespace of its own (trust.py).
+        self.pid = pid or pid_of_pidfd(pidfd) or self.h.pid
+        segment.pid = self.pid
         self.directory = directory or root_directory(segment)
         self.symbolizer = symbolizer or Symbolizer()
         self.warned = set()
@@ -147,7 +150,7 @@ class Reporter:
         # run of line ids.  C writes entries from it.
         self.texts = TextStore()
         self.token_lines = {}    # frame token -> line id (or NOT_THE_PROGRAMS)
-        self.watch = ProgramWatch(self.h.pid, os.fstat(segment_fd).st_ino, pidfd)
+        self.watch = ProgramWatch(self.pid, os.fstat(segment_fd).st_ino, pidfd)
         self.written = []        # paths of the reports this reporter wrote
         self.scan_asked = False  # a pending request asked for a reachability scan
         self.scan_refused = None # why the scan asked for with this report could not be made
@@ -374,7 +377,7 @@ class Reporter:
             return self.seg.take_snapshot(), None
         self.scan_asked = False
         try:
-            return reachability.scan(self.h.pid, self.h, self.seg.take_snapshot, self.ages,
+            return reachability.scan(self.pid, self.h, self.seg.take_snapshot, self.ages,
                                      self.h.report_seq + 1)
         except reachability.ScanRefused as e:
             self.scan_refused = str(e)
@@ -432,6 +435,8 @@ class Reporter:
             ("program", snap.exe),
             ("pid", self.pid),
         ]
+        if self.h.pid != self.pid:  # in a pid namespace of its own: what it calls itself
+            lines.append(("pid-in-namespace", self.h.pid))
         if snap.parent_pid:
             lines.append(("parent-pid", snap.parent_pid))
         if self.h.blind_len:  # what the hook could not see: first, never missed

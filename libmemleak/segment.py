@@ -119,6 +119,9 @@ class Segment:
         self.header = ffi.cast("struct mlk_header *", self._buf)
         self._validate_header()
         h = self.header
+        # The process's pid as this side numbers it: the header's, unless the
+        # opener knows better (a process in a pid namespace of its own).
+        self.pid = h.pid
         whole = memoryview(self._map)
         self._stack_words = whole[h.stacks_off:h.stacks_off + h.stacks_cap * STACK_SIZE].cast("q")
         self._frames = whole[h.frames_off:h.frames_off + h.frames_cap * 8].cast("Q")
@@ -178,7 +181,7 @@ class Segment:
 
     def report_path(self, seq):
         """Where report `seq` of this segment's process is written."""
-        return os.path.join(self.report_dir(), report_name(self.program_name(), self.header.pid, seq))
+        return os.path.join(self.report_dir(), report_name(self.program_name(), self.pid, seq))
 
     def string(self, off, length):
         """A string of the segment's strings array (header *_off/*_len)."""

@@ -45,3 +45,37 @@ def kernel_name(pid):
         return safe_name(os.path.basename(os.readlink(f"/proc/{int(pid)}/exe")).removesuffix(" (deleted)"))
     except (OSError, ValueError):
         return None
+
+
+# -- pids across pid namespaces ------------------------------------------------
+# A process in a pid namespace (`unshare --pid`, a container, Chromium's
+# sandbox) knows itself -- and writes into its segment -- by a pid that
+# means another process, or none, out here.  The kernel translates: the pid
+# SO_PEERCRED gives and the pid a pidfd's fdinfo shows are in the namespace
+# of the one who asks (of the /proc it reads, for fdinfo).
+
+def pid_of_pidfd(fd):
+    """The pid of the process pidfd `fd` refers to, as this /proc numbers
+    it; None if unknown (an old kernel, the process reaped: -1)."""
+    try:
+        with open(f"/proc/self/fdinfo/{int(fd)}", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pid:"):
+                    pid = int(line.split()[1])
+                    return pid if pid > 0 else None
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def namespace_pids(pid):
+    """Every pid `pid` has, from this /proc's namespace inwards (NSpid of
+    /proc/PID/status): {pid} for a process in no namespace of its own."""
+    try:
+        with open(f"/proc/{int(pid)}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"NSpid:"):
+                    return {int(p) for p in line.split()[1:]} | {int(pid)}
+    except (OSError, ValueError):
+        pass
+    return {int(pid)}

@@ -5,7 +5,6 @@ terminal.  A seeded mutation loop over real reports, run in a child with
 its address space capped, plus the cases users met."""
 
 import os
-import random
 import subprocess
 import sys
 import textwrap

@@ -1,0 +1,79 @@
+"""Processes in a pid namespace of their own (#28 item 3): `unshare --pid`,
+containers, Chromium's sandboxed zygote and renderers.  They know themselves
+by a pid that means another process out here; they used to be never
+reported.  Now the keeper takes the kernel's word for who they are: their
+reports are named by the pid the rest of the system knows, say the one
+they know themselves by, and answer `snapshot` by that outer pid."""
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from helpers import CLI_ENV, by_site, cli, cli_argv, compile_program, reports_of, wait_for_file
+
+
+def _can_unshare(*flags):
+    try:
+        return subprocess.run(["unshare", *flags, "--fork", "true"], capture_output=True,
+                              timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+needs_pidns = pytest.mark.skipif(not _can_unshare("--pid"), reason="cannot make a pid namespace here")
+
+
+def _outer_pid_of(parent, name, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if f"({name})" in stat and int(stat.rpartition(")")[2].split()[1]) == parent:
+                return int(pid)
+        time.sleep(0.05)
+    raise AssertionError(f"no {name} under {parent}")
+
+
+@needs_pidns
+@pytest.mark.parametrize("flags", [["--pid"], ["--pid", "--mount-proc"]], ids=["pid", "mount-proc"])
+def test_a_process_in_a_pid_namespace_is_reported_by_its_outer_pid(tmp_path, flags):
+    if "--mount-proc" in flags and not _can_unshare(*flags):
+        pytest.skip("cannot mount a /proc of a new pid namespace here")
+    prog = compile_program("nsleak.c")
+    p = subprocess.Popen(cli_argv("run", "-q", "unshare", *flags, "--fork", prog), cwd=tmp_path,
+                         env=CLI_ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "pid in namespace 1\n"
+        assert p.stdout.readline() == "checkpoint leaked\n"
+        # `run` keeps unshare's pid; unshare forked the program into the namespace
+        outer = _outer_pid_of(p.pid, "nsleak")
+        # Live, by the pid the rest of the system knows it by.
+        out = cli("snapshot", outer, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        first = wait_for_file(str(tmp_path / f"nsleak-{outer}-1.memlog"))
+        assert out.stdout.strip() == first
+        p.stdin.write("\n")
+        p.stdin.flush()
+        p.communicate(timeout=60)
+        assert p.returncode == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    wait_for_file(str(tmp_path / f"nsleak-{outer}-2.memlog"))
+    reports = reports_of(str(tmp_path), "nsleak", outer)
+    assert [r.header["reason"] for r in reports] == ["snapshot", "exit"]
+    assert all(r.header["pid"] == str(outer) for r in reports)
+    assert all(r.header["pid-in-namespace"] == "1" for r in reports)
+    assert by_site(reports[0])["site_ns"] == (2100, 7)
+    assert by_site(reports[1])["site_ns_later"] == (100, 2)
+    assert "site_ns" not in by_site(reports[1])  # nothing changed there since report 1
