@@ -129,6 +129,7 @@ def request_on_segment(segment, timeout=60.0, scan=False, heuristics=None):
     if scan and heuristics is not None:  # read by the reporter as it serves the request
         h.scan_heuristics = heuristics
     post = report_core.lib.mlk_rc_post_scan if scan else report_core.lib.mlk_rc_post_snapshot
+    written_before = h.report_seq
     mine = post(h)
     futex_wake(segment.field_address("request_seq"))
     done_at = segment.field_address("done_seq")
@@ -139,7 +140,15 @@ def request_on_segment(segment, timeout=60.0, scan=False, heuristics=None):
             raise LiveError(f"process {pid}: no report within {timeout:g} s (is its reporter "
                             "running? the request stays posted and is served when one runs)")
         futex_wait(done_at, h.done_seq, min(left, 0.5))
-    return segment.report_path(h.report_seq)
+    path = segment.report_path(h.report_seq)
+    if h.report_seq == written_before or not os.path.exists(path):
+        # Served, but nothing written: the directory refused it (deleted,
+        # full, read-only).  The reporter keeps the data for the next one.
+        directory = segment.report_dir()
+        why = "it does not exist any more" if not os.path.isdir(directory) else "it refused the file"
+        raise LiveError(f"process {pid}: no report was written in {directory}: {why} (the data is "
+                        "kept for the next report)")
+    return path
 
 
 def set_collecting(pid, on):

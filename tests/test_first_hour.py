@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from helpers import (CLI_ENV, Traced, by_site, cli_argv, compile_program, reports_of, wait_for_file,
+from helpers import (CLI_ENV, Traced, by_site, cli, cli_argv, compile_program, reports_of, wait_for_file,
                      wait_for_reporter)
 from libmemleak import PACKAGE_DIR, memlog
 
@@ -317,3 +317,24 @@ def test_the_demo_ends_with_the_ranked_leaks(workdir):
     assert "cache_put (leaky_server.c:" in ranked[first:second]
     assert "parse_request (leaky_server.c:" in ranked[second:]
     assert "never freed" in ranked[first:second]
+
+
+def test_snapshot_after_the_report_directory_was_deleted_says_so(tmp_path):
+    """(#28 item 9) It printed a file name that never existed (...-0.memlog)
+    and exited 0."""
+    from helpers import Traced
+    where = tmp_path / "reports"
+    where.mkdir()
+    t = Traced([compile_program("slowleaks.c")], where, config=f"mtraceinit,dir={where}")
+    try:
+        t.expect("round")
+        where.rmdir()
+        out = cli("snapshot", t.pid)
+        assert out.returncode == 1
+        assert out.stdout == ""
+        assert out.stderr == (f"libmemleak: snapshot: process {t.pid}: no report was written in "
+                              f"{where}: it does not exist any more (the data is kept for the next "
+                              "report)\n")
+    finally:
+        t.proc.kill()
+        t.proc.wait()
