@@ -631,3 +631,19 @@ def test_check_leaves_suppressed_stacks_out_of_definitely_lost(tmp_path):
     r = cli("check", tmp_path, "--max-definitely-lost", "0", "--suppressions", rules)
     assert r.returncode == 1
     assert "definitely lost" in r.stdout and "site_forgotten" not in r.stdout
+
+
+def test_report_says_when_stacks_were_cut_at_the_depth(tmp_path):
+    """(#28 item 15) Most of a PostgreSQL backend's stacks were cut at depth
+    16 and nothing said so."""
+    prog = compile_program("deepstack.c")
+    assert cli("run", "-q", prog, cwd=tmp_path).returncode == 0
+    note = ("5 allocations (83% of 6) had their call stack cut at depth 16: outer frames are not "
+            "shown, and stacks that differ only there are one; MEMLEAK_CONFIG depth=32 (at most 64) "
+            "shows more")
+    assert f"  note: {note}\n" in cli("report", tmp_path).stdout
+    doc = json.loads(cli("report", "--json", tmp_path).stdout)
+    assert note in doc["processes"][0]["notes"]
+    (tmp_path / "deeper").mkdir()
+    assert cli("run", "-q", "--config", "depth=40", prog, cwd=tmp_path / "deeper").returncode == 0
+    assert "cut at depth" not in cli("report", tmp_path / "deeper").stdout

@@ -201,6 +201,9 @@ def analyse(series, group_by="stack"):
     # What the tracer could not see comes first: without it every other
     # answer here ("no leak suspects", a small live total) misleads.
     a.notes[:0] = [f"NOT SEEN: {text}" for text in series.blind]
+    cut = stacks_cut_note(series)
+    if cut:
+        a.notes.append(cut)
     if running < 3:
         a.notes.append(f"{running} report{'s' if running != 1 else ''} before exit: a stack must "
                        "grow across two intervals to be a suspect; take more reports while it "
@@ -283,6 +286,29 @@ def _judge_growth(t):
     if t.freed_at_exit:
         words.append(f"{human_bytes(t.freed_at_exit)} freed at exit")
     t.verdict = ", ".join(words)
+
+
+def stacks_cut_note(series):
+    """How many allocations had their call stack cut at the configured
+    depth (the last report's cumulative counters), and what to do; None
+    when none was."""
+    if not series.reports:
+        return None
+    header = series.reports[-1].header
+    try:
+        cut = int(header.get("truncated-stacks", 0))
+        made = int(header.get("allocations", 0))
+        depth = int(header.get("depth", 0))
+    except ValueError:
+        return None
+    if cut <= 0 or depth <= 0:
+        return None
+    share = f" ({100 * cut / made:.0f}% of {made:,})" if made >= cut else ""
+    whose = "its" if cut == 1 else "their"
+    remedy = (f"MEMLEAK_CONFIG depth={min(64, depth * 2)} (at most 64) shows more" if depth < 64
+              else "64 is the deepest")
+    return (f"{count(cut, 'allocation')}{share} had {whose} call stack cut at depth {depth}: "
+            f"outer frames are not shown, and stacks that differ only there are one; {remedy}")
 
 
 def count(n, noun, sign=False):
