@@ -337,8 +337,8 @@ class Keeper:
                                                       f"pid {ward.pid}: {e}")
                 return None
             try:
-                ward.reporter = Reporter(segment, ward.segment_fd, ward.pidfd, self.symbolizer,
-                                         ward.directory, ward.name, ward.pid)
+                ward.reporter = Reporter(segment, ward.directory, ward.segment_fd, ward.pidfd,
+                                         self.symbolizer, ward.name, ward.pid)
             except Exception as e:  # noqa: BLE001
                 segment.close()
                 self._warn_once(("reporter", type(e)), f"keeper cannot report pid {ward.pid}: "

@@ -73,13 +73,16 @@ def format_frame(frame):
     return text
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Control characters: C0, DEL and C1 (\x9b is a terminal's CSI on its own).
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
+# Those a report file may not carry -- all but tab and newline, the format's own.
+_FILE_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def header_text(value):
     """A header value on one line: control characters (a newline that would
     start a forged header line, an escape sequence) shown as '?'."""
-    return _CONTROL.sub("?", str(value))
+    return _CONTROLS.sub("?", str(value))
 
 
 def render_frames(frames):
@@ -246,18 +249,13 @@ def _frame_of(text, cache):
 
 
 MAX_REPORT_BYTES = 4 << 30   # a report of millions of stacks is a few hundred MB
-# Control characters a report file may carry (an escape sequence in a
-# function name, say) never reach a terminal or an output: '?' as they are
-# read.  Tab and newline are the format's own.
-_FILE_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_SHOWN_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def printable(text):
     """`text` (a path, a message quoting a file) safe for a terminal: control
     characters and undecodable bytes shown as escapes."""
     text = str(text).encode("utf-8", "backslashreplace").decode("utf-8")
-    return _SHOWN_CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def read(path, cache=None):
@@ -269,5 +267,7 @@ def read(path, cache=None):
             data = f.read()
     except OSError as e:
         raise MemlogError(f"{printable(path)}: {e.strerror}") from None
+    # An escape sequence in a function name, say, never reaches a terminal
+    # or an output: '?' as the file is read.
     return parse(_FILE_CONTROLS.sub("?", data.decode("utf-8", "surrogateescape")), printable(path),
                  cache)

@@ -126,19 +126,19 @@ class Reporter:
     descendant, with the segment and pidfd it holds and a Symbolizer shared
     by all of them."""
 
-    def __init__(self, segment, segment_fd=SEGMENT_FD, pidfd=PIDFD, symbolizer=None,
-                 directory=None, name=None, pid=None):
+    def __init__(self, segment, directory, segment_fd=SEGMENT_FD, pidfd=PIDFD, symbolizer=None,
+                 name=None, pid=None):
         self.seg = segment
         self.h = segment.header
-        # Where reports go and what they are called, fixed now: the program
-        # can rewrite its segment later (trust.py).  A keeper passes the
-        # directory it vouched for when the descendant was handed over.
+        # Where reports go and what they are called, fixed before the program
+        # could rewrite its segment (trust.py): from our argv (main), or as
+        # the keeper vouched for them at the descendant's hand-over.
+        self.directory = directory
         self.name = name or segment.program_name()
         # The program's pid as our /proc numbers it: its segment's may be
         # from a pid namespace of its own (trust.py).
         self.pid = pid or pid_of_pidfd(pidfd) or self.h.pid
         segment.pid = self.pid
-        self.directory = directory or root_directory(segment)
         self.symbolizer = symbolizer or Symbolizer()
         self.warned = set()
         self.budget = _float_env("MEMLEAK_SYMBOL_BUDGET", DEFAULT_SYMBOL_BUDGET)
@@ -632,7 +632,7 @@ def _run(segment, directory, name):
     profile = os.environ.get("MEMLEAK_PROFILE_REPORTER")  # a file for cProfile stats
     if not profile:
         try:
-            return Reporter(segment, directory=directory, name=name).run()
+            return Reporter(segment, directory, name=name).run()
         except Exception as e:  # noqa: BLE001 -- one line on the program's stderr, never a traceback
             if os.environ.get("MEMLEAK_DEBUG"):
                 raise
@@ -642,6 +642,6 @@ def _run(segment, directory, name):
     import cProfile
     profiler = cProfile.Profile()
     try:
-        return profiler.runcall(Reporter(segment, directory=directory, name=name).run)
+        return profiler.runcall(Reporter(segment, directory, name=name).run)
     finally:
         profiler.dump_stats(f"{profile}.{os.getpid()}")

@@ -16,17 +16,24 @@ import os
 from libmemleak.memlog import safe_name
 
 
+def _numbers(path, key):
+    """The numbers of the `key:` line of a /proc file (status, fdinfo);
+    [] if it cannot be read or has no such line."""
+    try:
+        with open(path, "rb") as f:
+            for line in f:
+                if line.startswith(key + b":"):
+                    return [int(n) for n in line.split()[1:]]
+    except (OSError, ValueError):
+        pass
+    return []
+
+
 def runs_only_as(pid, uid):
     """Are the real, effective, saved and filesystem uids of `pid` all
     `uid`?  False if that cannot be read (the process is gone, say)."""
-    try:
-        with open(f"/proc/{int(pid)}/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"Uid:"):
-                    return all(int(u) == uid for u in line.split()[1:5])
-    except (OSError, ValueError):
-        pass
-    return False
+    uids = _numbers(f"/proc/{int(pid)}/status", b"Uid")
+    return len(uids) == 4 and all(u == uid for u in uids)
 
 
 def vouched_directory(claimed, pid, otherwise):
@@ -57,25 +64,11 @@ def kernel_name(pid):
 def pid_of_pidfd(fd):
     """The pid of the process pidfd `fd` refers to, as this /proc numbers
     it; None if unknown (an old kernel, the process reaped: -1)."""
-    try:
-        with open(f"/proc/self/fdinfo/{int(fd)}", "rb") as f:
-            for line in f:
-                if line.startswith(b"Pid:"):
-                    pid = int(line.split()[1])
-                    return pid if pid > 0 else None
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    pid = _numbers(f"/proc/self/fdinfo/{int(fd)}", b"Pid")
+    return pid[0] if pid and pid[0] > 0 else None
 
 
 def namespace_pids(pid):
     """Every pid `pid` has, from this /proc's namespace inwards (NSpid of
     /proc/PID/status): {pid} for a process in no namespace of its own."""
-    try:
-        with open(f"/proc/{int(pid)}/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"NSpid:"):
-                    return {int(p) for p in line.split()[1:]} | {int(pid)}
-    except (OSError, ValueError):
-        pass
-    return {int(pid)}
+    return set(_numbers(f"/proc/{int(pid)}/status", b"NSpid")) | {int(pid)}

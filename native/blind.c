@@ -45,6 +45,7 @@ void mlk_find_blind_spots(void)
     if (!dladdr((void *)&mlk_find_blind_spots, &self))
         return;
     const char *owner = NULL;
+    void *owner_base = NULL;
     size_t used = 0;
     int names = 0;
     for (size_t i = 0; i < sizeof watched / sizeof watched[0]; i++) {
@@ -59,9 +60,10 @@ void mlk_find_blind_spots(void)
             where.dli_fbase == self.dli_fbase || where.dli_saddr != found ||
             sym->st_shndx == SHN_UNDEF)
             continue;
-        if (owner && strcmp(owner, where.dli_fname) != 0)
+        if (owner && where.dli_fbase != owner_base)
             continue; /* one module named; a second one is rarer than rare */
         if (!owner) {
+            owner_base = where.dli_fbase;
             owner = where.dli_fname && where.dli_fname[0] ? where.dli_fname : NULL;
             if (!owner) { /* the executable: the loader gives it no name */
                 static char exe[512];

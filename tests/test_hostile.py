@@ -62,7 +62,7 @@ def test_safe_names():
         assert re.fullmatch(r"[A-Za-z0-9._+@=,%~-]{1,100}", name), name
     assert memlog.safe_name("redis-server") == "redis-server"
     assert memlog.safe_name("c++") == "c++"
-    assert memlog.header_text("a\nb\x1bc") == "a?b?c"
+    assert memlog.header_text("a\nb\x1bc\x9b[2J") == "a?b?c?[2J"  # C1 too: \x9b is a CSI
 
 
 # -- the remote server under attack ------------------------------------------
