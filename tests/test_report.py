@@ -647,3 +647,33 @@ def test_report_says_when_stacks_were_cut_at_the_depth(tmp_path):
     (tmp_path / "deeper").mkdir()
     assert cli("run", "-q", "--config", "depth=40", prog, cwd=tmp_path / "deeper").returncode == 0
     assert "cut at depth" not in cli("report", tmp_path / "deeper").stdout
+
+
+def test_a_large_steady_grower_outranks_a_small_block_lost_at_start_up(tmp_path):
+    """(#28 item 12) After one scan, a constant 432-byte start-up block
+    (definitely lost) ranked above a stack growing 1 MiB in every
+    interval.  Both stay suspects, each with its verdict; the grower first."""
+    prog = compile_program("bigsteady.c")
+    t = Traced([prog], tmp_path)
+    for seq in range(1, 7):
+        t.expect("round")
+        if seq == 3:
+            scanned = cli("scan", t.pid)
+            assert scanned.returncode == 0, scanned.stderr
+        else:
+            t.signal_report(seq)
+        t.resume()
+    assert t.finish() == 0, t.stderr
+    doc = json.loads(cli("report", "--json", tmp_path).stdout)
+    [proc] = doc["processes"]
+    suspects = [first_function(s) for s in proc["suspects"]]
+    assert suspects[:2] == ["site_steady", "site_startup_lost"], suspects
+    lost = proc["suspects"][1]
+    assert lost["reachability"] == {"definitely_lost": {"bytes": 432, "blocks": 1}}
+    assert lost["verdict"].startswith("definitely lost: 432 B in 1 block")
+    # (#28 item 16) it was "never freed, 6.0 MB freed at exit"
+    steady = proc["suspects"][0]["verdict"]
+    assert steady.startswith("grows in 5 of 5 intervals, ") and steady.endswith(
+        "6 blocks live before exit, allocated 6 times, never freed before exit, 6.0 MB freed at exit")
+    text = cli("report", tmp_path).stdout
+    assert text.index("site_steady") < text.index("site_startup_lost")

@@ -194,10 +194,11 @@ def analyse(series, group_by="stack"):
         a.live_bytes += t.live_bytes
         a.live_blocks += t.live_blocks
     a.trends.sort(key=lambda t: -t.live_bytes)  # stable: first seen first among equals
-    # A block nothing points to is a leak for certain: what the latest scan
-    # found definitely lost ranks first, largest first; growth after.
+    # One scale for both kinds of evidence (see _judge): a large steady
+    # grower outranks a small block lost once at start-up, and a large lost
+    # block a slow grower; on a tie, the certain one (definitely lost) first.
     a.suspects = sorted((t for t in trends if t.suspect),
-                        key=lambda t: (-t.lost.get("definitely-lost", (0, 0))[0], -t.score))
+                        key=lambda t: (-t.score, -t.lost.get("definitely-lost", (0, 0))[0]))
     # What the tracer could not see comes first: without it every other
     # answer here ("no leak suspects", a small live total) misleads.
     a.notes[:0] = [f"NOT SEEN: {text}" for text in series.blind]
@@ -244,6 +245,11 @@ def _judge(t):
     definite, blocks = t.lost.get("definitely-lost", (0, 0))
     if blocks:
         t.suspect = True
+        # Certain (nothing points to it), so weighed as the steadiest growth
+        # of the same bytes would be: log2 of what is at stake.  What it
+        # holds indirectly is lost with it.
+        at_stake = definite + t.lost.get("indirectly-lost", (0, 0))[0]
+        t.score = max(t.score, math.log2(2 + at_stake))
         words = f"definitely lost: {human_bytes(definite)} in {blocks:,} block{'s' if blocks != 1 else ''}"
         indirect = t.lost.get("indirectly-lost", (0, 0))[0]
         if indirect:
@@ -282,7 +288,15 @@ def _judge_growth(t):
         words.append(f"allocated {t.allocations:,} time{'s' if t.allocations != 1 else ''}")
     if t.survival is not None and t.survival < 0.995:
         words.append(f"keeps {t.survival:.0%} of them")
-    words.append("never freed" if never_freed else f"freed in {t.shrank}")
+    # "never freed" only where it is true: a stack whose live bytes never
+    # went down may still free some of what it allocates (it keeps a share),
+    # and one freed by the program's exit was freed -- at exit.
+    if not never_freed:
+        words.append(f"shrank in {t.shrank}")
+    elif t.survival is not None and t.survival < 0.995:
+        words.append("never shrank")
+    else:
+        words.append("never freed before exit" if t.freed_at_exit else "never freed")
     if t.freed_at_exit:
         words.append(f"{human_bytes(t.freed_at_exit)} freed at exit")
     t.verdict = ", ".join(words)
