@@ -49,6 +49,18 @@ SELF_LIBRARY = "libmtrace.so"
 NOT_THE_PROGRAMS = -1  # a frame left out of reports: our own hooks'
 
 
+def signal_name(number):
+    """The report signal as a report names it: SIGUSR1; `none` when there
+    is none (signal=none, or the program installed its own handler)."""
+    import signal
+    if not number:
+        return "none"
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def say(message):
     """One line on stderr (the program's), prefixed like the hook library's."""
     try:
@@ -460,6 +472,7 @@ class Reporter:
             ("stacks", sums.stacks),
             ("depth", snap.depth),
             ("tracking", snap.tracking),
+            ("report-signal", signal_name(self.h.report_signal)),
         ]
         if scan:
             lines += scan.header_lines()

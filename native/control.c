@@ -218,7 +218,7 @@ int mlk_start_collecting(void)
         mlk_unwind_init();
         /* The reporter also answers this signal when the program blocks it
          * in every thread (the handler then never runs). */
-        mlk_seg->report_signal = (uint32_t)mlk_config.signal;
+        mlk_seg->report_signal = mlk_signal_is_programs() ? 0 : (uint32_t)mlk_config.signal;
         if (!is_root)
             keeper_holds_us = mlk_keeper_register();
         else

@@ -30,6 +30,7 @@ MLK_HIDDEN void mlk_warn(const char *a, const char *b, const char *c);
 MLK_HIDDEN int mlk_report_signal(void);
 MLK_HIDDEN extern void (*const mlk_report_handler)(int);
 MLK_HIDDEN void mlk_signals_init(void);  /* signals.c: look the real functions up */
+MLK_HIDDEN int mlk_signal_is_programs(void); /* signals.c: the program took the report signal over */
 MLK_HIDDEN size_t mlk_strlen(const char *s);
 MLK_HIDDEN void mlk_fmt_u64(char *buf, uint64_t v);  /* buf >= 21 bytes */
 

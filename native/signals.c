@@ -26,6 +26,10 @@ static void program_takes(int sig, void (*handler)(int))
         return;
     if (__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
         return;
+    /* The reporter no longer answers it either (a blocked report signal is
+     * answered from outside), and reports stop suggesting `kill -USR1`. */
+    if (mlk_seg)
+        __atomic_store_n(&mlk_seg->report_signal, 0, __ATOMIC_RELAXED);
     char name[24] = "signal ";
     const char *shown = name;
     if (sig == SIGUSR1)
@@ -47,6 +51,8 @@ static void program_takes(int sig, void (*handler)(int))
     line[n] = 0;
     mlk_warn(line, "", "");
 }
+
+int mlk_signal_is_programs(void) { return __atomic_load_n(&warned, __ATOMIC_RELAXED); }
 
 /* The real functions, looked up at start (mlk_signals_init) so that a
  * program calling them from a signal handler never waits on dlsym's lock;

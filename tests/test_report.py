@@ -132,6 +132,17 @@ def test_diff_of_two_reports_is_what_was_live_between_them(slowleaks):
     assert (stacks["site_cache_grow"]["change_bytes"], stacks["site_cache_grow"]["change_blocks"]) == (192, 4)
     assert (stacks["site_rare"]["change_bytes"], stacks["site_rare"]["change_blocks"]) == (200, 1)
     assert all(s["status"] == "grown" for k, s in stacks.items() if k in ("site_leak", "site_rare"))
+    # (#28 item 16) the text showed the 2 innermost frames, with no way to see more
+    before, after = workdir / f"slowleaks-{pid}-2.memlog", workdir / f"slowleaks-{pid}-6.memlog"
+    leak = stacks["site_leak"]["frames"]
+    def shown(*frames):
+        out = diff_cmd(before, after, *frames).stdout
+        stack = re.split(r"\n  (?! )", out[out.index("site_leak"):])[0]   # up to the next stack
+        return [line.strip() for line in stack.splitlines()]
+    assert shown("--frames", "1")[1] == f"... {len(leak) - 1} more (--frames N)"
+    assert len(shown()) == 5 and shown()[1].startswith("main (slowleaks.c:")   # 4 frames, then "more"
+    every = shown("--frames", str(len(leak)))
+    assert len(every) == len(leak) and "more" not in every[-1]
 
 
 def test_diff_of_two_runs_matches_stacks_across_aslr(slowleaks, tmp_path):
@@ -303,6 +314,27 @@ def test_export_bad_input_is_one_line(tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no report" in r.stderr
     r = export_cmd("--format", "pdf", tmp_path)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "invalid choice" in r.stderr
+
+
+def test_export_says_what_its_file_is_and_keeps_html_off_a_terminal(slowleaks, tmp_path):
+    """(#28 item 16) `--format flamegraph -o flame.svg` wrote an HTML page
+    under an SVG name, and without -o it filled the terminal with HTML."""
+    workdir, _ = slowleaks
+    r = export_cmd("--format", "flamegraph", "-o", tmp_path / "flame.svg", workdir)
+    assert r.returncode == 0
+    assert r.stderr == ("libmemleak: export: note: flamegraph writes an HTML page; a name ending in "
+                        ".html opens it where it belongs\n")
+    assert (tmp_path / "flame.svg").read_text().startswith("<!DOCTYPE html>")
+    r = export_cmd("--format", "flamegraph", "-o", tmp_path / "flame.html", workdir)
+    assert (r.returncode, r.stderr) == (0, "")
+    term = Terminal(["export", "--format", "flamegraph", workdir], tmp_path)
+    try:
+        assert term.wait_done()
+        screen = term.screen()
+        assert ("libmemleak: export: flamegraph is an HTML page, not for a terminal: -o flamegraph.html"
+                in screen.replace("\n", "")) and "<html" not in screen
+    finally:
+        term.close()
 
 
 def check_cmd(*args):

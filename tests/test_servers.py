@@ -39,6 +39,22 @@ def test_snapshot_reports_without_a_signal_where_the_program_owns_it(workdir):
     said = [line for line in t.stderr.splitlines() if "installs its own handler" in line]
     assert len(said) == 1 and f"libmemleak snapshot {t.pid}" in said[0], t.stderr
     assert [r.header["reason"] for r in t.reports()] == ["snapshot", "exit"]
+    # (#28 item 16) the reports know the signal is the program's, and the
+    # hints stop suggesting it
+    assert [r.header["report-signal"] for r in t.reports()] == ["none", "none"]
+    hint = cli("report", workdir).stdout
+    assert f"take more reports while it runs (libmemleak snapshot {t.pid})" in hint and "kill -" not in hint
+
+
+def test_reports_name_the_report_signal_and_the_hint_uses_it(workdir):
+    prog = compile_program("slowleaks.c")
+    t = Traced([prog], workdir, config="mtraceinit,signal=USR2")
+    t.expect("round")
+    assert t.signal_report(1, signal.SIGUSR2).header["report-signal"] == "SIGUSR2"
+    t.proc.stdin.write(b"\n" * 8)
+    assert t.finish() == 0, t.stderr
+    hint = cli("report", workdir).stdout
+    assert f"(kill -USR2 {t.pid} or libmemleak snapshot {t.pid})" in hint
 
 
 def test_snapshot_of_what_is_not_traced_is_one_line(workdir):

@@ -36,17 +36,17 @@ def test_scripted_commands_answer_from_the_live_process(running):
     out = cli("shell", p.pid, "-c", "top 3; show 1; trend 1; diff; scan; restart")
     assert out.returncode == 0, out.stderr
     text = out.stdout
-    assert f"slowleaks (pid {p.pid}): {ROUNDS} reports" in text
+    assert f"slowleaks (pid {p.pid}): {ROUNDS + 1} reports" in text   # top took one
     assert text.index("#1 ") < text.index("site_leak (slowleaks.c:") < text.index("#2 ")
     assert "  _start (slowleaks)" in text  # show: the whole stack
     assert text.count("(snapshot): +64 B +1 block\n") >= ROUNDS  # trend of site_leak, a line a report
-    assert f"report {ROUNDS} (snapshot):" in text  # diff: the latest report's changes
+    assert f"report {ROUNDS + 1} (snapshot):" in text  # diff: the latest report's changes
     scan = text[text.index("reachability scan"):]  # scan: site_startup's 4 KB is lost
     assert re.search(r"definitely lost: [\d,]+ bytes in \d+ blocks", scan)
     assert scan.index("definitely lost, by stack") < scan.index("site_startup")
     assert "a new interval starts here" in text
     reasons = [r.header["reason"] for r in reports_of(str(workdir), "slowleaks", p.pid)]
-    assert reasons == ["snapshot"] * ROUNDS + ["scan", "snapshot"]
+    assert reasons == ["snapshot"] * (ROUNDS + 1) + ["scan", "snapshot"]
 
 
 def test_commands_on_standard_input_and_mistakes(running):
@@ -57,6 +57,32 @@ def test_commands_on_standard_input_and_mistakes(running):
     assert "#1 " in out.stdout and "watch SECS [K]" in out.stdout
     assert "libmemleak: shell: no suspect 9: 'top' lists" in out.stderr
     assert "libmemleak: shell: unknown command 'frobnicate' (help lists them)" in out.stderr
+
+
+def test_a_live_top_takes_a_report_and_says_what_grew_before_there_is_a_ranking(tmp_path):
+    """(#28 item 16) `top` right after the first report said "no leak
+    suspects" from that one report: a live top asks for a report now, and
+    until reports enough to rank are in, says what grew since the last."""
+    prog = compile_program("slowleaks.c")
+    p = subprocess.Popen(cli_argv("run", "-q", prog), cwd=tmp_path, env=CLI_ENV, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert p.stdout.readline() == b"checkpoint round\n"
+        first = cli("shell", p.pid, "-c", "top 3")
+        assert first.returncode == 0, first.stderr
+        assert "what is live at report 1, largest first:" in first.stdout
+        assert "site_startup (slowleaks.c:" in first.stdout    # its 4 KB, the largest
+        p.stdin.write(b"\n")
+        p.stdin.flush()
+        assert p.stdout.readline() == b"checkpoint round\n"
+        second = cli("shell", p.pid, "-c", "top 3").stdout
+        grew = second[second.index("what grew from report 1 to report 2, largest first:"):]
+        assert re.search(r"\+200 B \+1 block  site_rare \(slowleaks.c:", grew), grew
+        assert "site_startup" not in grew
+        assert [r.header["reason"] for r in reports_of(str(tmp_path), "slowleaks", p.pid)] == ["snapshot"] * 2
+    finally:
+        p.stdin.close()
+        p.wait(timeout=60)
 
 
 def test_watch_reports_and_ranks_every_interval(running):

@@ -87,6 +87,6 @@ def frame_lines(frames, executable=None, keep=4, full=False):
     if above:
         lines.insert(0, f"({above} frame{'s' if above != 1 else ''} in libraries above)")
     if below:
-        lines.append(f"... {below} more")
+        lines.append(f"... {below} more (--frames N)")
     return lines
 

@@ -208,7 +208,7 @@ def analyse(series, group_by="stack"):
     if running < 3:
         a.notes.append(f"{running} report{'s' if running != 1 else ''} before exit: a stack must "
                        "grow across two intervals to be a suspect; take more reports while it "
-                       "runs (kill -USR1 PID or libmemleak snapshot PID)")
+                       f"runs ({ways_to_ask(series)})")
     if not series.complete:
         a.notes.extend(series.problems)
     return a
@@ -300,6 +300,18 @@ def _judge_growth(t):
     if t.freed_at_exit:
         words.append(f"{human_bytes(t.freed_at_exit)} freed at exit")
     t.verdict = ", ".join(words)
+
+
+def ways_to_ask(series):
+    """How to ask this process for a report: its report signal, unless the
+    program took it over (its reports say `report-signal: none`), and
+    `libmemleak snapshot`, which needs none."""
+    pid = series.pid
+    sig = series.reports[-1].header.get("report-signal", "SIGUSR1") if series.reports else "SIGUSR1"
+    snapshot = f"libmemleak snapshot {pid}"
+    if not sig.startswith("SIG"):
+        return snapshot
+    return f"kill -{sig[3:]} {pid} or {snapshot}"
 
 
 def stacks_cut_note(series):

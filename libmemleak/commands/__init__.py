@@ -12,6 +12,15 @@ MAX_PROBLEMS_SAID = 20  # lines about unreadable input, then one that counts the
 EXIT_NOT_SEEN = 3   # check: the tracer said it could not see the heap: no verdict
 
 
+def positive(text):
+    """An option's value that must be a whole number of at least 1 (argparse
+    turns the ValueError into one usage line, status 2)."""
+    n = int(text)
+    if n < 1:
+        raise ValueError(text)
+    return n
+
+
 def say_blind(command, series):
     """One line on stderr per process whose reports say the tracer could
     not see all of its heap; the number of such processes."""

@@ -8,7 +8,8 @@ import json
 import sys
 
 from libmemleak.analysis.compare import compare
-from libmemleak.analysis.names import frame_text, shown_frames
+from libmemleak.analysis.names import frame_lines
+from libmemleak.commands import positive
 from libmemleak.analysis.trends import count, human_bytes
 from libmemleak.outputs.json_doc import frame_dict
 from libmemleak.series import InputError
@@ -22,6 +23,8 @@ def add_parser(sub):
     p.add_argument("before", metavar="BEFORE")
     p.add_argument("after", metavar="AFTER")
     p.add_argument("--top", type=int, default=20, metavar="N", help="stacks shown (20)")
+    p.add_argument("--frames", type=positive, default=4, metavar="N",
+                   help="frames shown per stack, from the program's own code on (4)")
     p.add_argument("--json", action="store_true",
                    help='{"stacks": [{"status", "change_bytes", "change_blocks", "frames"}]}')
     p.set_defaults(func=run)
@@ -47,9 +50,8 @@ def run(args):
     print(f"{count(len(changes), 'stack')} changed, {human_bytes(total, sign=True)} in all")
     for c in changes[:args.top]:
         print(f"  {c.status:6s} {human_bytes(c.change_bytes, sign=True):>10s} {count(c.change_blocks, 'block', sign=True)}")
-        frames, above, _ = shown_frames(c.frames, keep=2)
-        for f in frames:
-            print(f"           {frame_text(f)}")
+        for line in frame_lines(c.frames, keep=args.frames):
+            print(f"           {line}")
     if len(changes) > args.top:
         print(f"  ({len(changes) - args.top} more: --top N)")
     return 0

@@ -20,6 +20,12 @@ FORMATS = {"collapsed": collapsed.write, "flamegraph": flamegraph.write, "html":
 # The formats that draw one quantity per stack: --since makes it the growth.
 DRAWN = {"collapsed", "flamegraph", "pprof", "speedscope"}
 BINARY = {"pprof"}
+# What each format's file is, and the name that opens it where it belongs:
+# a flamegraph is an HTML page, not the SVG flamegraph.pl makes.
+SUFFIX = {"collapsed": (".folded", "collapsed stacks"), "flamegraph": (".html", "an HTML page"),
+          "html": (".html", "an HTML page"), "json": (".json", "JSON"),
+          "pprof": (".pb.gz", "a gzipped pprof profile"), "speedscope": (".json", "speedscope's JSON")}
+NOT_FOR_A_TERMINAL = {"flamegraph", "html", "pprof"}
 
 
 def add_parser(sub):
@@ -45,6 +51,14 @@ def run(args):
         print(f"libmemleak: export: --since draws growth: it goes with "
               f"{', '.join(sorted(DRAWN))}, not {args.format}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    suffix, what = SUFFIX[args.format]
+    if not args.output and args.format in NOT_FOR_A_TERMINAL and sys.stdout.isatty():
+        print(f"libmemleak: export: {args.format} is {what}, not for a terminal: "
+              f"-o {args.format}{suffix}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.output and not args.output.endswith(suffix):
+        print(f"libmemleak: export: note: {args.format} writes {what}; a name ending in {suffix} "
+              f"opens it where it belongs", file=sys.stderr)
     rules = load_suppressions("export", args.suppressions)
     read = (read_reports("export", args.paths, args.pid, progress_bar())
             if rules is not None else None)

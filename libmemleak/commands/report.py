@@ -11,7 +11,7 @@ from libmemleak.analysis.trends import analyse
 from libmemleak.outputs import json_doc, text
 from libmemleak.analysis import suppressions
 from libmemleak.commands import (EXIT_BAD_INPUT, add_suppressions_option, load_suppressions,
-                                 read_reports)
+                                 positive, read_reports)
 from libmemleak.series import InputError
 
 
@@ -30,6 +30,8 @@ def add_parser(sub):
                                                        "module) matching REGEX")
     p.add_argument("--exclude", metavar="REGEX", help="leave out stacks with a frame matching REGEX")
     p.add_argument("--all", action="store_true", help="every stack, not only suspects")
+    p.add_argument("--frames", type=positive, default=4, metavar="N",
+                   help="frames shown per stack, from the program's own code on (4)")
     p.add_argument("--group-by", choices=("stack", "site", "function"), default="stack",
                    help="one entry per call stack (default), per allocation site in the "
                         "program's own code, or per function there")
@@ -115,7 +117,7 @@ def run(args):
             json_doc.write(sys.stdout, analyses, problems)
         else:
             text.write(sys.stdout, analyses, [], top=args.top or default_top(len(analyses)),
-                       full_names=args.full_names, all_stacks=args.all)
+                       full_names=args.full_names, all_stacks=args.all, frames=args.frames)
     except BrokenPipeError:
         return 0
     return 1 if any(not s.complete for s in series) else 0

@@ -5,7 +5,9 @@ user or root may open) and answers from its reports with the analysis
 `libmemleak report` and `scan` use:
 
     report            a report now (as the signal would), and what changed
-    top [N]           the leak suspects, most likely first (as `report`)
+    top [N]           a report now, then the leak suspects, most likely first (as
+                      `report`); before there are enough reports to rank, what
+                      grew since the previous one
     show N            suspect N's whole stack, full names
     trend N           suspect N's change in each report
     scan              what is lost: valgrind's categories, per stack
@@ -142,7 +144,22 @@ class Session:
     def do_top(self, words):
         if len(words) > 1 or (words and not words[0].isdigit()):
             raise UsageError("top [N]: the N most likely leaks (default 10)")
-        text.write(self.out, [self.analysis()], [], top=int(words[0]) if words else 10)
+        # A live answer is about now: what the last report said may be an
+        # hour old, or the only report there is (nothing to compare).
+        self.target.request_report()
+        self._top(int(words[0]) if words else 10)
+
+    def _top(self, n):
+        a = self.analysis()
+        text.write(self.out, [a], [], top=n)
+        if not a.suspects:
+            reports = a.series.reports
+            last = reports[-1]
+            grown = sorted((e for e in last.entries if e.bytes > 0), key=lambda e: -e.bytes)
+            since = (f"what grew from report {reports[-2].seq} to report {last.seq}" if len(reports) > 1
+                     else f"what is live at report {last.seq}")
+            self.say(f"  {since}{', largest first:' if grown else ': nothing'}")
+            self._lines(grown[:n], last)
         self.out.flush()
 
     def do_show(self, words):
@@ -176,8 +193,10 @@ class Session:
 
     def _changes(self, report, top):
         """The biggest changes of one report, a line each."""
-        shown = sorted(report.entries, key=lambda e: -abs(e.bytes))[:top]
-        for e in shown:
+        self._lines(sorted(report.entries, key=lambda e: -abs(e.bytes))[:top], report)
+
+    def _lines(self, entries, report):
+        for e in entries:
             frames, _, _ = shown_frames(e.frames, report.header.get("program"), keep=1)
             where = frame_text(frames[0]) if frames else "?"
             self.say(f"  {e.bytes:+,} B {count(e.blocks or 0, 'block', sign=True)}  {where}")
@@ -196,7 +215,7 @@ class Session:
                 if done:
                     time.sleep(seconds)
                 self.do_report([])
-                self.do_top(["5"])
+                self._top(5)
                 done += 1
         except KeyboardInterrupt:
             self.say("(watch stopped)")

@@ -14,7 +14,7 @@ def compact_trend(deltas):
     return ("... " if len(deltas) > len(shown) else "") + text
 
 
-def write(out, analyses, problems, top=10, full_names=False, all_stacks=False):
+def write(out, analyses, problems, top=10, full_names=False, all_stacks=False, frames=4):
     for a in analyses:
         s = a.series
         span = f", {a.seconds:.1f} s between the first and the last" if a.seconds else ""
@@ -42,7 +42,7 @@ def write(out, analyses, problems, top=10, full_names=False, all_stacks=False):
                     else f"{human_bytes(t.live_bytes)} live in {count(t.live_blocks, 'block')}")
             out.write(f"  #{rank} {live} -- {verdict}\n")
             out.write(f"     trend: {compact_trend(t.deltas)}\n")
-            for line in frame_lines(t.frames, s.executable, full=full_names):
+            for line in frame_lines(t.frames, s.executable, frames, full=full_names):
                 out.write(f"       {line}\n")
         if len(rows) > top:
             out.write(f"  ({len(rows) - top} more: --top N)\n")
