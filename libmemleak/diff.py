@@ -49,7 +49,7 @@ class KeyTable:
     def __init__(self):
         self.frames = []        # token -> (module or None, address, (path or None, offset))
         self._tokens = {}       # (path or None, offset) -> token
-        self.kinds = []         # kind code -> kind name ("malloc", ...)
+        self.kinds = []         # kind code -> (kind name ("malloc", ...), cut at the depth)
         self._kind_codes = {}
         # A key is the bytes of an int32 array: kind code, then the tokens
         # (a million 48-frame keys: 200 bytes each, where a tuple took 440).
@@ -64,11 +64,13 @@ class KeyTable:
             self.frames.append((module, address, pair))
         return t
 
-    def id_of(self, kind, tokens):
-        code = self._kind_codes.get(kind)
+    def id_of(self, kind, tokens, cut=False):
+        """The key id of a stack of this allocator family and frames; a
+        stack cut at the depth is another key than a whole one."""
+        code = self._kind_codes.get((kind, cut))
         if code is None:
-            code = self._kind_codes[kind] = len(self.kinds)
-            self.kinds.append(kind)
+            code = self._kind_codes[(kind, cut)] = len(self.kinds)
+            self.kinds.append((kind, cut))
         key = array("i", [code, *tokens]).tobytes()
         kid = self.ids.get(key)
         if kid is None:
@@ -78,7 +80,11 @@ class KeyTable:
 
     def kind(self, kid):
         """The allocator family of key kid ("malloc", "new", "mmap")."""
-        return self.kinds[memoryview(self.keys[kid]).cast("i")[0]]
+        return self.kinds[memoryview(self.keys[kid]).cast("i")[0]][0]
+
+    def cut(self, kid):
+        """Whether key kid's stack was cut at the configured depth."""
+        return self.kinds[memoryview(self.keys[kid]).cast("i")[0]][1]
 
     def tokens(self, kid):
         """The frame tokens of key kid, innermost first (a sequence of ints)."""
@@ -88,7 +94,7 @@ class KeyTable:
         """(kind, ((path or None, offset), ...)) and the modules per frame."""
         words = memoryview(self.keys[kid]).cast("i")
         frames = self.frames
-        return ((self.kinds[words[0]], tuple([frames[t][2] for t in words[1:]])),
+        return ((self.kinds[words[0]][0], tuple([frames[t][2] for t in words[1:]])),
                 tuple([frames[t][0] for t in words[1:]]))
 
 
@@ -140,7 +146,7 @@ class FrameResolver:
         if None in tokens:  # first sight of an address, or one whose module depends on the epoch
             resolve, epoch = self.resolve, stack.map_epoch
             tokens = [resolve(a, epoch) if t is None else t for a, t in zip(stack.frames, tokens)]
-        kid = self.key_of[sid] = self.keys.id_of(stack.kind, tokens)
+        kid = self.key_of[sid] = self.keys.id_of(stack.kind, tokens, stack.cut)
         return kid
 
 

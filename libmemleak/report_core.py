@@ -21,7 +21,7 @@ struct mlk_rc_row { int64_t key, pos, bytes, blocks, live_bytes, live_blocks, sa
                     scanned, lost[8], since[8]; };
 struct mlk_rc_texts { const char *arena; const int64_t *line_off; const int32_t *pool;
                       const int64_t *key_first; const int32_t *key_lines; const int8_t *key_kind;
-                      int64_t keys; const int32_t *since_seq; };
+                      int64_t keys; const int32_t *since_seq; int32_t depth; };
 void mlk_rc_columns(const struct mlk_stack *, int64_t, const uint8_t *, int64_t *, int64_t *,
                     int64_t *, int64_t *, int64_t *, int64_t *, int64_t *);
 int64_t mlk_rc_unkeyed(int64_t, const int64_t *, const int64_t *, const int64_t *,
@@ -218,6 +218,9 @@ class Rows:
                                                                out, cap))
 
 
+CUT_KIND = 0x40  # in TextStore.key_kind: entries say cut=DEPTH (report_core.c)
+
+
 class TextStore:
     """The frame lines of each stack key, as C reads them to write entries:
     each distinct line (the frames of one return address) stored once as
@@ -233,7 +236,7 @@ class TextStore:
         self.pool = array("i")
         self.key_first = array("q")
         self.key_lines = array("i")
-        self.key_kind = array("b")  # MLK_KIND_* per key: the entry's kind= field
+        self.key_kind = array("b")  # MLK_KIND_* per key (kind=), | CUT_KIND if cut at the depth (cut=)
         self._mark = None
         self._temporary_keys = []
         # key id -> the first key id whose frames print the same (-1: none
@@ -291,18 +294,20 @@ class TextStore:
             self.key_first[key_id] = -1
         self._temporary_keys, self._mark = [], None
 
-    def render(self, rows, chunk_bytes=1 << 20, since_seq=None):
+    def render(self, rows, chunk_bytes=1 << 20, since_seq=None, depth=0):
         """The entries of `rows` in the report format, as bytes pieces of
         about chunk_bytes.  Nothing may be added to the store until the
         generator is finished or closed (C holds its buffers).  since_seq:
-        the report seq of each age bucket of a scan report's rows."""
+        the report seq of each age bucket of a scan report's rows.  depth:
+        the configured depth, which keys marked cut (CUT_KIND) say they were
+        cut at."""
         keep = [ffi.from_buffer("char[]", self.arena), _q(self.line_off),
                 ffi.from_buffer("int32_t[]", self.pool), _q(self.key_first),
                 ffi.from_buffer("int32_t[]", self.key_lines),
                 ffi.from_buffer("int8_t[]", self.key_kind)]
         seqs = ffi.new("int32_t[8]", list(since_seq)[:8]) if since_seq is not None else ffi.NULL
         try:
-            texts = ffi.new("struct mlk_rc_texts *", keep + [len(self.key_first), seqs])
+            texts = ffi.new("struct mlk_rc_texts *", keep + [len(self.key_first), seqs, depth])
             rows_ptr, total = rows.pointer(), len(rows)
             keep.append(rows_ptr)
             out = bytearray(chunk_bytes)

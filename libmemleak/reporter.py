@@ -25,7 +25,7 @@ from libmemleak.keeper import Keeper
 from libmemleak.memlog import (Frame, header_text, render, render_frames, report_name,
                                safe_name, write_report)
 from libmemleak.live import proc_dir
-from libmemleak.report_core import TextStore
+from libmemleak.report_core import CUT_KIND, TextStore
 from libmemleak.segment import KIND_NAMES, Segment, SegmentError, futex_wait, futex_wake
 from libmemleak.symbols import Symbolizer
 from libmemleak.trust import pid_of_pidfd, vouched_directory
@@ -364,7 +364,8 @@ class Reporter:
                                            for x in items], self.kind_code(key_id))
                 report_core.extend_to(self.resolver.scratch, len(texts.canon))
                 deltas.rows.merge_same_text(texts.canon, self.resolver.scratch)
-                body = texts.render(deltas.rows, since_seq=scan.bucket_seq if scan else None)
+                body = texts.render(deltas.rows, since_seq=scan.bucket_seq if scan else None,
+                                    depth=snap.depth)
                 try:
                     path = write_report(directory or self.directory, report_name(self.name, self.pid, seq),
                                         itertools.chain([header], body))
@@ -419,7 +420,9 @@ class Reporter:
         return partial
 
     def kind_code(self, key_id):
-        return KIND_CODES.get(self.keys.kind(key_id), 0)
+        """What the key's entries say of it: its allocator family
+        (MLK_KIND_*), and CUT_KIND if its stack was cut at the depth."""
+        return KIND_CODES.get(self.keys.kind(key_id), 0) | (CUT_KIND if self.keys.cut(key_id) else 0)
 
     def line_of(self, token):
         """The line id of the frame lines of this frame token; their text if

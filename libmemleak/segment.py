@@ -28,6 +28,8 @@ _W_EPOCHS = stack_word("map_epoch")  # map_epoch:u32 | unload_epoch:u32
 _W_REP_BYTES = stack_word("reported_bytes")
 _W_REP_BLOCKS = stack_word("reported_blocks")
 _W_REP_ALLOCS = stack_word("reported_allocs")
+_W_FLAGS = stack_word("flags")  # flags:u32 | reserved:u32
+_CUT = 1 << 16  # in the kind column: the stack was cut at the depth (MLK_STACK_CUT)
 
 HEALTH_FIELDS = ("dropped_stacks", "dropped_blocks", "unknown_frees", "truncated_stacks")
 
@@ -58,6 +60,7 @@ class Stack(NamedTuple):
     kind: str
     frames: tuple
     map_epoch: int
+    cut: bool = False   # its backtrace was cut at the configured depth
 
 
 @dataclass(frozen=True)
@@ -287,7 +290,8 @@ class Segment:
         if depth > max_depth or off < 0 or off + depth > frames_used:
             self._corrupt += 1
             return
-        self._kind[i] = (state >> 48) & 0xffff
+        cut = self._stack_words[i * _W + _W_FLAGS] & CONST["MLK_STACK_CUT"]
+        self._kind[i] = ((state >> 48) & 0xffff) | (_CUT if cut else 0)
         self._off[i] = off
         self._epoch[i] = epochs & 0xffffffff
         self._depth[i] = depth
@@ -297,7 +301,8 @@ class Segment:
         """The Stack with id i (a valid, ready one)."""
         off, depth, kind = self._off[i], self._depth[i], self._kind[i]
         frames = tuple(self._frames[off:off + depth].tolist())
-        return Stack(i, KIND_NAMES.get(kind, f"kind{kind}"), frames, self._epoch[i])
+        cut, kind = bool(kind & _CUT), kind & 0xffff
+        return Stack(i, KIND_NAMES.get(kind, f"kind{kind}"), frames, self._epoch[i], cut)
 
     def stack_ok(self, i):
         return i < self._next_id and bool(self._ok[i])

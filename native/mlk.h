@@ -120,7 +120,9 @@ extern MLK_HIDDEN int mlk_unwind_mode;
 /* ---- stacks.c: backtrace -> stack id in the shared table --------------- */
 #define MLK_NO_STACK UINT32_MAX
 /* unload_epoch: the segment's, read once by the caller (it is part of the key). */
-MLK_HIDDEN uint32_t mlk_stack_intern(const uint64_t *ips, int depth, int kind, uint32_t unload_epoch);
+/* cut: the walk stopped at the configured depth with frames left (the
+ * stack's first interning says so for good: MLK_STACK_CUT). */
+MLK_HIDDEN uint32_t mlk_stack_intern(const uint64_t *ips, int depth, int kind, uint32_t unload_epoch, int cut);
 MLK_HIDDEN void mlk_stack_count_alloc(uint32_t id, uint64_t bytes); /* one new block */
 /* Change live bytes/blocks only (frees, partial unmaps, region splits). */
 MLK_HIDDEN void mlk_stack_account(uint32_t id, int64_t bytes, int64_t blocks);

@@ -21,7 +21,7 @@ static uint32_t current_stack(int kind)
     if (truncated)
         __atomic_add_fetch(&mlk_seg->truncated_stacks, 1, __ATOMIC_RELAXED);
     if (id == MLK_NO_STACK) {
-        id = mlk_stack_intern(ips, depth, kind, epoch);
+        id = mlk_stack_intern(ips, depth, kind, epoch, truncated);
         if (id != MLK_NO_STACK)
             mlk_walk_remember_stack(kind, epoch, id);
     }

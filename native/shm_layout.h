@@ -20,7 +20,7 @@
  */
 
 #define MLK_MAGIC 0x314b4c4d454d4c4b
-#define MLK_LAYOUT_VERSION 7
+#define MLK_LAYOUT_VERSION 8
 #define MLK_MAX_DEPTH 64
 #define MLK_BUILD_ID_MAX 32
 
@@ -39,6 +39,9 @@
 /* struct mlk_stack.state */
 #define MLK_STACK_EMPTY 0
 #define MLK_STACK_READY 1
+/* struct mlk_stack.flags: MLK_STACK_CUT, the backtrace was cut at the
+ * configured depth (plain '#define NAME number' lines: layout.py reads them). */
+#define MLK_STACK_CUT 1
 
 /* What allocations and frees from one stack add up to, as counted by some
  * of the threads: one cache line.  Counting only upwards (allocated, freed)
@@ -72,7 +75,8 @@ struct mlk_stack {
     int64_t reported_bytes;  /* reporter: live bytes as of the last report */
     int64_t reported_blocks; /* reporter: live blocks as of the last report */
     int64_t reported_allocs; /* reporter: allocations made as of the last report */
-    uint64_t reserved;
+    uint32_t flags;         /* MLK_STACK_CUT; final once state is READY */
+    uint32_t reserved;
     struct mlk_counters counters[3]; /* MLK_COUNTER_STRIPES */
 };
 

@@ -172,7 +172,7 @@ static void maybe_grow(struct stack_index *ix)
 }
 
 static uint32_t create_entry(uint64_t hash, const uint64_t *ips, int depth, int kind, uint32_t unload_epoch,
-                             uint64_t *frames_off)
+                             int cut, uint64_t *frames_off)
 {
     struct mlk_header *h = mlk_seg;
     uint64_t id = __atomic_fetch_add(&h->stacks_used, 1, __ATOMIC_ACQ_REL);
@@ -191,6 +191,7 @@ static uint32_t create_entry(uint64_t hash, const uint64_t *ips, int depth, int 
     e->frames_off = off;
     e->map_epoch = __atomic_load_n(&h->map_epoch, __ATOMIC_ACQUIRE);
     e->unload_epoch = unload_epoch;
+    e->flags = cut ? MLK_STACK_CUT : 0;
     __atomic_store_n(&e->state, MLK_STACK_READY, __ATOMIC_RELEASE);
     *frames_off = off;
     return (uint32_t)id;
@@ -200,7 +201,7 @@ static uint32_t create_entry(uint64_t hash, const uint64_t *ips, int depth, int 
  * ix is too full to add to (the caller grows it or waits for it to grow). */
 #define INDEX_FULL (MLK_NO_STACK - 1)
 static uint32_t intern_in(struct stack_index *ix, uint64_t hash, const uint64_t *ips, int depth, int kind,
-                          uint32_t unload_epoch)
+                          uint32_t unload_epoch, int cut)
 {
     for (uint64_t i = hash & ix->mask, probes = 0; probes <= ix->mask; i = (i + 1) & ix->mask, probes++) {
         struct index_slot *slot = &ix->slots[i];
@@ -222,7 +223,7 @@ static uint32_t intern_in(struct stack_index *ix, uint64_t hash, const uint64_t 
                 if (!mlk_modules_cover(ips, depth))
                     mlk_modules_scan();
                 uint64_t off;
-                uint32_t id = create_entry(hash, ips, depth, kind, unload_epoch, &off);
+                uint32_t id = create_entry(hash, ips, depth, kind, unload_epoch, cut, &off);
                 if (id == MLK_NO_STACK)
                     return MLK_NO_STACK; /* the slot stays claimed and never matches */
                 __atomic_store_n(&slot->entry, pack_entry(id, off, depth, kind), __ATOMIC_RELEASE);
@@ -240,7 +241,7 @@ static uint32_t intern_in(struct stack_index *ix, uint64_t hash, const uint64_t 
     return INDEX_FULL;
 }
 
-uint32_t mlk_stack_intern(const uint64_t *ips, int depth, int kind, uint32_t unload_epoch)
+uint32_t mlk_stack_intern(const uint64_t *ips, int depth, int kind, uint32_t unload_epoch, int cut)
 {
     struct stack_index *ix = __atomic_load_n(&current_index, __ATOMIC_ACQUIRE);
     if (MLK_UNLIKELY(!ix)) {
@@ -254,7 +255,7 @@ uint32_t mlk_stack_intern(const uint64_t *ips, int depth, int kind, uint32_t unl
     }
     uint64_t hash = hash_stack(ips, depth, kind, unload_epoch);
     for (;;) {
-        uint32_t id = intern_in(ix, hash, ips, depth, kind, unload_epoch);
+        uint32_t id = intern_in(ix, hash, ips, depth, kind, unload_epoch, cut);
         if (MLK_LIKELY(id != INDEX_FULL))
             return id;
         /* Too full to add to: grow it, or wait for the thread growing it

@@ -676,6 +676,17 @@ def test_report_says_when_stacks_were_cut_at_the_depth(tmp_path):
     assert f"  note: {note}\n" in cli("report", tmp_path).stdout
     doc = json.loads(cli("report", "--json", tmp_path).stdout)
     assert note in doc["processes"][0]["notes"]
+    # per stack (#28 item 15, per suspect): the report's entry, report, --json
+    [report] = [memlog.read(p) for p in tmp_path.glob("deepstack-*.memlog")]
+    deep = [e for e in report.entries if e.frames[0].function == "deep"]
+    assert [(e.bytes, e.blocks) for e in deep] == [(160, 5)] and "cut=16" in deep[0].extra
+    assert not [e for e in report.entries if e not in deep and any(x.startswith("cut=") for x in e.extra)]
+    shown = cli("report", "--all", tmp_path).stdout
+    said = "(stack cut at depth 16: its outer callers were not recorded; MEMLEAK_CONFIG depth=32 shows more)"
+    assert shown.count(said) == 1
+    assert shown.index("160 B live in 5 blocks") < shown.index(said)
+    stacks = {s["live_bytes"]: s for s in doc["processes"][0]["stacks"]}
+    assert stacks[160]["cut_at_depth"] == 16 and "cut_at_depth" not in stacks[8]
     (tmp_path / "deeper").mkdir()
     assert cli("run", "-q", "--config", "depth=40", prog, cwd=tmp_path / "deeper").returncode == 0
     assert "cut at depth" not in cli("report", tmp_path / "deeper").stdout

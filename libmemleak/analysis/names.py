@@ -79,14 +79,24 @@ def frame_text(frame, full=False):
     return f"{name}{' [inlined]' if frame.inlined else ''} ({where})" if where else name
 
 
-def frame_lines(frames, executable=None, keep=4, full=False):
+def frame_lines(frames, executable=None, keep=4, full=False, cut=0):
     """A stack as lines to show: the frames from the program's own code on,
-    with how many were left out above (library frames) and below."""
+    with how many were left out above (library frames) and below, and, for
+    a stack cut at the configured depth `cut`, that its callers are not known."""
     shown, above, below = shown_frames(frames, executable, keep)
     lines = [frame_text(f, full) for f in shown]
     if above:
         lines.insert(0, f"({above} frame{'s' if above != 1 else ''} in libraries above)")
     if below:
         lines.append(f"... {below} more (--frames N)")
+    if cut:
+        lines.append(cut_words(cut))
     return lines
+
+
+def cut_words(depth):
+    """What to say under a stack whose backtrace was cut at `depth`."""
+    deeper = (f"MEMLEAK_CONFIG depth={min(64, depth * 2)} shows more" if depth < 64
+              else "64 is the deepest")
+    return f"(stack cut at depth {depth}: its outer callers were not recorded; {deeper})"
 

@@ -42,6 +42,7 @@ class Trend:
     allocations: int | None = None     # allocations made (reports that count them: allocs=)
     alloc_deltas: list | None = None   # allocations made in each report's interval
     kind: str = "malloc"               # allocator family: malloc, new, mmap (kind=)
+    cut: int = 0                       # the depth its stack was cut at (cut=), 0 if whole
     # filled in by rank():
     live_bytes: int = 0
     live_blocks: int = 0
@@ -117,6 +118,8 @@ def trends_of(series, scanned_at=None):
                         t.allocations = (t.allocations or 0) + int(value)
                     elif name == "kind":
                         t.kind = value
+                    elif name == "cut":
+                        t.cut = max(t.cut, int(value))
                 except ValueError:
                     pass
     return list(by_key.values())
@@ -143,8 +146,8 @@ def regroup(trends, by, executable):
         if g is None:
             g = groups[key] = Trend(key, frames[:1] if by == "function" else frames,
                                     list(t.deltas), list(t.block_deltas), t.samples,
-                                    allocations=t.allocations, kind=t.kind, lost=dict(t.lost),
-                                    since=dict(t.since))
+                                    allocations=t.allocations, kind=t.kind, cut=t.cut,
+                                    lost=dict(t.lost), since=dict(t.since))
             continue
         for seq, blocks in t.since.items():
             g.since[seq] = g.since.get(seq, 0) + blocks
@@ -154,6 +157,7 @@ def regroup(trends, by, executable):
         g.deltas = [a + b for a, b in zip(g.deltas, t.deltas)]
         g.block_deltas = [a + b for a, b in zip(g.block_deltas, t.block_deltas)]
         g.samples += t.samples
+        g.cut = max(g.cut, t.cut)
         if t.allocations is not None:
             g.allocations = (g.allocations or 0) + t.allocations
     return list(groups.values())

@@ -165,7 +165,7 @@ class Session:
     def do_show(self, words):
         a, t = self.suspect(words)
         self.say(f"{human_bytes(t.live_bytes)} live in {count(t.live_blocks, 'block')} -- {t.verdict}")
-        for line in frame_lines(t.frames, a.series.executable, keep=len(t.frames), full=True):
+        for line in frame_lines(t.frames, a.series.executable, keep=len(t.frames), full=True, cut=t.cut):
             self.say(f"  {line}")
 
     def do_trend(self, words):

@@ -49,7 +49,7 @@ def _e(text):
 
 
 def _frames(t, executable, keep=4):
-    return "\n".join(frame_lines(t.frames, executable, keep))
+    return "\n".join(frame_lines(t.frames, executable, keep, cut=t.cut))
 
 
 def chart(a, width=640, height=180):

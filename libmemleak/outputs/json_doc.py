@@ -17,6 +17,8 @@ def trend_dict(t, rank=None):
          "frames": [frame_dict(f) for f in t.frames]}
     if t.samples:
         d["samples"] = t.samples
+    if t.cut:
+        d["cut_at_depth"] = t.cut
     if t.allocations is not None:
         d["allocations"] = t.allocations
     if t.survival is not None:

@@ -42,7 +42,7 @@ def write(out, analyses, problems, top=10, full_names=False, all_stacks=False, f
                     else f"{human_bytes(t.live_bytes)} live in {count(t.live_blocks, 'block')}")
             out.write(f"  #{rank} {live} -- {verdict}\n")
             out.write(f"     trend: {compact_trend(t.deltas)}\n")
-            for line in frame_lines(t.frames, s.executable, frames, full=full_names):
+            for line in frame_lines(t.frames, s.executable, frames, full=full_names, cut=t.cut):
                 out.write(f"       {line}\n")
         if len(rows) > top:
             out.write(f"  ({len(rows) - top} more: --top N)\n")
@@ -71,7 +71,8 @@ def render_scan(result, pid, top=10, full_names=False, executable=None):
         if name not in shown:
             out.append(f"{name.replace('-', ' ')}, by stack:")
         shown[name] = shown.get(name, 0) + 1
-        lines = (frame_lines(entry.frames, executable, full=full_names)
+        cut = next((int(x[4:]) for x in entry.extra or () if x.startswith("cut=") and x[4:].isdigit()), 0)
+        lines = (frame_lines(entry.frames, executable, full=full_names, cut=cut)
                  or [getattr(entry, "label", "(no frames)")])
         ages = survivors_words(since_of(entry))
         if ages:

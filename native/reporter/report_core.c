@@ -283,10 +283,14 @@ struct mlk_rc_texts {
     const int32_t *pool;
     const int64_t *key_first;
     const int32_t *key_lines;
-    const int8_t *key_kind; /* MLK_KIND_* of each key: the allocator family */
+    const int8_t *key_kind; /* MLK_KIND_* of each key: the allocator family, | CUT_KIND */
     int64_t keys;           /* entries of key_first, key_lines and key_kind */
     const int32_t *since_seq; /* the report seq of each since[] bucket (0: unused), or NULL */
+    int32_t depth;          /* the configured depth: what cut= says */
 };
+
+/* In key_kind: the key's stack was cut at the configured depth. */
+#define CUT_KIND 0x40
 
 /* How an entry names its allocator family; malloc's is left unsaid. */
 static const char *const kind_field[] = {[MLK_KIND_NEW] = " kind=new", [MLK_KIND_MMAP] = " kind=mmap"};
@@ -333,7 +337,7 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
         const struct mlk_rc_row *row = &rows[r];
         int64_t first = row->key >= 0 && row->key < t->keys ? t->key_first[row->key] : -1;
         int32_t lines = first < 0 ? 0 : t->key_lines[row->key];
-        int64_t need = 112 + 200 + 240; /* four signed numbers, the kind, "samples=", "allocs=",
+        int64_t need = 112 + 200 + 240 + 32; /* four signed numbers, the kind, "cut=", "samples=", "allocs=",
                                          * four categories' "name=bytes/blocks", "since=" with
                                          * eight "seq:blocks", a newline */
         for (int32_t k = 0; k < lines; k++) {
@@ -350,6 +354,12 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
         *p++ = ' ';
         p += put_signed(p, row->blocks);
         int kind = row->key >= 0 && row->key < t->keys ? t->key_kind[row->key] : 0;
+        if (kind & CUT_KIND) {
+            memcpy(p, " cut=", 5);
+            p += 5;
+            p += put_count(p, t->depth);
+            kind &= ~CUT_KIND;
+        }
         if (kind > 0 && kind < KIND_FIELDS && kind_field[kind]) {
             size_t n = strlen(kind_field[kind]);
             memcpy(p, kind_field[kind], n);
