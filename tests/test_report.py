@@ -1,6 +1,7 @@
 """`libmemleak report` on the real reports of a real program with known
 leaks among churn (issue "Answers, not files")."""
 
+import html
 import json
 import re
 import os
@@ -692,12 +693,11 @@ def test_report_says_when_stacks_were_cut_at_the_depth(tmp_path):
     assert "cut at depth" not in cli("report", tmp_path / "deeper").stdout
 
 
-def test_a_large_steady_grower_outranks_a_small_block_lost_at_start_up(tmp_path):
-    """(#28 item 12) After one scan, a constant 432-byte start-up block
-    (definitely lost) ranked above a stack growing 1 MiB in every
-    interval.  Both stay suspects, each with its verdict; the grower first."""
+def run_bigsteady(directory):
+    """bigsteady.c traced, a report at each of its 6 rounds (the third a
+    live scan), then its exit report; its pid."""
     prog = compile_program("bigsteady.c")
-    t = Traced([prog], tmp_path)
+    t = Traced([prog], directory)
     for seq in range(1, 7):
         t.expect("round")
         if seq == 3:
@@ -707,6 +707,20 @@ def test_a_large_steady_grower_outranks_a_small_block_lost_at_start_up(tmp_path)
             t.signal_report(seq)
         t.resume()
     assert t.finish() == 0, t.stderr
+    return t.pid
+
+
+@pytest.fixture(scope="module")
+def bigsteady(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("bigsteady")
+    return workdir, run_bigsteady(workdir)
+
+
+def test_a_large_steady_grower_outranks_a_small_block_lost_at_start_up(bigsteady):
+    """(#28 item 12) After one scan, a constant 432-byte start-up block
+    (definitely lost) ranked above a stack growing 1 MiB in every
+    interval.  Both stay suspects, each with its verdict; the grower first."""
+    tmp_path, _ = bigsteady
     doc = json.loads(cli("report", "--json", tmp_path).stdout)
     [proc] = doc["processes"]
     suspects = [first_function(s) for s in proc["suspects"]]
@@ -720,3 +734,43 @@ def test_a_large_steady_grower_outranks_a_small_block_lost_at_start_up(tmp_path)
         "6 blocks live before exit, allocated 6 times, never freed before exit, 6.0 MB freed at exit")
     text = cli("report", tmp_path).stdout
     assert text.index("site_steady") < text.index("site_startup_lost")
+
+
+@pytest.mark.skipif(not CHROMIUM, reason="needs Debian's chromium")
+def test_html_report_agrees_with_the_cli_and_charts_each_suspect_on_its_own_scale(bigsteady, tmp_path):
+    """(#28 item 13) The suspect table's "live" showed another value than
+    the verdict beside it; one scale for MB and KB stacks drew the KB
+    grower flat at zero; legends were cut to the same prefix; the title
+    listed every pid."""
+    workdir, pid = bigsteady
+    page = exported_page("html", workdir, tmp_path / "report.html")
+    dom = headless(tmp_path / "profile", "--dump-dom", f"file://{page}")
+    assert dom.returncode == 0, dom.stderr
+    out = dom.stdout
+    assert f"<title>libmemleak: bigsteady (pid {pid})</title>" in out
+    # the live column says what `report` says, next to the same verdict
+    cli_ranked = [line for line in cli("report", workdir).stdout.splitlines() if line.startswith("  #")]
+    html_rows = re.findall(r'<tr><td class="n">#(\d+)</td><td>([^<]*)</td><td class="n">([^<]*)</td>', out)
+    assert len(html_rows) == len(cli_ranked) >= 3
+    for (rank, verdict, live), line in zip(html_rows, cli_ranked):
+        assert line == f"  #{rank} {live} -- {html.unescape(verdict)}"
+    # each charted series on its own scale: the 48-byte grower spans its
+    # chart's height like the 1 MiB one does; labels whole and distinct
+    charts = re.findall(r'<td class="label" title="([^"]*)"[^>]*>([^<]*)</td><td><svg class="chart" '
+                        r'width="\d+" height="(\d+)"><polyline[^>]*points="([^"]*)"', out)
+    labels = {label: (int(height), [float(p.split(",")[1]) for p in points.split()])
+              for _, label, height, points in charts}
+    assert len(labels) == len(charts) and "all stacks" in labels
+    small = next(v for k, v in labels.items() if "site_small_grower (bigsteady.c:" in k)
+    steady = next(v for k, v in labels.items() if k.startswith("#1 site_steady (bigsteady.c:"))
+    for height, ys in (small, steady):
+        assert max(ys) - min(ys) > height / 2, ys
+    assert "0 to 6.0 MB" in out and "0 to 288 B" in out   # each scale says what it spans
+    # two processes: the title names the program and counts them
+    (tmp_path / "two").mkdir()
+    run_bigsteady(tmp_path / "two")
+    for name in os.listdir(workdir):
+        if name.endswith(".memlog"):
+            shutil.copy(workdir / name, tmp_path / "two")
+    two = exported_page("html", tmp_path / "two", tmp_path / "two.html").read_text()
+    assert "<title>libmemleak: bigsteady: 2 processes</title>" in two

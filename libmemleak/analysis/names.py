@@ -79,16 +79,17 @@ def frame_text(frame, full=False):
     return f"{name}{' [inlined]' if frame.inlined else ''} ({where})" if where else name
 
 
-def frame_lines(frames, executable=None, keep=4, full=False, cut=0):
+def frame_lines(frames, executable=None, keep=4, full=False, cut=0, more=" (--frames N)"):
     """A stack as lines to show: the frames from the program's own code on,
     with how many were left out above (library frames) and below, and, for
-    a stack cut at the configured depth `cut`, that its callers are not known."""
+    a stack cut at the configured depth `cut`, that its callers are not known.
+    `more`: how the reader sees the rest (a command line option)."""
     shown, above, below = shown_frames(frames, executable, keep)
     lines = [frame_text(f, full) for f in shown]
     if above:
         lines.insert(0, f"({above} frame{'s' if above != 1 else ''} in libraries above)")
     if below:
-        lines.append(f"... {below} more (--frames N)")
+        lines.append(f"... {below} more{more}")
     if cut:
         lines.append(cut_words(cut))
     return lines

@@ -344,7 +344,8 @@ def stacks_cut_note(series):
 def count(n, noun, sign=False):
     """'1 block', '2 blocks', '+1 block' (sign=True), with thousands commas."""
     number = f"{n:+,d}" if sign else f"{n:,}"
-    return f"{number} {noun}{'' if abs(n) == 1 else 's'}"
+    plural = "es" if noun.endswith(("s", "x", "ch", "sh")) else "s"
+    return f"{number} {noun}{'' if abs(n) == 1 else plural}"
 
 
 def human_bytes(n, sign=False):

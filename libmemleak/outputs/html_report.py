@@ -10,6 +10,7 @@ import html
 from libmemleak.analysis.names import frame_lines, frame_text, shown_frames
 from libmemleak.analysis.trends import count, human_bytes
 from libmemleak.outputs import flamegraph
+from libmemleak.outputs.text import live_words
 
 STACKS_SHOWN = 2000
 SUSPECTS_CHARTED = 5
@@ -22,6 +23,10 @@ td, th { border-bottom: 1px solid #ddd; padding: 3px 8px; text-align: left; vert
 td.n { text-align: right; white-space: nowrap; }
 .frames { font-family: monospace; font-size: 12px; white-space: pre; }
 .note { color: #a04000; }
+table.charts td { border: none; padding: 1px 8px; }
+table.charts td.label { max-width: 360px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap;
+                        font-family: monospace; font-size: 12px; }
+table.charts th.axis { font-weight: normal; color: #666; }
 """
 
 SCRIPT = """<script>
@@ -49,33 +54,37 @@ def _e(text):
 
 
 def _frames(t, executable, keep=4):
-    return "\n".join(frame_lines(t.frames, executable, keep, cut=t.cut))
+    return "\n".join(frame_lines(t.frames, executable, keep, cut=t.cut, more=""))
 
 
-def chart(a, width=640, height=180):
-    """Live bytes after each report: the total, and the top suspects."""
+def chart(a, width=420, height=36):
+    """Live bytes after each report: the total, then each charted suspect,
+    one row each on a scale of its own -- a stack growing by kilobytes
+    beside one growing by megabytes is not a flat line at zero -- labelled
+    with its rank and whole name (and the range its scale spans)."""
     n = len(a.series.reports)
     if n < 2:
         return "<p>one report: no chart</p>"
-    series = [("all stacks", _cumulative([sum(t.deltas[i] for t in a.trends) for i in range(n)]))]
-    for t in a.suspects[:SUSPECTS_CHARTED]:
-        series.append((frame_text(shown_frames(t.frames, a.series.executable, 1)[0][0])
-                       if t.frames else "?", _cumulative(t.deltas)))
-    top = max(1, max(max(values) for _, values in series))
-    out = [f'<svg class="chart" width="{width + 160}" height="{height + 30}">',
-           f'<text x="0" y="12" font-size="11">{_e(human_bytes(top))}</text>',
-           f'<line x1="40" y1="{height}" x2="{width}" y2="{height}" stroke="#999"/>']
-    for k, (name, values) in enumerate(series):
+    series = [("all stacks", "all stacks", _cumulative([sum(t.deltas[i] for t in a.trends)
+                                                        for i in range(n)]))]
+    for rank, t in enumerate(a.suspects[:SUSPECTS_CHARTED], 1):
+        name = frame_text(shown_frames(t.frames, a.series.executable, 1)[0][0]) if t.frames else "?"
+        series.append((f"#{rank} {name}", name, _cumulative(t.deltas)))
+    rows = [f'<tr><th></th><th class="axis">report 1 &rarr; report {n}</th><th>scale</th></tr>']
+    for k, (label, name, values) in enumerate(series):
         color = "#444" if k == 0 else COLORS[(k - 1) % len(COLORS)]
-        points = " ".join(f"{40 + (width - 40) * i / (n - 1):.1f},{height - height * v / top:.1f}"
+        low, high = min(0, min(values)), max(values)
+        span = (high - low) or 1
+        points = " ".join(f"{2 + (width - 4) * i / (n - 1):.1f},{2 + (height - 4) * (high - v) / span:.1f}"
                           for i, v in enumerate(values))
-        out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{points}">'
-                   f'<title>{_e(name)}</title></polyline>')
-        out.append(f'<text x="{width + 6}" y="{16 + 14 * k}" font-size="11" fill="{color}">'
-                   f'{_e(name[:28])}</text>')
-    out.append(f'<text x="40" y="{height + 16}" font-size="11">report 1</text>'
-               f'<text x="{width - 50}" y="{height + 16}" font-size="11">report {n}</text></svg>')
-    return "\n".join(out)
+        scale = (f"{human_bytes(low)} to {human_bytes(high)}" if low < 0
+                 else f"0 to {human_bytes(high)}")
+        rows.append(f'<tr><td class="label" title="{_e(name)}" style="color:{color}">{_e(label)}</td>'
+                    f'<td><svg class="chart" width="{width}" height="{height}">'
+                    f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{points}">'
+                    f'<title>{_e(name)}</title></polyline></svg></td>'
+                    f'<td class="n">{_e(scale)}</td></tr>')
+    return '<table class="charts">' + "\n".join(rows) + "</table>"
 
 
 def _cumulative(deltas):
@@ -104,7 +113,7 @@ def page(analyses, problems):
         parts.append(chart(a))
         if a.suspects:
             rows = "".join(f'<tr><td class="n">#{i}</td><td>{_e(t.verdict)}</td>'
-                           f'<td class="n">{_e(human_bytes(t.running_live_bytes))}</td>'
+                           f'<td class="n">{_e(live_words(t))}</td>'
                            f'<td class="frames">{_e(_frames(t, s.executable))}</td></tr>'
                            for i, t in enumerate(a.suspects, 1))
             parts.append('<h3>Leak suspects, most likely first</h3><table id="suspects">'
@@ -127,10 +136,20 @@ def page(analyses, problems):
                  f'<span id="stack-count"></span>{_e(more)}'
                  '<table id="stacks"><thead><tr><th>live</th><th>blocks</th><th>process</th>'
                  f'<th>frames</th></tr></thead><tbody>{"".join(stacks_rows)}</tbody></table>')
-    title = "libmemleak: " + ", ".join(f"{a.series.program} (pid {a.series.pid})" for a in analyses)
+    title = "libmemleak: " + page_title(analyses)
     return (f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{_e(title)}</title>'
             f"<style>{STYLE}{flamegraph.STYLE}</style></head><body><h1>{_e(title)}</h1>"
             + "\n".join(parts) + SCRIPT + "</body></html>\n")
+
+
+def page_title(analyses):
+    """What the page is of, short enough for a tab: one process by name and
+    pid; more, by program names (three at most) and how many processes."""
+    if len(analyses) == 1:
+        return f"{analyses[0].series.program} (pid {analyses[0].series.pid})"
+    names = list(dict.fromkeys(a.series.program for a in analyses))
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return f"{shown}: {count(len(analyses), 'process')}"
 
 
 def write(out, analyses, problems):

@@ -14,6 +14,15 @@ def compact_trend(deltas):
     return ("... " if len(deltas) > len(shown) else "") + text
 
 
+def live_words(t):
+    """What a stack holds, as its verdict counts it: before the exit
+    report where exit freed some of it (the verdict's blocks are those),
+    else now."""
+    if t.freed_at_exit:
+        return f"{human_bytes(t.running_live_bytes)} live before exit"
+    return f"{human_bytes(t.live_bytes)} live in {count(t.live_blocks, 'block')}"
+
+
 def write(out, analyses, problems, top=10, full_names=False, all_stacks=False, frames=4):
     for a in analyses:
         s = a.series
@@ -38,9 +47,7 @@ def write(out, analyses, problems, top=10, full_names=False, all_stacks=False, f
         out.write(f"  {title}:\n")
         for rank, t in enumerate(rows[:top], 1):
             verdict = t.verdict or "not a suspect"
-            live = (f"{human_bytes(t.running_live_bytes)} live before exit" if t.freed_at_exit
-                    else f"{human_bytes(t.live_bytes)} live in {count(t.live_blocks, 'block')}")
-            out.write(f"  #{rank} {live} -- {verdict}\n")
+            out.write(f"  #{rank} {live_words(t)} -- {verdict}\n")
             out.write(f"     trend: {compact_trend(t.deltas)}\n")
             for line in frame_lines(t.frames, s.executable, frames, full=full_names, cut=t.cut):
                 out.write(f"       {line}\n")
