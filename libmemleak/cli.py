@@ -82,8 +82,15 @@ def run_config(args):
     """MEMLEAK_CONFIG for `run`, or (None, why not).  `run` collects from
     the start: a bare MEMLEAK_CONFIG means "wait for the program's
     mtrace()", which almost no program calls, so `run --config
-    depth=32` used to trace nothing (issue: silent non-tracing)."""
-    items = [i.strip() for i in (args.config or "").split(",") if i.strip()]
+    depth=32` used to trace nothing (issue: silent non-tracing).
+
+    A MEMLEAK_CONFIG the user exported is kept (their dir= was lost):
+    its options come first and --config's after them, so that where both
+    set one, --config wins (the hook's parser takes the last)."""
+    exported = [i.strip() for i in os.environ.get("MEMLEAK_CONFIG", "").split(",") if i.strip()]
+    if args.wait_for_mtrace:
+        exported = [i for i in exported if i != "mtraceinit"]
+    items = exported + [i.strip() for i in (args.config or "").split(",") if i.strip()]
     if args.sample is not None:
         if args.sample < 0:
             return None, "run: --sample takes a number of bytes (0 = record every allocation)"
@@ -96,6 +103,20 @@ def run_config(args):
     elif "mtraceinit" not in items:
         items.insert(0, "mtraceinit")
     return ",".join(items), None
+
+
+def config_overrides(exported, config):
+    """The options of the exported MEMLEAK_CONFIG that --config (or
+    --sample, --scan-at-exit) sets otherwise: ["depth=8 by depth=32"]."""
+    def values(text):
+        out = {}
+        for item in text.split(","):
+            key, eq, value = item.strip().partition("=")
+            if eq and key.strip():
+                out[key.strip()] = value.strip()
+        return out
+    before, after = values(exported), values(config)
+    return [f"{k}={v} by {k}={after[k]}" for k, v in before.items() if after.get(k, v) != v]
 
 
 def config_value(config, name, default):
@@ -151,9 +172,14 @@ def cmd_run(args):
     why = check_traceable(program)
     if why:
         return fail(f"run: {why}", EXIT_CANNOT_RUN)
+    exported = os.environ.get("MEMLEAK_CONFIG", "")
     config, why = run_config(args)
     if why:
         return fail(why)
+    overridden = config_overrides(exported, config)
+    if overridden:
+        print(f"libmemleak: run: your MEMLEAK_CONFIG is kept, but run's options win over "
+              f"{', '.join(overridden)}", file=sys.stderr, flush=True)
     os.environ["MEMLEAK_CONFIG"] = config
     try:
         # exec, not a child: the program keeps this pid (the reports are named

@@ -82,6 +82,11 @@ static void invoked_name(struct mlk_header *h)
     if (n <= 0)
         return;
     buf[n] = 0;
+    /* Started through /proc (/proc/self/exe, /proc/PID/exe, /proc/self/fd/N:
+     * a program re-executing itself, fexecve): argv[0] names the proc file,
+     * not the program.  Then exe's name is the one (the reporter's fallback). */
+    if (buf[0] == '/' && buf[1] == 'p' && buf[2] == 'r' && buf[3] == 'o' && buf[4] == 'c' && buf[5] == '/')
+        return;
     for (char *c = buf; *c; c++)
         if (*c == ' ') {
             *c = 0;

@@ -338,3 +338,37 @@ def test_snapshot_after_the_report_directory_was_deleted_says_so(tmp_path):
     finally:
         t.proc.kill()
         t.proc.wait()
+
+
+def test_run_keeps_an_exported_memleak_config_and_says_which_option_wins(tmp_path):
+    """(#28 item 10) `run` replaced a MEMLEAK_CONFIG the user exported:
+    their dir= was lost without a word."""
+    prog = compile_program("blocked.c")
+    (tmp_path / "reports").mkdir()
+    env = dict(CLI_ENV, MEMLEAK_CONFIG="dir=reports,depth=8")
+    r = subprocess.run(libmemleak("run", "-q", "--config", "depth=32", prog), cwd=tmp_path, env=env,
+                       input=b"\n", capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.decode() == ("libmemleak: run: your MEMLEAK_CONFIG is kept, but run's options win "
+                                 "over depth=8 by depth=32\n")
+    [name] = os.listdir(tmp_path / "reports")
+    report = memlog.read(tmp_path / "reports" / name)
+    assert report.header["reason"] == "exit" and report.header["depth"] == "32"
+    # without a conflict, nothing is said
+    r = subprocess.run(libmemleak("run", "-q", prog), cwd=tmp_path, env=env, input=b"\n",
+                       capture_output=True, timeout=120)
+    assert (r.returncode, r.stderr) == (0, b"")
+    assert len(os.listdir(tmp_path / "reports")) == 2
+
+
+def test_a_program_started_as_proc_self_exe_is_named_by_its_executable(tmp_path):
+    """(#28 item 10) A program re-executing itself through /proc/self/exe
+    reported as exe-PID-N.memlog."""
+    prog = compile_program("reexec.c")
+    r = subprocess.run(libmemleak("run", "-q", prog), cwd=tmp_path, env=CLI_ENV, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    pid = int(r.stdout.split()[1])
+    assert sorted(os.listdir(tmp_path)) == [f"reexec-{pid}-1.memlog"]
+    report = memlog.read(tmp_path / f"reexec-{pid}-1.memlog")
+    assert by_site(report)["site_reexec"] == (321, 1)
