@@ -94,19 +94,21 @@ def test_a_remote_shell_across_network_namespaces(tmp_path):
             out = cli("shell", target, "--dir", local_dir, "-c", "report; top 3; stop; start; scan",
                       env=dict(CLI_ENV, MEMLEAK_SECRET=secret), timeout=120)
             assert out.returncode == 0, out.stderr
-            assert f"slowleaks_server (pid {p.pid}): 1 report" in out.stdout  # top, from the copy
+            assert f"slowleaks_server (pid {p.pid}): 2 reports" in out.stdout  # top took one, read from the copy
+            assert "what grew from report 1 to report 2" in out.stdout
             assert "definitely lost: 300 bytes in 1 block" in out.stdout       # round 2's error path
             assert "parse_error_path (slowleaks_server.cc:30)" in out.stdout
             assert "recording paused" in out.stdout and "recording resumed" in out.stdout
             assert "definitely lost" in out.stdout
             names = sorted(os.listdir(remote_dir))
-            assert [n.rsplit("-", 1)[1] for n in names] == ["1.memlog", "2.memlog"]
+            assert [n.rsplit("-", 1)[1] for n in names] == ["1.memlog", "2.memlog", "3.memlog"]
             assert sorted(os.listdir(local_dir)) == names  # copies of what the far side wrote
             for n in names:
                 assert (local_dir / n).read_bytes() == (remote_dir / n).read_bytes()
             first = memlog.read(str(local_dir / names[0]))
             assert first.header["reason"] == "snapshot"
-            assert memlog.read(str(local_dir / names[1])).header["reason"] == "scan"
+            assert memlog.read(str(local_dir / names[1])).header["reason"] == "snapshot"   # top's
+            assert memlog.read(str(local_dir / names[2])).header["reason"] == "scan"
             p.stdin.write(b"\n" * 8)
             p.stdin.flush()
             p.communicate(timeout=60)
