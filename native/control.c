@@ -100,8 +100,10 @@ void mlk_request_report(uint32_t *reason_counter, int wait)
             return;
         if (mlk_now_ns(CLOCK_MONOTONIC) > deadline)
             break;
-        if (__atomic_load_n(&h->reporter_pid, __ATOMIC_ACQUIRE) < 0)
-            return; /* no reporter can be started: already said so */
+        if (__atomic_load_n(&h->reporter_pid, __ATOMIC_ACQUIRE) < 0) {
+            mlk_say_reporter_failed(); /* no reporter can be started (once) */
+            return;
+        }
         /* A reporter that finished our report may have left since `done`
          * was read: the report is there.  Look again before starting another
          * (it would find the program gone and write a second final report). */

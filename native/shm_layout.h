@@ -39,6 +39,10 @@
 /* struct mlk_stack.state */
 #define MLK_STACK_EMPTY 0
 #define MLK_STACK_READY 1
+/* struct mlk_header.spawn_error: the step that failed. */
+#define MLK_SPAWN_READ 1
+#define MLK_SPAWN_EXEC 2
+
 /* struct mlk_stack.flags: MLK_STACK_CUT, the backtrace was cut at the
  * configured depth (plain '#define NAME number' lines: layout.py reads them). */
 #define MLK_STACK_CUT 1
@@ -164,7 +168,9 @@ struct mlk_header {
      * MLK_TRACK_TABLE (a side table of addresses) or MLK_TRACK_TRAILERS
      * (16 bytes at the end of each block recorded). */
     uint32_t tracking;
-    uint32_t reserved32;
+    /* Why the last reporter could not start: errno | MLK_SPAWN_* << 16
+     * (written by the child that failed; the program says it). */
+    uint32_t spawn_error;
     /* The program's name as invoked (argv[0]'s last part), in strings: what
      * reports are named after (redis-server, not the redis-check-rdb its
      * link resolves to).  0/0 in segments of older builds: the reporter then

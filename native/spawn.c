@@ -126,10 +126,21 @@ static __attribute__((noreturn)) void exec_reporter(int seg_fd, int pidfd, int k
             raw(SYS_close, fd, 0, 0);
     uint64_t empty = 0;
     mlk_syscall6(SYS_rt_sigprocmask, SIG_SETMASK, (long)&empty, 0, 8, 0, 0);
-    /* From here on the program can tell whether its reporter is alive. */
-    __atomic_store_n(&mlk_seg->reporter_pid, mlk_getpid(), __ATOMIC_RELEASE);
-    raw(SYS_execve, (long)spawn_argv[0], (long)spawn_argv, (long)spawn_envp);
-    /* exec failed: tell the program, so that it does not wait for us. */
+    /* The reporter's script must be readable by whoever we run as now (a
+     * service account cannot read a venv under a private home): Python
+     * would only print its own error and exit. */
+    long err = 0;
+    int script = (int)raw(SYS_open, (long)main_script, O_RDONLY | O_CLOEXEC, 0);
+    if (script < 0) {
+        err = -script | (MLK_SPAWN_READ << 16);
+    } else {
+        raw(SYS_close, script, 0, 0);
+        /* From here on the program can tell whether its reporter is alive. */
+        __atomic_store_n(&mlk_seg->reporter_pid, mlk_getpid(), __ATOMIC_RELEASE);
+        err = -raw(SYS_execve, (long)spawn_argv[0], (long)spawn_argv, (long)spawn_envp) | (MLK_SPAWN_EXEC << 16);
+    }
+    /* Failed: say why, and tell the program, so that it does not wait for us. */
+    __atomic_store_n(&mlk_seg->spawn_error, (uint32_t)err, __ATOMIC_RELAXED);
     __atomic_store_n(&mlk_seg->reporter_pid, -1, __ATOMIC_RELEASE);
     mlk_futex_wake(&mlk_seg->done_seq);
     for (;;)
@@ -246,15 +257,52 @@ int mlk_reporter_alive(void)
     return pid == 0 && spawned_at_ns && mlk_now_ns(CLOCK_MONOTONIC) - spawned_at_ns < 2000000000ull;
 }
 
+static const char *errno_words(int e)
+{
+    switch (e) {
+    case EACCES: return "permission denied";
+    case ENOENT: return "no such file";
+    case ENOTDIR: return "a part of the path is not a directory";
+    case EPERM: return "not permitted";
+    case ENOEXEC: return "not an executable";
+    case ELOOP: return "too many symbolic links";
+    case ENOMEM: return "out of memory";
+    case EAGAIN: return "out of processes (RLIMIT_NPROC)";
+    default: return "failed";
+    }
+}
+
+/* Once: the reporter could not be started, why, as which user, and what
+ * to do (async-signal-safe: raw calls and the stack). */
+void mlk_say_reporter_failed(void)
+{
+    if (__atomic_exchange_n(&warned_spawn, 1, __ATOMIC_RELAXED))
+        return;
+    uint32_t err = __atomic_load_n(&mlk_seg->spawn_error, __ATOMIC_RELAXED);
+    int step = (int)(err >> 16), e = (int)(err & 0xffff);
+    char uid[24], line[1024];
+    mlk_fmt_u64(uid, (uint64_t)raw(SYS_geteuid, 0, 0, 0));
+    const char *parts[] = {"cannot start the reporter as uid ", uid, ": ",
+                           step == MLK_SPAWN_READ ? main_script : python_path, ": ",
+                           step ? errno_words(e) : "it did not start",
+                           step == MLK_SPAWN_READ ? " (read)" : step == MLK_SPAWN_EXEC ? " (exec)" : "",
+                           "; the program runs on, but no report is written. Install libmemleak where "
+                           "this user can run it (a system-wide or shared `pip install`), or set "
+                           "MEMLEAK_PYTHON to a Python that has it"};
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        for (const char *c = parts[i]; *c && n < sizeof line - 1; c++)
+            line[n++] = *c;
+    line[n] = 0;
+    mlk_warn(line, "", "");
+}
+
 void mlk_ensure_reporter(void)
 {
     if (mlk_reporter_alive())
         return;
-    int failed = __atomic_load_n(&mlk_seg->reporter_pid, __ATOMIC_ACQUIRE) < 0;
-    if (failed && !__atomic_exchange_n(&warned_spawn, 1, __ATOMIC_RELAXED))
-        mlk_warn("could not start the reporter (", python_path,
-                 " -E .../_reporter_main.py); the program runs on, but no report is written "
-                 "until one starts");
+    if (__atomic_load_n(&mlk_seg->reporter_pid, __ATOMIC_ACQUIRE) < 0)
+        mlk_say_reporter_failed();
     mlk_spawn_reporter();
 }
 

@@ -8,11 +8,13 @@ import subprocess
 import sys
 import time
 
+import shutil
+
 import pytest
 
 from helpers import (CLI_ENV, Traced, by_site, cli, cli_argv, compile_program, reports_of, wait_for_file,
                      wait_for_reporter)
-from libmemleak import PACKAGE_DIR, memlog
+from libmemleak import PACKAGE_DIR, memlog, preload_path
 
 libmemleak = cli_argv  # `libmemleak ARGS` as a user types it
 
@@ -372,3 +374,38 @@ def test_a_program_started_as_proc_self_exe_is_named_by_its_executable(tmp_path)
     assert sorted(os.listdir(tmp_path)) == [f"reexec-{pid}-1.memlog"]
     report = memlog.read(tmp_path / f"reexec-{pid}-1.memlog")
     assert by_site(report)["site_reexec"] == (321, 1)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs the program as another user")
+def test_a_user_who_cannot_run_the_reporters_python_is_told_once_with_the_remedy(tmp_path):
+    """(#28 item 10) The reporter runs with the installing user's Python; a
+    program running as a service account that cannot execute it (a venv
+    under a private home) got no report and not a word."""
+    import pathlib
+    import tempfile
+    top = pathlib.Path(tempfile.mkdtemp(prefix="mlk-users-"))   # pytest's own are root-only
+    try:
+        private_python_for_another_user(top)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def private_python_for_another_user(tmp_path):
+    private = tmp_path / "home"
+    private.mkdir(mode=0o700)
+    os.symlink(sys.executable, private / "python")
+    work = tmp_path / "work"
+    work.mkdir()
+    os.chmod(work, 0o777)
+    os.chmod(tmp_path, 0o755)
+    prog = compile_program("deepstack.c")
+    env = dict(CLI_ENV, LD_PRELOAD=preload_path(), MEMLEAK_PYTHON=str(private / "python"))
+    env.pop("MEMLEAK_CONFIG", None)
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", prog], cwd=work,
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout == ""
+    assert r.stderr == (f"libmemleak: cannot start the reporter as uid 65534: {private}/python: permission "
+                        "denied (exec); the program runs on, but no report is written. Install libmemleak "
+                        "where this user can run it (a system-wide or shared `pip install`), or set "
+                        "MEMLEAK_PYTHON to a Python that has it\n")
+    assert os.listdir(work) == []
