@@ -115,7 +115,16 @@ class Segment:
         if size < HEADER_SIZE:
             raise SegmentError(f"segment too small ({size} bytes)")
         prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
-        self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, prot)
+        try:
+            self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, prot)
+        except OSError as e:
+            import errno
+            import resource
+            limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+            if e.errno == errno.ENOMEM and limit != resource.RLIM_INFINITY:
+                raise SegmentError(f"cannot map the segment ({size >> 20} MiB) within the address-space "
+                                   f"limit (ulimit -v) of {limit >> 20} MiB: raise it") from None
+            raise
         self._size = size
         self.writable = writable
         self._buf = ffi.from_buffer(self._map)

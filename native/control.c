@@ -210,8 +210,9 @@ int mlk_start_collecting(void)
         return -1;
     if (!mlk_seg) {
         if (mlk_segment_create(mlk_config.depth, mlk_config.dir, mlk_config.listen) != 0) {
-            mlk_warn("cannot create the shared memory segment (memfd, or RLIMIT_FSIZE below ",
-                     "its ~1.3 GiB sparse size); this process is not traced", "");
+            mlk_warn("cannot create the shared memory segment (memfd, RLIMIT_FSIZE below its "
+                     "sparse size, or no address space left under ulimit -v)",
+                     "; this process is not traced", "");
             inert = 1;
             return -1;
         }

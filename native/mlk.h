@@ -40,11 +40,12 @@ MLK_HIDDEN void mlk_lock(mlk_lock_t *l);
 MLK_HIDDEN void mlk_unlock(mlk_lock_t *l);
 
 /* ---- segment.c: the shared memory ------------------------------------- */
-#define MLK_STACKS_CAP (1ull << 22)  /* 4M distinct stacks: 768 MiB if all used */
+#define MLK_STACKS_CAP (1ull << 22)  /* 4M distinct stacks: 1 GiB if all used */
 #define MLK_FRAMES_CAP (1ull << 26)  /* 64M frames: 512 MiB if all used */
 extern MLK_HIDDEN struct mlk_header *mlk_seg;  /* NULL until created */
 extern MLK_HIDDEN int mlk_seg_fd;
 MLK_HIDDEN int mlk_segment_create(uint32_t depth, const char *dir, const char *listen);
+extern MLK_HIDDEN uint64_t mlk_segment_as_limit; /* RLIMIT_AS that shrank the tables, or 0 */
 /* The report directory and program name as the segment was created with
  * them, handed to the reporter in its argv (spawn.c). */
 /* What the hook cannot see, one line (blind.c); "" when nothing.  Copied

@@ -31,7 +31,9 @@ static uint32_t current_stack(int kind)
         __atomic_add_fetch(&mlk_seg->dropped_stacks, 1, __ATOMIC_RELAXED);
         if (!__atomic_exchange_n(&warned_stacks, 1, __ATOMIC_RELAXED))
             mlk_warn("the stack table is full; further new call stacks are not recorded ",
-                     "(the reports count them as dropped)", "");
+                     "(the reports count them as dropped)",
+                     mlk_segment_as_limit ? "; it was made smaller to fit the address-space limit "
+                                            "(ulimit -v): raise that limit for a larger one" : "");
     }
     return id;
 }

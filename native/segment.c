@@ -138,17 +138,44 @@ static void freeze_reporter_args(const struct mlk_header *h, const char *strings
              (size_t)(exe + h->exe_len - base));
 }
 
-int mlk_segment_create(uint32_t depth, const char *dir, const char *listen)
+/* The segment's layout for tables of these capacities; returns its size. */
+static uint64_t lay_out(uint64_t stacks_cap, uint64_t frames_cap, uint64_t *stacks_off, uint64_t *frames_off,
+                        uint64_t *modules_off, uint64_t *strings_off)
 {
     uint64_t off = align_up(sizeof(struct mlk_header), 4096);
-    uint64_t stacks_off = off;
-    off = align_up(off + MLK_STACKS_CAP * sizeof(struct mlk_stack), 4096);
-    uint64_t frames_off = off;
-    off = align_up(off + MLK_FRAMES_CAP * sizeof(uint64_t), 4096);
-    uint64_t modules_off = off;
+    *stacks_off = off;
+    off = align_up(off + stacks_cap * sizeof(struct mlk_stack), 4096);
+    *frames_off = off;
+    off = align_up(off + frames_cap * sizeof(uint64_t), 4096);
+    *modules_off = off;
     off = align_up(off + MODULES_CAP * sizeof(struct mlk_module), 4096);
-    uint64_t strings_off = off;
-    uint64_t size = align_up(off + STRINGS_CAP, 4096);
+    *strings_off = off;
+    return align_up(off + STRINGS_CAP, 4096);
+}
+
+/* The whole segment (~1.5 GiB of address space, sparse) is mapped in the
+ * program and in its reporter.  Under an address-space limit (ulimit -v,
+ * RLIMIT_AS) that would take most of what the program may map, and the
+ * reporter (a Python process) could not map it at all.  So there the
+ * tables shrink until the segment takes an eighth of the limit at most,
+ * down to 16K stacks; a table that fills is said and counted as ever. */
+#define MIN_STACKS_CAP (1ull << 14)
+uint64_t mlk_segment_as_limit;  /* RLIMIT_AS that shrank the tables, 0 if none did */
+
+int mlk_segment_create(uint32_t depth, const char *dir, const char *listen)
+{
+    uint64_t stacks_cap = MLK_STACKS_CAP, frames_cap = MLK_FRAMES_CAP;
+    uint64_t stacks_off, frames_off, modules_off, strings_off;
+    uint64_t size = lay_out(stacks_cap, frames_cap, &stacks_off, &frames_off, &modules_off, &strings_off);
+    struct rlimit as;
+    if (mlk_syscall6(SYS_getrlimit, RLIMIT_AS, (long)&as, 0, 0, 0, 0) == 0 && as.rlim_cur != RLIM_INFINITY) {
+        while (size > as.rlim_cur / 8 && stacks_cap > MIN_STACKS_CAP) {
+            stacks_cap >>= 1;
+            frames_cap >>= 1;
+            size = lay_out(stacks_cap, frames_cap, &stacks_off, &frames_off, &modules_off, &strings_off);
+            mlk_segment_as_limit = as.rlim_cur;
+        }
+    }
 
     int fd = make_memfd(size);
     if (fd < 0)
@@ -166,8 +193,8 @@ int mlk_segment_create(uint32_t depth, const char *dir, const char *listen)
     h->frames_off = frames_off;
     h->modules_off = modules_off;
     h->strings_off = strings_off;
-    h->stacks_cap = MLK_STACKS_CAP;
-    h->frames_cap = MLK_FRAMES_CAP;
+    h->stacks_cap = stacks_cap;
+    h->frames_cap = frames_cap;
     h->modules_cap = MODULES_CAP;
     h->strings_cap = STRINGS_CAP;
     h->pid = mlk_getpid();

@@ -18,7 +18,7 @@
 /* Prepared once at start, so that spawning needs no allocation. */
 static char python_path[4096];
 static char main_script[4096];
-static char *spawn_argv[6];
+static char *spawn_argv[7];
 static char **spawn_envp;
 static uint64_t spawned_at_ns;
 static int warned_spawn;
@@ -53,12 +53,17 @@ void mlk_spawn_prepare(void)
         int dirlen = slash ? (int)(slash - self) : 1;
         snprintf(main_script, sizeof main_script, "%.*s/_reporter_main.py", dirlen, slash ? self : ".");
     }
+    /* -E: the program's PYTHON* variables are not ours.  -B: the reporter
+     * runs as the program's user and under its limits (RLIMIT_FSIZE of a
+     * few bytes once truncated a .pyc in the installation, and every later
+     * reporter failed to start): it never writes into the installation. */
     spawn_argv[0] = python_path;
     spawn_argv[1] = "-E";
-    spawn_argv[2] = main_script;
-    spawn_argv[3] = mlk_reporter_dir_arg;   /* filled when the segment is made */
-    spawn_argv[4] = mlk_reporter_name_arg;
-    spawn_argv[5] = NULL;
+    spawn_argv[2] = "-B";
+    spawn_argv[3] = main_script;
+    spawn_argv[4] = mlk_reporter_dir_arg;   /* filled when the segment is made */
+    spawn_argv[5] = mlk_reporter_name_arg;
+    spawn_argv[6] = NULL;
 
     size_t n = 0;
     for (char **e = environ; e && *e; e++)
