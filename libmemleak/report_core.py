@@ -38,6 +38,7 @@ int64_t mlk_rc_render(const struct mlk_rc_row *, int64_t, int64_t, const struct 
                       char *, int64_t, int64_t *);
 uint32_t mlk_rc_post_snapshot(struct mlk_header *);
 uint32_t mlk_rc_post_scan(struct mlk_header *);
+int mlk_rc_claim_reporter(struct mlk_header *, int32_t, int32_t);
 struct mlk_world;
 struct mlk_scan_totals { int64_t bytes[4], blocks[4]; int64_t heap_blocks, unattributed, root_bytes,
                          heap_bytes_read, threads, phase_ns[4], heuristic_bytes[4],

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from libmemleak import __version__, reachability, report_core
+from libmemleak import PACKAGE_DIR, __version__, reachability, report_core, standby
 from libmemleak.diff import FrameResolver, KeyTable, diff_snapshot, totals
 from libmemleak.keeper import Keeper
 from libmemleak.memlog import (Frame, header_text, render, render_frames, report_name,
@@ -610,12 +610,16 @@ def main():
     # started us with them, never as the segment says now (trust.py).
     directory, name = started_with()
     directory = directory or root_directory(segment)
+    # Before any thread: a killed reporter must not take the last report along.
+    done = standby.start(SEGMENT_FD, PIDFD if _is_open(PIDFD) else None,
+                         os.path.join(PACKAGE_DIR, "_reporter_main.py"), segment.header)
     keeper = Keeper.inherited(say, directory)  # the root's first reporter keeps its descendants
     if keeper is not None:
         keeper.start()
     try:
         return _run_reporter(segment, directory, name)
     finally:
+        done()
         # The program is gone (or another image runs): hold none of its
         # descriptors from here on.  Its stderr may be a pipe someone reads
         # to its end (`prog 2>&1 | tee`, a build tool); a keeper still
@@ -623,6 +627,14 @@ def main():
         _let_go_of_stderr()
         if keeper is not None:
             keeper.finish()
+
+
+def _is_open(fd):
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
 
 
 def _let_go_of_stderr():

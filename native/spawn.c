@@ -181,13 +181,22 @@ static void let_reporter_trace(void)
     }
 }
 
+static int process_alive(int pid);
+
 /* Async-signal-safe: may run in our signal handler. */
 void mlk_spawn_reporter(void)
 {
     if (!mlk_seg || !spawn_envp || !main_script[0])
         return;
+    /* Claim the reporter's place from the one that is gone, unless its
+     * standby took it over meanwhile (libmemleak/standby.py): then that one
+     * is the reporter. */
+    int gone = __atomic_load_n(&mlk_seg->reporter_pid, __ATOMIC_ACQUIRE);
+    if (gone > 0 && process_alive(gone))
+        return;
+    if (!__atomic_compare_exchange_n(&mlk_seg->reporter_pid, &gone, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return;
     spawned_at_ns = mlk_now_ns(CLOCK_MONOTONIC);
-    mlk_seg->reporter_pid = 0;
     __atomic_add_fetch(&mlk_seg->reporter_starts, 1, __ATOMIC_RELEASE);
     int pidfd = (int)raw(SYS_pidfd_open, mlk_getpid(), 0, 0);
     /* The root's first reporter becomes the keeper: it takes the listening

@@ -279,6 +279,31 @@ def test_a_worker_whose_keeper_is_gone_starts_its_own_reporter(workdir):
     assert by_site(exit_report) == {"site_worker_second": (600, 2)}
 
 
+@pytest.mark.parametrize("order", ["reporter then program", "both at once"])
+def test_a_killed_reporter_and_then_a_killed_program_still_give_the_death_report(workdir, order):
+    """(#28 item 9) The reporter killed (-9), then the program (-9): the
+    segment died with the last process that held it and no report at all
+    was written.  The reporter's standby takes over."""
+    prog = compile_program("blocked.c")
+    t = Traced([prog], workdir)
+    t.expect("blocked")
+    t.signal_report(1)   # the reporter is up (its standby is forked first thing)
+    reporter = wait_for_reporter(t.pid)
+    os.kill(reporter, signal.SIGKILL)
+    if order == "reporter then program":
+        deadline = time.monotonic() + 30
+        while reporters_of(t.pid) in ([], [reporter]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert reporters_of(t.pid) not in ([], [reporter])   # the standby is the reporter now
+    t.proc.kill()
+    t.finish()
+    report = memlog.read(wait_for_file(report_path(workdir, t.prog, t.pid, 2)))
+    assert report.header["reason"] == "death"
+    assert report.header["live-bytes"] == "4242" and report.header["change-bytes"] == "+0"
+    time.sleep(0.5)
+    assert len(reports_of(str(workdir), t.prog, t.pid)) == 2
+
+
 def test_a_subreapers_replacement_reporter_is_not_among_its_children(workdir):
     """The root made itself a child subreaper after its reporter started.
     That reporter is killed; the next SIGUSR1 starts another, which must not

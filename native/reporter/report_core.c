@@ -446,3 +446,13 @@ EXPORT uint32_t mlk_rc_post_scan(struct mlk_header *h)
     __atomic_add_fetch(&h->scan_requests, 1, __ATOMIC_RELEASE);
     return __atomic_add_fetch(&h->request_seq, 1, __ATOMIC_ACQ_REL);
 }
+
+/* A reporter's standby taking the place of a reporter that died: the
+ * reporter's pid goes from `dead` to `standby`, unless the program (which
+ * claims it the same way before it starts a reporter) got there first.
+ * Returns 1 if the standby has it. */
+EXPORT int mlk_rc_claim_reporter(struct mlk_header *h, int32_t dead, int32_t standby)
+{
+    return __atomic_compare_exchange_n(&h->reporter_pid, &dead, standby, 0, __ATOMIC_ACQ_REL,
+                                       __ATOMIC_ACQUIRE);
+}
