@@ -378,6 +378,24 @@ def test_threads_that_come_and_go_while_the_scan_stops_the_others(tmp_path):
     assert out == b"done 1\n" and err == b""
 
 
+def test_a_process_flooded_with_signals_is_scanned_every_time(tmp_path):
+    """(#28 item 4) A process its child floods with SIGPROF and SIGCHLD was
+    called "exited" by 2 of 8 scans.  Each scan sees it alive, its block
+    still reachable; the program ends as it would have."""
+    prog = compile_program("sigflood.c")
+    p = subprocess.Popen(cli_argv("run", "-q", prog), cwd=tmp_path, env=CLI_ENV, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert p.stdout.readline() == b"ready\n"
+        for _ in range(8):
+            report, _ = scan_live(p.pid)
+            assert scanned_sites(report)[("site_flooded", "still-reachable")] == (1234, 1)
+        out, err = p.communicate(b"\n", timeout=60)
+    finally:
+        p.kill()
+    assert (p.returncode, out, err) == (0, b"done 1\n", b"")
+
+
 PY_HOLDING = ("import sys\nkeep = {i: [str(i)] * 3 for i in range(20000)}\nprint('ready', flush=True)\n"
               "sys.stdin.readline()\nprint(len(keep))\n")
 

@@ -97,6 +97,23 @@ EXPORT int mlk_thread_is_zombie(int pid, int tid)
     return !close || close[1] != ' ' || close[2] == 'Z' || close[2] == 'X';
 }
 
+/* The process has a thread that is neither gone nor a zombie (its main
+ * thread may have called pthread_exit while the others run). */
+static int process_alive(int pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", pid);
+    DIR *d = opendir(path);
+    if (!d)
+        return errno != ENOENT && errno != ESRCH;
+    int alive = 0;
+    struct dirent *e;
+    while (!alive && (e = readdir(d)) != NULL)
+        alive = atoi(e->d_name) > 0 && !mlk_thread_is_zombie(pid, atoi(e->d_name));
+    closedir(d);
+    return alive;
+}
+
 static int yama_scope(void)
 {
     FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "re");
@@ -180,7 +197,11 @@ EXPORT struct mlk_world *mlk_world_stop(int pid, char *why, int why_len)
     for (int round = 0; round < LISTING_ROUNDS; round++) {
         DIR *d = opendir(path);
         if (!d) {
-            snprintf(why, (size_t)why_len, "process %d has exited", pid);
+            if (errno == ENOENT || !process_alive(pid))
+                snprintf(why, (size_t)why_len, "process %d has exited", pid);
+            else
+                snprintf(why, (size_t)why_len, "cannot list the threads of process %d: %s", pid,
+                         strerror(errno));
             mlk_world_resume(w);
             return NULL;
         }
@@ -191,8 +212,10 @@ EXPORT struct mlk_world *mlk_world_stop(int pid, char *why, int why_len)
             if (tid <= 0 || known(w, tid) || mlk_thread_is_zombie(pid, tid))
                 continue;
             if (ptrace(PTRACE_SEIZE, tid, 0, 0) != 0) {
-                if (errno == ESRCH)
-                    continue; /* exited since the listing */
+                /* Exited since the listing; a thread in the middle of
+                 * exiting refuses with EPERM: gone too, not a refusal. */
+                if (errno == ESRCH || (errno == EPERM && mlk_thread_is_zombie(pid, tid)))
+                    continue;
                 refused(pid, tid, errno, why, why_len);
                 failed = 1;
                 break;
@@ -221,6 +244,10 @@ EXPORT struct mlk_world *mlk_world_stop(int pid, char *why, int why_len)
         }
         if (w->nthreads == first_new) { /* nothing new: all are stopped */
             if (w->nthreads == 0) {
+                /* Every thread listed was gone by the time it was seized:
+                 * threads come and go.  Dead only if the process says so. */
+                if (process_alive(pid))
+                    continue;
                 snprintf(why, (size_t)why_len, "process %d has exited", pid);
                 mlk_world_resume(w);
                 return NULL;
