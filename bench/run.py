@@ -124,19 +124,24 @@ SAMPLE_BYTES = 524288  # jemalloc's and tcmalloc's usual mean sampling interval
 
 # -- running --------------------------------------------------------------------
 
-def _wait_for_reporters(timeout=300):
-    """Reporters still writing (descendants' last reports) must not run into
-    the next measurement."""
+def _wait_for_reporters(work, timeout=300):
+    """This run's reporters still writing (descendants' last reports) must
+    not run into the next measurement.  Only this run's: a reporter is
+    started as `python -E -B _reporter_main.py DIR NAME`, and every process
+    of the run reports into `work` (dir= below).  Other traced programs on
+    the machine are none of the bench's business."""
+    mine = os.fsencode(work)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         busy = False
         for pid in os.listdir("/proc"):
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    busy = b"_reporter_main.py" in f.read()
+                    args = f.read().split(b"\0")
             except OSError:
                 continue
-            if busy:
+            if any(a.endswith(b"_reporter_main.py") for a in args) and mine in args:
+                busy = True
                 break
         if not busy:
             return
@@ -153,18 +158,22 @@ def run_once(tool, argv, stdin_path, out, timeout):
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
     cmd = list(argv)
+    # Every process of a run reports into its work directory (a process that
+    # changes directory too), so that the run waits for its own reporters.
+    config = f"mtraceinit,dir={work}"
     if tool == "libmemleak":
         env["LD_PRELOAD"] = preload_path()
         env["MEMLEAK_PYTHON"] = sys.executable
+        env["MEMLEAK_CONFIG"] = config
         env.pop("MEMLEAK_ROOT_PID", None)
     elif tool == "libmemleak-libgcc":
         env["LD_PRELOAD"] = preload_path()
         env["MEMLEAK_PYTHON"] = sys.executable
-        env["MEMLEAK_CONFIG"] = "mtraceinit,unwind=libgcc"
+        env["MEMLEAK_CONFIG"] = f"{config},unwind=libgcc"
     elif tool == "libmemleak-sampled":
         env["LD_PRELOAD"] = preload_path()
         env["MEMLEAK_PYTHON"] = sys.executable
-        env["MEMLEAK_CONFIG"] = f"mtraceinit,sample={SAMPLE_BYTES}"
+        env["MEMLEAK_CONFIG"] = f"{config},sample={SAMPLE_BYTES}"
     elif tool == "heaptrack":
         cmd = ["heaptrack", "-o", os.path.join(work, "ht"), *argv]
     elif tool == "valgrind":
@@ -190,7 +199,7 @@ def run_once(tool, argv, stdin_path, out, timeout):
         raise RuntimeError(f"{tool}: {' '.join(cmd)} exited with {code}")
     reporter = None
     if tool.startswith("libmemleak"):
-        _wait_for_reporters()  # the keeper writes descendants' reports after the root exits
+        _wait_for_reporters(work)  # the keeper writes descendants' reports after the root exits
         reports = [n for n in os.listdir(work) if n.endswith(".memlog")]
         if reports:
             text = open(os.path.join(work, sorted(reports)[-1])).read()
