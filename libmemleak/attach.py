@@ -341,21 +341,51 @@ def detach(pid, say=None):
 
 
 def wait_for_reporter(pid, timeout=10.0):
-    """(report directory, program name) of an attached process once its
-    reporter runs, or None."""
+    """(started, report directory, program name) of an attached process:
+    started is True once its reporter runs, False as soon as the process
+    says none could start (a seccomp filter that forbids clone: no use
+    waiting), None if the time ran out; directory and name are None when
+    its segment cannot be read."""
+    from libmemleak.live import open_segment, LiveError
+    deadline = time.monotonic() + timeout
+    where = (None, None)
+    while True:
+        try:
+            segment, fd = open_segment(pid)
+            try:
+                where = (segment.report_dir(), segment.program_name())
+                reporter = segment.header.reporter_pid
+            finally:
+                segment.close()
+                os.close(fd)
+            if reporter != 0:
+                return (reporter > 0, *where)
+        except LiveError:
+            pass
+        if time.monotonic() > deadline:
+            return (None, *where)
+        time.sleep(0.02)
+
+
+def last_report_written(pid, timeout=10.0):
+    """After detach: True once the process's last report is written, False
+    when it has no reporter to write it (none could start)."""
     from libmemleak.live import open_segment, LiveError
     deadline = time.monotonic() + timeout
     while True:
         try:
             segment, fd = open_segment(pid)
             try:
-                if segment.header.reporter_pid > 0:
-                    return segment.report_dir(), segment.program_name()
+                h = segment.header
+                if h.final_done:
+                    return True
+                if h.reporter_pid < 0:
+                    return False
             finally:
                 segment.close()
                 os.close(fd)
         except LiveError:
-            pass
+            return False
         if time.monotonic() > deadline:
-            return None
+            return False
         time.sleep(0.02)

@@ -42,6 +42,7 @@
 /* struct mlk_header.spawn_error: the step that failed. */
 #define MLK_SPAWN_READ 1
 #define MLK_SPAWN_EXEC 2
+#define MLK_SPAWN_CLONE 3
 
 /* struct mlk_stack.flags: MLK_STACK_CUT, the backtrace was cut at the
  * configured depth (plain '#define NAME number' lines: layout.py reads them). */

@@ -231,6 +231,7 @@ void mlk_spawn_reporter(void)
     if (pidfd >= 0)
         raw(SYS_close, pidfd, 0, 0);
     if (child < 0) {
+        __atomic_store_n(&mlk_seg->spawn_error, (uint32_t)(-child | (MLK_SPAWN_CLONE << 16)), __ATOMIC_RELAXED);
         mlk_seg->reporter_pid = -1;
     } else if (keeper_fd >= 0) {
         mlk_keeper_listener_handed_over();
@@ -299,7 +300,11 @@ void mlk_say_reporter_failed(void)
     const char *parts[] = {"cannot start the reporter as uid ", uid, ": ",
                            step == MLK_SPAWN_READ ? main_script : python_path, ": ",
                            step ? errno_words(e) : "it did not start",
-                           step == MLK_SPAWN_READ ? " (read)" : step == MLK_SPAWN_EXEC ? " (exec)" : "",
+                           step == MLK_SPAWN_READ   ? " (read)"
+                           : step == MLK_SPAWN_EXEC ? " (exec)"
+                           : step == MLK_SPAWN_CLONE ? " (clone: a seccomp filter or a sandbox may forbid the "
+                                                       "program new processes)"
+                                                     : "",
                            "; the program runs on, but no report is written. Install libmemleak where "
                            "this user can run it (a system-wide or shared `pip install`), or set "
                            "MEMLEAK_PYTHON to a Python that has it"};

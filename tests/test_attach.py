@@ -377,3 +377,33 @@ def test_attach_with_a_report_directory_that_cannot_take_reports(tmp_path):
     finally:
         p.kill()
         p.wait()
+
+
+def test_a_sandboxed_process_that_may_start_no_process_is_said_at_once(tmp_path):
+    """(#28 item 10) Attach into a process whose seccomp filter forbids
+    clone took 11 s, named its reports PID-PID-N.memlog, and detach said a
+    last report was written when none was.  Now: at once, one line each,
+    status 1; the process runs on, its output and status its own."""
+    prog = compile_program("noclone.c")
+    p = subprocess.Popen([prog], env=BARE_ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, cwd=tmp_path)
+    try:
+        assert p.stdout.readline() == b"sandboxed\n"
+        started = time.monotonic()
+        out = cli("attach", p.pid, cwd=tmp_path)
+        assert time.monotonic() - started < 10   # not the reporter's 10 s wait: generous on a loaded machine
+        assert (out.returncode, out.stderr) == (1, (
+            f"libmemleak: attach: process {p.pid} is traced, but no reporter could be started for it (a "
+            "seccomp filter or a sandbox may forbid it new processes; its stderr says why): no report "
+            "will be written\n"))
+        out = cli("detach", p.pid, cwd=tmp_path)
+        assert (out.returncode, out.stderr) == (1, f"libmemleak: detached from pid {p.pid}, but no last "
+                                                   "report was written: it has no reporter (see its stderr)\n")
+        stdout, stderr = p.communicate(b"\n", timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == 0 and stdout == b""
+    said = stderr.decode().splitlines()
+    assert len(said) == 1 and said[0].startswith("libmemleak: cannot start the reporter as uid ")
+    assert "(clone: a seccomp filter or a sandbox may forbid the program new processes)" in said[0]
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".memlog")]

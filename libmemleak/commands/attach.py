@@ -66,12 +66,18 @@ def run_attach(args):
     except AttachError as e:
         _say(f"attach: {e}")
         return EXIT_FAILED
-    started = wait_for_reporter(args.pid)
-    if not started:
+    started, found_directory, name = wait_for_reporter(args.pid)
+    directory = found_directory or directory
+    name = name or str(args.pid)
+    if started is False:
+        _say(f"attach: process {args.pid} is traced, but no reporter could be started for it (a "
+             "seccomp filter or a sandbox may forbid it new processes; its stderr says why): no "
+             "report will be written")
+        return EXIT_FAILED
+    if started is None:
         _say(f"attach: process {args.pid} is traced, but its reporter did not start (see its "
              "stderr); reports will be written when one can be started")
     if not args.quiet:
-        directory, name = started or (directory, str(args.pid))
         _say(f"attached to {name} (pid {args.pid}; thread {tid} was borrowed for {kept_ms:.1f} ms); "
              f"reports go to {directory}/{name}-{args.pid}-N.memlog; ask for one with: libmemleak "
              f"snapshot {args.pid} (or libmemleak shell {args.pid}); stop with: libmemleak detach "
@@ -103,11 +109,15 @@ def _say_where_it_listens(pid):
 
 
 def run_detach(args):
-    from libmemleak.attach import AttachError, detach
+    from libmemleak.attach import AttachError, detach, last_report_written
     try:
         tid, kept_ms = detach(args.pid, say=_say)
     except AttachError as e:
         _say(f"detach: {e}")
+        return EXIT_FAILED
+    if not last_report_written(args.pid):
+        _say(f"detached from pid {args.pid}, but no last report was written: it has no reporter "
+             "(see its stderr)")
         return EXIT_FAILED
     if not args.quiet:
         _say(f"detached from pid {args.pid} (thread {tid} was borrowed for {kept_ms:.1f} ms, the "
