@@ -531,10 +531,11 @@ def root_directory(segment):
     """The directory the segment names, if its process may choose one for
     us (it runs only as our user); else the fallback directory, said once."""
     claimed = segment.report_dir()
-    directory, refused = vouched_directory(claimed, segment.header.pid, None)
+    pid = pid_of_pidfd(PIDFD) or segment.header.pid  # the kernel's pid: ours may be a namespace's
+    directory, refused = vouched_directory(claimed, pid, None)
     if refused:
         directory = fallback_directory()
-        say(f"pid {segment.header.pid} does not run as uid {os.geteuid()} alone, so its segment "
+        say(f"pid {pid} does not run as uid {os.geteuid()} alone, so its segment "
             f"may not choose where reports go (it names {header_text(claimed)!r}); "
             f"reports go to {directory}")
     return directory

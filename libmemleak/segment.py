@@ -184,12 +184,12 @@ class Segment:
         """The program as invoked (argv[0]'s last part), which reports are
         named after; the executable's name for segments without it."""
         h = self.header
-        return _program_name(self._string(h.name_off, h.name_len) if h.name_len else "",
-                             self._string(h.exe_off, h.exe_len))
+        return _program_name(self.string(h.name_off, h.name_len) if h.name_len else "",
+                             self.string(h.exe_off, h.exe_len))
 
     def report_dir(self):
         """The directory the process's reports go to."""
-        return self._string(self.header.dir_off, self.header.dir_len)
+        return self.string(self.header.dir_off, self.header.dir_len)
 
     def report_path(self, seq):
         """Where report `seq` of this segment's process is written."""
@@ -197,9 +197,6 @@ class Segment:
 
     def string(self, off, length):
         """A string of the segment's strings array (header *_off/*_len)."""
-        return self._string(off, length)
-
-    def _string(self, off, length):
         used = min(self.header.strings_used, self.header.strings_cap)
         if off + length > used:
             return "?"
@@ -213,7 +210,7 @@ class Segment:
         for i in range(n):
             m = raw[i]
             bid_len = min(m.build_id_len, CONST["MLK_BUILD_ID_MAX"])
-            out.append(Module(i, self._string(m.path_off, m.path_len), m.base, m.lo, m.hi,
+            out.append(Module(i, self.string(m.path_off, m.path_len), m.base, m.lo, m.hi,
                               m.load_epoch, m.unload_epoch,
                               bytes(ffi.buffer(m.build_id, bid_len)).hex()))
         return tuple(out)
@@ -244,7 +241,7 @@ class Segment:
             cols = {name: array("q", (col[i] for i in ids)) for name, col in cols.items()}
         return Snapshot(
             pid=h.pid, parent_pid=h.parent_pid,
-            exe=self._string(h.exe_off, h.exe_len),
+            exe=self.string(h.exe_off, h.exe_len),
             name=self.program_name(),
             report_dir=self.report_dir(),
             taken_ns=taken, start_time_ns=h.start_time_ns, depth=h.depth,

@@ -23,11 +23,7 @@ char mlk_blind[MLK_BLIND_MAX];
 /* The malloc family only: an executable that defines operator new and
  * delete itself (a static libstdc++: gcc's cc1) still forwards them to the
  * malloc and free we see -- its blocks are counted, as kind malloc. */
-static const struct {
-    const char *symbol, *said;
-} watched[] = {
-    {"malloc", "malloc"}, {"free", "free"}, {"calloc", "calloc"}, {"realloc", "realloc"},
-};
+static const char *const watched[] = {"malloc", "free", "calloc", "realloc"};
 
 static void append(size_t *used, const char *s)
 {
@@ -49,7 +45,7 @@ void mlk_find_blind_spots(void)
     size_t used = 0;
     int names = 0;
     for (size_t i = 0; i < sizeof watched / sizeof watched[0]; i++) {
-        void *found = dlsym(RTLD_DEFAULT, watched[i].symbol);
+        void *found = dlsym(RTLD_DEFAULT, watched[i]);
         Dl_info where;
         const ElfW(Sym) *sym = NULL;
         /* Defined there: a symbol of a real section starts exactly at that
@@ -73,7 +69,7 @@ void mlk_find_blind_spots(void)
             }
         }
         append(&used, names++ ? ", " : "");
-        append(&used, watched[i].said);
+        append(&used, watched[i]);
     }
     if (!names)
         return;

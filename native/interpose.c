@@ -109,7 +109,10 @@ void mlk_note_allocator(void)
 int mlk_trailers_possible(void)
 {
     /* The trailer's place comes from the allocator's own malloc_usable_size:
-     * only when the malloc we call has one of its own. */
+     * only when the malloc we call has one of its own.  (Looked up here:
+     * nothing may have called malloc yet -- this once relied on the
+     * reporter's environment being built with it.) */
+    mlk_ensure_real();
     Dl_info a, b;
     return mlk_real.malloc && mlk_real.malloc_usable_size && dladdr((void *)mlk_real.malloc, &a) &&
            dladdr((void *)mlk_real.malloc_usable_size, &b) && a.dli_fbase == b.dli_fbase;

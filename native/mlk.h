@@ -26,6 +26,8 @@ MLK_HIDDEN int mlk_futex_wait(uint32_t *word, uint32_t expected, int timeout_ms)
 MLK_HIDDEN uint64_t mlk_now_ns(int clock);
 /* One line on stderr: "libmemleak: " + the message; no stdio, no malloc. */
 MLK_HIDDEN void mlk_warn(const char *a, const char *b, const char *c);
+/* One line of any number of parts (async-signal-safe: the stack and write). */
+MLK_HIDDEN void mlk_warn_parts(const char *const *parts, size_t count);
 /* The report signal (0 = none) and our handler for it (control.c). */
 MLK_HIDDEN int mlk_report_signal(void);
 MLK_HIDDEN extern void (*const mlk_report_handler)(int);

@@ -157,18 +157,25 @@ void mlk_fmt_u64(char *buf, uint64_t v)
     buf[n] = 0;
 }
 
-void mlk_warn(const char *a, const char *b, const char *c)
+void mlk_warn_parts(const char *const *parts, size_t count)
 {
     char line[1024];
     size_t n = 0;
-    const char *parts[4] = {"libmemleak: ", a, b, c};
-    for (int i = 0; i < 4; i++)
+    for (const char *s = "libmemleak: "; *s; s++)
+        line[n++] = *s;
+    for (size_t i = 0; i < count; i++)
         for (const char *s = parts[i]; s && *s && n < sizeof line - 1; s++)
             line[n++] = *s;
     line[n++] = '\n';
     int saved = errno;
     mlk_syscall6(SYS_write, 2, (long)line, (long)n, 0, 0, 0);
     errno = saved;
+}
+
+void mlk_warn(const char *a, const char *b, const char *c)
+{
+    const char *parts[3] = {a, b, c};
+    mlk_warn_parts(parts, 3);
 }
 
 void mlk_lock(mlk_lock_t *l)

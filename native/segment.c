@@ -85,7 +85,7 @@ static void invoked_name(struct mlk_header *h)
     /* Started through /proc (/proc/self/exe, /proc/PID/exe, /proc/self/fd/N:
      * a program re-executing itself, fexecve): argv[0] names the proc file,
      * not the program.  Then exe's name is the one (the reporter's fallback). */
-    if (buf[0] == '/' && buf[1] == 'p' && buf[2] == 'r' && buf[3] == 'o' && buf[4] == 'c' && buf[5] == '/')
+    if (strncmp(buf, "/proc/", 6) == 0)
         return;
     for (char *c = buf; *c; c++)
         if (*c == ' ') {
@@ -173,8 +173,9 @@ int mlk_segment_create(uint32_t depth, const char *dir, const char *listen)
             stacks_cap >>= 1;
             frames_cap >>= 1;
             size = lay_out(stacks_cap, frames_cap, &stacks_off, &frames_off, &modules_off, &strings_off);
-            mlk_segment_as_limit = as.rlim_cur;
         }
+        if (stacks_cap < MLK_STACKS_CAP)
+            mlk_segment_as_limit = as.rlim_cur;
     }
 
     int fd = make_memfd(size);

@@ -40,16 +40,10 @@ static void program_takes(int sig, void (*handler)(int))
         mlk_fmt_u64(name + 7, (uint64_t)sig);
     char pid[24];
     mlk_fmt_u64(pid, (uint64_t)mlk_getpid());
-    char line[256];
-    size_t n = 0;
     const char *parts[] = {"the program installs its own handler for ", shown,
                            ": from now on that signal is the program's and asks for no report; "
                            "ask with: libmemleak snapshot ", pid};
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
-        for (const char *c = parts[i]; *c && n < sizeof line - 1; c++)
-            line[n++] = *c;
-    line[n] = 0;
-    mlk_warn(line, "", "");
+    mlk_warn_parts(parts, sizeof parts / sizeof parts[0]);
 }
 
 int mlk_signal_is_programs(void) { return __atomic_load_n(&warned, __ATOMIC_RELAXED); }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -33,7 +34,10 @@ static int mentions_us(const char *entry, size_t n)
 }
 
 /* Environment for the reporter: ours minus our library in LD_PRELOAD, plus
- * MEMLEAK_REPORTER=1.  Built once with the real malloc (guard set). */
+ * MEMLEAK_REPORTER=1.  Built once, in a mapping of its own rather than the
+ * program's heap: after an attach, a scan walks glibc's heap, where a block
+ * of ours without a trailer would be one of the program's older blocks --
+ * and, our data being no root, a definitely lost one. */
 void mlk_spawn_prepare(void)
 {
     Dl_info info;
@@ -65,12 +69,17 @@ void mlk_spawn_prepare(void)
     spawn_argv[5] = mlk_reporter_name_arg;
     spawn_argv[6] = NULL;
 
-    size_t n = 0;
-    for (char **e = environ; e && *e; e++)
-        n++;
-    spawn_envp = malloc((n + 2) * sizeof *spawn_envp);
-    if (!spawn_envp)
+    size_t n = 0, preload = 0;
+    for (char **e = environ; e && *e; e++, n++)
+        if (strncmp(*e, "LD_PRELOAD=", 11) == 0)
+            preload += strlen(*e) + 1;
+    size_t array = (n + 2) * sizeof *spawn_envp;
+    long mem = mlk_syscall6(SYS_mmap, 0, (long)(array + preload), PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem < 0 && mem > -4096)
         return;
+    spawn_envp = (char **)mem;
+    char *strings = (char *)mem + array; /* the LD_PRELOAD values rewritten */
     size_t k = 0;
     for (char **e = environ; e && *e; e++) {
         if (strncmp(*e, "MEMLEAK_REPORTER=", 17) == 0)
@@ -80,10 +89,7 @@ void mlk_spawn_prepare(void)
             continue;
         }
         const char *v = *e + 11;
-        size_t len = strlen(v);
-        char *out = malloc(11 + len + 1);
-        if (!out)
-            continue;
+        char *out = strings;
         memcpy(out, "LD_PRELOAD=", 11);
         size_t o = 11;
         const char *q = v;
@@ -101,6 +107,7 @@ void mlk_spawn_prepare(void)
                 q++;
         }
         out[o] = 0;
+        strings += o + 1;
         if (o > 11)
             spawn_envp[k++] = out;
     }
@@ -295,7 +302,7 @@ void mlk_say_reporter_failed(void)
         return;
     uint32_t err = __atomic_load_n(&mlk_seg->spawn_error, __ATOMIC_RELAXED);
     int step = (int)(err >> 16), e = (int)(err & 0xffff);
-    char uid[24], line[1024];
+    char uid[24];
     mlk_fmt_u64(uid, (uint64_t)raw(SYS_geteuid, 0, 0, 0));
     const char *parts[] = {"cannot start the reporter as uid ", uid, ": ",
                            step == MLK_SPAWN_READ ? main_script : python_path, ": ",
@@ -308,12 +315,7 @@ void mlk_say_reporter_failed(void)
                            "; the program runs on, but no report is written. Install libmemleak where "
                            "this user can run it (a system-wide or shared `pip install`), or set "
                            "MEMLEAK_PYTHON to a Python that has it"};
-    size_t n = 0;
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
-        for (const char *c = parts[i]; *c && n < sizeof line - 1; c++)
-            line[n++] = *c;
-    line[n] = 0;
-    mlk_warn(line, "", "");
+    mlk_warn_parts(parts, sizeof parts / sizeof parts[0]);
 }
 
 void mlk_ensure_reporter(void)

@@ -68,7 +68,8 @@ extern int _dl_find_object(void *pc, struct mlk_dl_find_object *result) __attrib
 #define DW_EH_PE_pcrel 0x10
 #define DW_EH_PE_datarel 0x30
 
-static uint64_t uleb(const uint8_t **p)
+/* A LEB128 number's bits; *bits: how many it was written with (7 a byte). */
+static uint64_t leb128(const uint8_t **p, int *bits)
 {
     uint64_t v = 0;
     int shift = 0;
@@ -79,22 +80,23 @@ static uint64_t uleb(const uint8_t **p)
             v |= (uint64_t)(b & 0x7f) << shift;
         shift += 7;
     } while (b & 0x80);
+    *bits = shift;
     return v;
+}
+
+static uint64_t uleb(const uint8_t **p)
+{
+    int bits;
+    return leb128(p, &bits);
 }
 
 static int64_t sleb(const uint8_t **p)
 {
-    int64_t v = 0;
-    int shift = 0;
-    uint8_t b;
-    do {
-        b = *(*p)++;
-        if (shift < 64)
-            v |= (int64_t)(b & 0x7f) << shift;
-        shift += 7;
-    } while (b & 0x80);
-    if (shift < 64 && (b & 0x40))
-        v |= -((int64_t)1 << shift);
+    int bits;
+    int64_t v = (int64_t)leb128(p, &bits);
+    /* the last byte's bit 6, now bit bits - 1, is the sign */
+    if (bits < 64 && ((uint64_t)v >> (bits - 1) & 1))
+        v |= -((int64_t)1 << bits);
     return v;
 }
 

@@ -97,7 +97,21 @@ def frame_lines(frames, executable=None, keep=4, full=False, cut=0, more=" (--fr
 
 def cut_words(depth):
     """What to say under a stack whose backtrace was cut at `depth`."""
-    deeper = (f"MEMLEAK_CONFIG depth={min(64, depth * 2)} shows more" if depth < 64
-              else "64 is the deepest")
-    return f"(stack cut at depth {depth}: its outer callers were not recorded; {deeper})"
+    return f"(stack cut at depth {depth}: its outer callers were not recorded; {deeper_words(depth)})"
+
+
+def deeper_words(depth):
+    """The configuration that records stacks deeper than `depth`."""
+    if depth < 64:
+        return f"MEMLEAK_CONFIG depth={min(64, depth * 2)} (at most 64) shows more"
+    return "64 is the deepest"
+
+
+def cut_of(entry):
+    """The depth a report entry's stack was cut at (its cut= field), 0 if whole."""
+    for extra in entry.extra or ():
+        name, _, value = extra.partition("=")
+        if name == "cut" and value.isdigit():
+            return int(value)
+    return 0
 

@@ -11,6 +11,7 @@ and the live totals; how many there were is said."""
 import re
 
 from libmemleak.series import InputError
+from libmemleak.analysis.trends import count
 
 
 def _regex(pattern):
@@ -58,7 +59,7 @@ def apply(analysis, rules):
     gone = len(analysis.trends) - len(kept)
     if gone:
         gone_bytes = sum(t.live_bytes for t in analysis.trends) - sum(t.live_bytes for t in kept)
-        analysis.notes.append(f"{gone} stack{'s' if gone != 1 else ''} suppressed "
+        analysis.notes.append(f"{count(gone, 'stack')} suppressed "
                               f"({gone_bytes:,} bytes live)")
     analysis.trends = kept
     keep = {id(t) for t in kept}

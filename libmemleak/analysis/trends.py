@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 
 from libmemleak.analysis import lost
+from libmemleak.analysis.names import deeper_words, shown_frames
 
 TEARDOWN = "exit"
 
@@ -131,7 +132,6 @@ def regroup(trends, by, executable):
     of the program's own code (function, file, line) with the frames under
     it; by="function", that frame's function alone.  The allocator wrappers
     and library frames above it do not split a site in many."""
-    from libmemleak.analysis.names import shown_frames
     groups = {}
     for t in trends:
         frames, _, _ = shown_frames(t.frames, executable, keep=len(t.frames))
@@ -210,7 +210,7 @@ def analyse(series, group_by="stack"):
     if cut:
         a.notes.append(cut)
     if running < 3:
-        a.notes.append(f"{running} report{'s' if running != 1 else ''} before exit: a stack must "
+        a.notes.append(f"{count(running, 'report')} before exit: a stack must "
                        "grow across two intervals to be a suspect; take more reports while it "
                        f"runs ({ways_to_ask(series)})")
     if not series.complete:
@@ -252,10 +252,9 @@ def _judge(t):
         # Certain (nothing points to it), so weighed as the steadiest growth
         # of the same bytes would be: log2 of what is at stake.  What it
         # holds indirectly is lost with it.
-        at_stake = definite + t.lost.get("indirectly-lost", (0, 0))[0]
-        t.score = max(t.score, math.log2(2 + at_stake))
-        words = f"definitely lost: {human_bytes(definite)} in {blocks:,} block{'s' if blocks != 1 else ''}"
         indirect = t.lost.get("indirectly-lost", (0, 0))[0]
+        t.score = max(t.score, math.log2(2 + definite + indirect))
+        words = f"definitely lost: {human_bytes(definite)} in {count(blocks, 'block')}"
         if indirect:
             words += f" (and {human_bytes(indirect)} indirectly)"
         if t.since:
@@ -282,14 +281,14 @@ def _judge_growth(t):
     t.suspect = True
     t.score = ((1.0 if never_freed else 0.5) * (0.25 + 0.75 * steadiness)
                * (0.25 + 0.75 * recent) * (0.2 + 0.8 * survival) * math.log2(2 + t.growth_bytes))
-    words = [f"grows in {t.grew} of {t.intervals} interval{'s' if t.intervals != 1 else ''}"]
+    words = [f"grows in {t.grew} of {count(t.intervals, 'interval')}"]
     if t.rate is not None:
         words.append(f"{human_bytes(t.rate, sign=True)}/s")
     blocks, when = ((t.running_live_blocks, " before exit") if t.freed_at_exit
                     else (t.live_blocks, ""))
-    words.append(f"{blocks:,} block{'s' if blocks != 1 else ''} live{when}")
+    words.append(f"{count(blocks, 'block')} live{when}")
     if t.allocations is not None:
-        words.append(f"allocated {t.allocations:,} time{'s' if t.allocations != 1 else ''}")
+        words.append(f"allocated {count(t.allocations, 'time')}")
     if t.survival is not None and t.survival < 0.995:
         words.append(f"keeps {t.survival:.0%} of them")
     # "never freed" only where it is true: a stack whose live bytes never
@@ -335,8 +334,7 @@ def stacks_cut_note(series):
         return None
     share = f" ({100 * cut / made:.0f}% of {made:,})" if made >= cut else ""
     whose = "its" if cut == 1 else "their"
-    remedy = (f"MEMLEAK_CONFIG depth={min(64, depth * 2)} (at most 64) shows more" if depth < 64
-              else "64 is the deepest")
+    remedy = deeper_words(depth)
     return (f"{count(cut, 'allocation')}{share} had {whose} call stack cut at depth {depth}: "
             f"outer frames are not shown, and stacks that differ only there are one; {remedy}")
 

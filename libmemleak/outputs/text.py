@@ -2,7 +2,7 @@
 time, and the leak suspects with a verdict in words, readable frames and a
 compact trend."""
 
-from libmemleak.analysis.names import frame_lines
+from libmemleak.analysis.names import cut_of, frame_lines
 from libmemleak.analysis.trends import count, human_bytes
 
 TREND_POINTS = 8
@@ -28,12 +28,12 @@ def write(out, analyses, problems, top=10, full_names=False, all_stacks=False, f
         s = a.series
         span = f", {a.seconds:.1f} s between the first and the last" if a.seconds else ""
         ended = f", ended: {s.ended}" if s.ended else ", still running at the last report"
-        out.write(f"{s.program} (pid {s.pid}): {len(s.reports)} report{'s' if len(s.reports) != 1 else ''}"
+        out.write(f"{s.program} (pid {s.pid}): {count(len(s.reports), 'report')}"
                   f"{span}{ended}\n")
         out.write(f"  live now: {human_bytes(a.live_bytes)} in {count(a.live_blocks, 'block')}"
                   f"{' (estimates: sampled)' if s.sampled else ''}\n")
         if a.scan:
-            parts = [f"{name.replace('-', ' ')} {human_bytes(b)} in {k:,} block{'s' if k != 1 else ''}"
+            parts = [f"{name.replace('-', ' ')} {human_bytes(b)} in {count(k, 'block')}"
                      for name, (b, k) in a.scan.totals.items()]
             out.write(f"  scan (report {a.scan_seq}): {', '.join(parts)}\n")
         for note in a.notes:
@@ -64,13 +64,13 @@ def render_scan(result, pid, top=10, full_names=False, executable=None):
     from libmemleak.analysis.lost import CATEGORIES, since_of, survivors_words
     out = []
     pause = f", paused {result.pause_ms:.1f} ms" if result.pause_ms is not None else ""
-    threads = f" ({result.threads} thread{'s' if result.threads != 1 else ''})" if result.threads else ""
+    threads = f" ({count(result.threads, 'thread')})" if result.threads else ""
     out.append(f"process {pid}: reachability scan{pause}{threads}")
     width = max(len(c) for c in CATEGORIES)
     for name in CATEGORIES:
         nbytes, blocks = result.totals[name]
         label = name.replace("-", " ")
-        out.append(f"  {label:>{width}}: {nbytes:,} bytes in {blocks:,} block{'s' if blocks != 1 else ''}")
+        out.append(f"  {label:>{width}}: {nbytes:,} bytes in {count(blocks, 'block')}")
     shown = {}
     for name, nbytes, blocks, entry in result.stacks:
         if top <= 0 or shown.get(name, 0) >= top:
@@ -78,13 +78,12 @@ def render_scan(result, pid, top=10, full_names=False, executable=None):
         if name not in shown:
             out.append(f"{name.replace('-', ' ')}, by stack:")
         shown[name] = shown.get(name, 0) + 1
-        cut = next((int(x[4:]) for x in entry.extra or () if x.startswith("cut=") and x[4:].isdigit()), 0)
-        lines = (frame_lines(entry.frames, executable, full=full_names, cut=cut)
+        lines = (frame_lines(entry.frames, executable, full=full_names, cut=cut_of(entry))
                  or [getattr(entry, "label", "(no frames)")])
         ages = survivors_words(since_of(entry))
         if ages:
             lines.append(f"(live blocks of this stack: {ages})")
-        first = f"  {human_bytes(nbytes):>9} in {blocks:,} block{'s' if blocks != 1 else ''}  "
+        first = f"  {human_bytes(nbytes):>9} in {count(blocks, 'block')}  "
         out.append(first + lines[0])
         out.extend(" " * len(first) + line for line in lines[1:])
     return "\n".join(out) + "\n"

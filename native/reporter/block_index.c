@@ -8,6 +8,9 @@
 #include <stdlib.h>
 
 #include "scan.h"
+#include "sorted.h"
+
+_Static_assert(offsetof(struct mlk_block, start) == 0, "mlk_lower_bound keys blocks by start");
 
 #define PAGE_SHIFT 12
 #define BIG (64u << 10)
@@ -91,14 +94,9 @@ int64_t mlk_block_index_find(const struct mlk_block_index *ix, const struct mlk_
 {
     const struct slot *s = slot_of(ix, p >> PAGE_SHIFT);
     if (s->page_plus1) {
-        int64_t lo = s->first, hi = s->first + s->count;
-        while (lo < hi) { /* the last block of the run starting at or below p */
-            int64_t mid = (lo + hi) / 2;
-            if (blocks[mid].start <= p)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
+        /* the last block of the run starting at or below p (p + 1 cannot
+         * wrap: the caller asks only below the highest block's end) */
+        int64_t lo = s->first + mlk_lower_bound(blocks + s->first, s->count, sizeof *blocks, p + 1);
         if (lo > s->first && p < extent_end(&blocks[lo - 1]))
             return lo - 1;
     }

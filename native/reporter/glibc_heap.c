@@ -28,6 +28,7 @@
 
 #include "glibc_heap.h"
 #include "grow.h"
+#include "sorted.h"
 #include "world.h"
 
 #define PREV_INUSE 1ull
@@ -123,17 +124,12 @@ static uint64_t walk_chain(struct reader *r, uint64_t first, uint64_t end, struc
     return at;
 }
 
+_Static_assert(offsetof(struct chunk, at) == 0, "mlk_lower_bound keys chunks by address");
+
 static int64_t chunk_at(const struct chunks *c, uint64_t at)
 {
-    int64_t lo = 0, hi = c->n;
-    while (lo < hi) {
-        int64_t mid = (lo + hi) / 2;
-        if (c->v[mid].at < at)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < c->n && c->v[lo].at == at ? lo : -1;
+    int64_t i = mlk_lower_bound(c->v, c->n, sizeof *c->v, at);
+    return i < c->n && c->v[i].at == at ? i : -1;
 }
 
 /* Mark free the chunks of one cached list: `head` a chunk address, each

@@ -43,6 +43,7 @@
 #include "maps.h"
 #include "glibc_heap.h"
 #include "scan.h"
+#include "sorted.h"
 #include "world.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -225,15 +226,8 @@ static void mark_heap(struct scan *s)
 static void add_untrailed(void *ctx, uint64_t start, uint64_t usable)
 {
     struct scan *s = ctx;
-    int64_t lo = 0, hi = s->ntrailed;
-    while (lo < hi) {
-        int64_t mid = (lo + hi) / 2;
-        if (s->blocks[mid].start < start)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    if (lo < s->ntrailed && s->blocks[lo].start == start)
+    int64_t i = mlk_lower_bound(s->blocks, s->ntrailed, sizeof *s->blocks, start);
+    if (i < s->ntrailed && s->blocks[i].start == start)
         return;
     struct mlk_block *blocks = mlk_grow(s->blocks, s->nblocks, &s->cap, sizeof *blocks, 65536);
     if (!blocks)
@@ -268,14 +262,8 @@ static int64_t block_at(const struct scan *s, uint64_t p)
         return -1;
     if (s->index)
         return mlk_block_index_find(s->index, s->blocks, s->nblocks, p);
-    int64_t lo = 0, hi = s->nblocks;
-    while (lo < hi) { /* the last block starting at or below p */
-        int64_t mid = (lo + hi) / 2;
-        if (s->blocks[mid].start <= p)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    /* the last block starting at or below p (p < highest: p + 1 cannot wrap) */
+    int64_t lo = mlk_lower_bound(s->blocks, s->nblocks, sizeof *s->blocks, p + 1);
     if (lo == 0)
         return -1;
     const struct mlk_block *b = &s->blocks[lo - 1];
@@ -371,14 +359,7 @@ static void scan_root(struct scan *s, uint64_t lo, uint64_t hi)
  * points to it). */
 static void scan_heap_between_blocks(struct scan *s, const struct mlk_region *r)
 {
-    int64_t lo = 0, hi = s->nblocks;
-    while (lo < hi) { /* the first block starting at or above r->lo */
-        int64_t mid = (lo + hi) / 2;
-        if (s->blocks[mid].start < r->lo)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    int64_t lo = mlk_lower_bound(s->blocks, s->nblocks, sizeof *s->blocks, r->lo);
     uint64_t cursor = r->lo;
     for (int64_t i = lo; i < s->nblocks && s->blocks[i].start < r->hi; i++) {
         if (s->blocks[i].start > cursor)

@@ -197,11 +197,12 @@ EXPORT struct mlk_world *mlk_world_stop(int pid, char *why, int why_len)
     for (int round = 0; round < LISTING_ROUNDS; round++) {
         DIR *d = opendir(path);
         if (!d) {
-            if (errno == ENOENT || !process_alive(pid))
+            int err = errno; /* before process_alive's own calls */
+            if (err == ENOENT || !process_alive(pid))
                 snprintf(why, (size_t)why_len, "process %d has exited", pid);
             else
                 snprintf(why, (size_t)why_len, "cannot list the threads of process %d: %s", pid,
-                         strerror(errno));
+                         strerror(err));
             mlk_world_resume(w);
             return NULL;
         }
