@@ -1,4 +1,4 @@
-"""Build: compiles native/*.c into libmemleak/libmtrace.so (a plain shared
+"""Build: compiles native/hook/ into libmemleak/libmtrace.so (a plain shared
 library for LD_PRELOAD, not a Python extension), native/reporter/*.c into
 libmemleak/libmlkreport.so (the reporter's per-stack loops, loaded with
 cffi), and ships the layout header beside them, so that the hook library
@@ -26,7 +26,8 @@ LIBS = ["-ldl", "-lpthread", "-lgcc_s", "-lm"]
 
 
 def build_native(out_dir, python=sys.executable):
-    sources = sorted(glob.glob(os.path.join(HERE, "native", "*.c")))
+    sources = sorted(glob.glob(os.path.join(HERE, "native", "hook", "*.c")) +
+                     glob.glob(os.path.join(HERE, "native", "hook", "route", "*.c")))
     cc = shlex.split(os.environ.get("CC", "cc"))
     target = os.path.join(out_dir, "libmtrace.so")
     cmd = [*cc, *CFLAGS, f'-DMLK_PYTHON="{python}"', *sources, "-o", target, *LDFLAGS, *LIBS]

@@ -4,7 +4,7 @@
 inject.c: ptrace, no signal the program sees), has it call the C runtime's
 dlopen() on libmtrace.so and then libmtrace's mlk_attach(), which routes
 the program's allocation calls to the hooks and starts the reporter as
-under LD_PRELOAD (native/attach.c).  `detach(pid)` has it call
+under LD_PRELOAD (native/hook/attach.c).  `detach(pid)` has it call
 mlk_detach(): the routing is undone, a last report written.  Everything
 this module decides -- which process can be attached, where the functions
 are -- it decides from /proc and the ELF files, before the process is

@@ -5,7 +5,7 @@ of its own (SIGKILL, OOM kill, _exit, a crash) still gets its final report.
 Descendants start their reporter only when they need one (a report request,
 their exit), so that shells and builds do not start a Python process per
 fork.  Each hands the keeper a descriptor of its segment and a pidfd of
-itself over a unix socket (native/keeper_client.c).  The keeper
+itself over a unix socket (native/hook/keeper_client.c).  The keeper
 then writes the descendant's reports itself, in this process: those it asks
 for (a report signal, mtrace(): it posts the request in its segment and
 pokes the keeper over the same socket) and, when it dies, its last one --

@@ -5,7 +5,7 @@ It also notices by itself when the program dies (final report) or execs
 another image (it then leaves quietly: the new image has its own reporter).
 
 The program starts it with the segment on fd 3 and a pidfd of the program
-on fd 4 (see native/control.c for how, and why that is safe).  Everything
+on fd 4 (see native/hook/control.c for how, and why that is safe).  Everything
 else it needs is in the segment, including the baseline of the next report,
 so a reporter that dies can be replaced without losing anything."""
 
@@ -521,7 +521,7 @@ class Reporter:
 
 def started_with():
     """(directory, name) the hook library started this reporter with
-    (native/segment.c freeze_reporter_args), or (None, None)."""
+    (native/hook/segment.c freeze_reporter_args), or (None, None)."""
     if len(sys.argv) >= 3 and sys.argv[1]:
         return sys.argv[1], safe_name(sys.argv[2]) if sys.argv[2] else None
     return None, None

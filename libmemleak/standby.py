@@ -12,7 +12,7 @@ which reports on the program alive or writes its death report.
 
 The standby is nobody's child to wait for: it is the reporter's child, and
 the reporter's parent is init or a subreaper above the program, never the
-program itself (native/spawn.c).  It holds the program's stderr only as
+program itself (native/hook/spawn.c).  It holds the program's stderr only as
 /dev/null: a pipe the program's stderr feeds (`prog 2>&1 | tee`) must end
 when the reporter lets go of it."""
 
@@ -72,7 +72,7 @@ def _stand_by(r, segment_fd, pidfd, main_script, header):
     if DONE in said or header.final_done or header.reporter_starts >= MAX_TAKEOVERS:
         return
     # Claim the reporter's place from the dead one, unless the program has
-    # started another meanwhile (it claims it the same way: native/spawn.c).
+    # started another meanwhile (it claims it the same way: native/hook/spawn.c).
     if not _claim(header, reporter, os.getpid()):
         return
     header.reporter_starts += 1

@@ -204,7 +204,7 @@ struct mlk_header {
      * (1 stdstring, 2 length64, 3 newarray, 4 multipleinheritance). */
     uint32_t scan_heuristics;
     /* The address range libmtrace's own private maps are carved from
-     * (native/rt.c): not the program's memory, never a root. */
+     * (native/hook/rt.c): not the program's memory, never a root. */
     uint64_t own_lo;
     uint64_t own_hi;
     /* Pausing collection from outside (`libmemleak shell`: stop, start):
@@ -215,7 +215,7 @@ struct mlk_header {
     uint64_t collecting_addr;
     uint32_t paused;
     uint32_t reserved32c;
-    /* `libmemleak attach PID` (native/attach.c): CLOCK_REALTIME of the
+    /* `libmemleak attach PID` (native/hook/attach.c): CLOCK_REALTIME of the
      * attach, 0 for a process started under the tracer.  Blocks made before
      * it carry no trailer: their frees are counted in unknown_frees.
      * `libmemleak detach PID` asks for a last report (reason detach) with
@@ -227,7 +227,7 @@ struct mlk_header {
      * reporter serves remote shells there (libmemleak/remote.py). */
     uint32_t listen_off;
     uint32_t listen_len;
-    /* What the hook cannot see (native/blind.c: the program's own malloc
+    /* What the hook cannot see (native/hook/blind.c: the program's own malloc
      * found before ours, say), one line in strings (0/0: nothing): every
      * report's header carries it, and `check` does not pass such a run.
      * Written as the segment is made, never changed. */

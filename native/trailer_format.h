@@ -1,5 +1,5 @@
 /* The format of a block's trailer: written by the hook library
- * (native/trailers.c, struct mlk_trailer in mlk.h), read from the stopped
+ * (native/hook/trailers.c, struct mlk_trailer in mlk.h), read from the stopped
  * program by the reachability scan (native/reporter/scan.c).  A trailer is
  * a block's last 16 usable bytes, two words:
  *   meta  = size << MLK_TRAILER_STACK_BITS | stack id, for a counted block;

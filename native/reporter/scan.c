@@ -19,7 +19,7 @@
  *
  * Listing the blocks costs the allocation hot path nothing: every block
  * libmtrace records carries a trailer whose check word is its address
- * XOR a per-process random key (native/trailers.c).  Reading the
+ * XOR a per-process random key (native/hook/trailers.c).  Reading the
  * anonymous memory once and keeping each word w for which w ^ key is an
  * address a little below it finds every live block -- of glibc, jemalloc
  * or any allocator; a freed block's check word was cleared by its free.
@@ -87,7 +87,7 @@ struct mlk_scan_totals {
 struct scan {
     int pid;
     struct mlk_heuristics *heur;   /* valgrind's heuristics (heuristics.c), or NULL for none */
-    uint64_t own_lo, own_hi; /* libmtrace's own maps (native/rt.c): not the program's */
+    uint64_t own_lo, own_hi; /* libmtrace's own maps (native/hook/rt.c): not the program's */
     struct mlk_maps maps;     /* the process's mappings (maps.c) */
     struct mlk_block *blocks;
     int64_t nblocks, cap;

@@ -8,8 +8,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "shm_layout.h"
-#include "trailer_format.h"
+#include "../shm_layout.h"
+#include "../trailer_format.h"
 
 #define MLK_HIDDEN __attribute__((visibility("hidden")))
 #define MLK_LIKELY(x) __builtin_expect(!!(x), 1)
