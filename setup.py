@@ -25,12 +25,26 @@ LDFLAGS = ["-shared", "-Wl,-z,now", "-Wl,-z,noexecstack", "-Wl,--no-undefined"]
 LIBS = ["-ldl", "-lpthread", "-lgcc_s", "-lm"]
 
 
+def capstone_dir():
+    """The installed `capstone` package: its wheel holds libcapstone.so, the
+    instruction decoder the hook loads to route a program's own allocator,
+    and the headers it is built against."""
+    try:
+        import capstone
+    except ImportError:
+        sys.exit("libmemleak: building needs the capstone package (pip install capstone)")
+    return os.path.dirname(os.path.abspath(capstone.__file__))
+
+
 def build_native(out_dir, python=sys.executable):
     sources = sorted(glob.glob(os.path.join(HERE, "native", "hook", "*.c")) +
                      glob.glob(os.path.join(HERE, "native", "hook", "route", "*.c")))
     cc = shlex.split(os.environ.get("CC", "cc"))
     target = os.path.join(out_dir, "libmtrace.so")
-    cmd = [*cc, *CFLAGS, f'-DMLK_PYTHON="{python}"', *sources, "-o", target, *LDFLAGS, *LIBS]
+    decoder = capstone_dir()
+    cmd = [*cc, *CFLAGS, f'-DMLK_PYTHON="{python}"', "-I" + os.path.join(decoder, "include"),
+           f'-DMLK_CAPSTONE_BUILT="{os.path.join(decoder, "lib", "libcapstone.so")}"',
+           *sources, "-o", target, *LDFLAGS, *LIBS]
     # Link-time optimization lets the hot path inline across modules (the
     # hooks, the trailer, the counters): ~2.5% fewer cycles on sqlite3.  A
     # toolchain without it (clang without the gold plugin) builds without.
@@ -91,7 +105,9 @@ if __name__ == "__main__":  # importable by the tests, for build_native()
         package_data={"libmemleak": ["examples/*.c"]},
         # sortedcontainers was declared and never used: the ranking of `report`
         # sorts once, which a plain sort does (issue 20 asked to use it or drop it).
-        install_requires=["cffi>=1.15", "pyelftools>=0.29"],
+        install_requires=["cffi>=1.15", "pyelftools>=0.29",
+                          # the x86-64 decoder that routes a program's own malloc (native/hook/route/)
+                          "capstone>=5.0.1,<6"],
         entry_points={"console_scripts": ["libmemleak = libmemleak.cli:main"]},
         cmdclass={"build_py": BuildWithNative, "build_native": BuildNativeInPlace},
         distclass=BinaryDistribution,

@@ -341,20 +341,23 @@ def detach(pid, say=None):
 
 
 def wait_for_reporter(pid, timeout=10.0):
-    """(started, report directory, program name) of an attached process:
-    started is True once its reporter runs, False as soon as the process
-    says none could start (a seccomp filter that forbids clone: no use
-    waiting), None if the time ran out; directory and name are None when
-    its segment cannot be read."""
+    """(started, report directory, program name, blind) of an attached
+    process: started is True once its reporter runs, False as soon as the
+    process says none could start (a seccomp filter that forbids clone: no
+    use waiting), None if the time ran out; directory and name are None
+    when its segment cannot be read; blind is what the hook cannot see in
+    it (its segment's `blind` line), or ""."""
     from libmemleak.live import open_segment, LiveError
     deadline = time.monotonic() + timeout
-    where = (None, None)
+    where = (None, None, "")
     while True:
         try:
             segment, fd = open_segment(pid)
             try:
-                where = (segment.report_dir(), segment.program_name())
-                reporter = segment.header.reporter_pid
+                h = segment.header
+                blind = segment.string(h.blind_off, min(h.blind_len, 1024)) if h.blind_len else ""
+                where = (segment.report_dir(), segment.program_name(), blind)
+                reporter = h.reporter_pid
             finally:
                 segment.close()
                 os.close(fd)

@@ -456,6 +456,8 @@ class Reporter:
             lines.append(("parent-pid", snap.parent_pid))
         if self.h.blind_len:  # what the hook could not see: first, never missed
             lines.append(("blind", self.seg.string(self.h.blind_off, min(self.h.blind_len, 1024))))
+        if self.h.routed_len:  # the program's own allocator, routed to the hook
+            lines.append(("routed", self.seg.string(self.h.routed_off, min(self.h.routed_len, 1024))))
         lines += [
             ("seq", seq),
             ("time", when.isoformat(timespec="milliseconds")),

@@ -45,17 +45,26 @@ class Series:
     def sampled(self):
         return any("sampled" in r.header for r in self.reports)
 
+    def _said(self, field):
+        said = []
+        for r in self.reports:
+            text = r.header.get(field)
+            if text and text not in said:
+                said.append(text)
+        return said
+
     @property
     def blind(self):
         """What the tracer said it could not see in this process (each
         report's `blind` header), in the order first said; empty when it
         saw everything it traces."""
-        said = []
-        for r in self.reports:
-            text = r.header.get("blind")
-            if text and text not in said:
-                said.append(text)
-        return said
+        return self._said("blind")
+
+    @property
+    def routed(self):
+        """The program's own allocator routed to the tracer (each report's
+        `routed` header): how its blocks were seen at all."""
+        return self._said("routed")
 
     @property
     def ended(self):

@@ -20,7 +20,7 @@
  */
 
 #define MLK_MAGIC 0x314b4c4d454d4c4b
-#define MLK_LAYOUT_VERSION 8
+#define MLK_LAYOUT_VERSION 9
 #define MLK_MAX_DEPTH 64
 #define MLK_BUILD_ID_MAX 32
 
@@ -233,4 +233,8 @@ struct mlk_header {
      * Written as the segment is made, never changed. */
     uint32_t blind_off;
     uint32_t blind_len;
+    /* The program's own allocator entry points routed to the hook
+     * (native/hook/route/), one line in strings (0/0: none). */
+    uint32_t routed_off;
+    uint32_t routed_len;
 };

@@ -206,6 +206,7 @@ def analyse(series, group_by="stack"):
     # What the tracer could not see comes first: without it every other
     # answer here ("no leak suspects", a small live total) misleads.
     a.notes[:0] = [f"NOT SEEN: {text}" for text in series.blind]
+    a.notes += [f"routed: {text}" for text in series.routed]
     cut = stacks_cut_note(series)
     if cut:
         a.notes.append(cut)

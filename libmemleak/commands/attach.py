@@ -66,7 +66,9 @@ def run_attach(args):
     except AttachError as e:
         _say(f"attach: {e}")
         return EXIT_FAILED
-    started, found_directory, name = wait_for_reporter(args.pid)
+    started, found_directory, name, blind = wait_for_reporter(args.pid)
+    if blind:  # the process's stderr is not the user's: said here, as in every report
+        _say(f"attach: NOT SEEN: {blind}")
     directory = found_directory or directory
     name = name or str(args.pid)
     if started is False:

@@ -8,7 +8,7 @@
 
 #include "control.h"
 
-struct mlk_config mlk_config = {1, 16, SIGUSR1, 60000, 0, 0, 0, "", ""};
+struct mlk_config mlk_config = {1, 16, SIGUSR1, 60000, 0, 0, 0, "", "", 1};
 
 static int parse_uint(const char *s, size_t n, uint64_t *out)
 {
@@ -90,7 +90,8 @@ static const char *value_wanted(const char *key, size_t n)
                  {"exit_timeout", "': needs a number of seconds"},
                  {"scan", "': needs exit (scan=exit)"},
                  {"scan_heuristics", "': needs all, none or names joined by + (stdstring+newarray)"},
-                 {"listen", "': needs HOST:PORT (listen=0.0.0.0:7070)"}};
+                 {"listen", "': needs HOST:PORT (listen=0.0.0.0:7070)"},
+                 {"route", "': needs yes or no"}};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (strlen(known[i].name) == n && strncmp(key, known[i].name, n) == 0)
             return known[i].wants;
@@ -179,6 +180,13 @@ void mlk_config_parse(const char *cfg, const char *cwd)
                 bad_option(p, n, "': path too long; reports go to the working directory");
                 mlk_config.dir[0] = 0;
             }
+        } else if (KEY("route") && val) {
+            if (vn == 2 && strncmp(val, "no", 2) == 0)
+                mlk_config.route = 0;
+            else if (vn == 3 && strncmp(val, "yes", 3) == 0)
+                mlk_config.route = 1;
+            else
+                bad_option(p, n, "': route is yes or no; using yes");
         } else if (KEY("signal") && val) {
             int sig = parse_signal(val, vn);
             if (sig < 0 || sig == SIGKILL || sig == SIGSTOP)
@@ -237,7 +245,7 @@ void mlk_config_parse(const char *cfg, const char *cwd)
             bad_option(p, n, "': unknown option (known: mtraceinit, depth=N, dir=PATH, "
                              "signal=NAME, unwind=fast|libgcc, sample=BYTES, "
                              "track=trailers|table, exit_timeout=SECONDS, scan=exit, "
-                             "scan_heuristics=all|none|NAME+NAME, listen=HOST:PORT)");
+                             "scan_heuristics=all|none|NAME+NAME, listen=HOST:PORT, route=yes|no)");
         }
 #undef KEY
     }

@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "control.h"
+#include "route/route.h"
 
 volatile int mlk_collecting;
 volatile int mlk_ever_collected;
@@ -393,7 +394,8 @@ void mlk_init(void)
         inert = 1;
     } else {
         parse_config(secure_getenv("MEMLEAK_CONFIG"));
-        mlk_find_blind_spots();
+        mlk_route_start(mlk_config.route ? NULL : "is not routed (MEMLEAK_CONFIG route=no)", mlk_blind,
+                        sizeof mlk_blind, mlk_routed, sizeof mlk_routed);
         if (mlk_blind[0])
             mlk_warn(mlk_blind, "", "");
         decide_root();
@@ -420,6 +422,11 @@ int mlk_init_attached(const char *config, char *why, size_t why_len)
     mlk_modules_set_self((void *)&mlk_init);
     mlk_resolve_real();
     parse_config(config);
+    /* Found, and said; rewriting entries while the program's threads run
+     * through them is not safe without stopping them (not done yet). */
+    mlk_route_start("was not routed: libmemleak attach does not route a program's own allocator "
+                    "yet (start the program with libmemleak run to trace it)", mlk_blind,
+                    sizeof mlk_blind, mlk_routed, sizeof mlk_routed);
     is_root = 1;
     mlk_keeper_listen();
     start_tracing();

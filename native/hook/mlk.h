@@ -50,11 +50,13 @@ MLK_HIDDEN int mlk_segment_create(uint32_t depth, const char *dir, const char *l
 extern MLK_HIDDEN uint64_t mlk_segment_as_limit; /* RLIMIT_AS that shrank the tables, or 0 */
 /* The report directory and program name as the segment was created with
  * them, handed to the reporter in its argv (spawn.c). */
-/* What the hook cannot see, one line (blind.c); "" when nothing.  Copied
- * into every segment made (the `blind` string of its header). */
+/* What the hook cannot see, one line (route/route.c: the program's own
+ * malloc, found before ours, that could not be routed); "" when nothing.
+ * And what it routed to itself.  Copied into every segment made (the
+ * `blind` and `routed` strings of its header). */
 #define MLK_BLIND_MAX 1024
 extern MLK_HIDDEN char mlk_blind[MLK_BLIND_MAX];
-MLK_HIDDEN void mlk_find_blind_spots(void);
+extern MLK_HIDDEN char mlk_routed[MLK_BLIND_MAX];
 extern MLK_HIDDEN char mlk_reporter_dir_arg[4096];
 extern MLK_HIDDEN char mlk_reporter_name_arg[256];
 /* fork(): prepare copies the segment (our locks held), child maps the copy. */

@@ -221,6 +221,8 @@ int mlk_segment_create(uint32_t depth, const char *dir, const char *listen)
     h->listen_off = h->listen_len ? mlk_string_add(listen, h->listen_len) : 0;
     h->blind_len = (uint32_t)mlk_strlen(mlk_blind);
     h->blind_off = h->blind_len ? mlk_string_add(mlk_blind, h->blind_len) : 0;
+    h->routed_len = (uint32_t)mlk_strlen(mlk_routed);
+    h->routed_off = h->routed_len ? mlk_string_add(mlk_routed, h->routed_len) : 0;
     freeze_reporter_args(h, (const char *)h + h->strings_off);
     __atomic_store_n(&h->magic, MLK_MAGIC, __ATOMIC_RELEASE);
     return 0;

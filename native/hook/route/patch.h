@@ -1,0 +1,21 @@
+/* Entry patching: make a function's first instruction a jump to a hook,
+ * and keep its overwritten instructions, moved, in a trampoline that
+ * continues into the rest of it (Frida's interceptor and funchook work this
+ * way; this is our own, decoding with Capstone). */
+#ifndef MLK_ROUTE_PATCH_H
+#define MLK_ROUTE_PATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Routes calls of the function at `fn` (`size` bytes, as its symbol says)
+ * to `hook`.  Returns the address that runs the original function, or NULL
+ * with the reason in `why` ("its first 5 bytes are a jump target", ...):
+ * the function is then left untouched. */
+void *mlk_patch_entry(uint8_t *fn, size_t size, void *hook, char *why, size_t why_len);
+
+/* Whether the function at `fn` is only a jump elsewhere (aligned_alloc
+ * compiled to `jmp memalign`): 1 and its destination in `target`. */
+int mlk_entry_forwards(const uint8_t *fn, size_t size, uint64_t *target);
+
+#endif

@@ -1,0 +1,33 @@
+/* Routing allocators that are not the one our exported symbols forward to:
+ * a module that the program's symbol lookups find before ours (an
+ * executable that defines malloc -- Chromium's allocator shim, a static
+ * tcmalloc -- or a library preloaded ahead of us) has its entry points
+ * patched to jump to the hooks of routed.c.  One door: mlk_route_start. */
+#ifndef MLK_ROUTE_H
+#define MLK_ROUTE_H
+
+#include <stddef.h>
+
+enum mlk_route_role {
+    MLK_ROUTE_CORE,  /* malloc, free, calloc, realloc: all routed, or none of the module's entries */
+    MLK_ROUTE_FREE,  /* a way to free: unrouted, its blocks would look leaked -- all or none too */
+    MLK_ROUTE_ALLOC, /* a way to allocate: unrouted, its blocks are not seen (said) */
+};
+
+struct mlk_route_entry {
+    const char *name;
+    void *hook;      /* routed.c's function */
+    void **original; /* where routed.c calls the original (set once routed) */
+    int role;
+};
+extern const struct mlk_route_entry mlk_route_entries[];
+extern const int mlk_route_entry_count;
+
+/* At start: route every allocator entry point that wins the program's
+ * lookups over ours.  What could not be routed is appended to `blind`
+ * (the blind-spot line), with the reason; what was routed to `routed`.
+ * `why_not`: a reason not to patch at all (an attach: the program's
+ * threads run on while entries would be rewritten), said in `blind`. */
+void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *routed, size_t routed_len);
+
+#endif
