@@ -113,9 +113,9 @@ def scan(pid, header, take_snapshot, history=None, seq=0):
     Raises ScanRefused when the threads cannot be stopped or the process
     cannot be read; nothing is changed in the process then."""
     trailer_key = header.trailer_key
-    if not trailer_key:
-        raise ScanRefused("the scan needs every block tracked with a trailer (the default "
-                          "track=trailers, not sampled): this process tracks them otherwise")
+    if header.sample_bytes or not (trailer_key or header.addr_table):
+        raise ScanRefused("the scan needs every block recorded (not sampled): this process "
+                          "records a sample of them")
     why = ffi.new("char[]", WHY_BYTES)
     started = time.monotonic()
     world = lib.mlk_world_stop(pid, why, WHY_BYTES)
@@ -130,7 +130,7 @@ def scan(pid, header, take_snapshot, history=None, seq=0):
         per_stack_age = zeros(AGE_BUCKETS * nstacks)
         bucket_seq = ffi.new("int32_t[]", AGE_BUCKETS)
         totals = ffi.new("struct mlk_scan_totals *")
-        status = lib.mlk_scan_heap(world, trailer_key, header.own_lo, header.own_hi,
+        status = lib.mlk_scan_heap(world, trailer_key, header.addr_table, header.own_lo, header.own_hi,
                                    heuristics_set(header.scan_heuristics)
                                    | (UNLISTED_HEAP_IS_ROOT if header.attached_ns else 0), nstacks,
                                    _q(per_stack), totals,

@@ -49,7 +49,7 @@ int mlk_world_threads(const struct mlk_world *);
 struct mlk_age_history;
 struct mlk_age_history *mlk_age_history_new(void);
 void mlk_age_history_free(struct mlk_age_history *);
-int mlk_scan_heap(const struct mlk_world *, uint64_t, uint64_t, uint64_t, unsigned, int64_t, int64_t *,
+int mlk_scan_heap(const struct mlk_world *, uint64_t, uint64_t, uint64_t, uint64_t, unsigned, int64_t, int64_t *,
                   struct mlk_scan_totals *, struct mlk_age_history *, uint32_t, int64_t *, int32_t *,
                   char *, int);
 void mlk_rc_commit(struct mlk_stack *, int64_t, const int64_t *, const int64_t *,

@@ -25,6 +25,12 @@
 #define MLK_BUILD_ID_MAX 32
 
 /* struct mlk_stack.kind: which allocator family made the blocks. */
+#define MLK_ADDR_SHARDS 256
+#define MLK_ADDR_SHARD_BYTES 64
+#define MLK_ADDR_SLOTS_AT 8
+#define MLK_ADDR_MASK_AT 16
+#define MLK_ADDR_STACK_BITS 24
+
 #define MLK_KIND_MALLOC 0
 #define MLK_KIND_NEW 1
 #define MLK_KIND_MMAP 2
@@ -237,4 +243,12 @@ struct mlk_header {
      * (native/hook/route/), one line in strings (0/0: none). */
     uint32_t routed_off;
     uint32_t routed_len;
+    /* The address table of blocks kept without a trailer (native/hook/
+     * addrs.c: a routed allocator's blocks, a sampled process's, ...): the
+     * address of its MLK_ADDR_SHARDS shards in the process, each
+     * MLK_ADDR_SHARD_BYTES long, with the address of its slot array at
+     * MLK_ADDR_SLOTS_AT and the slot mask at MLK_ADDR_MASK_AT; a slot is
+     * {address (0: empty), size << MLK_ADDR_STACK_BITS | stack}.  The scan
+     * lists these blocks beside the trailed ones (native/reporter/scan.c). */
+    uint64_t addr_table;
 };

@@ -407,3 +407,30 @@ def test_a_sandboxed_process_that_may_start_no_process_is_said_at_once(tmp_path)
     assert len(said) == 1 and said[0].startswith("libmemleak: cannot start the reporter as uid ")
     assert "(clone: a seccomp filter or a sandbox may forbid the program new processes)" in said[0]
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".memlog")]
+
+
+def test_attach_to_a_program_with_its_own_malloc_says_what_it_cannot_see(tmp_path):
+    """Rewriting a running program's allocator entries while its threads
+    run through them is not done (#29): the attach says the blind spot,
+    and so does every report and check."""
+    prog = compile_program("ownheap.c")
+    p = start_bare([prog, "wait"], tmp_path)
+    try:
+        expect(p, "done\n")
+        out = cli("attach", "-q", p.pid, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        assert out.stderr == (f"libmemleak: attach: NOT SEEN: malloc, free, calloc, realloc are defined "
+                              f"by {prog}, which the program's symbol lookups find before libmemleak's, "
+                              "and was not routed: libmemleak attach does not route a program's own "
+                              "allocator yet (start the program with libmemleak run to trace it): "
+                              "allocations made through it are not seen\n")
+        report = snapshot(p.pid, tmp_path)
+        assert report.header["blind"] == out.stderr.removeprefix("libmemleak: attach: NOT SEEN: ").strip()
+        assert cli("check", tmp_path, "--max-leaks", "0").returncode == 3
+        assert cli("detach", "-q", p.pid, cwd=tmp_path).returncode == 0
+        p.stdin.write(b"\n")
+        p.stdin.close()
+        assert p.wait(timeout=60) == 0
+    finally:
+        p.kill()
+        p.wait()

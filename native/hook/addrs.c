@@ -20,7 +20,7 @@
 #define SHARD_BITS 8
 #define SHARDS (1u << SHARD_BITS)
 #define FIRST_CAP 256u
-#define STACK_BITS 24
+#define STACK_BITS MLK_ADDR_STACK_BITS
 #define MAX_BLOCK_SIZE (1ull << (64 - STACK_BITS))
 
 struct slot {
@@ -36,6 +36,14 @@ struct shard {
 } __attribute__((aligned(64)));
 
 static struct shard shards[SHARDS];
+
+/* What the scan reads from outside (shm_layout.h: addr_table). */
+_Static_assert(SHARDS == MLK_ADDR_SHARDS && sizeof(struct shard) == MLK_ADDR_SHARD_BYTES &&
+               __builtin_offsetof(struct shard, slots) == MLK_ADDR_SLOTS_AT &&
+               __builtin_offsetof(struct shard, mask) == MLK_ADDR_MASK_AT && sizeof(struct slot) == 16,
+               "the address table's layout is read by the scan (shm_layout.h)");
+
+uint64_t mlk_addr_table(void) { return (uint64_t)shards; }
 
 /* Sampling mode: see mlk_maybe_recorded in mlk.h.  A slot that reaches 255
  * stays there (then it only costs a lock on frees that hash to it). */

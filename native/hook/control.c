@@ -236,6 +236,7 @@ int mlk_start_collecting(void)
     mlk_seg->tracking = mlk_trailers_in_use() ? MLK_TRACK_TRAILERS : MLK_TRACK_TABLE;
     mlk_seg->trailer_key = mlk_trailers_in_use() ? mlk_trailer_key : 0;
     mlk_own_range(&mlk_seg->own_lo, &mlk_seg->own_hi);
+    mlk_seg->addr_table = mlk_addr_table();
     mlk_seg->scan_at_exit = (uint32_t)mlk_config.scan_at_exit;
     mlk_seg->scan_heuristics = mlk_config.scan_heuristics;
     mlk_seg->collecting_addr = (uint64_t)(uintptr_t)&mlk_collecting;

@@ -139,6 +139,7 @@ MLK_HIDDEN void mlk_addr_prefetch(uint64_t addr);
 /* Returns 0 if the block could not be tracked (table memory exhausted).
  * is_new: a new allocation (counted in the stack's totals), or 0 for a block
  * put back after a failed realloc (only live bytes/blocks change). */
+MLK_HIDDEN uint64_t mlk_addr_table(void); /* where the scan finds it (shm_layout.h addr_table) */
 MLK_HIDDEN int mlk_addr_insert(uint64_t addr, uint32_t stack, uint64_t size, int is_new);
 /* Removes the block; returns 1 and fills stack/size if it was tracked.
  * In sampling mode the hooks call it only for blocks mlk_maybe_recorded()

@@ -23,6 +23,8 @@
  * anonymous memory once and keeping each word w for which w ^ key is an
  * address a little below it finds every live block -- of glibc, jemalloc
  * or any allocator; a freed block's check word was cleared by its free.
+ * Blocks kept without a trailer (a routed allocator's, or all of them
+ * under track=table) are read from the hook's address table.
  *
  * Memory is read with process_vm_readv, blocks in batches of up to
  * BATCH_IOVS per call; pages never touched (/proc/PID/pagemap) are
@@ -36,6 +38,9 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <stdint.h>
+
+#include "../shm_layout.h"
 #include "../trailer_format.h"
 #include "age.h"
 #include "grow.h"
@@ -236,13 +241,50 @@ static void add_untrailed(void *ctx, uint64_t start, uint64_t usable)
     s->blocks[s->nblocks++] = (struct mlk_block){start, usable, start + usable, BEFORE_ATTACH, UNREACHED, 0};
 }
 
-static void list_blocks(struct scan *s, uint64_t key)
+/* The blocks kept in the hook's address table, not by trailer (a routed
+ * allocator's: native/hook/route/): read from its shards (shm_layout.h
+ * addr_table), each bounded -- the process writes them. */
+static void add_table_blocks(struct scan *s, uint64_t table)
+{
+    uint8_t shards[MLK_ADDR_SHARDS * MLK_ADDR_SHARD_BYTES];
+    if (!table || mlk_read_mem(s->pid, table, shards, sizeof shards) != sizeof shards)
+        return;
+    for (int i = 0; i < MLK_ADDR_SHARDS; i++) {
+        uint64_t slots, mask;
+        memcpy(&slots, shards + i * MLK_ADDR_SHARD_BYTES + MLK_ADDR_SLOTS_AT, 8);
+        memcpy(&mask, shards + i * MLK_ADDR_SHARD_BYTES + MLK_ADDR_MASK_AT, 8);
+        if (!slots || mask >= (1ull << 32) || (mask & (mask + 1)))
+            continue; /* empty, or not a table's mask */
+        uint64_t bytes = (mask + 1) * 16;
+        for (uint64_t at = 0; at < bytes; at += CHUNK) {
+            size_t len = bytes - at < CHUNK ? (size_t)(bytes - at) : CHUNK;
+            if (mlk_read_mem(s->pid, slots + at, s->buf, len) != len)
+                break;
+            const uint64_t *w = (const uint64_t *)s->buf;
+            for (size_t k = 0; k + 1 < len / 8; k += 2) {
+                uint64_t start = w[k], size = w[k + 1] >> MLK_ADDR_STACK_BITS;
+                uint32_t stack = (uint32_t)(w[k + 1] & ((1u << MLK_ADDR_STACK_BITS) - 1));
+                if (!start || (start & 7) || start < 4096 || size >= MAX_BLOCK_SPAN)
+                    continue;
+                struct mlk_block *blocks = mlk_grow(s->blocks, s->nblocks, &s->cap, sizeof *blocks, 65536);
+                if (!blocks)
+                    return;
+                s->blocks = blocks;
+                s->blocks[s->nblocks++] = (struct mlk_block){start, size, start + (size ? size : 1), stack,
+                                                             UNREACHED, 0};
+            }
+        }
+    }
+}
+
+static void list_blocks(struct scan *s, uint64_t key, uint64_t table)
 {
     struct trailer_walk t = {key, 0};
     s->lowest = 4096;
-    for (int i = 0; i < s->maps.nregions; i++)
+    for (int i = 0; key && i < s->maps.nregions; i++)
         if (s->maps.regions[i].anon)
             mlk_touched_runs(&s->maps, s->maps.regions[i].lo, s->maps.regions[i].hi, find_trailers, s, &t);
+    add_table_blocks(s, table);
     if (s->unlisted_heap_is_root) { /* attached: the blocks from before, from glibc's chains */
         qsort(s->blocks, (size_t)s->nblocks, sizeof *s->blocks, by_start);
         s->ntrailed = s->nblocks;
@@ -453,7 +495,7 @@ static void mark_cliques(struct scan *s)
  * struct mlk_scan_totals), added to.  history (or NULL): what earlier
  * scans saw, for per_stack_age and bucket_seq (age.h); seq: the report
  * this scan goes into.  Returns 0, or -1 with `why` set. */
-EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t own_lo, uint64_t own_hi,
+EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t table, uint64_t own_lo, uint64_t own_hi,
                          unsigned heuristics, int64_t nstacks, int64_t *per_stack,
                          struct mlk_scan_totals *totals,
                          struct mlk_age_history *history, uint32_t seq, int64_t *per_stack_age,
@@ -473,7 +515,7 @@ EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t own_l
     if (heuristics & MLK_HEUR_ALL)
         s.heur = mlk_heuristics_new(s.pid, heuristics & MLK_HEUR_ALL, s.maps.files, s.maps.nfiles);
     int64_t t0 = mlk_now_monotonic_ns();
-    list_blocks(&s, key);
+    list_blocks(&s, key, table);
     int64_t t1 = mlk_now_monotonic_ns();
     mark_from_roots(&s, w);
     int64_t t2 = mlk_now_monotonic_ns();

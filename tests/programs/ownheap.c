@@ -17,7 +17,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define CLASSES 256 /* up to 4 KiB */
+#define CLASSES 1024 /* up to 16 KiB: stdio's buffers too */
 struct chunk {
     size_t size;
     struct chunk *next;
@@ -105,6 +105,7 @@ __attribute__((noinline)) void churn(void)
     for (int i = 0; i < 1000; i++) {
         void *p = malloc(40 + i % 200);
         void *q = calloc(4, 25);
+        ((volatile char *)q)[99] = 1; /* used: or the compiler drops the pair */
         p = realloc(p, 500);
         free(q);
         free(p);
