@@ -8,6 +8,7 @@ exactly (it used to crash at load)."""
 
 import glob
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -161,3 +162,40 @@ def test_tcmalloc_preloaded_ahead_of_the_tracer_is_routed(tmp_path):
     sites = by_site(report)
     assert sites["site_malloc(unsigned long)"] == (1000, 10)
     assert sites["site_new()"] == (320, 5)
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+PAGE = """<html><body><script>
+const keep = [];
+for (let i = 0; i < 2000; i++) {
+  const d = document.createElement('div'); d.textContent = 'row ' + i;
+  document.body.appendChild(d); keep.push(d);
+}
+</script></body></html>"""
+
+
+@pytest.mark.skipif(not CHROMIUM, reason="needs Debian's chromium")
+def test_headless_chromium_is_routed_and_traced(tmp_path):
+    """Chromium's executable defines malloc (its allocator shim): before
+    routing the browser showed 3 allocations.  It still renders the page
+    and exits cleanly, and its heap is seen with stacks of many frames."""
+    page = tmp_path / "page.html"
+    page.write_text(PAGE)
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    out = cli("run", "-q", "--config", f"dir={reports}", CHROMIUM, "--headless", "--no-sandbox",
+              "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+              "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
+              "--dump-dom", page.as_uri(), cwd=tmp_path, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "<div>row 1999</div>" in out.stdout
+    assert "not seen" not in out.stderr
+    browser = [memlog.read(str(p)) for p in reports.glob("chromium-*-1.memlog")
+               if memlog.read(str(p)).header.get("reason") == "exit"]
+    assert browser, sorted(os.listdir(reports))
+    main = max(browser, key=lambda r: int(r.header["allocations"]))
+    assert "blind" not in main.header
+    assert main.header["routed"].endswith("/chromium (its own malloc, free, calloc, realloc) are "
+                                          "routed to libmemleak")
+    assert int(main.header["allocations"]) > 100_000
+    assert max(len(e.frames) for e in main.entries) >= 8
