@@ -50,13 +50,17 @@ static int defined_before_us(const char *name, const void *self_base, Dl_info *w
            where->dli_fbase != self_base && where->dli_saddr == found && (*sym)->st_shndx != SHN_UNDEF;
 }
 
+static int is_executable(const void *base)
+{
+    Dl_info exe_info;
+    return dladdr((void *)getauxval(AT_PHDR), &exe_info) && exe_info.dli_fbase == base;
+}
+
 static const char *module_name(const Dl_info *where)
 {
     /* The executable: the loader names it as it was invoked (argv[0]), if
      * at all; its own path is what a reader can find. */
-    Dl_info exe_info;
-    int is_exe = dladdr((void *)getauxval(AT_PHDR), &exe_info) && exe_info.dli_fbase == where->dli_fbase;
-    if (!is_exe && where->dli_fname && where->dli_fname[0])
+    if (!is_executable(where->dli_fbase) && where->dli_fname && where->dli_fname[0])
         return where->dli_fname;
     static char exe[512];
     long n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -96,8 +100,14 @@ void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *r
     const char *owner_name = NULL;
     char names[128] = "";
     int defined = 0;
+    /* Under attach our library comes last, so whatever defines malloc wins
+     * the lookup; the attach reroutes every module's calls through its
+     * global offset table (attach.c), which sees all of them except the
+     * executable's own calls to a malloc it defines itself (direct calls,
+     * no table): only that is a blind spot there. */
     for (size_t i = 0; i < sizeof family / sizeof family[0]; i++) {
-        if (!defined_before_us(family[i], self.dli_fbase, &where, &sym))
+        if (!defined_before_us(family[i], self.dli_fbase, &where, &sym) ||
+            (mlk_attach_mode && !is_executable(where.dli_fbase)))
             continue;
         if (owner && where.dli_fbase != owner)
             continue; /* one module; a second one ahead of us is rarer than rare */
