@@ -55,6 +55,30 @@ def test_a_process_that_dropped_to_nobody_cannot_choose_roots_paths(tmp_path, wh
     assert sites["site_scribbler"] == (4321, 1)
 
 
+def test_a_forged_address_table_does_not_break_the_scan(tmp_path):
+    """The scan reads the hook's address table where the segment says it is
+    (addr_table): a program pointing it at a forgery -- 2^31 slots claimed
+    over one mapped page, garbage entries, an array at the top of the
+    address space, a mask that is no table's -- gets scans that end and a
+    reporter that goes on serving; the program's run is untouched."""
+    prog = compile_program("scribbler.c", f"-I{NATIVE}")
+    p = subprocess.Popen(cli_argv("run", "-q", prog, "table"), cwd=tmp_path, env=CLI_ENV, text=True,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert p.stdout.readline() == "forged\n"  # run execs: p.pid is the program's
+        for _ in range(2):
+            scan = cli("scan", p.pid, cwd=tmp_path, timeout=300)
+            assert scan.returncode == 0, scan.stderr
+            report = memlog.read(scan.stdout.splitlines()[0])
+            assert report.header["reason"] == "scan"
+        p.stdin.write("\n")
+        p.stdin.close()
+        assert p.wait(timeout=120) == 0, p.stderr.read()
+    finally:
+        p.kill()
+        p.wait()
+
+
 def test_safe_names():
     for hostile in ("/../../x", "..", ".", "", "a/b", "\x1b[2J", "x\ny", "é" * 300):
         name = memlog.safe_name(hostile)

@@ -57,6 +57,7 @@ def attach_config(config):
 
 def run_attach(args):
     from libmemleak.attach import AttachError, attach, wait_for_reporter  # loads the C side
+    from libmemleak.memlog import header_text
     config, directory = attach_config(args.config)
     if not os.path.isdir(directory) or not os.access(directory, os.W_OK | os.X_OK):
         _say(f"attach: the report directory {directory} is missing or not writable: nothing done")
@@ -68,7 +69,7 @@ def run_attach(args):
         return EXIT_FAILED
     started, found_directory, name, blind = wait_for_reporter(args.pid)
     if blind:  # the process's stderr is not the user's: said here, as in every report
-        _say(f"attach: NOT SEEN: {blind}")
+        _say(f"attach: NOT SEEN: {header_text(blind)}")  # the process wrote it: no escapes
     directory = found_directory or directory
     name = name or str(args.pid)
     if started is False:

@@ -3,11 +3,17 @@
  * path -- hoping that root's reporter builds paths from them.
  *   scribbler worker NEWDIR NEWNAME NEWEXE   a forked worker does it (root's keeper reports it)
  *   scribbler self   NEWDIR NEWNAME NEWEXE   the process itself does it (root's own reporter)
- * Each replacement is cut or padded to the original's length. */
+ * Each replacement is cut or padded to the original's length.
+ *   scribbler table   points the segment's address table (which the scan
+ *                     reads) at a forgery: a slot array claiming 2^31 slots
+ *                     of which one page is mapped, holding garbage and one
+ *                     plausible block; another shard's array at the top of
+ *                     the address space.  Prints "forged", waits for a line. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -57,8 +63,40 @@ static int scribble(char **argv)
     return 0;
 }
 
+static int forge_table(void)
+{
+    struct mlk_header *h = own_segment();
+    if (!h)
+        return 4;
+    static uint64_t shards[MLK_ADDR_SHARDS * MLK_ADDR_SHARD_BYTES / 8];
+    uint64_t *slots = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (slots == MAP_FAILED)
+        return 5;
+    munmap((char *)slots + 4096, 4096); /* the rest of the claimed 2^31 slots: unmapped */
+    for (int i = 0; i < 512; i += 2) {
+        slots[i] = 0x1001ull * (uint64_t)i + 3;     /* unaligned, or below the first page */
+        slots[i + 1] = ~0ull;                       /* a size of 2^40 and more */
+    }
+    void *block = site_scribbler(64);
+    slots[100] = (uint64_t)block;                  /* plausible: a real block, stack 12345 */
+    slots[101] = (64ull << MLK_ADDR_STACK_BITS) | 12345;
+    shards[MLK_ADDR_SLOTS_AT / 8] = (uint64_t)slots;
+    shards[MLK_ADDR_MASK_AT / 8] = (1ull << 31) - 1;
+    shards[(MLK_ADDR_SHARD_BYTES + MLK_ADDR_SLOTS_AT) / 8] = ~0ull - 4095;
+    shards[(MLK_ADDR_SHARD_BYTES + MLK_ADDR_MASK_AT) / 8] = (1ull << 20) - 1;
+    shards[(2 * MLK_ADDR_SHARD_BYTES + MLK_ADDR_SLOTS_AT) / 8] = (uint64_t)slots;
+    shards[(2 * MLK_ADDR_SHARD_BYTES + MLK_ADDR_MASK_AT) / 8] = 12345; /* not 2^k - 1 */
+    h->addr_table = (uint64_t)shards;
+    printf("forged\n");
+    fflush(stdout);
+    char line[8];
+    return fgets(line, sizeof line, stdin) ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 2 && strcmp(argv[1], "table") == 0)
+        return forge_table();
     if (argc != 5)
         return 2;
     if (strcmp(argv[1], "self") == 0)
