@@ -152,6 +152,7 @@ void mlk_config_parse(const char *cfg, const char *cwd)
         size_t vn = eq ? (size_t)(p + n - val) : 0;
         uint64_t num;
 #define KEY(s) (key == sizeof(s) - 1 && strncmp(p, s, key) == 0)
+#define VALUE(s) (vn == sizeof(s) - 1 && strncmp(val, s, vn) == 0)
         if (n == 0) {
         } else if ((!val || vn == 0) && value_wanted(p, key)) {
             bad_option(p, n, value_wanted(p, key));
@@ -181,10 +182,8 @@ void mlk_config_parse(const char *cfg, const char *cwd)
                 mlk_config.dir[0] = 0;
             }
         } else if (KEY("route") && val) {
-            if (vn == 2 && strncmp(val, "no", 2) == 0)
-                mlk_config.route = 0;
-            else if (vn == 3 && strncmp(val, "yes", 3) == 0)
-                mlk_config.route = 1;
+            if (VALUE("no") || VALUE("yes"))
+                mlk_config.route = VALUE("yes");
             else
                 bad_option(p, n, "': route is yes or no; using yes");
         } else if (KEY("signal") && val) {
@@ -194,10 +193,8 @@ void mlk_config_parse(const char *cfg, const char *cwd)
             else
                 mlk_config.signal = sig;
         } else if (KEY("unwind") && val) {
-            if (vn == 6 && strncmp(val, "libgcc", 6) == 0)
-                mlk_unwind_mode = MLK_UNWIND_LIBGCC;
-            else if (vn == 4 && strncmp(val, "fast", 4) == 0)
-                mlk_unwind_mode = MLK_UNWIND_FAST;
+            if (VALUE("libgcc") || VALUE("fast"))
+                mlk_unwind_mode = VALUE("libgcc") ? MLK_UNWIND_LIBGCC : MLK_UNWIND_FAST;
             else
                 bad_option(p, n, "': unwind is 'fast' or 'libgcc'; using fast");
         } else if (KEY("sample") && val) {
@@ -207,10 +204,8 @@ void mlk_config_parse(const char *cfg, const char *cwd)
                 bad_option(p, n, "': sample takes a mean number of bytes between samples "
                                  "(0 = record every allocation)");
         } else if (KEY("track") && val) {
-            if (vn == 5 && strncmp(val, "table", 5) == 0)
-                mlk_config.track_in_table = 1;
-            else if (vn == 8 && strncmp(val, "trailers", 8) == 0)
-                mlk_config.track_in_table = 0;
+            if (VALUE("table") || VALUE("trailers"))
+                mlk_config.track_in_table = VALUE("table");
             else
                 bad_option(p, n, "': track is 'trailers' or 'table'; using trailers");
         } else if (KEY("exit_timeout") && val) {
@@ -237,7 +232,7 @@ void mlk_config_parse(const char *cfg, const char *cwd)
                 bad_option(p, n, "': listen takes HOST:PORT (listen=0.0.0.0:7070); not listening");
             }
         } else if (KEY("scan") && val) {
-            if (vn == 4 && strncmp(val, "exit", 4) == 0)
+            if (VALUE("exit"))
                 mlk_config.scan_at_exit = 1;
             else
                 bad_option(p, n, "': scan takes exit (a reachability scan in the exit report)");
@@ -248,6 +243,7 @@ void mlk_config_parse(const char *cfg, const char *cwd)
                              "scan_heuristics=all|none|NAME+NAME, listen=HOST:PORT, route=yes|no)");
         }
 #undef KEY
+#undef VALUE
     }
 }
 

@@ -203,28 +203,23 @@ static uint8_t *relocate(const uint8_t *fn, const struct mlk_insn *insns, int co
         const struct mlk_insn *in = &insns[i];
         uint64_t from = (uint64_t)out;
         switch (in->kind) {
-        case MLK_INSN_JMP:
-            if (!fits_rel32((int64_t)(in->target - (from + 5))))
-                return NULL;
-            out[0] = 0xe9;
-            put_rel32(out + 1, (int64_t)(in->target - (from + 5)));
-            out += 5;
-            break;
+        case MLK_INSN_JMP:  /* each re-encoded in its rel32 form: e9, e8, 0f 8x */
         case MLK_INSN_CALL:
-            if (!fits_rel32((int64_t)(in->target - (from + 5))))
+        case MLK_INSN_JCC: {
+            int opcode_len = in->kind == MLK_INSN_JCC ? 2 : 1;
+            int64_t delta = (int64_t)(in->target - (from + (uint64_t)opcode_len + 4));
+            if (!fits_rel32(delta))
                 return NULL;
-            out[0] = 0xe8;
-            put_rel32(out + 1, (int64_t)(in->target - (from + 5)));
-            out += 5;
+            if (in->kind == MLK_INSN_JCC) {
+                out[0] = 0x0f;
+                out[1] = (uint8_t)(0x80 | in->cc);
+            } else {
+                out[0] = in->kind == MLK_INSN_JMP ? 0xe9 : 0xe8;
+            }
+            put_rel32(out + opcode_len, delta);
+            out += opcode_len + 4;
             break;
-        case MLK_INSN_JCC:
-            if (!fits_rel32((int64_t)(in->target - (from + 6))))
-                return NULL;
-            out[0] = 0x0f;
-            out[1] = (uint8_t)(0x80 | in->cc);
-            put_rel32(out + 2, (int64_t)(in->target - (from + 6)));
-            out += 6;
-            break;
+        }
         default: /* PLAIN or END: the same bytes, a RIP-relative displacement re-aimed */
             memcpy(out, src, in->len);
             if (in->disp_offset) {
@@ -243,29 +238,32 @@ static uint8_t *relocate(const uint8_t *fn, const struct mlk_insn *insns, int co
     return out;
 }
 
-/* Replaces F's first `moved` bytes: one 8-byte store when they sit in one
- * aligned word (a thread racing through F sees old or new, never half),
- * else byte by byte -- at start-up no other thread runs the allocator. */
+int mlk_code_write(uint8_t *at, const uint8_t *bytes, size_t len)
+{
+    uint64_t page = (uint64_t)at & ~4095ull, end = ((uint64_t)at + len + 4095) & ~4095ull;
+    if (sys(SYS_mprotect, (long)page, (long)(end - page), PROT_READ | PROT_WRITE | PROT_EXEC, 0, 0, 0) != 0)
+        return -1;
+    uint64_t word = (uint64_t)at & ~7ull;
+    if ((uint64_t)at + len <= word + 8) {
+        uint64_t v;
+        memcpy(&v, (void *)word, 8);
+        memcpy((uint8_t *)&v + ((uint64_t)at - word), bytes, len);
+        __atomic_store_n((uint64_t *)word, v, __ATOMIC_SEQ_CST);
+    } else {
+        memcpy(at, bytes, len);
+    }
+    sys(SYS_mprotect, (long)page, (long)(end - page), PROT_READ | PROT_EXEC, 0, 0, 0);
+    return 0;
+}
+
+/* F's first `moved` bytes become the jump to the stub, then int3s. */
 static int write_entry(uint8_t *fn, int moved, uint8_t *stub)
 {
     uint8_t bytes[32];
     bytes[0] = 0xe9;
     put_rel32(bytes + 1, (int64_t)((uint64_t)stub - ((uint64_t)fn + JMP_REL32_LEN)));
     memset(bytes + JMP_REL32_LEN, 0xcc, (size_t)moved - JMP_REL32_LEN);
-    uint64_t page = (uint64_t)fn & ~4095ull, end = ((uint64_t)fn + (uint64_t)moved + 4095) & ~4095ull;
-    if (sys(SYS_mprotect, (long)page, (long)(end - page), PROT_READ | PROT_WRITE | PROT_EXEC, 0, 0, 0) != 0)
-        return -1;
-    uint64_t word = (uint64_t)fn & ~7ull;
-    if ((uint64_t)fn + (uint64_t)moved <= word + 8) {
-        uint64_t v;
-        memcpy(&v, (void *)word, 8);
-        memcpy((uint8_t *)&v + ((uint64_t)fn - word), bytes, (size_t)moved);
-        __atomic_store_n((uint64_t *)word, v, __ATOMIC_SEQ_CST);
-    } else {
-        memcpy(fn, bytes, (size_t)moved);
-    }
-    sys(SYS_mprotect, (long)page, (long)(end - page), PROT_READ | PROT_EXEC, 0, 0, 0);
-    return 0;
+    return mlk_code_write(fn, bytes, (size_t)moved);
 }
 
 void *mlk_patch_entry(uint8_t *fn, size_t size, void *hook, char *why, size_t why_len)

@@ -14,8 +14,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/auxv.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "../mlk.h"
@@ -27,14 +25,20 @@
 char mlk_blind[MLK_BLIND_MAX];
 char mlk_routed[MLK_BLIND_MAX];
 
+enum how_routed {
+    UNROUTED,
+    PATCHED,
+    ALIAS,    /* shares a patched address: the first name's hook serves it */
+    FORWARDS, /* only jumps to another candidate, c[forwards_to]: routed there */
+};
+
 struct candidate {
     const struct mlk_route_entry *entry;
     uint8_t *at;
     size_t size;
     uint8_t saved[32]; /* the bytes before patching, to undo a half-routed module */
     size_t saved_len;
-    int patched;       /* 1: patched; 2: shares a patched address (an alias); 3: only jumps
-                        * to another candidate, c[forwards_to], and is routed there */
+    enum how_routed how;
     int forwards_to;
 };
 
@@ -77,15 +81,22 @@ static void append(char *out, size_t out_len, const char *s)
 static void undo(struct candidate *c, int count)
 {
     for (int i = 0; i < count; i++) {
-        if (c[i].patched != 1)
+        if (c[i].how != PATCHED)
             continue;
-        uint64_t page = (uint64_t)c[i].at & ~4095ull;
-        uint64_t end = ((uint64_t)c[i].at + c[i].saved_len + 4095) & ~4095ull;
-        mlk_syscall6(SYS_mprotect, (long)page, (long)(end - page), PROT_READ | PROT_WRITE | PROT_EXEC, 0, 0, 0);
-        memcpy(c[i].at, c[i].saved, c[i].saved_len);
-        mlk_syscall6(SYS_mprotect, (long)page, (long)(end - page), PROT_READ | PROT_EXEC, 0, 0, 0);
+        mlk_code_write(c[i].at, c[i].saved, c[i].saved_len);
         *c[i].entry->original = NULL;
     }
+}
+
+/* The blind line for a whole module: `how` it came to be unseen. */
+static void say_unseen(char *blind, size_t blind_len, const char *names, int defined, const char *owner,
+                       const char *how)
+{
+    char line[1024];
+    snprintf(line, sizeof line, "%s %s defined by %.400s, which the program's symbol lookups find "
+             "before libmemleak's, and %s: allocations made through it are not seen", names,
+             defined == 1 ? "is" : "are", owner, how);
+    append(blind, blind_len, line);
 }
 
 void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *routed, size_t routed_len)
@@ -118,12 +129,8 @@ void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *r
     }
     if (!owner)
         return;
-    char line[1024];
     if (why_not) {
-        snprintf(line, sizeof line, "%s %s defined by %.400s, which the program's symbol lookups find "
-                 "before libmemleak's, and %s: allocations made through it are not seen", names,
-                 defined == 1 ? "is" : "are", owner_name, why_not);
-        append(blind, blind_len, line);
+        say_unseen(blind, blind_len, names, defined, owner_name, why_not);
         return;
     }
 
@@ -134,27 +141,28 @@ void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *r
         if (!defined_before_us(e->name, self.dli_fbase, &where, &sym) || where.dli_fbase != owner)
             continue;
         size_t size = sym->st_size;
-        c[count] = (struct candidate){e, (uint8_t *)where.dli_saddr, size, {0}, size < 32 ? size : 32, 0, 0};
+        c[count] = (struct candidate){e, (uint8_t *)where.dli_saddr, size, {0}, size < 32 ? size : 32, UNROUTED, 0};
         count++;
     }
 
-    char why[256];
+    char why[256], line[1024];
     int routed_count = 0;
     for (int i = 0; i < count; i++) {
-        for (int j = 0; j < i && !c[i].patched; j++)
-            if (c[j].patched && c[j].at == c[i].at)
-                c[i].patched = 2; /* an alias: the first name's hook serves it */
         uint64_t to;
-        for (int j = 0; j < count && !c[i].patched && mlk_entry_forwards(c[i].at, c[i].size, &to); j++)
-            if (j != i && (uint64_t)c[j].at == to)
-                c[i].patched = 3, c[i].forwards_to = j; /* routed where it jumps */
-        if (c[i].patched)
+        for (int j = 0; j < i && c[i].how == UNROUTED; j++)
+            if (c[j].how == PATCHED && c[j].at == c[i].at)
+                c[i].how = ALIAS;
+        if (c[i].how == UNROUTED && mlk_entry_forwards(c[i].at, c[i].size, &to))
+            for (int j = 0; j < count && c[i].how == UNROUTED; j++)
+                if (j != i && (uint64_t)c[j].at == to)
+                    c[i].how = FORWARDS, c[i].forwards_to = j;
+        if (c[i].how != UNROUTED)
             continue;
         memcpy(c[i].saved, c[i].at, c[i].saved_len);
         void *original = mlk_patch_entry(c[i].at, c[i].size, c[i].entry->hook, why, sizeof why);
         if (original) {
             *c[i].entry->original = original;
-            c[i].patched = 1;
+            c[i].how = PATCHED;
             routed_count++;
             continue;
         }
@@ -162,12 +170,8 @@ void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *r
             /* Half a module routed would count blocks it frees unseen as
              * leaks: all of it goes back, and it is said as not seen. */
             undo(c, count);
-            snprintf(line, sizeof line, "%s %s defined by %.400s, which the program's symbol lookups find "
-                     "before libmemleak's, and could not be routed (%s: %s): allocations made "
-                     "through it are not seen", names, defined == 1 ? "is" : "are", owner_name,
-                     c[i].entry->name, why);
-            append(blind, blind_len, line);
-            routed[0] = 0;
+            snprintf(line, sizeof line, "could not be routed (%s: %s)", c[i].entry->name, why);
+            say_unseen(blind, blind_len, names, defined, owner_name, line);
             return;
         }
         snprintf(line, sizeof line, "%s%s of %.400s could not be routed (%s): allocations made through "
@@ -175,9 +179,9 @@ void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *r
         append(blind, blind_len, line);
     }
     for (int i = 0; i < count; i++) {
-        if (c[i].patched == 2 || (c[i].patched == 3 && c[c[i].forwards_to].patched))
+        if (c[i].how == ALIAS || (c[i].how == FORWARDS && c[c[i].forwards_to].how == PATCHED))
             routed_count++;
-        else if (c[i].patched == 3) {
+        else if (c[i].how == FORWARDS) {
             snprintf(line, sizeof line, "%s%s of %.400s could not be routed (it jumps to %s, which "
                      "could not): allocations made through it are not seen", blind[0] ? "; " : "",
                      c[i].entry->name, owner_name, c[c[i].forwards_to].entry->name);

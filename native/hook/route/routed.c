@@ -31,13 +31,6 @@ static void drop_guard(int *unused)
         call;                                                                                      \
     })
 
-/* Blocks this hook did not record (made before routing or collecting,
- * or inside the allocator) are not in the table: nothing to forget. */
-static inline void forget(void *p)
-{
-    before_free(p);
-}
-
 /* size first, then up to two pass-through arguments (alignment, nothrow):
  * malloc, valloc, pvalloc and every operator new. */
 #define SIZE_FIRST(fn, kind)                                                                       \
@@ -61,7 +54,7 @@ static inline void forget(void *p)
             orig_##fn(p, a, b);                                                                    \
             return;                                                                                \
         }                                                                                          \
-        forget(p);                                                                                 \
+        before_free(p); /* blocks made before routing are in no table: nothing */                 \
         GUARDED(orig_##fn(p, a, b));                                                               \
     }
 
