@@ -504,6 +504,10 @@ class Reporter:
                 lines.append((name.replace("_", "-"), value))
         if snap.corrupt_stacks:
             lines.append(("corrupt-stacks", snap.corrupt_stacks))
+        fp_stacks, fp_frames = self.h.fp_stacks, self.h.fp_frames
+        if fp_stacks:  # frames the chain gave, where no unwind table covers the code
+            lines.append(("frame-pointers", f"{fp_frames} frames of {fp_stacks} stacks followed by "
+                                            "frame pointers through code without unwind tables"))
         if self.symbolizer.skipped:
             lines.append(("symbolization", f"partial: {self.symbolizer.skipped} frames without "
                                            f"file:line after the {self.budget:g}s budget "

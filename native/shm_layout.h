@@ -20,7 +20,7 @@
  */
 
 #define MLK_MAGIC 0x314b4c4d454d4c4b
-#define MLK_LAYOUT_VERSION 9
+#define MLK_LAYOUT_VERSION 10
 #define MLK_MAX_DEPTH 64
 #define MLK_BUILD_ID_MAX 32
 
@@ -251,4 +251,9 @@ struct mlk_header {
      * {address (0: empty), size << MLK_ADDR_STACK_BITS | stack}.  The scan
      * lists these blocks beside the trailed ones (native/reporter/scan.c). */
     uint64_t addr_table;
+    /* Stacks whose walk followed frame pointers through code no unwind
+     * table covers (native/hook/unwind_fp.c), and the frames so found: the
+     * reports say it, as such frames are the chain's word, not a table's. */
+    uint64_t fp_stacks;
+    uint64_t fp_frames;
 };

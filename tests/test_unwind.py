@@ -110,3 +110,67 @@ def test_remembered_paths_give_every_path_exactly(tmp_path, flags, depth):
         seen[path] = value
     runs = 2 if "-DTHREADS" in flags else 1
     assert seen == {p: (runs * 40 * (100 + p), runs * 40) for p in range(256)}
+
+
+NO_TABLES = ("-O2", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables")
+
+
+def paths_of(report):
+    """X_path -> (frames below leaf_alloc as names, bytes, blocks)."""
+    got = {}
+    for key, (size, blocks) in by_stack(report).items():
+        names = [function for function, _, _ in key]
+        if names and names[0] == "leaf_alloc":
+            path = names[2] if len(names) > 2 else "?"
+            assert path not in got, names
+            got[path] = (names, size, blocks)
+    return got
+
+
+def test_frame_pointers_followed_through_code_without_unwind_tables(tmp_path):
+    """Code built without unwind tables but with frame pointers (most of
+    Chromium): the walk follows the chain there -- in the main thread, in
+    threads with the default stack, a small one and a stack the program
+    mapped itself -- back into code with tables, to _start and clone3; each
+    path exact in bytes and blocks, and the report says how many frames
+    the chain gave.  libgcc, which knows tables only, stops at the first
+    frame."""
+    prog = compile_program("fpchain.c", *NO_TABLES, "-fno-omit-frame-pointer", name="fpchain")
+    t = Traced([prog], tmp_path, config="mtraceinit")
+    report = t.reports_at("done")[0]
+    assert t.finish() == 0, t.stderr
+    got = paths_of(report)
+    top = ["leaf_alloc", "shared_middle"]
+    in_thread = ["run", "start_thread", "clone3"]
+    assert got == {
+        "main_path": (top + ["main_path", "main", "__libc_start_call_main", "__libc_start_main_impl",
+                             "_start"], 1000, 10),
+        "default_path": (top + ["default_path"] + in_thread, 4000, 20),
+        "small_path": (top + ["small_path"] + in_thread, 9000, 30),
+        "given_path": (top + ["given_path"] + in_thread, 16000, 40),
+    }
+    # 3 chain frames for the main thread's path (shared_middle, main_path,
+    # main, then __libc_start_call_main: 4), 4 for each thread's; at least
+    # those (thread creation's own stacks pass through the program too).
+    said = report.header["frame-pointers"]
+    frames, stacks = int(said.split()[0]), int(said.split()[3])
+    assert stacks >= 4 and frames >= 4 + 3 * 4, said
+
+    (tmp_path / "gcc").mkdir()
+    t = Traced([prog], tmp_path / "gcc", config="mtraceinit,unwind=libgcc")
+    report = t.reports_at("done")[0]
+    assert t.finish() == 0, t.stderr
+    assert {names[0]: (b, k) for names, b, k in paths_of(report).values()} == {"leaf_alloc": (30000, 100)}
+    assert "frame-pointers" not in report.header
+
+
+def test_a_chain_that_does_not_check_out_ends_the_walk(tmp_path):
+    """The same code without frame pointers: rbp is any register there, so
+    the chain is not believed -- the walk ends at the first frame, the
+    program runs as it would, every block is counted."""
+    prog = compile_program("fpchain.c", *NO_TABLES, "-fomit-frame-pointer", name="fpchain-nofp")
+    t = Traced([prog], tmp_path, config="mtraceinit")
+    report = t.reports_at("done")[0]
+    assert t.finish() == 0, t.stderr
+    sites = {key[0][0]: v for key, v in by_stack(report).items() if key and key[0][0] == "leaf_alloc"}
+    assert sites == {"leaf_alloc": (30000, 100)}

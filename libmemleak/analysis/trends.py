@@ -207,6 +207,9 @@ def analyse(series, group_by="stack"):
     # answer here ("no leak suspects", a small live total) misleads.
     a.notes[:0] = [f"NOT SEEN: {text}" for text in series.blind]
     a.notes += [f"routed: {text}" for text in series.routed]
+    by_fp = series.reports[-1].header.get("frame-pointers") if series.reports else None
+    if by_fp:  # (counts since start: the last report's)
+        a.notes.append(f"frame pointers: {by_fp}")
     cut = stacks_cut_note(series)
     if cut:
         a.notes.append(cut)

@@ -46,12 +46,13 @@ int mlk_unwind_mode = MLK_UNWIND_FAST;
  *   bits 32-39  rbp offset / 8 from the CFA (signed), when rbp is saved
  *   bit  40     CFA from rbp (else from rsp)     bit 41  rbp saved
  *   bit  42     the walk ends here               bit 43  not understood
+ *   bit  44     no unwind table: by frame pointers (unwind_fp.c)
  *   bits 48-63  CFA offset / 8 (signed)
  * The return address is always at CFA - 8 (a rule saying otherwise is "not
- * understood").  An end or not-understood rule has CFA offset 0 from rsp,
- * which no walk step accepts (the return address would be below sp), so
- * the step's one range check sends it, like a slot of another address, to
- * the out-of-line path.  An empty slot (0) is tag 0 with such a rule too. */
+ * understood").  An end, not-understood or by-frame-pointer rule has CFA
+ * offset 0 from rsp, which no walk step accepts (the return address would
+ * be below sp), so the step's one range check sends it, like a slot of
+ * another address, to the out-of-line path.  An empty slot (0) is tag 0 with such a rule too. */
 
 #define CACHE_BITS 16
 /* Odd (so the product names the address exactly) and below 2^31: x86-64
@@ -63,6 +64,7 @@ int mlk_unwind_mode = MLK_UNWIND_FAST;
 #define RULE_BP_SAVED (1ull << 41)
 #define RULE_ENDS (1ull << 42)
 #define RULE_NOT_UNDERSTOOD (1ull << 43)
+#define RULE_BY_FP (1ull << 44) /* no table covers it: the frame-pointer fallback (unwind_fp.c) */
 #define RULE_BP_OFF(r) ((int64_t)(int8_t)((r) >> 32) * 8)
 #define RULE_CFA_OFF(r) (((int64_t)(r) >> 48) * 8)
 /* The furthest a CFA may be above sp: further means the rule or the stack
@@ -83,6 +85,8 @@ static uint64_t pack(int kind, const struct rule_state *st)
 {
     if (kind == RULE_END)
         return RULE_ENDS;
+    if (kind == RULE_NO_INFO)
+        return RULE_BY_FP;
     if (kind != RULE_OK || st->ra_off != -8 || !fits_in_eighths(st->cfa_off, 16) ||
         (st->rbp_saved && !fits_in_eighths(st->rbp_off, 8)) || (st->cfa_reg == REG_RSP && st->cfa_off == 0))
         return RULE_NOT_UNDERSTOOD;
@@ -474,15 +478,50 @@ struct slow_step {
         (sp) = (cfa);                                         \
     } while (0)
 
+static const uint64_t zero_word;
+
 /* (Values in, values out: a pointer to the walk's locals would keep them in
  * memory on the inline path too.) */
 static __attribute__((noinline)) struct slow_step step_slow(uint64_t ip, uint64_t sp, uint64_t bp)
 {
     struct slow_step s = {ip, sp, bp, 0, 0, -1, 0};
     uint64_t rule = rule_of(ip);
-    s.uses_bp = (rule & RULE_CFA_FROM_BP) != 0;
+    s.uses_bp = (rule & (RULE_CFA_FROM_BP | RULE_BY_FP)) != 0;
+    if (rule & RULE_BY_FP) {
+        /* The step is a function of the state and of the two words it
+         * reads, like a rule's: remembered walks and paths check those
+         * words as they check a rule's.  (Where it ends the walk for what
+         * the words held, the end is remembered by the state alone: a
+         * walk through the same state with other words there may end there
+         * too -- a shorter stack, never a wrong frame.) */
+        uint64_t ra, caller_bp;
+        int r = mlk_fp_step(sp, bp, &ra, &caller_bp);
+        if (r) {
+            s.ip = ra;
+            s.sp = bp + 16;
+            s.bp = caller_bp;
+            s.ra_at = bp + 8;
+            s.bp_at = bp;
+            if (r == MLK_FP_STEP_BP_UNSURE) {
+                /* The caller's rbp is not believed: it is 0 from here
+                 * until a rule restores rbp from a frame, and a rule that
+                 * would compute a CFA from it ends the walk (below).  The
+                 * step "read" the 0 from a word that always holds it, so
+                 * that remembered walks, which take rbp from the words
+                 * their steps read, have it too. */
+                s.bp = 0;
+                s.bp_at = (uint64_t)&zero_word;
+            }
+        }
+        s.r = r != 0;
+        return s;
+    }
     if (rule & (RULE_ENDS | RULE_NOT_UNDERSTOOD)) {
         s.r = rule & RULE_ENDS ? 0 : -1;
+        return s;
+    }
+    if ((rule & RULE_CFA_FROM_BP) && !bp) {
+        s.r = 0; /* rbp not known since a frame-pointer step (above): end, no guess */
         return s;
     }
     uint64_t cfa = ((rule & RULE_CFA_FROM_BP) ? bp : sp) + (uint64_t)RULE_CFA_OFF(rule);
@@ -955,8 +994,20 @@ void mlk_unwind_lock_for_fork(int acquire)
         mlk_unlock(&spare_lock);
 }
 
+/* How many of a walk's frames the frame-pointer fallback found: the frames
+ * after a frame whose rule is RULE_BY_FP.  (Called for new stacks only.) */
+int mlk_frames_by_fp(const uint64_t *ips, int depth)
+{
+    int n = 0;
+    if (mlk_unwind_mode == MLK_UNWIND_FAST && cache)
+        for (int k = 0; k + 1 < depth; k++)
+            n += (rule_of(ips[k]) & RULE_BY_FP) != 0;
+    return n;
+}
+
 void mlk_unwind_init(void)
 {
+    mlk_fp_init();
     if (!cache)
         cache = mlk_map_anon(sizeof *cache << CACHE_BITS);
     if (!memo_key_made)
@@ -991,6 +1042,7 @@ int mlk_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unl
 #else /* not x86-64: libgcc only */
 
 void mlk_unwind_init(void) {}
+int mlk_frames_by_fp(const uint64_t *ips, int depth) { return 0; }
 void mlk_unwind_forget(void) {}
 void mlk_unwind_lock_for_fork(int acquire) {}
 void mlk_walk_remember_stack(int kind, uint32_t unload_epoch, uint32_t id) {}

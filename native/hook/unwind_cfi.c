@@ -120,15 +120,25 @@ static int read_encoded(const uint8_t **p, uint8_t enc, uint64_t *out)
     return 1;
 }
 
-/* Binary search of .eh_frame_hdr's table (datarel sdata4 pairs). */
-static const uint8_t *find_fde(uint64_t pc)
+int mlk_in_loaded_object(uint64_t pc)
 {
-    if (!_dl_find_object)
-        return NULL;
     struct mlk_dl_find_object fo;
+    return _dl_find_object && _dl_find_object((void *)pc, &fo) == 0;
+}
+
+/* Binary search of .eh_frame_hdr's table (datarel sdata4 pairs).  NULL with
+ * *no_info set: no table covers pc (code without unwind tables, JIT code). */
+static const uint8_t *find_fde(uint64_t pc, int *no_info)
+{
+    *no_info = 0;
+    if (!_dl_find_object)
+        return NULL; /* (nothing known either way: no fallback) */
+    struct mlk_dl_find_object fo;
+    *no_info = 1;
     if (_dl_find_object((void *)pc, &fo) != 0 || !fo.dlfo_eh_frame)
         return NULL;
     const uint8_t *hdr = fo.dlfo_eh_frame;
+    *no_info = 0; /* a table in a form not read here says nothing either way */
     if (hdr[0] != 1 || hdr[3] != (DW_EH_PE_datarel | DW_EH_PE_sdata4))
         return NULL;
     const uint8_t *p = hdr + 4;
@@ -144,8 +154,10 @@ static const uint8_t *find_fde(uint64_t pc)
         else
             hi = mid;
     }
-    if (lo == 0)
+    if (lo == 0) {
+        *no_info = 1; /* before the first function the table covers */
         return NULL;
+    }
     return hdr + table[2 * (lo - 1) + 1];
 }
 
@@ -321,9 +333,10 @@ static int run_cfa(const uint8_t *p, const uint8_t *end, const struct cie *cie, 
 /* The rule at pc, computed from the unwind tables. */
 int mlk_compute_rule(uint64_t pc, struct rule_state *st)
 {
-    const uint8_t *fde = find_fde(pc);
+    int no_info;
+    const uint8_t *fde = find_fde(pc, &no_info);
     if (!fde)
-        return RULE_END; /* no unwind info: libgcc would stop here too */
+        return no_info ? RULE_NO_INFO : RULE_END; /* (libgcc would stop here) */
     uint32_t len, cie_off;
     memcpy(&len, fde, 4);
     if (len == 0 || len == 0xffffffff)
@@ -337,7 +350,7 @@ int mlk_compute_rule(uint64_t pc, struct rule_state *st)
     if (!read_encoded(&p, cie.fde_enc, &start) || !read_encoded(&p, cie.fde_enc & 0x0f, &range))
         return RULE_UNKNOWN;
     if (pc < start || pc >= start + range)
-        return RULE_END;
+        return RULE_NO_INFO; /* between the functions the table covers */
     if (cie.has_z)
         p += uleb(&p);
     struct rule_state initial = {REG_RSP, 8, 0, 0, 1, -8, 0};

@@ -1,6 +1,7 @@
-/* Between the unwinder's two files: unwind_cfi.c reads the unwind tables
+/* Between the unwinder's files: unwind_cfi.c reads the unwind tables
  * (the FDE of an address, its CFA program run up to it) and keeps libgcc's
- * backtrace as the fallback; unwind.c walks stacks fast with the rules it
+ * backtrace as the fallback; unwind_fp.c steps by frame pointers where no
+ * table covers the code; unwind.c walks stacks fast with the rules it
  * computes, cached.  Reading the tables runs once per return address, the
  * walk on every allocation: only the walk is hot. */
 #ifndef MLK_UNWIND_CFI_H
@@ -24,12 +25,22 @@ struct rule_state {
     int ra_undefined; /* the outermost frame */
 };
 
-enum { RULE_OK, RULE_END, RULE_UNKNOWN };
+enum { RULE_OK, RULE_END, RULE_UNKNOWN, RULE_NO_INFO };
 
 /* The rule at pc, computed from the unwind tables: RULE_OK (st filled),
- * RULE_END (the outermost frame, or no unwind information) or
- * RULE_UNKNOWN (what the fast walk does not do: libgcc's turn). */
+ * RULE_END (the outermost frame), RULE_NO_INFO (no table covers pc: the
+ * frame-pointer fallback's turn, unwind_fp.c) or RULE_UNKNOWN (what the
+ * fast walk does not do: libgcc's turn). */
 MLK_HIDDEN int mlk_compute_rule(uint64_t pc, struct rule_state *st);
+/* Is pc inside an object the loader mapped (the executable or a library)? */
+MLK_HIDDEN int mlk_in_loaded_object(uint64_t pc);
+/* One step by the frame-pointer chain from state (sp, bp), if the frame
+ * at bp checks out: 1 with the return address and the caller's rbp,
+ * MLK_FP_STEP_BP_UNSURE when that rbp is not on the stack above, 0 when
+ * the frame does not check out (the walk ends). */
+#define MLK_FP_STEP_BP_UNSURE 2
+MLK_HIDDEN int mlk_fp_step(uint64_t sp, uint64_t bp, uint64_t *ra, uint64_t *caller_bp);
+MLK_HIDDEN void mlk_fp_init(void); /* the main thread's stack extent */
 /* libgcc's _Unwind_Backtrace, the fallback for all the rest. */
 MLK_HIDDEN int mlk_libgcc_backtrace(uint64_t *ips, int max, int *truncated);
 
