@@ -24,7 +24,7 @@ def compile_program(source, *flags, name=None):
     (cached by content and flags)."""
     path = os.path.join(PROGRAMS, source)
     with open(path, "rb") as f:
-        digest = hashlib.sha1(f.read() + repr(flags).encode()).hexdigest()[:12]
+        digest = hashlib.sha1(f.read() + repr(("libraries last", flags)).encode()).hexdigest()[:12]
     for header in sorted(glob.glob(os.path.join(PROGRAMS, "*.h"))):  # what the programs include
         with open(header, "rb") as f:
             digest += hashlib.sha1(f.read()).hexdigest()[:4]
@@ -35,7 +35,12 @@ def compile_program(source, *flags, name=None):
         os.makedirs(out_dir, exist_ok=True)
         cc = "g++" if source.endswith(".cc") else "gcc"
         std = [] if source.endswith(".cc") else ["-std=gnu11"]
-        subprocess.run([cc, *std, "-g", "-O0", *flags, path, "-o", out + ".tmp", "-lpthread"],
+        # Libraries after the source: the linker takes a library only for
+        # what the objects before it need.
+        libs = [f for f in flags if f.startswith(("-l", "-Wl,--whole-archive", "-Wl,--no-whole-archive"))
+                or f.endswith(".a")]
+        options = [f for f in flags if f not in libs]
+        subprocess.run([cc, *std, "-g", "-O0", *options, path, "-o", out + ".tmp", *libs, "-lpthread"],
                        check=True)
         os.replace(out + ".tmp", out)
     return out

@@ -434,3 +434,32 @@ def test_attach_to_a_program_with_its_own_malloc_says_what_it_cannot_see(tmp_pat
     finally:
         p.kill()
         p.wait()
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/include/mimalloc.h"), reason="needs Debian's libmimalloc-dev")
+def test_attach_to_a_program_calling_mimalloc_by_name(tmp_path):
+    """The attach routes mimalloc's own names (mi_malloc, mi_free, ...) in
+    every calling module's offset table, as it does malloc's: what the
+    program makes after the attach is exact, across the families."""
+    from test_allocators import mimalloc_exactly
+    prog = compile_program("mimalloced.c", "-O2", "-lmimalloc")
+    p = start_bare([prog, "wait"], tmp_path)
+    try:
+        expect(p, "ready\n")
+        out = cli("attach", "-q", p.pid, cwd=tmp_path)
+        assert (out.returncode, out.stderr) == (0, ""), out.stderr
+        p.stdin.write(b"\n")
+        p.stdin.flush()
+        expect(p, "done\n")
+        report = snapshot(p.pid, tmp_path)
+        assert report.header["routed"] == (
+            "allocator entry points of /lib/x86_64-linux-gnu/libmimalloc.so.2 (mimalloc's mi_*) are routed to "
+            "libmemleak through the offset tables of the modules that call them")
+        mimalloc_exactly(report)
+        assert cli("detach", "-q", p.pid, cwd=tmp_path).returncode == 0
+        p.stdin.write(b"\n")
+        p.stdin.close()
+        assert p.wait(timeout=60) == 0
+    finally:
+        p.kill()
+        p.wait()

@@ -28,6 +28,7 @@
 #include <time.h>
 
 #include "control.h"
+#include "route/route.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -211,17 +212,28 @@ static int route_module(struct dl_phdr_info *info, size_t size, void *data)
                 continue;
             const char *name = t.strtab + t.symtab[ELF64_R_SYM(rel->r_info)].st_name;
             int idx = routed_index(name);
-            if (idx < 0 || !ours[idx] || ((size_t)idx < second_pass) != pass->frees)
-                continue;
+            void *hook;
+            if (idx >= 0) {
+                if (!ours[idx] || ((size_t)idx < second_pass) != pass->frees)
+                    continue;
+                hook = ours[idx];
+            } else {
+                /* An allocator family called by name (mi_malloc, mallocx,
+                 * tc_free): its frees in the frees' pass too. */
+                int fam = mlk_family_index(name);
+                if (fam < 0 || (mlk_family_entries[fam].role != MLK_ROUTE_ALLOC) != pass->frees ||
+                    !(hook = mlk_family_attach_hook(fam)))
+                    continue;
+            }
             void **slot = (void **)(info->dlpi_addr + rel->r_offset);
-            if (*slot == ours[idx] || already_routed(slot))
+            if (*slot == hook || already_routed(slot))
                 continue;
             int in_relro = (uintptr_t)slot >= relro_lo && (uintptr_t)slot < relro_hi;
             if (remember(slot, *slot, in_relro) != 0) {
                 pass->failed = 1;
                 return 1;
             }
-            write_slot(slot, ours[idx], in_relro);
+            write_slot(slot, hook, in_relro);
         }
     }
     return 0;

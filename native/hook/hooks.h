@@ -39,6 +39,9 @@ struct mlk_real_fns {
     int (*dlclose)(void *);
 };
 extern MLK_HIDDEN struct mlk_real_fns mlk_real; /* the next definitions (interpose.c) */
+/* A next definition at `from` was routed (route.c): our calls to it go to
+ * `to`, the original, instead of through the routing hook. */
+MLK_HIDDEN void mlk_real_redirect(void *from, void *to);
 
 /* Bootstrap: allocations made while dlsym runs (interpose.c). */
 #define MLK_BOOT_ARENA (64 * 1024)

@@ -36,6 +36,48 @@ void *mlk_boot_alloc(size_t size, size_t align)
     return mlk_boot_arena + start; /* static, hence zeroed: fine for calloc */
 }
 
+/* Next definitions that were routed (route.c): calls to `from` go to `to`,
+ * its original code, whenever the table is filled again. */
+#define MAX_REDIRECTS 32
+_Static_assert(sizeof(struct mlk_real_fns) / sizeof(void *) <= MAX_REDIRECTS, "a redirect per next definition");
+static struct {
+    void *from, *to;
+} redirects[MAX_REDIRECTS];
+static int redirect_count;
+
+static void apply_redirects(void)
+{
+    void **fns = (void **)&mlk_real;
+    for (int r = 0; r < redirect_count; r++)
+        for (size_t i = 0; i < sizeof mlk_real / sizeof(void *); i++)
+            if (fns[i] == redirects[r].from)
+                __atomic_store_n(&fns[i], redirects[r].to, __ATOMIC_RELEASE);
+}
+
+void mlk_real_redirect(void *from, void *to)
+{
+    /* Kept only if it is one of ours (a module routes up to ~100 entries,
+     * the table has a few next definitions): the table fills again with
+     * the same addresses. */
+    void **fns = (void **)&mlk_real;
+    int ours = 0;
+    for (size_t i = 0; i < sizeof mlk_real / sizeof(void *); i++)
+        ours |= fns[i] == from;
+    if (!ours || redirect_count == MAX_REDIRECTS)
+        return; /* (MAX_REDIRECTS is more than the table's size: cannot be full) */
+    redirects[redirect_count++] = (typeof(redirects[0])){from, to};
+    apply_redirects();
+}
+
+/* Where a next definition lives: its own address, not a trampoline's. */
+static void *real_home(void *fn)
+{
+    for (int r = 0; r < redirect_count; r++)
+        if (redirects[r].to == fn)
+            return redirects[r].from;
+    return fn;
+}
+
 static void resolve(void)
 {
     resolving = 1;
@@ -57,10 +99,12 @@ static void resolve(void)
     GET(dlopen);
     GET(dlclose);
 #undef GET
+    apply_redirects();
     if (!mlk_attach_mode) /* an attach finds the program's blocks made already */
         mlk_trailers_decide_early(mlk_real.malloc_usable_size != NULL);
     resolving = 0;
 }
+
 
 void mlk_resolve_real(void)
 {
@@ -97,12 +141,12 @@ __attribute__((noinline)) void *mlk_early_malloc(size_t size, int zeroed)
 void mlk_note_allocator(void)
 {
     Dl_info info;
-    if (!mlk_real.malloc || !dladdr((void *)mlk_real.malloc, &info) || !info.dli_fname)
+    if (!mlk_real.malloc || !dladdr(real_home((void *)mlk_real.malloc), &info) || !info.dli_fname)
         return;
     const char *name = strrchr(info.dli_fname, '/');
     name = name ? name + 1 : info.dli_fname;
     if (strncmp(name, "libc.so", 7) != 0 && strncmp(name, "libc-", 5) != 0)
-        mlk_modules_set_allocator((void *)mlk_real.malloc);
+        mlk_modules_set_allocator(real_home((void *)mlk_real.malloc));
 }
 
 
@@ -114,8 +158,8 @@ int mlk_trailers_possible(void)
      * reporter's environment being built with it.) */
     mlk_ensure_real();
     Dl_info a, b;
-    return mlk_real.malloc && mlk_real.malloc_usable_size && dladdr((void *)mlk_real.malloc, &a) &&
-           dladdr((void *)mlk_real.malloc_usable_size, &b) && a.dli_fbase == b.dli_fbase;
+    return mlk_real.malloc && mlk_real.malloc_usable_size && dladdr(real_home((void *)mlk_real.malloc), &a) &&
+           dladdr(real_home((void *)mlk_real.malloc_usable_size), &b) && a.dli_fbase == b.dli_fbase;
 }
 
 /* ---- malloc family ------------------------------------------------------ */

@@ -16,11 +16,13 @@
 #include <sys/auxv.h>
 #include <unistd.h>
 
-#include "../mlk.h"
+#include "../hooks.h"
 #include "patch.h"
 #include "route.h"
 
-#define MAX_ENTRIES 64
+/* More than any one module defines of both tables (mimalloc: 75 names);
+ * a module with more is refused whole (collect). */
+#define MAX_ENTRIES 256
 
 char mlk_blind[MLK_BLIND_MAX];
 char mlk_routed[MLK_BLIND_MAX];
@@ -40,12 +42,17 @@ struct candidate {
     size_t saved_len;
     enum how_routed how;
     int forwards_to;
+    int family;          /* its index in mlk_family_entries, or -1 */
+    int trailed;         /* its allocator also serves our exported malloc (blocks may carry trailers) */
+    const char *needs;   /* a function of the same module it cannot be routed without */
+    void *needed;        /* that function, when found */
 };
 
 static const char *const family[] = {"malloc", "free", "calloc", "realloc"};
 
 /* The module that defines `name` where the program's lookups find it, if
- * that is not us; its base in `base` and the symbol in `sym`. */
+ * that is not us; its base in `base` and the symbol in `sym`.  (A family's
+ * own names, mi_malloc, are defined by its allocator alone: wherever it is.) */
 static int defined_before_us(const char *name, const void *self_base, Dl_info *where, const ElfW(Sym) **sym)
 {
     void *found = dlsym(RTLD_DEFAULT, name);
@@ -88,15 +95,152 @@ static void undo(struct candidate *c, int count)
     }
 }
 
-/* The blind line for a whole module: `how` it came to be unseen. */
-static void say_unseen(char *blind, size_t blind_len, const char *names, int defined, const char *owner,
-                       const char *how)
+/* The blind line for a whole module: `who` (what it defines and where)
+ * `how` it came to be unseen. */
+static void say_unseen(char *blind, size_t blind_len, const char *who, const char *how)
 {
-    char line[1024];
-    snprintf(line, sizeof line, "%s %s defined by %.400s, which the program's symbol lookups find "
-             "before libmemleak's, and %s: allocations made through it are not seen", names,
-             defined == 1 ? "is" : "are", owner, how);
+    char line[1200];
+    snprintf(line, sizeof line, "%s%s %s: allocations made through it are not seen", blind[0] ? "; " : "",
+             who, how);
     append(blind, blind_len, line);
+}
+
+/* Who a winning module's malloc family is, for that line. */
+static void owner_who(char *who, size_t who_len, const char *names, int defined, const char *owner)
+{
+    snprintf(who, who_len, "%s %s defined by %.400s, which the program's symbol lookups find before "
+             "libmemleak's, and", names, defined == 1 ? "is" : "are", owner);
+}
+
+/* Routes the candidates of one module (all of them, or for a refused
+ * free-like entry none: said in `blind` as `who` not seen); what
+ * was routed is said in `routed` as `what`.  Patched entries that are also
+ * the functions our exported hooks forward to are redirected to their
+ * trampolines: those calls are ours, not the program's. */
+static void route_module(struct candidate *c, int count, const char *owner_name, const char *who,
+                         const char *what, char *blind, size_t blind_len, char *routed, size_t routed_len)
+{
+    char why[256], line[1024];
+    int routed_count = 0;
+    for (int i = 0; i < count; i++) {
+        uint64_t to;
+        for (int j = 0; j < i && c[i].how == UNROUTED; j++)
+            if (c[j].how == PATCHED && c[j].at == c[i].at)
+                c[i].how = ALIAS;
+        if (c[i].how == UNROUTED && mlk_entry_forwards(c[i].at, c[i].size, &to))
+            for (int j = 0; j < count && c[i].how == UNROUTED; j++)
+                if (j != i && (uint64_t)c[j].at == to)
+                    c[i].how = FORWARDS, c[i].forwards_to = j;
+        if (c[i].how != UNROUTED)
+            continue;
+        void *original = NULL;
+        if (c[i].needs && !c[i].needed)
+            snprintf(why, sizeof why, "%s is not defined beside it", c[i].needs);
+        else {
+            memcpy(c[i].saved, c[i].at, c[i].saved_len);
+            original = mlk_patch_entry(c[i].at, c[i].size, c[i].entry->hook, why, sizeof why);
+        }
+        if (original) {
+            *c[i].entry->original = original;
+            c[i].how = PATCHED;
+            routed_count++;
+            continue;
+        }
+        if (c[i].entry->role != MLK_ROUTE_ALLOC) {
+            /* Half a module routed would count blocks it frees unseen as
+             * leaks: all of it goes back, and it is said as not seen. */
+            undo(c, count);
+            snprintf(line, sizeof line, "could not be routed (%s: %s)", c[i].entry->name, why);
+            say_unseen(blind, blind_len, who, line);
+            return;
+        }
+        snprintf(line, sizeof line, "%s%s of %.400s could not be routed (%s): allocations made through "
+                 "it are not seen", blind[0] ? "; " : "", c[i].entry->name, owner_name, why);
+        append(blind, blind_len, line);
+    }
+    for (int i = 0; i < count; i++) {
+        if (c[i].how == ALIAS || (c[i].how == FORWARDS && c[c[i].forwards_to].how == PATCHED))
+            routed_count++;
+        else if (c[i].how == FORWARDS) {
+            snprintf(line, sizeof line, "%s%s of %.400s could not be routed (it jumps to %s, which "
+                     "could not): allocations made through it are not seen", blind[0] ? "; " : "",
+                     c[i].entry->name, owner_name, c[c[i].forwards_to].entry->name);
+            append(blind, blind_len, line);
+        }
+        if (c[i].how == PATCHED)
+            mlk_real_redirect(c[i].at, *c[i].entry->original);
+        if (c[i].family >= 0 && c[i].how != UNROUTED)
+            mlk_family_routed(c[i].family, c[i].trailed, c[i].needed);
+    }
+    snprintf(line, sizeof line, "%s%d allocator entry points of %.400s (%s) are routed to libmemleak",
+             routed[0] ? "; " : "", routed_count, owner_name, what);
+    append(routed, routed_len, line);
+}
+
+/* Adds to c the entries of `table` that `*module` defines. */
+static int collect(const struct mlk_route_entry *table, int n, int is_family, const void *self_base,
+                   const void **module, struct candidate *c, int count)
+{
+    Dl_info where;
+    const ElfW(Sym) *sym;
+    for (int i = 0; i < n; i++) {
+        const struct mlk_route_entry *e = &table[i];
+        if (!defined_before_us(e->name, self_base, &where, &sym))
+            continue;
+        if (!*module)
+            *module = where.dli_fbase;
+        if (where.dli_fbase != *module)
+            continue;
+        int already = 0;
+        for (int j = 0; j < count; j++)
+            already |= c[j].entry == e;
+        if (already)
+            continue;
+        if (count == MAX_ENTRIES)
+            return -1; /* (never silently fewer: a free left out makes every block a leak) */
+        size_t size = sym->st_size;
+        c[count] = (struct candidate){e, (uint8_t *)where.dli_saddr, size, {0}, size < 32 ? size : 32,
+                                      UNROUTED, 0, is_family ? i : -1, 0, NULL, NULL};
+        if (!strcmp(e->name, "mi_heap_destroy")) {
+            /* Its blocks are forgotten by walking the heap before it goes. */
+            c[count].needs = "mi_heap_visit_blocks";
+            void *visitor = dlsym(RTLD_DEFAULT, c[count].needs);
+            Dl_info vw;
+            if (visitor && dladdr(visitor, &vw) && vw.dli_fbase == *module)
+                c[count].needed = visitor;
+        }
+        count++;
+    }
+    return count;
+}
+
+/* The names of the family entries in c, for the routed line. */
+static void family_names(const struct candidate *c, int count, char *out, size_t out_len)
+{
+    out[0] = 0;
+    const char *seen[4] = {0};
+    int n = 0;
+    for (int i = 0; i < count && n < 4; i++) {
+        const char *name = c[i].entry->name, *label;
+        if (!strncmp(name, "mi_", 3))
+            label = "mimalloc's mi_*";
+        else if (!strncmp(name, "tc_", 3))
+            label = "tcmalloc's tc_*";
+        else if (!strncmp(name, "je_", 3))
+            label = "jemalloc's je_*";
+        else if (!strncmp(name, "_rjem_", 6))
+            label = "jemalloc's _rjem_*";
+        else
+            label = "jemalloc's mallocx family";
+        int known = 0;
+        for (int j = 0; j < n; j++)
+            known |= seen[j] == label;
+        if (!known) {
+            append(out, out_len, n ? ", " : "");
+            append(out, out_len, label);
+            seen[n++] = label;
+        }
+    }
 }
 
 void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *routed, size_t routed_len)
@@ -106,6 +250,10 @@ void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *r
     blind[0] = routed[0] = 0;
     if (!dladdr((void *)&mlk_route_start, &self))
         return;
+    mlk_ensure_real(); /* what our exported hooks forward to, before anything moves */
+    Dl_info next_malloc;
+    const void *next_base = mlk_real.malloc && dladdr((void *)mlk_real.malloc, &next_malloc)
+                                ? next_malloc.dli_fbase : NULL;
     /* The module that wins the malloc family, and which of it it defines. */
     const void *owner = NULL;
     const char *owner_name = NULL;
@@ -127,68 +275,64 @@ void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *r
         append(names, sizeof names, defined++ ? ", " : "");
         append(names, sizeof names, family[i]);
     }
-    if (!owner)
-        return;
-    if (why_not) {
-        say_unseen(blind, blind_len, names, defined, owner_name, why_not);
-        return;
+    static struct candidate c[MAX_ENTRIES]; /* (init runs once, under its lock; kept off the stack) */
+    char what[256], who[1024];
+    if (owner)
+        owner_who(who, sizeof who, names, defined, owner_name);
+    if (owner && why_not)
+        say_unseen(blind, blind_len, who, why_not);
+    else if (owner) {
+        const void *module = owner;
+        int count = collect(mlk_route_entries, mlk_route_entry_count, 0, self.dli_fbase, &module, c, 0);
+        if (count >= 0)
+            count = collect(mlk_family_entries, mlk_family_entry_count, 1, self.dli_fbase, &module, c, count);
+        snprintf(what, sizeof what, "its own %s", names);
+        if (count < 0)
+            say_unseen(blind, blind_len, who, "could not be routed (it defines more allocator entry points "
+                       "than libmemleak routes in one module)");
+        else
+            route_module(c, count, owner_name, who, what, blind, blind_len, routed, routed_len);
     }
-
-    struct candidate c[MAX_ENTRIES];
-    int count = 0;
-    for (int i = 0; i < mlk_route_entry_count && count < MAX_ENTRIES; i++) {
-        const struct mlk_route_entry *e = &mlk_route_entries[i];
-        if (!defined_before_us(e->name, self.dli_fbase, &where, &sym) || where.dli_fbase != owner)
-            continue;
-        size_t size = sym->st_size;
-        c[count] = (struct candidate){e, (uint8_t *)where.dli_saddr, size, {0}, size < 32 ? size : 32, UNROUTED, 0};
-        count++;
-    }
-
-    char why[256], line[1024];
-    int routed_count = 0;
-    for (int i = 0; i < count; i++) {
-        uint64_t to;
-        for (int j = 0; j < i && c[i].how == UNROUTED; j++)
-            if (c[j].how == PATCHED && c[j].at == c[i].at)
-                c[i].how = ALIAS;
-        if (c[i].how == UNROUTED && mlk_entry_forwards(c[i].at, c[i].size, &to))
-            for (int j = 0; j < count && c[i].how == UNROUTED; j++)
-                if (j != i && (uint64_t)c[j].at == to)
-                    c[i].how = FORWARDS, c[i].forwards_to = j;
-        if (c[i].how != UNROUTED)
-            continue;
-        memcpy(c[i].saved, c[i].at, c[i].saved_len);
-        void *original = mlk_patch_entry(c[i].at, c[i].size, c[i].entry->hook, why, sizeof why);
-        if (original) {
-            *c[i].entry->original = original;
-            c[i].how = PATCHED;
-            routed_count++;
+    /* Families called by name, in the modules behind ours (a library
+     * linked or preloaded after us: libmimalloc, libjemalloc, tcmalloc),
+     * one module at a time: the first entry defined by a module not done
+     * yet picks the next. */
+    const void *done[8] = {owner};
+    for (int ndone = 1; ndone < 8; ndone++) {
+        const void *module = NULL;
+        for (int i = 0; i < mlk_family_entry_count && !module; i++) {
+            if (!defined_before_us(mlk_family_entries[i].name, self.dli_fbase, &where, &sym))
+                continue;
+            int seen = 0;
+            for (int j = 0; j < ndone; j++)
+                seen |= done[j] == where.dli_fbase;
+            if (!seen)
+                module = where.dli_fbase;
+        }
+        if (!module)
+            break;
+        done[ndone] = module;
+        int count = collect(mlk_family_entries, mlk_family_entry_count, 1, self.dli_fbase, &module, c, 0);
+        if (count <= 0 || !dladdr((void *)c[0].at, &where))
+            continue; /* (more than MAX_ENTRIES: cannot be, the table is smaller) */
+        const char *name = module_name(&where);
+        family_names(c, count, what, sizeof what);
+        snprintf(who, sizeof who, "%s entry points of %.400s", what, name);
+        if (why_not && mlk_attach_mode && !is_executable(module)) {
+            /* A library's: the attach routes its callers' offset-table
+             * slots for these names (attach.c), as for malloc. */
+            char line[1024];
+            snprintf(line, sizeof line, "%sallocator entry points of %.400s (%s) are routed to libmemleak "
+                     "through the offset tables of the modules that call them", routed[0] ? "; " : "", name, what);
+            append(routed, routed_len, line);
             continue;
         }
-        if (c[i].entry->role != MLK_ROUTE_ALLOC) {
-            /* Half a module routed would count blocks it frees unseen as
-             * leaks: all of it goes back, and it is said as not seen. */
-            undo(c, count);
-            snprintf(line, sizeof line, "could not be routed (%s: %s)", c[i].entry->name, why);
-            say_unseen(blind, blind_len, names, defined, owner_name, line);
-            return;
+        if (why_not) {
+            say_unseen(blind, blind_len, who, why_not);
+            continue;
         }
-        snprintf(line, sizeof line, "%s%s of %.400s could not be routed (%s): allocations made through "
-                 "it are not seen", blind[0] ? "; " : "", c[i].entry->name, owner_name, why);
-        append(blind, blind_len, line);
+        for (int i = 0; i < count; i++)
+            c[i].trailed = module == next_base;
+        route_module(c, count, name, who, what, blind, blind_len, routed, routed_len);
     }
-    for (int i = 0; i < count; i++) {
-        if (c[i].how == ALIAS || (c[i].how == FORWARDS && c[c[i].forwards_to].how == PATCHED))
-            routed_count++;
-        else if (c[i].how == FORWARDS) {
-            snprintf(line, sizeof line, "%s%s of %.400s could not be routed (it jumps to %s, which "
-                     "could not): allocations made through it are not seen", blind[0] ? "; " : "",
-                     c[i].entry->name, owner_name, c[c[i].forwards_to].entry->name);
-            append(blind, blind_len, line);
-        }
-    }
-    snprintf(line, sizeof line, "%d allocator entry points of %.400s (its own %s) are routed to "
-             "libmemleak", routed_count, owner_name, names);
-    append(routed, routed_len, line);
 }

@@ -22,6 +22,17 @@ struct mlk_route_entry {
 };
 extern const struct mlk_route_entry mlk_route_entries[];
 extern const int mlk_route_entry_count;
+/* The families called by name (families.c): mi_*, mallocx & co, tc_*. */
+extern const struct mlk_route_entry mlk_family_entries[];
+extern const int mlk_family_entry_count;
+/* Family entry i was routed: `trailed`, its allocator also serves our
+ * exported malloc; `helper`, the function it needed beside it, if any. */
+void mlk_family_routed(int i, int trailed, void *helper);
+/* Under attach (attach.c): the family entry named `name` (-1: none), and
+ * the hook a module's offset-table slot for entry i is to hold (NULL: not
+ * routable -- its definition or mi_heap_destroy's helper is missing). */
+int mlk_family_index(const char *name);
+void *mlk_family_attach_hook(int i);
 
 /* At start: route every allocator entry point that wins the program's
  * lookups over ours.  What could not be routed is appended to `blind`

@@ -13,23 +13,7 @@
 
 #include "../hooks.h"
 #include "route.h"
-
-typedef uintptr_t word;
-
-/* The guard is dropped again if operator new throws through us (this file
- * is compiled with -fexceptions). */
-static void drop_guard(int *unused)
-{
-    (void)unused;
-    mlk_in_hook = 0;
-}
-#define GUARDED(call)                                                                              \
-    ({                                                                                             \
-        int guard_ __attribute__((cleanup(drop_guard))) = 0;                                       \
-        (void)guard_;                                                                              \
-        mlk_in_hook = 1;                                                                           \
-        call;                                                                                      \
-    })
+#include "routed.h"
 
 /* size first, then up to two pass-through arguments (alignment, nothrow):
  * malloc, valloc, pvalloc and every operator new. */
@@ -121,28 +105,51 @@ static int routed_posix_memalign(void **out, size_t align, size_t size)
     return r;
 }
 
-/* The old block is forgotten before the call (another thread may be
- * handed its address the moment it is freed) and put back if the
- * allocator refuses and leaves it in place. */
-static void *moved(void *old, size_t size, void *(*call)(void *, size_t, size_t), size_t n, size_t each)
+void mlk_routed_take(void *old, int trailed, struct mlk_routed_taken *taken)
 {
-    uint32_t stack = MLK_NO_STACK;
-    uint64_t old_size = 0;
-    int had = 0;
-    if (old && mlk_ever_collected && mlk_maybe_recorded(old)) {
+    *taken = (struct mlk_routed_taken){0};
+    taken->stack = MLK_NO_STACK;
+    if (!old)
+        return;
+    if (trailed && (taken->trailer = trailer(old))) {
+        taken->trailer_meta = mlk_trailer_take(taken->trailer);
+        return;
+    }
+    if (mlk_ever_collected && mlk_maybe_recorded(old)) {
         BEGIN_HOOK();
-        had = mlk_record_take(old, &stack, &old_size);
+        taken->had = mlk_record_take(old, &taken->stack, &taken->size);
         END_HOOK();
     }
+}
+
+void mlk_routed_put_back(void *old, struct mlk_routed_taken *taken)
+{
+    if (taken->trailer) {
+        mlk_trailer_restore(old, taken->trailer);
+    } else if (taken->had) {
+        BEGIN_HOOK();
+        mlk_record_put_back(old, taken->stack, taken->size);
+        END_HOOK();
+    }
+}
+
+void mlk_routed_moved(struct mlk_routed_taken *taken)
+{
+    if (taken->trailer)
+        mlk_trailer_uncount(taken->trailer_meta);
+}
+
+/* realloc and reallocarray: the old block forgotten first. */
+static void *moved(void *old, size_t size, void *(*call)(void *, size_t, size_t), size_t n, size_t each)
+{
+    struct mlk_routed_taken taken;
+    mlk_routed_take(old, 0, &taken);
     void *p = GUARDED(call(old, n, each));
     if (!p && size != 0) {
-        if (had) {
-            BEGIN_HOOK();
-            mlk_record_put_back(old, stack, old_size);
-            END_HOOK();
-        }
+        mlk_routed_put_back(old, &taken);
         return NULL;
     }
+    mlk_routed_moved(&taken);
     after_alloc(p, size, MLK_KIND_MALLOC);
     return p;
 }
