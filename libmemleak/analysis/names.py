@@ -57,13 +57,14 @@ def is_own_code(frame, executable=None):
     return not name.startswith(LIBRARY_NAMESPACES) and "/include/c++/" not in (frame.file or "")
 
 
-def shown_frames(frames, executable=None, keep=4):
+def shown_frames(frames, executable=None, keep=4, layer=None):
     """(frames to show, how many are left out above, below).  The shown ones
-    start at the first frame of the program's own code, so the allocator
-    wrappers and inlined library code above it do not push it out of sight."""
+    start at the first frame of the program's own code outside its
+    allocation layer (analysis.alloc_layer), so the allocator wrappers and
+    inlined library code above it do not push it out of sight."""
     first = 0
     for i, f in enumerate(frames):
-        if is_own_code(f, executable):
+        if is_own_code(f, executable) and not (layer and f in layer):
             first = i
             break
     shown = frames[first:first + keep]
@@ -79,14 +80,19 @@ def frame_text(frame, full=False):
     return f"{name}{' [inlined]' if frame.inlined else ''} ({where})" if where else name
 
 
-def frame_lines(frames, executable=None, keep=4, full=False, cut=0, more=" (--frames N)"):
+def frame_lines(frames, executable=None, keep=4, full=False, cut=0, more=" (--frames N)", layer=None):
     """A stack as lines to show: the frames from the program's own code on,
-    with how many were left out above (library frames) and below, and, for
-    a stack cut at the configured depth `cut`, that its callers are not known.
-    `more`: how the reader sees the rest (a command line option)."""
-    shown, above, below = shown_frames(frames, executable, keep)
+    with how many were left out above (library frames, the allocation
+    layer's) and below, and, for a stack cut at the configured depth `cut`,
+    that its callers are not known.  `more`: how the reader sees the rest
+    (a command line option)."""
+    shown, above, below = shown_frames(frames, executable, keep, layer)
     lines = [frame_text(f, full) for f in shown]
-    if above:
+    folded = [short_name(f.function) for f in frames[:above] if layer and f in layer]
+    if folded:
+        lines.insert(0, f"({above} frame{'s' if above != 1 else ''} above, allocation layer: "
+                        f"{' <- '.join(dict.fromkeys(folded))})")
+    elif above:
         lines.insert(0, f"({above} frame{'s' if above != 1 else ''} in libraries above)")
     if below:
         lines.append(f"... {below} more{more}")

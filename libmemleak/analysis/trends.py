@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 
 from libmemleak.analysis import lost
+from libmemleak.analysis import alloc_layer
 from libmemleak.analysis.names import deeper_words, shown_frames
 
 TEARDOWN = "exit"
@@ -76,6 +77,7 @@ class Analysis:
     notes: list = field(default_factory=list)
     scan: object = None                # lost.ScanResult of the latest report with a scan
     scan_seq: int | None = None        # that report's seq
+    layer: object = None               # alloc_layer.Layer: the functions attributions pass over
 
 
 def latest_scan(series):
@@ -126,15 +128,16 @@ def trends_of(series, scanned_at=None):
     return list(by_key.values())
 
 
-def regroup(trends, by, executable):
+def regroup(trends, by, executable, layer=None):
     """Stacks merged by where the program's own code allocates, as
     LeakSanitizer's and heaptrack's groupings do: by="site", the first frame
     of the program's own code (function, file, line) with the frames under
     it; by="function", that frame's function alone.  The allocator wrappers
-    and library frames above it do not split a site in many."""
+    and library frames above it -- and the program's own allocation layer
+    (alloc_layer) -- do not split a site in many, nor take the blame."""
     groups = {}
     for t in trends:
-        frames, _, _ = shown_frames(t.frames, executable, keep=len(t.frames))
+        frames, _, _ = shown_frames(t.frames, executable, keep=len(t.frames), layer=layer)
         own = frames[0] if frames else None
         if own is None:
             key = ("?",)
@@ -163,19 +166,22 @@ def regroup(trends, by, executable):
     return list(groups.values())
 
 
-def analyse(series, group_by="stack"):
+def analyse(series, group_by="stack", alloc_fns=None, fold=True):
     """Trends, totals and the ranking of one process; group_by: "stack"
-    (each call stack), "site" or "function" (see regroup)."""
+    (each call stack), "site" or "function" (see regroup).  alloc_fns: a
+    regular expression naming more of the program's allocation layer;
+    fold=False attributes to the wrapper itself (alloc_layer)."""
     reports = series.reports
     scanned_at, scan = latest_scan(series)
     trends = trends_of(series, scanned_at)
+    layer = alloc_layer.find([t.frames for t in trends], series.executable, alloc_fns, fold)
     if group_by != "stack":
-        trends = regroup(trends, group_by, series.executable)
+        trends = regroup(trends, group_by, series.executable, layer)
     running = len(reports) - (1 if reports and reports[-1].reason == TEARDOWN and len(reports) > 1 else 0)
     times = [r.time for r in reports[:running]]
     seconds = (times[-1] - times[0]) if running > 1 and None not in (times[0], times[-1]) else None
     a = Analysis(series, trends, [], running_reports=running, seconds=seconds, scan=scan,
-                 scan_seq=reports[scanned_at].seq if scan else None)
+                 scan_seq=reports[scanned_at].seq if scan else None, layer=layer)
     for t in trends:
         t.live_bytes, t.live_blocks = sum(t.deltas), sum(t.block_deltas)
         t.running_live_bytes = sum(t.deltas[:running])
@@ -207,6 +213,7 @@ def analyse(series, group_by="stack"):
     # answer here ("no leak suspects", a small live total) misleads.
     a.notes[:0] = [f"NOT SEEN: {text}" for text in series.blind]
     a.notes += [f"routed: {text}" for text in series.routed]
+    a.notes += layer.notes()
     by_fp = series.reports[-1].header.get("frame-pointers") if series.reports else None
     if by_fp:  # (counts since start: the last report's)
         a.notes.append(f"frame pointers: {by_fp}")

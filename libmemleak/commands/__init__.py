@@ -56,6 +56,30 @@ def read_reports(command, paths, pid=None, progress=None):
     return series, problems
 
 
+def add_layer_options(parser):
+    """The program's allocation layer (analysis/alloc_layer.py): more of it
+    by name, or none folded."""
+    parser.add_argument("--alloc-fns", metavar="REGEX",
+                        help="functions of the program's own allocation layer (wrappers of malloc) "
+                             "beyond those recognised: stacks are attributed to their callers")
+    parser.add_argument("--no-fold", action="store_true",
+                        help="attribute stacks to the first frame of the program's own code, "
+                             "allocation wrappers included")
+
+
+def layer_args(command, args):
+    """(alloc_fns, fold) for analyse(), or None after one line when
+    --alloc-fns is not a regular expression."""
+    import re
+    try:
+        re.compile(args.alloc_fns or "")
+    except re.error as e:
+        print(f"libmemleak: {command}: --alloc-fns {args.alloc_fns!r}: not a regular expression ({e})",
+              file=sys.stderr)
+        return None
+    return args.alloc_fns, not args.no_fold
+
+
 def add_suppressions_option(parser):
     parser.add_argument("--suppressions", metavar="FILE",
                         help="leave out stacks matching LeakSanitizer-style 'leak:PATTERN' lines")

@@ -9,7 +9,7 @@ import sys
 from libmemleak.analysis.names import frame_text, shown_frames
 from libmemleak.analysis.trends import analyse, count, human_bytes
 from libmemleak.analysis import suppressions
-from libmemleak.commands import (EXIT_BAD_INPUT, EXIT_NOT_SEEN, add_suppressions_option,
+from libmemleak.commands import (EXIT_BAD_INPUT, EXIT_NOT_SEEN, add_layer_options, add_suppressions_option, layer_args,
                                  load_suppressions, read_reports, say_blind)
 
 
@@ -31,12 +31,13 @@ def add_parser(sub):
                    help="definitely lost bytes a process may have at its latest scan (run the "
                         "tests with MEMLEAK_CONFIG=scan=exit or libmemleak run --scan-at-exit); "
                         "a process without a scan fails it")
+    add_layer_options(p)
     add_suppressions_option(p)
     p.set_defaults(func=run)
 
 
-def _show(t, executable):
-    frames, _, _ = shown_frames(t.frames, executable, keep=3)
+def _show(t, executable, layer=None):
+    frames, _, _ = shown_frames(t.frames, executable, keep=3, layer=layer)
     return " <- ".join(frame_text(f) for f in frames)
 
 
@@ -47,31 +48,32 @@ def run(args):
               "--max-definitely-lost)", file=sys.stderr)
         return EXIT_BAD_INPUT
     rules = load_suppressions("check", args.suppressions)
-    read = read_reports("check", args.paths) if rules is not None else None
+    layer = layer_args("check", args)
+    read = read_reports("check", args.paths) if rules is not None and layer is not None else None
     if read is None:
         return EXIT_BAD_INPUT
     series, _ = read
     failed = False
     for s in series:
-        a = suppressions.apply(analyse(s), rules)
+        a = suppressions.apply(analyse(s, "stack", *layer), rules)
         name = f"{s.program} (pid {s.pid})"
         if args.max_live is not None and a.live_bytes > args.max_live:
             failed = True
             print(f"{name}: {human_bytes(a.live_bytes)} live at its end, over --max-live "
                   f"{human_bytes(args.max_live)}")
             for t in a.trends[:5]:
-                print(f"  {human_bytes(t.live_bytes):>10s}  {_show(t, s.executable)}")
+                print(f"  {human_bytes(t.live_bytes):>10s}  {_show(t, s.executable, a.layer)}")
         if args.max_growth is not None:
             for t in a.trends:
                 if t.growth_bytes > args.max_growth:
                     failed = True
                     print(f"{name}: grew {human_bytes(t.growth_bytes)}, over --max-growth "
-                          f"{human_bytes(args.max_growth)}: {_show(t, s.executable)}")
+                          f"{human_bytes(args.max_growth)}: {_show(t, s.executable, a.layer)}")
         if args.max_leaks is not None and len(a.suspects) > args.max_leaks:
             failed = True
             print(f"{name}: {len(a.suspects)} leak suspects, over --max-leaks {args.max_leaks}")
             for t in a.suspects[:5]:
-                print(f"  {t.verdict}: {_show(t, s.executable)}")
+                print(f"  {t.verdict}: {_show(t, s.executable, a.layer)}")
         if args.max_definitely_lost is not None:
             if not a.scan:
                 failed = True
@@ -84,7 +86,7 @@ def run(args):
                       f"report {a.scan_seq}, over --max-definitely-lost "
                       f"{human_bytes(args.max_definitely_lost)}")
                 for t in [t for t in a.suspects if t.lost.get("definitely-lost")][:5]:
-                    print(f"  {t.verdict}: {_show(t, s.executable)}")
+                    print(f"  {t.verdict}: {_show(t, s.executable, a.layer)}")
     if any(not s.complete for s in series):
         return EXIT_BAD_INPUT  # a gap in the reports: the totals judged would be wrong
     if say_blind("check", series):

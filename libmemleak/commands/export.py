@@ -12,7 +12,7 @@ from libmemleak.analysis.trends import analyse, growth_since
 from libmemleak.commands.report import progress_bar
 from libmemleak.outputs import collapsed, flamegraph, html_report, json_doc, pprof, speedscope
 from libmemleak.analysis import suppressions
-from libmemleak.commands import (EXIT_BAD_INPUT, add_suppressions_option, load_suppressions,
+from libmemleak.commands import (EXIT_BAD_INPUT, add_layer_options, add_suppressions_option, layer_args, load_suppressions,
                                  read_reports, say_blind)
 
 FORMATS = {"collapsed": collapsed.write, "flamegraph": flamegraph.write, "html": html_report.write,
@@ -42,6 +42,7 @@ def add_parser(sub):
     p.add_argument("--since", type=int, metavar="SEQ",
                    help="draw what grew after report SEQ instead of what is live (flamegraph, "
                         "speedscope, pprof, collapsed): the leak between two reports")
+    add_layer_options(p)
     add_suppressions_option(p)
     p.set_defaults(func=run)
 
@@ -60,13 +61,14 @@ def run(args):
         print(f"libmemleak: export: note: {args.format} writes {what}; a name ending in {suffix} "
               f"opens it where it belongs", file=sys.stderr)
     rules = load_suppressions("export", args.suppressions)
+    layer = layer_args("export", args)
     read = (read_reports("export", args.paths, args.pid, progress_bar())
-            if rules is not None else None)
+            if rules is not None and layer is not None else None)
     if read is None:
         return EXIT_BAD_INPUT
     series, problems = read
     say_blind("export", series)
-    analyses = [suppressions.apply(analyse(s), rules) for s in series]
+    analyses = [suppressions.apply(analyse(s, "stack", *layer), rules) for s in series]
     if args.since is not None:
         analyses = [g for g in (growth_since(a, args.since) for a in analyses) if g is not None]
         if not analyses:

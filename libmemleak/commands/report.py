@@ -10,7 +10,7 @@ import sys
 from libmemleak.analysis.trends import analyse
 from libmemleak.outputs import json_doc, text
 from libmemleak.analysis import suppressions
-from libmemleak.commands import (EXIT_BAD_INPUT, add_suppressions_option, load_suppressions,
+from libmemleak.commands import (EXIT_BAD_INPUT, add_layer_options, add_suppressions_option, layer_args, load_suppressions,
                                  positive, read_reports)
 from libmemleak.series import InputError
 
@@ -38,6 +38,7 @@ def add_parser(sub):
     p.add_argument("--full-names", action="store_true", help="C++ names with their template "
                                                             "arguments and parameters")
     p.add_argument("--json", action="store_true", help="the JSON document (docs/report-json.md)")
+    add_layer_options(p)
     add_suppressions_option(p)
     p.set_defaults(func=run)
 
@@ -99,13 +100,15 @@ def run(args):
         print(f"libmemleak: report: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     rules = load_suppressions("report", args.suppressions)
-    read = read_reports("report", args.paths, args.pid, progress_bar()) if rules is not None else None
+    layer = layer_args("report", args)
+    read = (read_reports("report", args.paths, args.pid, progress_bar())
+            if rules is not None and layer is not None else None)
     if read is None:
         return EXIT_BAD_INPUT
     series, problems = read
     analyses = []
     for s in series:
-        a = suppressions.apply(analyse(s, args.group_by), rules)
+        a = suppressions.apply(analyse(s, args.group_by, *layer), rules)
         keep = (lambda t: t.live_bytes >= args.min_bytes
                 and (include is None or _matches(include, t))
                 and (exclude is None or not _matches(exclude, t)))

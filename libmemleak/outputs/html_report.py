@@ -53,8 +53,8 @@ def _e(text):
     return html.escape(str(text))
 
 
-def _frames(t, executable, keep=4):
-    return "\n".join(frame_lines(t.frames, executable, keep, cut=t.cut, more=""))
+def _frames(t, executable, keep=4, layer=None):
+    return "\n".join(frame_lines(t.frames, executable, keep, cut=t.cut, more="", layer=layer))
 
 
 def chart(a, width=420, height=36):
@@ -68,7 +68,7 @@ def chart(a, width=420, height=36):
     series = [("all stacks", "all stacks", _cumulative([sum(t.deltas[i] for t in a.trends)
                                                         for i in range(n)]))]
     for rank, t in enumerate(a.suspects[:SUSPECTS_CHARTED], 1):
-        name = frame_text(shown_frames(t.frames, a.series.executable, 1)[0][0]) if t.frames else "?"
+        name = frame_text(shown_frames(t.frames, a.series.executable, 1, a.layer)[0][0]) if t.frames else "?"
         series.append((f"#{rank} {name}", name, _cumulative(t.deltas)))
     rows = [f'<tr><th></th><th class="axis">report 1 &rarr; report {n}</th><th>scale</th></tr>']
     for k, (label, name, values) in enumerate(series):
@@ -114,7 +114,7 @@ def page(analyses, problems):
         if a.suspects:
             rows = "".join(f'<tr><td class="n">#{i}</td><td>{_e(t.verdict)}</td>'
                            f'<td class="n">{_e(live_words(t))}</td>'
-                           f'<td class="frames">{_e(_frames(t, s.executable))}</td></tr>'
+                           f'<td class="frames">{_e(_frames(t, s.executable, layer=a.layer))}</td></tr>'
                            for i, t in enumerate(a.suspects, 1))
             parts.append('<h3>Leak suspects, most likely first</h3><table id="suspects">'
                          '<thead><tr><th></th><th>verdict</th><th>live</th><th>where</th></tr></thead>'
@@ -125,7 +125,7 @@ def page(analyses, problems):
             if len(stacks_rows) < STACKS_SHOWN:
                 stacks_rows.append(f'<tr><td class="n">{_e(human_bytes(t.live_bytes))}</td>'
                                    f'<td class="n">{t.live_blocks:,}</td><td>{_e(s.program)} {s.pid}</td>'
-                                   f'<td class="frames">{_e(_frames(t, s.executable, 6))}</td></tr>')
+                                   f'<td class="frames">{_e(_frames(t, s.executable, 6, a.layer))}</td></tr>')
             else:
                 hidden += 1
     for problem in problems:

@@ -49,7 +49,7 @@ def write(out, analyses, problems, top=10, full_names=False, all_stacks=False, f
             verdict = t.verdict or "not a suspect"
             out.write(f"  #{rank} {live_words(t)} -- {verdict}\n")
             out.write(f"     trend: {compact_trend(t.deltas)}\n")
-            for line in frame_lines(t.frames, s.executable, frames, full=full_names, cut=t.cut):
+            for line in frame_lines(t.frames, s.executable, frames, full=full_names, cut=t.cut, layer=a.layer):
                 out.write(f"       {line}\n")
         if len(rows) > top:
             out.write(f"  ({len(rows) - top} more: --top N)\n")

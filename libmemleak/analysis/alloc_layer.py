@@ -1,0 +1,118 @@
+"""The program's own allocation layer: the functions it allocates through
+(MariaDB's my_malloc, PostgreSQL's palloc and AllocSetAlloc, GLib's
+g_malloc, xmalloc, a server's pool_alloc).  Blamed as they are, they are
+where every stack's first frame of the program's own code lands: grouping
+by function then names the wrapper, one suspect for a dozen leaks.  Folded,
+a stack is attributed to the first frame outside the layer -- the wrapper's
+caller -- and every report says which functions were folded.
+
+The layer is found three ways, in this order:
+  - functions named by the user (`--alloc-fns REGEX`);
+  - well-known allocation functions of common programs and libraries;
+  - by their shape: a function that is the first own frame of many stacks
+    (MIN_SHARE of them) with many distinct callers (MIN_CALLERS), which is
+    how an allocation wrapper looks and a leaking function seldom does.
+Layers stack up (palloc -> MemoryContextAlloc -> AllocSetAlloc -> malloc):
+the search runs again past what it folded, a few levels deep."""
+
+import re
+
+from libmemleak.analysis.names import is_own_code, short_name
+
+# Allocation functions of programs and libraries people trace, by exact
+# (demangled, shortened) name: wrappers everywhere they occur.
+KNOWN = frozenset((
+    "my_malloc", "my_realloc", "my_strdup", "my_memdup", "my_multi_malloc", "alloc_root",  # MariaDB
+    "palloc", "palloc0", "palloc_extended", "repalloc", "MemoryContextAlloc",              # PostgreSQL
+    "MemoryContextAllocZero", "MemoryContextAllocExtended", "AllocSetAlloc",
+    "GenerationAlloc", "SlabAlloc", "pstrdup", "pnstrdup",
+    "g_malloc", "g_malloc0", "g_malloc_n", "g_malloc0_n", "g_realloc", "g_try_malloc",     # GLib
+    "g_strdup", "g_strndup", "g_slice_alloc", "g_slice_alloc0", "g_memdup2",
+    "xmalloc", "xcalloc", "xrealloc", "xstrdup", "xzalloc", "xmemdup",                     # GNU
+    "zmalloc", "zcalloc", "zrealloc", "ztrymalloc", "zstrdup",                             # redis
+    "emalloc", "ecalloc", "erealloc", "estrdup",                                           # PHP
+    "sqlite3Malloc", "sqlite3MallocZero", "sqlite3DbMallocRaw", "sqlite3DbMallocZero",     # SQLite
+    "sqlite3DbMallocRawNN", "sqlite3DbStrDup",
+    "PyMem_Malloc", "PyMem_RawMalloc", "PyObject_Malloc", "_PyObject_Malloc",              # CPython
+))
+# (std::allocator<T>::allocate and the like are library code, which every
+# attribution passes over already: names.is_own_code.)
+# Prefixes of allocator entry layers that are never where a leak is made
+# (Chromium's shims and PartitionAlloc, V8's Malloced).
+KNOWN_PREFIXES = ("partition_alloc::", "allocator_shim::", "base::allocator::",
+                  "v8::internal::Malloced::", "v8::internal::AlignedAlloc")
+
+MIN_CALLERS = 5     # distinct callers of a wrapper found by its shape
+MIN_SHARE = 0.10    # of the process's stacks whose first own frame it is
+LEVELS = 4
+
+
+class Layer:
+    """Which functions are folded, and why (name -> reason)."""
+
+    def __init__(self, folded=None):
+        self.folded = dict(folded or {})
+
+    def __bool__(self):
+        return bool(self.folded)
+
+    def __contains__(self, frame):
+        return frame.function is not None and _key(frame.function) in self.folded
+
+    def notes(self):
+        """One line saying what was folded, or nothing."""
+        if not self.folded:
+            return []
+        parts = [f"{name} ({why})" for name, why in sorted(self.folded.items())]
+        return ["allocation layer folded (stacks attributed to its callers; --no-fold shows it): "
+                + ", ".join(parts)]
+
+
+def _key(function):
+    return short_name(function)
+
+
+def _first_outside(frames, executable, layer):
+    """Index of the first own frame not folded, or None."""
+    for i, f in enumerate(frames):
+        if is_own_code(f, executable) and _key(f.function or "") not in layer:
+            return i
+    return None
+
+
+def find(stacks, executable=None, pattern=None, fold=True):
+    """The Layer of a process from its stacks (lists of frames).
+    pattern: a regular expression (search) over function names, or None."""
+    if not fold:
+        return Layer()
+    folded = {}
+    names = set()
+    for frames in stacks:
+        for f in frames:
+            if f.function:
+                names.add(_key(f.function))
+    regex = re.compile(pattern) if pattern else None
+    for name in names:
+        if regex and regex.search(name):
+            folded[name] = "--alloc-fns"
+        elif name in KNOWN or name.startswith(KNOWN_PREFIXES):
+            folded[name] = "an allocation function"
+    total = len(stacks)
+    for _ in range(LEVELS):
+        callers, counts = {}, {}
+        for frames in stacks:
+            i = _first_outside(frames, executable, folded)
+            if i is None or i + 1 >= len(frames):
+                continue
+            name = _key(frames[i].function or "")
+            if not name:
+                continue
+            counts[name] = counts.get(name, 0) + 1
+            callers.setdefault(name, set()).add(_key(frames[i + 1].function or "") or frames[i + 1].offset)
+        found = {name: f"{len(callers[name])} callers" for name, n in counts.items()
+                 if n >= MIN_SHARE * total and len(callers[name]) >= MIN_CALLERS
+                 and name != "main"}
+        if not found:
+            break
+        folded.update(found)
+    return Layer(folded)
