@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Deterministic cost of tracing (issue 4): instructions and cache misses
 counted by valgrind's callgrind, bare and under libmemleak, on cut-down
-versions of bench/run.py's cc1 and sqlite3 workloads.
+versions of bench/run.py's cc1 and sqlite3 workloads, and on a C++
+program linked with a static tcmalloc, whose allocator entry points are
+routed (bench/routed_workload.cc), beside the same program on glibc's
+malloc (alloc-glibc): nearly all it does is allocate, so its ratios are
+the tracer's cost per allocation, not a program's.
 
 Wall-clock ratios on a shared machine move by 20-40% from run to run;
 these counts move by well under 1%, so they are what a change to the hot
@@ -12,7 +16,7 @@ path should be judged by.  The estimate of cycles is
 with callgrind's last level set to 512 KiB, 8-way (the L2 of the machine
 this was tuned on): a miss there is what costs on real hardware.
 
-    python bench/callgrind.py                  # cc1 and sqlite3, full and sampled
+    python bench/callgrind.py                  # all four workloads, full and sampled
     python bench/callgrind.py --only cc1 --no-sampled
     python bench/callgrind.py --lib /path/to/libmtrace.so   # another build
 
@@ -41,12 +45,36 @@ SQLITE_ROWS = 8000    # of its 150,000
 LAST_LEVEL = "524288,8,64"
 
 
-def workloads(out):
+TCMALLOC_STATIC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.a"
+ROUTED_ROUNDS = 6
+
+
+def routed_program(out, static_tcmalloc=True):
+    """bench/routed_workload.cc linked with a static tcmalloc (the
+    executable defines malloc: traced, its entry points are routed), or
+    None without libgoogle-perftools-dev; static_tcmalloc=False: with
+    glibc's malloc, reached through the tracer's exported functions -- the
+    same work, for comparing the two ways in."""
+    if static_tcmalloc and not os.path.exists(TCMALLOC_STATIC):
+        return None
+    prog = os.path.join(out, "routed_workload" if static_tcmalloc else "alloc_workload")
+    link = ["-Wl,--whole-archive", TCMALLOC_STATIC, "-Wl,--no-whole-archive"] if static_tcmalloc else []
+    subprocess.run(["g++", "-O2", os.path.join(HERE, "routed_workload.cc"), "-o", prog, *link, "-lpthread"],
+                   check=True)
+    return prog
+
+
+def workloads(out, only=None):
     cc1 = subprocess.run(["gcc", "-print-prog-name=cc1"], capture_output=True, text=True).stdout.strip()
-    return {
-        "cc1": ([cc1, "-O2", "-quiet", gen_c(out, CC1_FUNCTIONS), "-o", os.path.join(out, "small.s")], None),
-        "sqlite3": (["sqlite3", ":memory:"], gen_sqlite(out, SQLITE_ROWS)),
+    found = {
+        "cc1": lambda: ([cc1, "-O2", "-quiet", gen_c(out, CC1_FUNCTIONS), "-o", os.path.join(out, "small.s")],
+                        None),
+        "sqlite3": lambda: (["sqlite3", ":memory:"], gen_sqlite(out, SQLITE_ROWS)),
+        "tcmalloc-static": lambda: ((lambda p: [p, str(ROUTED_ROUNDS)] if p else None)(routed_program(out)),
+                                    None),
+        "alloc-glibc": lambda: ([routed_program(out, False), str(ROUTED_ROUNDS)], None),
     }
+    return {name: make() for name, make in found.items() if not only or name in only}
 
 
 def totals(path):
@@ -85,7 +113,8 @@ def measure(argv, stdin_path, env):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", nargs="+", choices=["cc1", "sqlite3"], help="these workloads only")
+    ap.add_argument("--only", nargs="+", choices=["cc1", "sqlite3", "tcmalloc-static", "alloc-glibc"],
+                    help="these workloads only")
     ap.add_argument("--lib", default=None, help="the libmtrace.so to measure (default: this checkout's)")
     ap.add_argument("--no-sampled", action="store_true", help=f"skip sampling mode (sample={SAMPLE_BYTES})")
     args = ap.parse_args()
@@ -101,8 +130,9 @@ def main():
     if not args.no_sampled:
         tools.append(("libmemleak-sampled", f"mtraceinit,sample={SAMPLE_BYTES}"))
     rows = []
-    for name, (argv, stdin_path) in workloads(out).items():
-        if args.only and name not in args.only:
+    for name, (argv, stdin_path) in workloads(out, args.only).items():
+        if argv is None:
+            print(f"{name}: skipped ({TCMALLOC_STATIC} is not installed: libgoogle-perftools-dev)")
             continue
         base = None
         for tool, config in tools:
