@@ -220,9 +220,9 @@ static int route_module(struct dl_phdr_info *info, size_t size, void *data)
             } else {
                 /* An allocator family called by name (mi_malloc, mallocx,
                  * tc_free): its frees in the frees' pass too. */
-                int fam = mlk_family_index(name);
-                if (fam < 0 || (mlk_family_entries[fam].role != MLK_ROUTE_ALLOC) != pass->frees ||
-                    !(hook = mlk_family_attach_hook(fam)))
+                int fam = mlk_route_family_index(name);
+                if (fam < 0 || (mlk_route_entries[fam].role != MLK_ROUTE_ALLOC) != pass->frees ||
+                    !(hook = mlk_route_attach_hook(fam)))
                     continue;
             }
             void **slot = (void **)(info->dlpi_addr + rel->r_offset);

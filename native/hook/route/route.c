@@ -20,9 +20,6 @@
 #include "patch.h"
 #include "route.h"
 
-/* More than any one module defines of both tables (mimalloc: 75 names);
- * a module with more is refused whole (collect). */
-#define MAX_ENTRIES 256
 
 char mlk_blind[MLK_BLIND_MAX];
 char mlk_routed[MLK_BLIND_MAX];
@@ -42,7 +39,7 @@ struct candidate {
     size_t saved_len;
     enum how_routed how;
     int forwards_to;
-    int family;          /* its index in mlk_family_entries, or -1 */
+    int index;           /* its index in mlk_route_entries */
     int trailed;         /* its allocator also serves our exported malloc (blocks may carry trailers) */
     const char *needs;   /* a function of the same module it cannot be routed without */
     void *needed;        /* that function, when found */
@@ -169,38 +166,30 @@ static void route_module(struct candidate *c, int count, const char *owner_name,
         }
         if (c[i].how == PATCHED)
             mlk_real_redirect(c[i].at, *c[i].entry->original);
-        if (c[i].family >= 0 && c[i].how != UNROUTED)
-            mlk_family_routed(c[i].family, c[i].trailed, c[i].needed);
+        if (c[i].how != UNROUTED)
+            mlk_route_entry_routed(c[i].index, c[i].trailed, c[i].needed);
     }
     snprintf(line, sizeof line, "%s%d allocator entry points of %.400s (%s) are routed to libmemleak",
              routed[0] ? "; " : "", routed_count, owner_name, what);
     append(routed, routed_len, line);
 }
 
-/* Adds to c the entries of `table` that `*module` defines. */
-static int collect(const struct mlk_route_entry *table, int n, int is_family, const void *self_base,
-                   const void **module, struct candidate *c, int count)
+/* Adds to c the entries [from, mlk_route_entry_count) that `*module` defines. */
+static int collect(int from, const void *self_base, const void **module, struct candidate *c, int count)
 {
     Dl_info where;
     const ElfW(Sym) *sym;
-    for (int i = 0; i < n; i++) {
-        const struct mlk_route_entry *e = &table[i];
+    for (int i = from; i < mlk_route_entry_count; i++) {
+        const struct mlk_route_entry *e = &mlk_route_entries[i];
         if (!defined_before_us(e->name, self_base, &where, &sym))
             continue;
         if (!*module)
             *module = where.dli_fbase;
         if (where.dli_fbase != *module)
             continue;
-        int already = 0;
-        for (int j = 0; j < count; j++)
-            already |= c[j].entry == e;
-        if (already)
-            continue;
-        if (count == MAX_ENTRIES)
-            return -1; /* (never silently fewer: a free left out makes every block a leak) */
         size_t size = sym->st_size;
         c[count] = (struct candidate){e, (uint8_t *)where.dli_saddr, size, {0}, size < 32 ? size : 32,
-                                      UNROUTED, 0, is_family ? i : -1, 0, NULL, NULL};
+                                      UNROUTED, 0, i, 0, NULL, NULL};
         if (!strcmp(e->name, "mi_heap_destroy")) {
             /* Its blocks are forgotten by walking the heap before it goes. */
             c[count].needs = "mi_heap_visit_blocks";
@@ -275,7 +264,9 @@ void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *r
         append(names, sizeof names, defined++ ? ", " : "");
         append(names, sizeof names, family[i]);
     }
-    static struct candidate c[MAX_ENTRIES]; /* (init runs once, under its lock; kept off the stack) */
+    /* A candidate per entry at most, never fewer (a free left out would make
+     * every block a leak).  Init runs once, under its lock: off the stack. */
+    static struct candidate c[MLK_ROUTE_MAX_ENTRIES];
     char what[256], who[1024];
     if (owner)
         owner_who(who, sizeof who, names, defined, owner_name);
@@ -283,15 +274,9 @@ void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *r
         say_unseen(blind, blind_len, who, why_not);
     else if (owner) {
         const void *module = owner;
-        int count = collect(mlk_route_entries, mlk_route_entry_count, 0, self.dli_fbase, &module, c, 0);
-        if (count >= 0)
-            count = collect(mlk_family_entries, mlk_family_entry_count, 1, self.dli_fbase, &module, c, count);
+        int count = collect(0, self.dli_fbase, &module, c, 0);
         snprintf(what, sizeof what, "its own %s", names);
-        if (count < 0)
-            say_unseen(blind, blind_len, who, "could not be routed (it defines more allocator entry points "
-                       "than libmemleak routes in one module)");
-        else
-            route_module(c, count, owner_name, who, what, blind, blind_len, routed, routed_len);
+        route_module(c, count, owner_name, who, what, blind, blind_len, routed, routed_len);
     }
     /* Families called by name, in the modules behind ours (a library
      * linked or preloaded after us: libmimalloc, libjemalloc, tcmalloc),
@@ -300,8 +285,8 @@ void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *r
     const void *done[8] = {owner};
     for (int ndone = 1; ndone < 8; ndone++) {
         const void *module = NULL;
-        for (int i = 0; i < mlk_family_entry_count && !module; i++) {
-            if (!defined_before_us(mlk_family_entries[i].name, self.dli_fbase, &where, &sym))
+        for (int i = mlk_route_usual_count; i < mlk_route_entry_count && !module; i++) {
+            if (!defined_before_us(mlk_route_entries[i].name, self.dli_fbase, &where, &sym))
                 continue;
             int seen = 0;
             for (int j = 0; j < ndone; j++)
@@ -312,9 +297,9 @@ void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *r
         if (!module)
             break;
         done[ndone] = module;
-        int count = collect(mlk_family_entries, mlk_family_entry_count, 1, self.dli_fbase, &module, c, 0);
-        if (count <= 0 || !dladdr((void *)c[0].at, &where))
-            continue; /* (more than MAX_ENTRIES: cannot be, the table is smaller) */
+        int count = collect(mlk_route_usual_count, self.dli_fbase, &module, c, 0);
+        if (!count || !dladdr((void *)c[0].at, &where))
+            continue;
         const char *name = module_name(&where);
         family_names(c, count, what, sizeof what);
         snprintf(who, sizeof who, "%s entry points of %.400s", what, name);

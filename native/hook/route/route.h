@@ -2,7 +2,9 @@
  * a module that the program's symbol lookups find before ours (an
  * executable that defines malloc -- Chromium's allocator shim, a static
  * tcmalloc -- or a library preloaded ahead of us) has its entry points
- * patched to jump to the hooks of routed.c.  One door: mlk_route_start. */
+ * patched to jump to the hooks of routed.c, and so has every module that
+ * defines an allocator family's own names (mi_malloc, mallocx, tc_malloc).
+ * One door: mlk_route_start. */
 #ifndef MLK_ROUTE_H
 #define MLK_ROUTE_H
 
@@ -20,19 +22,21 @@ struct mlk_route_entry {
     void **original; /* where routed.c calls the original (set once routed) */
     int role;
 };
+/* Every entry routed.c has a hook for (entries.h): the usual names first
+ * ([0, mlk_route_usual_count): malloc, operator new, ...), then the
+ * families called by their own names (mi_*, mallocx & co, tc_*). */
+#define MLK_ROUTE_MAX_ENTRIES 256 /* more than the table (routed.c asserts it) */
 extern const struct mlk_route_entry mlk_route_entries[];
 extern const int mlk_route_entry_count;
-/* The families called by name (families.c): mi_*, mallocx & co, tc_*. */
-extern const struct mlk_route_entry mlk_family_entries[];
-extern const int mlk_family_entry_count;
-/* Family entry i was routed: `trailed`, its allocator also serves our
- * exported malloc; `helper`, the function it needed beside it, if any. */
-void mlk_family_routed(int i, int trailed, void *helper);
+extern const int mlk_route_usual_count;
+/* Entry i was routed: `trailed`, its allocator also serves our exported
+ * malloc; `helper`, the function it needed beside it, if any. */
+void mlk_route_entry_routed(int i, int trailed, void *helper);
 /* Under attach (attach.c): the family entry named `name` (-1: none), and
  * the hook a module's offset-table slot for entry i is to hold (NULL: not
  * routable -- its definition or mi_heap_destroy's helper is missing). */
-int mlk_family_index(const char *name);
-void *mlk_family_attach_hook(int i);
+int mlk_route_family_index(const char *name);
+void *mlk_route_attach_hook(int i);
 
 /* At start: route every allocator entry point that wins the program's
  * lookups over ours.  What could not be routed is appended to `blind`

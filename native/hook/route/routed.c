@@ -1,113 +1,99 @@
 /* The hooks that routed entry points jump to (route.c decides which entry
- * points; patch.c makes them jump).  Each runs the program's own function
- * through its trampoline with the guard set -- so what that allocator does
- * inside (its own mappings, its calloc calling its malloc, tcmalloc's
- * operator new for its MallocExtension) is not counted again -- and records
- * the block in the address table, never with a trailer: the trailer's place
- * comes from glibc's malloc_usable_size, which knows nothing of these
- * blocks.  errno is the allocator's: the guard goes up before the call and
- * the recording saves and restores errno around itself. */
+ * points; patch.c makes them jump): the malloc family's usual names in a
+ * module that wins their lookup over ours (Chromium's executable, a static
+ * tcmalloc), and the families called by their own names -- mimalloc's
+ * mi_*, jemalloc's mallocx & co (and the je_ and _rjem_ builds, Rust's
+ * among them), tcmalloc's tc_* -- wherever they are defined.
+ *
+ * Each hook is one function of six word arguments (all these functions
+ * take integer and pointer arguments only, at most six, so the registers
+ * they are passed in are the same) that hands its entry's description
+ * (entries.h: which argument is the size, the count, the old pointer, what
+ * the call does with them) to routed_call.  That runs the program's own
+ * function through its trampoline with the guard set -- so what the
+ * allocator does inside (its own mappings, its calloc calling its malloc,
+ * tcmalloc's operator new for its MallocExtension) is not counted again --
+ * and records the block in the address table, never with a trailer: the
+ * trailer's place comes from glibc's malloc_usable_size, which knows
+ * nothing of these blocks.  errno is the allocator's: the guard goes up
+ * before the call and the recording saves and restores errno around it.
+ *
+ * A block is one block whichever family's entry made or frees it: routed
+ * blocks are kept in the address table, which every free asks; and where
+ * the family's allocator is also the malloc our exported hooks forward to
+ * (a program linked with -lmimalloc), a block our malloc made carries a
+ * trailer that the family's free (mi_free of a malloc'ed block) takes. */
 #define _GNU_SOURCE
-#include <errno.h>
+#include <dlfcn.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "../hooks.h"
 #include "route.h"
-#include "routed.h"
 
-/* size first, then up to two pass-through arguments (alignment, nothrow):
- * malloc, valloc, pvalloc and every operator new. */
-#define SIZE_FIRST(fn, kind)                                                                       \
-    static void *(*orig_##fn)(size_t, word, word);                                                 \
-    static void *routed_##fn(size_t size, word a, word b)                                          \
-    {                                                                                              \
-        if (mlk_in_hook)                                                                           \
-            return orig_##fn(size, a, b);                                                          \
-        void *p = GUARDED(orig_##fn(size, a, b));                                                  \
-        after_alloc(p, size, kind);                                                                \
-        return p;                                                                                  \
-    }
+typedef uintptr_t word;
 
-/* the pointer first, then up to two pass-through arguments (size,
- * alignment, nothrow): free, cfree, the sized frees, every operator delete. */
-#define POINTER_FIRST(fn)                                                                          \
-    static void (*orig_##fn)(void *, word, word);                                                  \
-    static void routed_##fn(void *p, word a, word b)                                               \
-    {                                                                                              \
-        if (mlk_in_hook) {                                                                         \
-            orig_##fn(p, a, b);                                                                    \
-            return;                                                                                \
-        }                                                                                          \
-        before_free(p); /* blocks made before routing are in no table: nothing */                 \
-        GUARDED(orig_##fn(p, a, b));                                                               \
-    }
-
-/* alignment first: memalign, aligned_alloc. */
-#define ALIGN_FIRST(fn)                                                                            \
-    static void *(*orig_##fn)(size_t, size_t);                                                     \
-    static void *routed_##fn(size_t align, size_t size)                                            \
-    {                                                                                              \
-        if (mlk_in_hook)                                                                           \
-            return orig_##fn(align, size);                                                         \
-        void *p = GUARDED(orig_##fn(align, size));                                                 \
-        after_alloc(p, size, MLK_KIND_MALLOC);                                                     \
-        return p;                                                                                  \
-    }
-
-SIZE_FIRST(malloc, MLK_KIND_MALLOC)
-SIZE_FIRST(valloc, MLK_KIND_MALLOC)
-SIZE_FIRST(pvalloc, MLK_KIND_MALLOC)
-SIZE_FIRST(new, MLK_KIND_NEW)
-SIZE_FIRST(new_array, MLK_KIND_NEW)
-SIZE_FIRST(new_nothrow, MLK_KIND_NEW)
-SIZE_FIRST(new_array_nothrow, MLK_KIND_NEW)
-SIZE_FIRST(new_aligned, MLK_KIND_NEW)
-SIZE_FIRST(new_array_aligned, MLK_KIND_NEW)
-SIZE_FIRST(new_aligned_nothrow, MLK_KIND_NEW)
-SIZE_FIRST(new_array_aligned_nothrow, MLK_KIND_NEW)
-ALIGN_FIRST(memalign)
-ALIGN_FIRST(aligned_alloc)
-POINTER_FIRST(free)
-POINTER_FIRST(cfree)
-POINTER_FIRST(free_sized)
-POINTER_FIRST(free_aligned_sized)
-POINTER_FIRST(delete)
-POINTER_FIRST(delete_array)
-POINTER_FIRST(delete_sized)
-POINTER_FIRST(delete_array_sized)
-POINTER_FIRST(delete_nothrow)
-POINTER_FIRST(delete_array_nothrow)
-POINTER_FIRST(delete_aligned)
-POINTER_FIRST(delete_array_aligned)
-POINTER_FIRST(delete_sized_aligned)
-POINTER_FIRST(delete_array_sized_aligned)
-POINTER_FIRST(delete_aligned_nothrow)
-POINTER_FIRST(delete_array_aligned_nothrow)
-
-static void *(*orig_calloc)(size_t, size_t);
-static void *routed_calloc(size_t n, size_t size)
+/* The guard is dropped again if operator new throws through us (these
+ * files are compiled with -fexceptions). */
+static inline void mlk_drop_guard(int *unused)
 {
-    if (mlk_in_hook)
-        return orig_calloc(n, size);
-    void *p = GUARDED(orig_calloc(n, size));
-    after_alloc(p, n * size, MLK_KIND_MALLOC); /* p is NULL if n * size overflowed */
-    return p;
+    (void)unused;
+    mlk_in_hook = 0;
 }
+#define GUARDED(call)                                                                              \
+    ({                                                                                             \
+        int guard_ __attribute__((cleanup(mlk_drop_guard))) = 0;                                   \
+        (void)guard_;                                                                              \
+        mlk_in_hook = 1;                                                                           \
+        call;                                                                                      \
+    })
 
-static int (*orig_posix_memalign)(void **, size_t, size_t);
-static int routed_posix_memalign(void **out, size_t align, size_t size)
-{
-    if (mlk_in_hook)
-        return orig_posix_memalign(out, align, size);
-    int r = GUARDED(orig_posix_memalign(out, align, size));
-    if (r == 0)
-        after_alloc(*out, size, MLK_KIND_MALLOC);
-    return r;
-}
+enum shape {
+    ALLOC,        /* returns the block: size (times count) */
+    POSIX_ALIGN,  /* (void **out, align, size): 0 and *out */
+    REALLOC,      /* the old pointer and the new size (times count); NULL: old left in place */
+    REALLOCF,     /* the same, but a failure frees the old block (mi_reallocf) */
+    FREE,         /* the pointer */
+    STRDUP,       /* a copy of a string: strlen + 1 bytes */
+    REALPATH,     /* allocates only when its `resolved` argument (ptr_at) is NULL */
+    EXPAND,       /* (p, size): p grown or shrunk in place, or NULL and p as it was */
+    XALLOCX,      /* jemalloc: (p, size, extra, flags) -> the real size, in place */
+    HEAP_DESTROY, /* mimalloc: every block of the heap freed at once */
+};
+#define NONE 7 /* no such argument */
 
-void mlk_routed_take(void *old, int trailed, struct mlk_routed_taken *taken)
+#define BY_SHAPE (-1) /* entries.h's role: by the shape */
+
+/* What an entry's call does with its arguments (entries.h's row). */
+struct routed_shape {
+    uint8_t shape, size_at, count_at, ptr_at, kind;
+};
+
+/* An entry's state, set by route.c when it is routed. */
+struct routed_entry {
+    word (*orig)(word, word, word, word, word, word);
+    uint8_t shape;
+    bool trailed; /* this allocator also serves our exported malloc */
+};
+
+#include "entries.h"
+
+/* The old block of a realloc is forgotten before the call (another thread
+ * may be handed its address the moment it is freed) and put back if the
+ * allocator refuses and leaves it in place.  `trailed`: the block may be one
+ * our exported malloc made through this same allocator, with a trailer (a
+ * family whose allocator is also the malloc we forward to: mimalloc's
+ * mi_realloc of a malloc'ed block); else only the address table is asked. */
+struct taken {
+    struct mlk_trailer *trailer;
+    uint64_t trailer_meta;
+    int had;
+    uint32_t stack;
+    uint64_t size;
+};
+static void take(void *old, int trailed, struct taken *taken)
 {
-    *taken = (struct mlk_routed_taken){0};
+    *taken = (struct taken){0};
     taken->stack = MLK_NO_STACK;
     if (!old)
         return;
@@ -122,7 +108,7 @@ void mlk_routed_take(void *old, int trailed, struct mlk_routed_taken *taken)
     }
 }
 
-void mlk_routed_put_back(void *old, struct mlk_routed_taken *taken)
+static void put_back(void *old, struct taken *taken)
 {
     if (taken->trailer) {
         mlk_trailer_restore(old, taken->trailer);
@@ -133,86 +119,181 @@ void mlk_routed_put_back(void *old, struct mlk_routed_taken *taken)
     }
 }
 
-void mlk_routed_moved(struct mlk_routed_taken *taken)
+/* The call moved or freed it. */
+static void moved(struct taken *taken)
 {
     if (taken->trailer)
         mlk_trailer_uncount(taken->trailer_meta);
 }
 
-/* realloc and reallocarray: the old block forgotten first. */
-static void *moved(void *old, size_t size, void *(*call)(void *, size_t, size_t), size_t n, size_t each)
+#define AS_INDEX(name, id, ...) ID_##id,
+enum { ALL(AS_INDEX) ENTRIES };
+#define AS_ONE(...) +1
+enum { USUAL_ENTRIES = 0 USUAL(AS_ONE) };
+
+#define AS_STATE(name, id, shape, ...) [ID_##id] = {NULL, shape, false},
+static struct routed_entry entries[ENTRIES] = {ALL(AS_STATE)};
+
+#define ORIGINAL(e, a) (e)->orig(a[0], a[1], a[2], a[3], a[4], a[5])
+
+/* mimalloc's heap walker, for mi_heap_destroy (route.c looks it up). */
+static bool (*visit_blocks)(void *heap, bool all, bool (*visitor)(const void *, const void *, void *, size_t, void *),
+                            void *arg);
+
+static bool forget_block(const void *heap, const void *area, void *block, size_t size, void *arg)
 {
-    struct mlk_routed_taken taken;
-    mlk_routed_take(old, 0, &taken);
-    void *p = GUARDED(call(old, n, each));
-    if (!p && size != 0) {
-        mlk_routed_put_back(old, &taken);
-        return NULL;
+    (void)heap, (void)area, (void)size, (void)arg;
+    if (block && mlk_ever_collected && mlk_maybe_recorded(block)) {
+        uint32_t stack;
+        uint64_t bytes;
+        mlk_addr_remove((uint64_t)block, &stack, &bytes); /* (a heap's blocks are routed ones) */
     }
-    mlk_routed_moved(&taken);
-    after_alloc(p, size, MLK_KIND_MALLOC);
-    return p;
+    return true;
 }
 
-static void *(*orig_realloc)(void *, size_t);
-static void *call_realloc(void *old, size_t size, size_t unused)
+static inline size_t times(struct routed_shape d, const word *a, bool *overflow)
 {
-    (void)unused;
-    return orig_realloc(old, size);
+    size_t size = a[d.size_at];
+    *overflow = d.count_at != NONE && __builtin_mul_overflow(size, (size_t)a[d.count_at], &size);
+    return size;
 }
-static void *routed_realloc(void *old, size_t size)
+
+/* Inlined into each hook with its entry's shape as constants: the switch
+ * and the argument picking fold away, and each hook is the few lines its
+ * shape needs (a generic out-of-line one cost 84 more instructions per
+ * allocation and free: bench/callgrind.py --only tcmalloc-static). */
+static inline __attribute__((always_inline)) word routed_call(struct routed_shape d, struct routed_entry *e,
+                                                              word *a)
 {
     if (mlk_in_hook)
-        return orig_realloc(old, size);
-    return moved(old, size, call_realloc, size, 0);
+        return ORIGINAL(e, a);
+    bool overflow;
+    switch (d.shape) {
+    case ALLOC: {
+        word p = GUARDED(ORIGINAL(e, a));
+        size_t size = times(d, a, &overflow);
+        if (!overflow)
+            after_alloc((void *)p, size, d.kind);
+        return p;
+    }
+    case POSIX_ALIGN: {
+        word r = GUARDED(ORIGINAL(e, a));
+        if ((int)r == 0)
+            after_alloc(*(void **)a[0], a[d.size_at], d.kind);
+        return r;
+    }
+    case STRDUP:
+    case REALPATH: {
+        word p = GUARDED(ORIGINAL(e, a));
+        if (p && (d.shape == STRDUP || !a[d.ptr_at]))
+            after_alloc((void *)p, strlen((const char *)p) + 1, d.kind);
+        return p;
+    }
+    case FREE: {
+        void *p = (void *)a[d.ptr_at];
+        if (mlk_is_boot(p))
+            return 0; /* made while we looked up the real functions: ours to keep */
+        struct taken taken;
+        take(p, e->trailed, &taken);
+        moved(&taken);
+        return GUARDED(ORIGINAL(e, a));
+    }
+    case REALLOC:
+    case REALLOCF: {
+        void *old = (void *)a[d.ptr_at];
+        size_t size = times(d, a, &overflow);
+        struct taken taken;
+        take(old, e->trailed, &taken);
+        word p = GUARDED(ORIGINAL(e, a));
+        if (!p && size != 0 && d.shape == REALLOC) {
+            put_back(old, &taken);
+            return 0;
+        }
+        moved(&taken);
+        if (!overflow)
+            after_alloc((void *)p, size, d.kind);
+        return p;
+    }
+    case EXPAND:
+    case XALLOCX: {
+        /* In place: the block keeps its stack, with its new size. */
+        void *p = (void *)a[d.ptr_at];
+        struct taken taken;
+        take(p, 0, &taken);
+        word r = GUARDED(ORIGINAL(e, a));
+        if (taken.had) {
+            size_t want = a[d.size_at], extra = a[2];
+            if (d.shape == EXPAND && r)
+                taken.size = want;
+            else if (d.shape == XALLOCX && r >= want)
+                taken.size = r < want + extra ? r : want + extra; /* what the caller may use */
+            put_back(p, &taken);
+        }
+        return r;
+    }
+    case HEAP_DESTROY:
+        if (visit_blocks && a[0] && mlk_ever_collected) {
+            GUARDED(visit_blocks((void *)a[0], true, forget_block, NULL));
+            forget_block(NULL, NULL, (void *)a[0], 0, NULL); /* the heap itself, mi_free'd inside */
+        }
+        return GUARDED(ORIGINAL(e, a));
+    }
+    return ORIGINAL(e, a);
 }
 
-static void *(*orig_reallocarray)(void *, size_t, size_t);
-static void *routed_reallocarray(void *old, size_t n, size_t size)
+#define AS_HOOK(name, id, shape, size_at, count_at, ptr_at, kind, role)                              \
+    static word routed_##id(word a0, word a1, word a2, word a3, word a4, word a5)                  \
+    {                                                                                              \
+        word a[6] = {a0, a1, a2, a3, a4, a5};                                                      \
+        return routed_call((struct routed_shape){shape, size_at, count_at, ptr_at, kind}, &entries[ID_##id], a); \
+    }
+ALL(AS_HOOK)
+
+#define ROLE(shape, role)                                                                          \
+    ((role) != BY_SHAPE ? (role) : (shape) == FREE || (shape) == HEAP_DESTROY ? MLK_ROUTE_FREE : MLK_ROUTE_ALLOC)
+#define AS_ROUTE_ENTRY(name, id, shape, size_at, count_at, ptr_at, kind, role)                       \
+    {name, (void *)routed_##id, (void **)&entries[ID_##id].orig, ROLE(shape, role)},
+const struct mlk_route_entry mlk_route_entries[] = {ALL(AS_ROUTE_ENTRY)};
+const int mlk_route_entry_count = ENTRIES;
+const int mlk_route_usual_count = USUAL_ENTRIES;
+
+void mlk_route_entry_routed(int i, int trailed, void *heap_visitor)
 {
-    size_t total;
-    if (mlk_in_hook || __builtin_mul_overflow(n, size, &total))
-        return orig_reallocarray(old, n, size);
-    return moved(old, total, orig_reallocarray, n, size);
+    entries[i].trailed = trailed;
+    if (entries[i].shape == HEAP_DESTROY)
+        *(void **)&visit_blocks = heap_visitor;
 }
 
-#define ENTRY(name, fn, role) {name, (void *)routed_##fn, (void **)&orig_##fn, role}
-const struct mlk_route_entry mlk_route_entries[] = {
-    /* the malloc family first: where names share one address (tcmalloc's
-     * malloc is tc_malloc, its operator new may be folded into it), the
-     * first one routes it */
-    ENTRY("malloc", malloc, MLK_ROUTE_CORE),
-    ENTRY("free", free, MLK_ROUTE_CORE),
-    ENTRY("calloc", calloc, MLK_ROUTE_CORE),
-    ENTRY("realloc", realloc, MLK_ROUTE_CORE),
-    ENTRY("reallocarray", reallocarray, MLK_ROUTE_ALLOC),
-    ENTRY("memalign", memalign, MLK_ROUTE_ALLOC),
-    ENTRY("aligned_alloc", aligned_alloc, MLK_ROUTE_ALLOC),
-    ENTRY("posix_memalign", posix_memalign, MLK_ROUTE_ALLOC),
-    ENTRY("valloc", valloc, MLK_ROUTE_ALLOC),
-    ENTRY("pvalloc", pvalloc, MLK_ROUTE_ALLOC),
-    ENTRY("cfree", cfree, MLK_ROUTE_FREE),
-    ENTRY("free_sized", free_sized, MLK_ROUTE_FREE),
-    ENTRY("free_aligned_sized", free_aligned_sized, MLK_ROUTE_FREE),
-    ENTRY("_Znwm", new, MLK_ROUTE_ALLOC),
-    ENTRY("_Znam", new_array, MLK_ROUTE_ALLOC),
-    ENTRY("_ZnwmRKSt9nothrow_t", new_nothrow, MLK_ROUTE_ALLOC),
-    ENTRY("_ZnamRKSt9nothrow_t", new_array_nothrow, MLK_ROUTE_ALLOC),
-    ENTRY("_ZnwmSt11align_val_t", new_aligned, MLK_ROUTE_ALLOC),
-    ENTRY("_ZnamSt11align_val_t", new_array_aligned, MLK_ROUTE_ALLOC),
-    ENTRY("_ZnwmSt11align_val_tRKSt9nothrow_t", new_aligned_nothrow, MLK_ROUTE_ALLOC),
-    ENTRY("_ZnamSt11align_val_tRKSt9nothrow_t", new_array_aligned_nothrow, MLK_ROUTE_ALLOC),
-    ENTRY("_ZdlPv", delete, MLK_ROUTE_FREE),
-    ENTRY("_ZdaPv", delete_array, MLK_ROUTE_FREE),
-    ENTRY("_ZdlPvm", delete_sized, MLK_ROUTE_FREE),
-    ENTRY("_ZdaPvm", delete_array_sized, MLK_ROUTE_FREE),
-    ENTRY("_ZdlPvRKSt9nothrow_t", delete_nothrow, MLK_ROUTE_FREE),
-    ENTRY("_ZdaPvRKSt9nothrow_t", delete_array_nothrow, MLK_ROUTE_FREE),
-    ENTRY("_ZdlPvSt11align_val_t", delete_aligned, MLK_ROUTE_FREE),
-    ENTRY("_ZdaPvSt11align_val_t", delete_array_aligned, MLK_ROUTE_FREE),
-    ENTRY("_ZdlPvmSt11align_val_t", delete_sized_aligned, MLK_ROUTE_FREE),
-    ENTRY("_ZdaPvmSt11align_val_t", delete_array_sized_aligned, MLK_ROUTE_FREE),
-    ENTRY("_ZdlPvSt11align_val_tRKSt9nothrow_t", delete_aligned_nothrow, MLK_ROUTE_FREE),
-    ENTRY("_ZdaPvSt11align_val_tRKSt9nothrow_t", delete_array_aligned_nothrow, MLK_ROUTE_FREE),
-};
-const int mlk_route_entry_count = sizeof mlk_route_entries / sizeof mlk_route_entries[0];
+_Static_assert(ENTRIES <= MLK_ROUTE_MAX_ENTRIES, "route.c's candidates hold every entry a module could define");
+
+/* ---- under attach (attach.c): the entries reached through modules' offset tables */
+
+int mlk_route_family_index(const char *name)
+{
+    /* (every relocation of every module asks: most names are not ours) */
+    if (strncmp(name, "mi_", 3) && strncmp(name, "tc_", 3) && strncmp(name, "je_", 3) &&
+        strncmp(name, "_rjem_", 6) && !strstr(name, "allocx"))
+        return -1;
+    for (int i = USUAL_ENTRIES; i < ENTRIES; i++)
+        if (!strcmp(mlk_route_entries[i].name, name))
+            return i;
+    return -1;
+}
+
+void *mlk_route_attach_hook(int i)
+{
+    if (!entries[i].orig) {
+        void *fn = dlsym(RTLD_DEFAULT, mlk_route_entries[i].name);
+        Dl_info where, next;
+        if (!fn || !dladdr(fn, &where))
+            return NULL;
+        void *helper = entries[i].shape == HEAP_DESTROY ? dlsym(RTLD_DEFAULT, "mi_heap_visit_blocks") : NULL;
+        if (entries[i].shape == HEAP_DESTROY && !helper)
+            return NULL;
+        int trailed = mlk_real.malloc && dladdr((void *)mlk_real.malloc, &next) &&
+                      next.dli_fbase == where.dli_fbase;
+        mlk_route_entry_routed(i, trailed, helper);
+        __atomic_store_n((void **)&entries[i].orig, fn, __ATOMIC_RELEASE);
+    }
+    return mlk_route_entries[i].hook;
+}
