@@ -504,10 +504,15 @@ class Reporter:
                 lines.append((name.replace("_", "-"), value))
         if snap.corrupt_stacks:
             lines.append(("corrupt-stacks", snap.corrupt_stacks))
-        fp_stacks, fp_frames = self.h.fp_stacks, self.h.fp_frames
+        fp_stacks, fp_frames, stopped = self.h.fp_stacks, self.h.fp_frames, self.h.fp_stopped_stacks
         if fp_stacks:  # frames the chain gave, where no unwind table covers the code
             lines.append(("frame-pointers", f"{fp_frames} frames of {fp_stacks} stacks followed by "
                                             "frame pointers through code without unwind tables"))
+        if stopped:  # where it could not: those stacks lack their outer callers
+            lines.append(("stacks-ended-without-tables",
+                          f"{stopped} stacks end in code without unwind tables whose frame-pointer "
+                          "chain did not check out (no frame pointers there, or a thread whose stack "
+                          "extent is not known): their outer callers are missing"))
         if self.symbolizer.skipped:
             lines.append(("symbolization", f"partial: {self.symbolizer.skipped} frames without "
                                            f"file:line after the {self.budget:g}s budget "

@@ -256,4 +256,8 @@ struct mlk_header {
      * reports say it, as such frames are the chain's word, not a table's. */
     uint64_t fp_stacks;
     uint64_t fp_frames;
+    /* Stacks whose walk ended in such code because the chain did not check
+     * out there (no frame pointers, or a thread whose stack extent is not
+     * known): their outer callers are missing, and the reports say so. */
+    uint64_t fp_stopped_stacks;
 };

@@ -2,7 +2,7 @@
 
 import pytest
 
-from helpers import Traced, by_stack, compile_program
+from helpers import Traced, by_stack, cli, compile_program
 
 
 def stacks(workdir, prog, config, checkpoints):
@@ -155,6 +155,7 @@ def test_frame_pointers_followed_through_code_without_unwind_tables(tmp_path):
     said = report.header["frame-pointers"]
     frames, stacks = int(said.split()[0]), int(said.split()[3])
     assert stacks >= 4 and frames >= 4 + 3 * 4, said
+    assert "stacks-ended-without-tables" not in report.header  # every chain checked out
 
     (tmp_path / "gcc").mkdir()
     t = Traced([prog], tmp_path / "gcc", config="mtraceinit,unwind=libgcc")
@@ -174,3 +175,8 @@ def test_a_chain_that_does_not_check_out_ends_the_walk(tmp_path):
     assert t.finish() == 0, t.stderr
     sites = {key[0][0]: v for key, v in by_stack(report).items() if key and key[0][0] == "leaf_alloc"}
     assert sites == {"leaf_alloc": (30000, 100)}
+    # and the report says those stacks lack their callers
+    ended = report.header["stacks-ended-without-tables"]
+    assert int(ended.split()[0]) >= 1 and ended.endswith("their outer callers are missing"), ended
+    text = cli("report", tmp_path).stdout
+    assert "note: stacks cut short: " in text

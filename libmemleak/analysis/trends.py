@@ -217,6 +217,9 @@ def analyse(series, group_by="stack", alloc_fns=None, fold=True):
     by_fp = series.reports[-1].header.get("frame-pointers") if series.reports else None
     if by_fp:  # (counts since start: the last report's)
         a.notes.append(f"frame pointers: {by_fp}")
+    ended = series.reports[-1].header.get("stacks-ended-without-tables") if series.reports else None
+    if ended:
+        a.notes.append(f"stacks cut short: {ended}")
     cut = stacks_cut_note(series)
     if cut:
         a.notes.append(cut)

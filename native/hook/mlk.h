@@ -118,8 +118,9 @@ MLK_HIDDEN void mlk_unwind_forget(void);
 /* Tells the walk this thread's last backtrace returned the id interned for it. */
 MLK_HIDDEN void mlk_walk_remember_stack(int kind, uint32_t unload_epoch, uint32_t id);
 MLK_HIDDEN void mlk_unwind_lock_for_fork(int acquire);
-/* How many frames of a walk the frame-pointer fallback found (unwind_fp.c). */
-MLK_HIDDEN int mlk_frames_by_fp(const uint64_t *ips, int depth);
+/* How many frames of a walk the frame-pointer fallback found (unwind_fp.c),
+ * and whether it ended in code without unwind tables. */
+MLK_HIDDEN int mlk_frames_by_fp(const uint64_t *ips, int depth, int *ends_there);
 #define MLK_UNWIND_FAST 0
 #define MLK_UNWIND_LIBGCC 1
 extern MLK_HIDDEN int mlk_unwind_mode;

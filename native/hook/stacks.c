@@ -193,11 +193,14 @@ static uint32_t create_entry(uint64_t hash, const uint64_t *ips, int depth, int 
     e->unload_epoch = unload_epoch;
     e->flags = cut ? MLK_STACK_CUT : 0;
     __atomic_store_n(&e->state, MLK_STACK_READY, __ATOMIC_RELEASE);
-    int by_fp = mlk_frames_by_fp(ips, depth);
+    int ends_without_table;
+    int by_fp = mlk_frames_by_fp(ips, depth, &ends_without_table);
     if (by_fp) {
         __atomic_add_fetch(&h->fp_stacks, 1, __ATOMIC_RELAXED);
         __atomic_add_fetch(&h->fp_frames, (uint64_t)by_fp, __ATOMIC_RELAXED);
     }
+    if (ends_without_table && !cut)
+        __atomic_add_fetch(&h->fp_stopped_stacks, 1, __ATOMIC_RELAXED);
     *frames_off = off;
     return (uint32_t)id;
 }

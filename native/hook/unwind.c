@@ -995,13 +995,18 @@ void mlk_unwind_lock_for_fork(int acquire)
 }
 
 /* How many of a walk's frames the frame-pointer fallback found: the frames
- * after a frame whose rule is RULE_BY_FP.  (Called for new stacks only.) */
-int mlk_frames_by_fp(const uint64_t *ips, int depth)
+ * after a frame whose rule is RULE_BY_FP; and whether the walk ended at
+ * such a frame (the chain did not check out there, or the thread's stack
+ * extent is not known).  (Called for new stacks only.) */
+int mlk_frames_by_fp(const uint64_t *ips, int depth, int *ends_there)
 {
     int n = 0;
-    if (mlk_unwind_mode == MLK_UNWIND_FAST && cache)
-        for (int k = 0; k + 1 < depth; k++)
-            n += (rule_of(ips[k]) & RULE_BY_FP) != 0;
+    *ends_there = 0;
+    if (mlk_unwind_mode != MLK_UNWIND_FAST || !cache || depth == 0)
+        return 0;
+    for (int k = 0; k + 1 < depth; k++)
+        n += (rule_of(ips[k]) & RULE_BY_FP) != 0;
+    *ends_there = (rule_of(ips[depth - 1]) & RULE_BY_FP) != 0;
     return n;
 }
 
@@ -1042,7 +1047,7 @@ int mlk_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unl
 #else /* not x86-64: libgcc only */
 
 void mlk_unwind_init(void) {}
-int mlk_frames_by_fp(const uint64_t *ips, int depth) { return 0; }
+int mlk_frames_by_fp(const uint64_t *ips, int depth, int *ends_there) { return *ends_there = 0; }
 void mlk_unwind_forget(void) {}
 void mlk_unwind_lock_for_fork(int acquire) {}
 void mlk_walk_remember_stack(int kind, uint32_t unload_epoch, uint32_t id) {}
