@@ -59,6 +59,14 @@ def refused_and_untouched(p, cwd, why):
         p.wait()
 
 
+def detach_and_let_finish(p, cwd):
+    """Detach from p, which waits for a line to end; it ends with status 0."""
+    assert cli("detach", "-q", p.pid, cwd=cwd).returncode == 0
+    p.stdin.write(b"\n")
+    p.stdin.close()
+    assert p.wait(timeout=60) == 0
+
+
 def bare_run(argv, stdin, env=None):
     p = subprocess.run(argv, input=stdin, capture_output=True, env=env or BARE_ENV, timeout=120)
     return p.returncode, p.stdout, p.stderr
@@ -427,10 +435,7 @@ def test_attach_to_a_program_with_its_own_malloc_says_what_it_cannot_see(tmp_pat
         report = snapshot(p.pid, tmp_path)
         assert report.header["blind"] == out.stderr.removeprefix("libmemleak: attach: NOT SEEN: ").strip()
         assert cli("check", tmp_path, "--max-leaks", "0").returncode == 3
-        assert cli("detach", "-q", p.pid, cwd=tmp_path).returncode == 0
-        p.stdin.write(b"\n")
-        p.stdin.close()
-        assert p.wait(timeout=60) == 0
+        detach_and_let_finish(p, tmp_path)
     finally:
         p.kill()
         p.wait()
@@ -456,10 +461,7 @@ def test_attach_to_a_program_calling_mimalloc_by_name(tmp_path):
             "allocator entry points of /lib/x86_64-linux-gnu/libmimalloc.so.2 (mimalloc's mi_*) are routed to "
             "libmemleak through the offset tables of the modules that call them")
         mimalloc_exactly(report)
-        assert cli("detach", "-q", p.pid, cwd=tmp_path).returncode == 0
-        p.stdin.write(b"\n")
-        p.stdin.close()
-        assert p.wait(timeout=60) == 0
+        detach_and_let_finish(p, tmp_path)
     finally:
         p.kill()
         p.wait()

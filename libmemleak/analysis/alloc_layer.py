@@ -57,7 +57,7 @@ class Layer:
         return bool(self.folded)
 
     def __contains__(self, frame):
-        return frame.function is not None and _key(frame.function) in self.folded
+        return frame.function is not None and short_name(frame.function) in self.folded
 
     def notes(self):
         """One line saying what was folded, or nothing."""
@@ -68,14 +68,10 @@ class Layer:
                 + ", ".join(parts)]
 
 
-def _key(function):
-    return short_name(function)
-
-
 def _first_outside(frames, executable, layer):
     """Index of the first own frame not folded, or None."""
     for i, f in enumerate(frames):
-        if is_own_code(f, executable) and _key(f.function or "") not in layer:
+        if is_own_code(f, executable) and short_name(f.function or "") not in layer:
             return i
     return None
 
@@ -90,7 +86,7 @@ def find(stacks, executable=None, pattern=None, fold=True):
     for frames in stacks:
         for f in frames:
             if f.function:
-                names.add(_key(f.function))
+                names.add(short_name(f.function))
     regex = re.compile(pattern) if pattern else None
     for name in names:
         if regex and regex.search(name):
@@ -104,11 +100,11 @@ def find(stacks, executable=None, pattern=None, fold=True):
             i = _first_outside(frames, executable, folded)
             if i is None or i + 1 >= len(frames):
                 continue
-            name = _key(frames[i].function or "")
+            name = short_name(frames[i].function or "")
             if not name:
                 continue
             counts[name] = counts.get(name, 0) + 1
-            callers.setdefault(name, set()).add(_key(frames[i + 1].function or "") or frames[i + 1].offset)
+            callers.setdefault(name, set()).add(short_name(frames[i + 1].function or "") or frames[i + 1].offset)
         found = {name: f"{len(callers[name])} callers" for name, n in counts.items()
                  if n >= MIN_SHARE * total and len(callers[name]) >= MIN_CALLERS
                  and name != "main"}

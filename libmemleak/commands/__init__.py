@@ -2,6 +2,7 @@
 parses its options, calls the library and maps errors to exit statuses
 (docs/cli.md)."""
 
+import re
 import sys
 
 from libmemleak.memlog import printable
@@ -67,15 +68,24 @@ def add_layer_options(parser):
                              "allocation wrappers included")
 
 
+def regex_option(text, option):
+    """The compiled regular expression an option gives (None without it);
+    InputError, in one line, when it is not one."""
+    if text is None:
+        return None
+    try:
+        return re.compile(text)
+    except re.error as e:
+        raise InputError(f"{option} {text!r}: not a regular expression ({e})") from None
+
+
 def layer_args(command, args):
     """(alloc_fns, fold) for analyse(), or None after one line when
     --alloc-fns is not a regular expression."""
-    import re
     try:
-        re.compile(args.alloc_fns or "")
-    except re.error as e:
-        print(f"libmemleak: {command}: --alloc-fns {args.alloc_fns!r}: not a regular expression ({e})",
-              file=sys.stderr)
+        regex_option(args.alloc_fns, "--alloc-fns")
+    except InputError as e:
+        print(f"libmemleak: {command}: {e}", file=sys.stderr)
         return None
     return args.alloc_fns, not args.no_fold
 

@@ -9,8 +9,8 @@ import sys
 from libmemleak.analysis.names import frame_text, shown_frames
 from libmemleak.analysis.trends import analyse, count, human_bytes
 from libmemleak.analysis import suppressions
-from libmemleak.commands import (EXIT_BAD_INPUT, EXIT_NOT_SEEN, add_layer_options, add_suppressions_option, layer_args,
-                                 load_suppressions, read_reports, say_blind)
+from libmemleak.commands import (EXIT_BAD_INPUT, EXIT_NOT_SEEN, add_layer_options, add_suppressions_option,
+                                 layer_args, load_suppressions, read_reports, say_blind)
 
 
 def add_parser(sub):

@@ -12,8 +12,8 @@ from libmemleak.analysis.trends import analyse, growth_since
 from libmemleak.commands.report import progress_bar
 from libmemleak.outputs import collapsed, flamegraph, html_report, json_doc, pprof, speedscope
 from libmemleak.analysis import suppressions
-from libmemleak.commands import (EXIT_BAD_INPUT, add_layer_options, add_suppressions_option, layer_args, load_suppressions,
-                                 read_reports, say_blind)
+from libmemleak.commands import (EXIT_BAD_INPUT, add_layer_options, add_suppressions_option, layer_args,
+                                 load_suppressions, read_reports, say_blind)
 
 FORMATS = {"collapsed": collapsed.write, "flamegraph": flamegraph.write, "html": html_report.write,
            "json": json_doc.write, "pprof": pprof.write, "speedscope": speedscope.write}

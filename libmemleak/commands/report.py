@@ -4,14 +4,13 @@ directories).  Exit status: 0; 1 when a process's reports are incomplete
 (a gap in its sequence: its sums would be wrong); 2 when nothing could be
 read or the options are wrong."""
 
-import re
 import sys
 
 from libmemleak.analysis.trends import analyse
 from libmemleak.outputs import json_doc, text
 from libmemleak.analysis import suppressions
-from libmemleak.commands import (EXIT_BAD_INPUT, add_layer_options, add_suppressions_option, layer_args, load_suppressions,
-                                 positive, read_reports)
+from libmemleak.commands import (EXIT_BAD_INPUT, add_layer_options, add_suppressions_option, layer_args,
+                                 load_suppressions, positive, read_reports, regex_option)
 from libmemleak.series import InputError
 
 
@@ -78,15 +77,6 @@ def default_top(processes, out=sys.stdout):
     return max(1, (rows - 6 * processes) // (9 * max(1, processes)))
 
 
-def _pattern(text_, option):
-    if text_ is None:
-        return None
-    try:
-        return re.compile(text_)
-    except re.error as e:
-        raise InputError(f"{option} {text_!r}: not a regular expression ({e})") from None
-
-
 def _matches(pattern, trend):
     return any(pattern.search(f.function or "") or pattern.search(f.module or "")
                for f in trend.frames)
@@ -94,8 +84,8 @@ def _matches(pattern, trend):
 
 def run(args):
     try:
-        include = _pattern(args.include, "--include")
-        exclude = _pattern(args.exclude, "--exclude")
+        include = regex_option(args.include, "--include")
+        exclude = regex_option(args.exclude, "--exclude")
     except InputError as e:
         print(f"libmemleak: report: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT

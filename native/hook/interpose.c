@@ -141,12 +141,13 @@ __attribute__((noinline)) void *mlk_early_malloc(size_t size, int zeroed)
 void mlk_note_allocator(void)
 {
     Dl_info info;
-    if (!mlk_real.malloc || !dladdr(real_home((void *)mlk_real.malloc), &info) || !info.dli_fname)
+    void *home = real_home((void *)mlk_real.malloc);
+    if (!home || !dladdr(home, &info) || !info.dli_fname)
         return;
     const char *name = strrchr(info.dli_fname, '/');
     name = name ? name + 1 : info.dli_fname;
     if (strncmp(name, "libc.so", 7) != 0 && strncmp(name, "libc-", 5) != 0)
-        mlk_modules_set_allocator(real_home((void *)mlk_real.malloc));
+        mlk_modules_set_allocator(home);
 }
 
 
