@@ -15,18 +15,6 @@
 #define MLK_LIKELY(x) __builtin_expect(!!(x), 1)
 #define MLK_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
-/* A 64-bit finalizer (MurmurHash3's fmix64): every input bit moves every
- * output bit.  The stack table's and the address table's hashes. */
-static inline uint64_t mlk_mix64(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return x;
-}
-
 /* ---- rt.c: raw system calls and diagnostics, usable anywhere ---------- */
 MLK_HIDDEN long mlk_syscall6(long n, long a, long b, long c, long d, long e, long f);
 MLK_HIDDEN void *mlk_map_anon(size_t len);     /* NULL on failure */

@@ -51,6 +51,15 @@ struct stack_index {
 static struct stack_index *current_index;
 static mlk_lock_t grow_lock;
 
+static inline uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+}
 
 /* Each frame is multiplied by its own odd constant and the products are
  * summed, then mixed once: the multiplications do not wait for each other
@@ -87,7 +96,7 @@ static uint64_t hash_stack(const uint64_t *ips, int depth, int kind, uint32_t un
 #pragma GCC unroll 4
     for (int i = 0; i < depth; i++)
         h += ips[i] * position_mul[i];
-    return mlk_mix64(h) | 1; /* never 0 */
+    return mix64(h) | 1; /* never 0 */
 }
 
 static struct stack_index *new_index(uint64_t cap)

@@ -266,7 +266,7 @@ static int write_entry(uint8_t *fn, int moved, uint8_t *stub)
     return mlk_code_write(fn, bytes, (size_t)moved);
 }
 
-void *mlk_patch_entry(uint8_t *fn, size_t size, void *hook, char *why, size_t why_len)
+void *mlk_patch_entry(uint8_t *fn, size_t size, void *hook, void **original, char *why, size_t why_len)
 {
     if (mlk_decoder_open(why, why_len) != 0)
         return NULL;
@@ -294,7 +294,11 @@ void *mlk_patch_entry(uint8_t *fn, size_t size, void *hook, char *why, size_t wh
     }
     put_jmp_abs(end, (uint64_t)fn + (uint64_t)moved);
     seal(slot);
+    /* The hook may run the moment the jump is in (another thread): where it
+     * calls the original is set before. */
+    __atomic_store_n(original, (void *)tramp, __ATOMIC_RELEASE);
     if (write_entry(fn, moved, slot + STUB_AT) != 0) {
+        __atomic_store_n(original, NULL, __ATOMIC_RELEASE);
         refuse(why, why_len, "its code cannot be made writable (mprotect refused)", -1);
         return NULL;
     }

@@ -9,10 +9,11 @@
 #include <stdint.h>
 
 /* Routes calls of the function at `fn` (`size` bytes, as its symbol says)
- * to `hook`.  Returns the address that runs the original function, or NULL
- * with the reason in `why` ("its first 5 bytes are a jump target", ...):
- * the function is then left untouched. */
-void *mlk_patch_entry(uint8_t *fn, size_t size, void *hook, char *why, size_t why_len);
+ * to `hook`.  Returns the address that runs the original function -- also
+ * stored in *original before the jump is written, where the hook finds it
+ * -- or NULL with the reason in `why` ("its first 5 bytes are a jump
+ * target", ...): the function is then left untouched. */
+void *mlk_patch_entry(uint8_t *fn, size_t size, void *hook, void **original, char *why, size_t why_len);
 
 /* Writes `len` bytes of code at `at` (text made writable for the
  * moment): one 8-byte store when they sit in one aligned word, so that a

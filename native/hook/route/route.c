@@ -135,10 +135,12 @@ static void route_module(struct candidate *c, int count, const char *owner_name,
             snprintf(why, sizeof why, "%s is not defined beside it", c[i].needs);
         else {
             memcpy(c[i].saved, c[i].at, c[i].saved_len);
-            original = mlk_patch_entry(c[i].at, c[i].size, c[i].entry->hook, why, sizeof why);
+            /* (its state before its jump: the hook may run at once) */
+            mlk_route_entry_routed(c[i].index, c[i].trailed, c[i].needed);
+            original = mlk_patch_entry(c[i].at, c[i].size, c[i].entry->hook, c[i].entry->original, why,
+                                       sizeof why);
         }
         if (original) {
-            *c[i].entry->original = original;
             c[i].how = PATCHED;
             routed_count++;
             continue;
@@ -166,8 +168,6 @@ static void route_module(struct candidate *c, int count, const char *owner_name,
         }
         if (c[i].how == PATCHED)
             mlk_real_redirect(c[i].at, *c[i].entry->original);
-        if (c[i].how != UNROUTED)
-            mlk_route_entry_routed(c[i].index, c[i].trailed, c[i].needed);
     }
     snprintf(line, sizeof line, "%s%d allocator entry points of %.400s (%s) are routed to libmemleak",
              routed[0] ? "; " : "", routed_count, owner_name, what);
