@@ -214,12 +214,11 @@ def analyse(series, group_by="stack", alloc_fns=None, fold=True):
     a.notes[:0] = [f"NOT SEEN: {text}" for text in series.blind]
     a.notes += [f"routed: {text}" for text in series.routed]
     a.notes += layer.notes()
-    by_fp = series.reports[-1].header.get("frame-pointers") if series.reports else None
-    if by_fp:  # (counts since start: the last report's)
-        a.notes.append(f"frame pointers: {by_fp}")
-    ended = series.reports[-1].header.get("stacks-ended-without-tables") if series.reports else None
-    if ended:
-        a.notes.append(f"stacks cut short: {ended}")
+    # How the unwinder got the stacks (counts since start: the last report's).
+    last = series.reports[-1].header if series.reports else {}
+    for field, label in (("frame-pointers", "frame pointers"), ("stacks-ended-without-tables", "stacks cut short")):
+        if last.get(field):
+            a.notes.append(f"{label}: {last[field]}")
     cut = stacks_cut_note(series)
     if cut:
         a.notes.append(cut)
