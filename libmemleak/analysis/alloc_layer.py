@@ -9,9 +9,13 @@ caller -- and every report says which functions were folded.
 The layer is found three ways, in this order:
   - functions named by the user (`--alloc-fns REGEX`);
   - well-known allocation functions of common programs and libraries;
-  - by their shape: a function that is the first own frame of many stacks
-    (MIN_SHARE of them) with many distinct callers (MIN_CALLERS), which is
-    how an allocation wrapper looks and a leaking function seldom does.
+  - by their shape: a function that is the first own frame of a large share
+    of the allocations (MIN_SHARE of them) with many distinct callers
+    (MIN_CALLERS), which is how an allocation wrapper looks and a leaking
+    function seldom does.  Allocations, not stacks: a library's start-up
+    (OpenSSL registering its ciphers from 136 places) makes many stacks
+    and few allocations, and is no wrapper (redis-server: it was folded
+    when stacks were counted).
 Layers stack up (palloc -> MemoryContextAlloc -> AllocSetAlloc -> malloc):
 the search runs again past what it folded, a few levels deep."""
 
@@ -43,7 +47,7 @@ KNOWN_PREFIXES = ("partition_alloc::", "allocator_shim::", "base::allocator::",
                   "v8::internal::Malloced::", "v8::internal::AlignedAlloc")
 
 MIN_CALLERS = 5     # distinct callers of a wrapper found by its shape
-MIN_SHARE = 0.10    # of the process's stacks whose first own frame it is
+MIN_SHARE = 0.10    # of the process's allocations whose first own frame it is
 LEVELS = 4
 
 
@@ -77,13 +81,14 @@ def _first_outside(frames, executable, layer):
 
 
 def find(stacks, executable=None, pattern=None, fold=True):
-    """The Layer of a process from its stacks (lists of frames).
-    pattern: a regular expression (search) over function names, or None."""
+    """The Layer of a process from its stacks: (frames, allocations made
+    there -- None when the reports do not say, then 1).  pattern: a regular
+    expression (search) over function names, or None."""
     if not fold:
         return Layer()
     folded = {}
     names = set()
-    for frames in stacks:
+    for frames, _ in stacks:
         for f in frames:
             if f.function:
                 names.add(short_name(f.function))
@@ -93,17 +98,17 @@ def find(stacks, executable=None, pattern=None, fold=True):
             folded[name] = "--alloc-fns"
         elif name in KNOWN or name.startswith(KNOWN_PREFIXES):
             folded[name] = "an allocation function"
-    total = len(stacks)
+    total = sum(made or 1 for _, made in stacks)
     for _ in range(LEVELS):
         callers, counts = {}, {}
-        for frames in stacks:
+        for frames, made in stacks:
             i = _first_outside(frames, executable, folded)
             if i is None or i + 1 >= len(frames):
                 continue
             name = short_name(frames[i].function or "")
             if not name:
                 continue
-            counts[name] = counts.get(name, 0) + 1
+            counts[name] = counts.get(name, 0) + (made or 1)
             callers.setdefault(name, set()).add(short_name(frames[i + 1].function or "") or frames[i + 1].offset)
         found = {name: f"{len(callers[name])} callers" for name, n in counts.items()
                  if n >= MIN_SHARE * total and len(callers[name]) >= MIN_CALLERS
