@@ -202,7 +202,7 @@ class Deltas:
         return (self[i] for i in range(len(self)))
 
 
-def diff_snapshot(snapshot, resolver=None, scan=None, age=None):
+def diff_snapshot(snapshot, resolver=None, scan=None, age=None, touched=None):
     """Deltas (a sequence of StackDelta), largest byte change first;
     unchanged stacks left out.  Only changed stacks are looked at closely
     (their frames read and resolved, in Python); the scan, merge and sort
@@ -210,7 +210,9 @@ def diff_snapshot(snapshot, resolver=None, scan=None, age=None):
     (a FrameResolver for snapshot.modules) may be kept across reports.
     `scan`: a reachability scan's split of each stack id's live blocks (8
     words a stack id, reachability.Scan.per_stack): every stack with
-    scanned blocks is then an entry, changed or not."""
+    scanned blocks is then an entry, changed or not.  `touched`: the bytes
+    of each stack id's mappings ever touched, now and at the previous
+    report (two arrays): a stack whose count moved is an entry."""
     if resolver is None or resolver.modules != tuple(snapshot.modules):
         resolver = FrameResolver(snapshot.modules, resolver.keys if resolver else None)
     live_bytes, live_blocks, reported_bytes, reported_blocks = _estimated(snapshot)
@@ -222,8 +224,10 @@ def diff_snapshot(snapshot, resolver=None, scan=None, age=None):
               if not snapshot.sample_bytes and snapshot.reported_allocs is not None else None)
     ids, stacks = snapshot.ids, snapshot.stacks
     scan, age = (_per_position(a, ids) for a in (scan, age))
+    if touched:
+        touched = [_per_position(a, ids, 1) for a in touched]
     changes = report_core.Changes(live_bytes, live_blocks, reported_bytes, reported_blocks, samples,
-                                  allocs, scan, age)
+                                  allocs, scan, age, touched)
     if report_core.positions_are_ids(ids):  # the resolver's own array serves
         resolver.cover(len(ids))
         key_of = resolver.key_of
@@ -237,15 +241,15 @@ def diff_snapshot(snapshot, resolver=None, scan=None, age=None):
     return Deltas(rows, resolver, ids)
 
 
-def _per_position(per_id, ids):
-    """An array of 8 words per stack id, as 8 words per snapshot position."""
+def _per_position(per_id, ids, words=8):
+    """An array of `words` words per stack id, as as many per snapshot position."""
     if per_id is None:
         return None
     if report_core.positions_are_ids(ids):
-        report_core.extend_to(per_id, 8 * len(ids), 0)
+        report_core.extend_to(per_id, words * len(ids), 0)
         return per_id
-    return array("q", (per_id[8 * i + k] if 8 * i + k < len(per_id) else 0
-                       for i in ids for k in range(8)))
+    return array("q", (per_id[words * i + k] if words * i + k < len(per_id) else 0
+                       for i in ids for k in range(words)))
 
 
 def totals(snapshot):

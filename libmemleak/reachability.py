@@ -15,26 +15,34 @@ from dataclasses import dataclass
 from libmemleak.analysis.lost import CATEGORIES
 from libmemleak.report_core import ffi, lib, zeros, _q
 
-# valgrind's --leak-check-heuristics, bit n = heuristic n (native/reporter/heuristics.h)
-HEURISTICS = ("stdstring", "length64", "newarray", "multipleinheritance")
-ALL_HEURISTICS = 0x1e        # MLK_HEUR_ALL: bits 1-4
+# valgrind's --leak-check-heuristics, bit n = heuristic n (native/reporter/heuristics.h),
+# and one of libmemleak's own: a pointer at the offset of an allocator's
+# header, learned per allocation site (native/reporter/headers.c).
+HEURISTICS = ("stdstring", "length64", "newarray", "multipleinheritance", "header")
+ALL_HEURISTICS = 0x3e        # MLK_HEUR_ALL: bits 1-5
+VALGRIND_HEURISTICS = 0x1e   # MLK_HEUR_VALGRIND: valgrind's own four, as its `all`
+HEADER_SITES_MAX = 64        # sites listed in the header
 HEURISTICS_SET = 0x80000000  # MLK_SCAN_HEURISTICS_SET: the field says which; 0 = all
 WHY_BYTES = 512
 AGE_BUCKETS = 8              # MLK_AGE_BUCKETS (native/reporter/age.h)
 
 
 def heuristics_field(text):
-    """The header's scan_heuristics for `all`, `none` or a comma-separated
-    list of HEURISTICS; ValueError naming what is not one."""
+    """The header's scan_heuristics for `all`, `none`, `valgrind` (its
+    own four, as its `all`: what to compare with valgrind) or a
+    comma-separated list of HEURISTICS; ValueError naming what is not one."""
     text = text.strip().lower()
     if text == "all":
         return 0
     if text == "none":
         return HEURISTICS_SET
+    if text == "valgrind":
+        return HEURISTICS_SET | VALGRIND_HEURISTICS
     bits = HEURISTICS_SET
     for name in filter(None, (n.strip() for n in text.replace("+", ",").split(","))):
         if name not in HEURISTICS:
-            raise ValueError(f"{name!r} is not a heuristic (all, none, or of: {', '.join(HEURISTICS)})")
+            raise ValueError(f"{name!r} is not a heuristic (all, none, valgrind, or of: "
+                             f"{', '.join(HEURISTICS)})")
         bits |= 1 << (HEURISTICS.index(name) + 1)
     return bits
 
@@ -48,6 +56,8 @@ def heuristics_words(field):
     bits = heuristics_set(field)
     if bits == ALL_HEURISTICS:
         return "all"
+    if bits == VALGRIND_HEURISTICS:
+        return "valgrind"
     return ",".join(n for i, n in enumerate(HEURISTICS) if bits & (1 << (i + 1))) or "none"
 
 
@@ -78,6 +88,7 @@ class Scan:
     heuristics: str = "all"           # which of valgrind's heuristics were applied
     via_heuristic: tuple = ()         # (name, bytes, blocks) of the still reachable, by heuristic
     before_attach: tuple = ()         # an attached process's older blocks: (bytes, blocks) per category
+    through_header: tuple = ()        # (site return address, offset, blocks, bytes) per allocation site
 
     def header_lines(self):
         """The report header's lines for this scan (docs/memlog.md)."""
@@ -108,7 +119,20 @@ def _stack_count(snapshot):
 UNLISTED_HEAP_IS_ROOT = 0x40000000
 
 
-def scan(pid, header, take_snapshot, history=None, seq=0):
+def _frame_arrays(segment):
+    """struct mlk_scan_stacks for the scan's allocation sites (headers.c),
+    and what keeps its buffers alive; (NULL, None) without a segment."""
+    if segment is None:
+        return ffi.NULL, None
+    off, depth, frames, n = segment.frame_arrays()
+    keep = [ffi.from_buffer("int64_t[]", off), ffi.from_buffer("int64_t[]", depth),
+            ffi.from_buffer("uint64_t[]", frames)]
+    st = ffi.new("struct mlk_scan_stacks *", {"off": keep[0], "depth": keep[1], "n": n,
+                                                "frames": keep[2], "nframes": len(frames)})
+    return st, keep
+
+
+def scan(pid, header, take_snapshot, history=None, seq=0, segment=None):
     """(snapshot, Scan) of process `pid`, its threads stopped for both.
     Raises ScanRefused when the threads cannot be stopped or the process
     cannot be read; nothing is changed in the process then."""
@@ -130,12 +154,16 @@ def scan(pid, header, take_snapshot, history=None, seq=0):
         per_stack_age = zeros(AGE_BUCKETS * nstacks)
         bucket_seq = ffi.new("int32_t[]", AGE_BUCKETS)
         totals = ffi.new("struct mlk_scan_totals *")
+        stacks, keep = _frame_arrays(segment)
+        sites, nsites = zeros(4 * HEADER_SITES_MAX), ffi.new("int64_t *")
         status = lib.mlk_scan_heap(world, trailer_key, header.addr_table, header.own_lo, header.own_hi,
                                    heuristics_set(header.scan_heuristics)
                                    | (UNLISTED_HEAP_IS_ROOT if header.attached_ns else 0), nstacks,
                                    _q(per_stack), totals,
                                    history.handle if history else ffi.NULL, seq,
-                                   _q(per_stack_age), bucket_seq, why, WHY_BYTES)
+                                   _q(per_stack_age), bucket_seq, stacks, _q(sites), HEADER_SITES_MAX,
+                                   nsites, why, WHY_BYTES)
+        del keep
         threads = lib.mlk_world_threads(world)
         t2 = time.monotonic()
     finally:
@@ -156,4 +184,5 @@ def scan(pid, header, take_snapshot, history=None, seq=0):
                           tuple(totals.blocks), pause_ms, threads, totals.heap_blocks,
                           totals.unattributed, heuristics_words(header.scan_heuristics), via,
                           tuple(zip(totals.before_bytes, totals.before_blocks))
-                          if header.attached_ns else ())
+                          if header.attached_ns else (),
+                          tuple(tuple(sites[4 * i:4 * i + 4]) for i in range(min(nsites[0], HEADER_SITES_MAX))))

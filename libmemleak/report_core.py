@@ -6,8 +6,10 @@ baseline committed.  Python keeps the judgement (modules, symbols, header).
 The arrays passed in and out are `array('q')`/`array('i')` objects and the
 segment's own memory; nothing is copied per stack in Python."""
 
+import errno
 import os
 from array import array
+from typing import NamedTuple
 
 import cffi
 
@@ -18,18 +20,20 @@ ffi = cffi.FFI()
 ffi.include(layout_ffi)
 ffi.cdef("""
 struct mlk_rc_row { int64_t key, pos, bytes, blocks, live_bytes, live_blocks, samples, allocs,
-                    scanned, lost[8], since[8]; };
+                    scanned, lost[8], since[8], touched, touched_changed; };
 struct mlk_rc_texts { const char *arena; const int64_t *line_off; const int32_t *pool;
                       const int64_t *key_first; const int32_t *key_lines; const int8_t *key_kind;
                       int64_t keys; const int32_t *since_seq; int32_t depth; };
 void mlk_rc_columns(const struct mlk_stack *, int64_t, const uint8_t *, int64_t *, int64_t *,
                     int64_t *, int64_t *, int64_t *, int64_t *, int64_t *);
 int64_t mlk_rc_unkeyed(int64_t, const int64_t *, const int64_t *, const int64_t *,
-                       const int64_t *, const int64_t *, int64_t *, int64_t);
+                       const int64_t *, const int64_t *, const int64_t *, const int64_t *,
+                       int64_t *, int64_t);
 int64_t mlk_rc_merge(int64_t, const int64_t *, const int64_t *, const int64_t *, const int64_t *,
                      const int64_t *, int64_t, int64_t *, const int64_t *, const int64_t *,
                      const int64_t *, const int64_t *, const int64_t *, const int64_t *,
-                     struct mlk_rc_row *);
+                     const int64_t *, const int64_t *, struct mlk_rc_row *);
+int64_t mlk_rc_touched(int, uint64_t, const struct mlk_stack *, int64_t, int64_t *, int64_t *, int64_t);
 int64_t mlk_rc_merge_same_text(struct mlk_rc_row *, int64_t, const int64_t *, int64_t, int64_t *,
                                int64_t);
 int64_t mlk_rc_textless(const struct mlk_rc_row *, int64_t, const int64_t *, int64_t, int64_t *,
@@ -41,17 +45,18 @@ uint32_t mlk_rc_post_scan(struct mlk_header *);
 int mlk_rc_claim_reporter(struct mlk_header *, int32_t, int32_t);
 struct mlk_world;
 struct mlk_scan_totals { int64_t bytes[4], blocks[4]; int64_t heap_blocks, unattributed, root_bytes,
-                         heap_bytes_read, threads, phase_ns[4], heuristic_bytes[4],
-                         heuristic_blocks[4], before_bytes[4], before_blocks[4]; };
+                         heap_bytes_read, threads, phase_ns[4], heuristic_bytes[5],
+                         heuristic_blocks[5], before_bytes[4], before_blocks[4]; };
 struct mlk_world *mlk_world_stop(int, char *, int);
 void mlk_world_resume(struct mlk_world *);
 int mlk_world_threads(const struct mlk_world *);
 struct mlk_age_history;
 struct mlk_age_history *mlk_age_history_new(void);
 void mlk_age_history_free(struct mlk_age_history *);
+struct mlk_scan_stacks { const int64_t *off, *depth; int64_t n; const uint64_t *frames; uint64_t nframes; };
 int mlk_scan_heap(const struct mlk_world *, uint64_t, uint64_t, uint64_t, uint64_t, unsigned, int64_t, int64_t *,
                   struct mlk_scan_totals *, struct mlk_age_history *, uint32_t, int64_t *, int32_t *,
-                  char *, int);
+                  const struct mlk_scan_stacks *, int64_t *, int64_t, int64_t *, char *, int);
 void mlk_rc_commit(struct mlk_stack *, int64_t, const int64_t *, const int64_t *,
                    const int64_t *, const int64_t *, const int64_t *, const int64_t *);
 """)
@@ -126,15 +131,18 @@ class Changes:
     """The changed stacks of a snapshot, column by column (array('q'))."""
 
     def __init__(self, live_bytes, live_blocks, reported_bytes, reported_blocks, samples=None,
-                 allocs=None, scan=None, age=None):
+                 allocs=None, scan=None, age=None, touched=None):
         """samples: for a sampled snapshot, the recorded (unscaled) live and
         reported blocks, whose difference each row carries; allocs: the
         allocation counts now and at the previous report, likewise; scan:
         a scan's split of each position's live blocks, 8 words a position
         (bytes, blocks of each category), or None; age: likewise, the blocks
-        of each position live since each earlier scan (8 buckets)."""
+        of each position live since each earlier scan (8 buckets); touched:
+        the bytes of each position's mappings ever touched, now and at the
+        previous report (a position whose count moved is an entry)."""
         self.scan = scan
         self.age = age
+        self.touched = [_as_q(c) for c in touched] if touched else None
         self.cols = [_as_q(c) for c in (live_bytes, live_blocks, reported_bytes, reported_blocks)]
         self.samples = [_as_q(c) for c in samples] if samples else None
         self.allocs = [_as_q(c) for c in allocs] if allocs else None
@@ -143,7 +151,9 @@ class Changes:
     def unkeyed(self, key_of):
         """Changed positions whose key_of entry is still -1."""
         cols = [_q(c) for c in self.cols]
-        return _collected(lambda out, cap: lib.mlk_rc_unkeyed(self.n, *cols, _q(key_of), out, cap))
+        touched = list(map(_q, self.touched)) if self.touched else [ffi.NULL, ffi.NULL]
+        return _collected(lambda out, cap: lib.mlk_rc_unkeyed(self.n, *cols, *touched, _q(key_of), out,
+                                                              cap))
 
     def merge(self, key_of, nkeys, scratch):
         """Rows (one per key, report order).  scratch: array('q') of at least
@@ -154,8 +164,9 @@ class Changes:
             allocs = list(map(_q, self.allocs)) if self.allocs else [ffi.NULL, ffi.NULL]
             scan = _q(self.scan) if self.scan is not None else ffi.NULL
             age = _q(self.age) if self.age is not None else ffi.NULL
+            touched = list(map(_q, self.touched)) if self.touched else [ffi.NULL, ffi.NULL]
             count = lib.mlk_rc_merge(self.n, *map(_q, self.cols), _q(key_of), nkeys, _q(scratch),
-                                     *samples, *allocs, scan, age, out)
+                                     *samples, *allocs, scan, age, *touched, out)
         if count < 0:
             raise ValueError("a changed stack has no key")
         del rows[count * ROW_WORDS:]
@@ -167,7 +178,7 @@ class Rows:
     live_bytes, live_blocks, samples, allocs, scanned, lost[8] (struct
     mlk_rc_row)."""
 
-    BASE_WORDS = 8  # key .. allocs; then scanned, lost[8]
+    BASE_WORDS = 8  # key .. allocs; then scanned, lost[8], since[8], touched, touched_changed
 
     def __init__(self, words):
         self.words = words
@@ -178,7 +189,7 @@ class Rows:
         words = array("q")
         for i in range(0, len(base), cls.BASE_WORDS):
             words.extend(base[i:i + cls.BASE_WORDS])
-            words.extend([0] * (ROW_WORDS - cls.BASE_WORDS))
+            words.extend([0] * (ROW_WORDS - cls.BASE_WORDS - 2) + [-1, 0])  # touched not measured
         return cls(words)
 
     def __len__(self):
@@ -217,6 +228,34 @@ class Rows:
         rows, n = self.pointer(), len(self)
         return _collected(lambda out, cap: lib.mlk_rc_textless(rows, n, _q(key_first), len(key_first),
                                                                out, cap))
+
+
+# Pages of mappings looked at per report (8 bytes of pagemap each): 64 GiB.
+TOUCH_PAGES_MAX = 1 << 24
+
+
+class Touched(NamedTuple):
+    """What of the program's anonymous mappings was ever touched
+    (native/reporter/mappings.c)."""
+    per_stack: array     # stack id -> bytes of its mappings touched
+    by_kind: dict        # kind name -> (mapped bytes, mappings, touched bytes)
+    partial: bool        # TOUCH_PAGES_MAX ran out: counts are low
+
+
+def touched(pid, table, stacks_ptr, nstacks, kind_names):
+    """A Touched for the process pid, whose table of mappings is at
+    `table` in it; None if the process is gone; or why it cannot be told
+    (str)."""
+    if not table:
+        return "the program's library is too old to tell"
+    per_stack, sums = zeros(nstacks), zeros(3 * len(kind_names))
+    got = lib.mlk_rc_touched(pid, table, stacks_ptr, nstacks, _q(per_stack), _q(sums), TOUCH_PAGES_MAX)
+    if got == -1 and ffi.errno == errno.ESRCH:
+        return None  # gone: nothing to tell, and nothing wrong
+    if got == -1:
+        return os.strerror(ffi.errno) if ffi.errno else "the process could not be read"
+    by_kind = {name: tuple(sums[3 * code:3 * code + 3]) for code, name in kind_names.items()}
+    return Touched(per_stack, by_kind, got == -2)
 
 
 CUT_KIND = 0x40  # in TextStore.key_kind: entries say cut=DEPTH (report_core.c)

@@ -166,6 +166,10 @@ class Reporter:
         self.written = []        # paths of the reports this reporter wrote
         self.scan_asked = False  # a pending request asked for a reachability scan
         self.scan_refused = None # why the scan asked for with this report could not be made
+        # Bytes of each stack's mappings touched as of the last report: an
+        # entry says touched= when its count moves.
+        self.touched_before = report_core.zeros(0)
+        self.touched_refused = None  # why that could not be told for this report
         self.ages = reachability.AgeHistory()  # what this reporter's earlier scans saw
         # `libmemleak run` (not -q) asked for the list of reports at the end,
         # for the process it started (a descendant's parent-pid is set).
@@ -342,9 +346,11 @@ class Reporter:
         """Write one report (in `directory`, else the configured one) and
         return its path."""
         snap, scan = self.take_snapshot(reason)
+        touched = self.measure_touched()
         self.update_resolver(snap.modules)
         deltas = diff_snapshot(snap, self.resolver, scan.per_stack if scan else None,
-                               scan.per_stack_age if scan else None)
+                               scan.per_stack_age if scan else None,
+                               (touched.per_stack, self.touched_before) if touched else None)
         sums = totals(snap)
         texts = self.texts
         texts.grow_keys(len(self.keys.keys))
@@ -356,7 +362,7 @@ class Reporter:
             # written: a report of a million stacks never exists whole.
             partial = self.symbolize_keys(deltas.rows.textless(texts.key_first))
             seq = self.h.report_seq + 1
-            header = render(self.header_lines(snap, sums, seq, reason, scan), ())
+            header = render(self.header_lines(snap, sums, seq, reason, scan, touched), ())
             texts.begin_temporary()  # the texts of partly symbolized keys: this report only
             try:
                 for key_id, items in partial:
@@ -376,9 +382,24 @@ class Reporter:
         finally:
             self.symbolizer.deadline = None
         self.seg.commit_baseline(snap)
+        if touched:
+            self.touched_before = touched.per_stack
         self.h.report_seq = seq
         settle_memory()
         return path
+
+    def measure_touched(self):
+        """How much of the program's mappings was ever touched
+        (report_core.Touched); None when the process is gone (its pid may
+        be another's now) or cannot be read (said in the header)."""
+        self.touched_refused = None
+        if self.watch.dead():
+            return None
+        got = self.seg.measure_touched(self.pid)
+        if isinstance(got, str):
+            self.touched_refused = got
+            return None
+        return got
 
     def take_snapshot(self, reason):
         """The segment's snapshot, and the reachability scan asked for
@@ -391,7 +412,7 @@ class Reporter:
         self.scan_asked = False
         try:
             return reachability.scan(self.pid, self.h, self.seg.take_snapshot, self.ages,
-                                     self.h.report_seq + 1)
+                                     self.h.report_seq + 1, self.seg)
         except reachability.ScanRefused as e:
             self.scan_refused = str(e)
             say(f"no scan: {e}")
@@ -424,6 +445,20 @@ class Reporter:
         (MLK_KIND_*), and CUT_KIND if its stack was cut at the depth."""
         return KIND_CODES.get(self.keys.kind(key_id), 0) | (CUT_KIND if self.keys.cut(key_id) else 0)
 
+    def site_words(self, ip):
+        """Where return address ip is, as a frame line says it
+        (function (file:line), else module+offset)."""
+        token = self.resolver.resolve(ip, self.h.unload_epoch)
+        module, address, _ = self.keys.frames[token]
+        if module is None:
+            return f"{ip:#x}"
+        frames = self.symbolizer.frames_for(module, address) if self.symbolize else []
+        if not frames or not frames[0].function:
+            return f"{module.path}+{address - module.base:#x}"
+        f = frames[0]
+        where = f" ({f.file.rsplit('/', 1)[-1]}:{f.line})" if f.file and f.line else ""
+        return f"{f.function}{where}"
+
     def line_of(self, token):
         """The line id of the frame lines of this frame token; their text if
         symbolization was cut short (not worth keeping); NOT_THE_PROGRAMS
@@ -443,7 +478,7 @@ class Reporter:
         self.token_lines[token] = line_id
         return line_id
 
-    def header_lines(self, snap, sums, seq, reason, scan=None):
+    def header_lines(self, snap, sums, seq, reason, scan=None, touched=None):
         when = datetime.datetime.fromtimestamp(snap.taken_ns / 1e9).astimezone()
         lines = [
             ("libmemleak", __version__),
@@ -481,6 +516,10 @@ class Reporter:
         ]
         if scan:
             lines += scan.header_lines()
+            if scan.through_header:
+                lines.append(("reachable-through-header", "; ".join(
+                    f"{offset} {nbytes} {blocks} {self.site_words(ip)}"
+                    for ip, offset, blocks, nbytes in sorted(scan.through_header, key=lambda x: -x[3]))))
         elif self.scan_refused:
             lines.append(("scan", f"not made: {self.scan_refused}"))
         if snap.last_report_ns:
@@ -493,6 +532,7 @@ class Reporter:
             lines += process_status(self.pid)
         elif self.h.exit_hwm_kb:  # what it said of itself as it exited
             lines += [("vm-rss", f"{self.h.exit_rss_kb} kB"), ("vm-hwm", f"{self.h.exit_hwm_kb} kB")]
+        lines += mapping_lines(touched, self.touched_refused)
         # Which process wrote it: a descendant's own reporter, or the keeper
         # (the root's reporter), which writes most descendants' last reports.
         lines.append(("reporter-pid", os.getpid()))
@@ -528,6 +568,32 @@ class Reporter:
                 seen.add(m.path)
                 lines.append((f"build-id {m.path}", m.build_id))
         return lines
+
+
+def mapping_lines(touched, refused):
+    """The header's account of anonymous mappings: how much of them was
+    ever touched (a mapping is address space until written), and the
+    shared ones apart -- counted in the process that mapped them, not in
+    the children that inherit them."""
+    if refused:
+        return [("mappings-touched", f"not known: {refused}")]
+    if not touched:
+        return []
+    lines = []
+    for kind, key, what in (("mmap", "anonymous-mappings", "private"),
+                            ("shared", "shared-mappings", "shared (MAP_SHARED)")):
+        mapped, count, used = touched.by_kind.get(kind, (0, 0, 0))
+        if not count:
+            continue
+        text = (f"{mapped} bytes in {count} {what} mapping{'s' if count != 1 else ''}, "
+                f"{used} touched ({mapped - used} mapped but never touched)")
+        if kind == "shared":
+            text += "; counted in this process, which mapped them, not in the children it forks"
+        lines.append((key, text))
+    if touched.partial:
+        lines.append(("mappings-touched", f"partial: more than {report_core.TOUCH_PAGES_MAX * 4096 >> 30} "
+                                          "GiB of mappings; touched counts are low"))
+    return lines
 
 
 def started_with():

@@ -17,7 +17,7 @@ from libmemleak.layout import CONST, HEADER_SIZE, MODULE_SIZE, STACK_SIZE, ffi, 
 from libmemleak.memlog import report_name, safe_name
 
 KIND_NAMES = {CONST["MLK_KIND_MALLOC"]: "malloc", CONST["MLK_KIND_NEW"]: "new",
-              CONST["MLK_KIND_MMAP"]: "mmap"}
+              CONST["MLK_KIND_MMAP"]: "mmap", CONST["MLK_KIND_SHARED"]: "shared"}
 TRACKING_NAMES = {CONST["MLK_TRACK_TABLE"]: "table", CONST["MLK_TRACK_TRAILERS"]: "trailers"}
 
 _W = STACK_SIZE // 8
@@ -317,6 +317,20 @@ class Segment:
         """Look at newly published stacks; returns how many ids are known."""
         self._learn_new_stacks()
         return self._next_id
+
+    def frame_arrays(self):
+        """(offsets, depths, frames, n): where the frames of each of stack
+        ids 0..n-1 are in `frames` (depth 0 for a stack not known to be
+        ok), for C to read (the scan's allocation sites)."""
+        self._learn_new_stacks()
+        return self._off, self._depth, self._frames, self._next_id
+
+    def measure_touched(self, pid):
+        """How much of the program's anonymous mappings was ever touched,
+        read from outside (report_core.touched): a Touched, or a reason
+        (str) why it could not be told."""
+        return report_core.touched(pid, self.header.region_table, self._stacks_ptr, self._next_id,
+                                   KIND_NAMES)
 
     def commit_baseline(self, snapshot):
         """Record that a report now covers `snapshot`: the next report is the

@@ -20,20 +20,27 @@
  */
 
 #define MLK_MAGIC 0x314b4c4d454d4c4b
-#define MLK_LAYOUT_VERSION 10
+#define MLK_LAYOUT_VERSION 11
 #define MLK_MAX_DEPTH 64
 #define MLK_BUILD_ID_MAX 32
 
-/* struct mlk_stack.kind: which allocator family made the blocks. */
+/* The address table and the region table (struct mlk_header.addr_table,
+ * region_table). */
 #define MLK_ADDR_SHARDS 256
 #define MLK_ADDR_SHARD_BYTES 64
 #define MLK_ADDR_SLOTS_AT 8
 #define MLK_ADDR_MASK_AT 16
 #define MLK_ADDR_STACK_BITS 24
+#define MLK_REGION_BYTES 24
 
+/* struct mlk_stack.kind: which allocator family made the blocks. */
 #define MLK_KIND_MALLOC 0
 #define MLK_KIND_NEW 1
 #define MLK_KIND_MMAP 2
+/* Anonymous MAP_SHARED mappings: memory a process shares with the children it
+ * forks (PostgreSQL's main segment).  Counted in the process that mapped
+ * it only; a forked child drops what it inherits (native/hook/addrs.c). */
+#define MLK_KIND_SHARED 3
 
 /* struct mlk_header.tracking */
 #define MLK_TRACK_TABLE 0
@@ -260,4 +267,12 @@ struct mlk_header {
      * out there (no frame pointers, or a thread whose stack extent is not
      * known): their outer callers are missing, and the reports say so. */
     uint64_t fp_stopped_stacks;
+    /* The table of anonymous mappings (native/hook/addrs.c), so that the
+     * reporter can tell how much of each stack's mappings was ever touched
+     * (/proc/PID/pagemap): the address in the process of two words, the
+     * address of the region array and the number of regions in it; a
+     * region is MLK_REGION_BYTES long: start, end (u64), stack id (u32).
+     * Read without a lock, as hostile input: a report taken while the
+     * program maps may miscount, never fail. */
+    uint64_t region_table;
 };

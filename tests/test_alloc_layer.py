@@ -5,6 +5,11 @@ pool_get (two callers: named with --alloc-fns); grouping by function names
 their callers, to the byte, and every report says what it folded."""
 
 import json
+import os
+import shutil
+import subprocess
+
+import pytest
 
 from helpers import cli, compile_program
 
@@ -57,3 +62,74 @@ def test_a_bad_alloc_fns_is_one_line(tmp_path):
         assert out.returncode == 2, out
         assert out.stderr == (f"libmemleak: {command}: --alloc-fns '(': not a regular expression "
                               "(missing ), unterminated subpattern at position 0)\n")
+
+
+def test_drawings_fold_the_layer_too(tmp_path):
+    """Collapsed stacks, speedscope and pprof draw the callers as leaves,
+    and say what they folded: pprof in its comments, the others on stderr."""
+    prog = compile_program("layered.c", "-O2")
+    assert cli("run", "-q", prog, cwd=tmp_path).returncode == 0
+    out = cli("export", "--format", "collapsed", tmp_path)
+    assert out.returncode == 0, out.stderr
+    leaves = {}
+    for line in out.stdout.splitlines():
+        stack, value = line.rsplit(" ", 1)
+        leaf = stack.split(";")[-1]
+        leaves[leaf] = leaves.get(leaf, 0) + int(value)
+    assert leaves["leak_users"] == 10 * 116 and leaves["leak_sessions"] == 5 * 216
+    assert {f"parse_{c}" for c in "abcdef"} <= set(leaves)
+    assert not {"my_malloc", "obscure_alloc", "malloc"} & set(leaves)
+    assert f"libmemleak: export: note: layered (pid " in out.stderr and FOLDED_NOTE in out.stderr
+    # --no-fold draws the wrappers as they were
+    plain = cli("export", "--format", "collapsed", "--no-fold", tmp_path).stdout
+    assert {line.rsplit(" ", 1)[0].split(";")[-1] for line in plain.splitlines()} >= {"my_malloc"}
+    speedscope = json.loads(cli("export", "--format", "speedscope", tmp_path).stdout)
+    names = [f["name"] for f in speedscope["shared"]["frames"]]
+    [profile] = speedscope["profiles"]
+    assert {names[s[-1]] for s in profile["samples"]} >= {"leak_users", "leak_sessions", "pool_get"}
+    assert not {"my_malloc", "obscure_alloc"} & {names[s[-1]] for s in profile["samples"]}
+    if not shutil.which("go"):
+        pytest.skip("needs go (Debian's golang-go) for go tool pprof")
+    pb = tmp_path / "heap.pb.gz"
+    assert cli("export", "--format", "pprof", "-o", str(pb), tmp_path).returncode == 0
+    env = dict(os.environ, HOME=str(tmp_path), GOCACHE=str(tmp_path / "gocache"))
+    top = subprocess.run(["go", "tool", "pprof", "-top", "-nodefraction=0", "-sample_index=inuse_space", str(pb)],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert top.returncode == 0, top.stderr
+    flat = {line.split()[-1]: line.split()[0] for line in top.stdout.splitlines()
+            if line.strip().endswith(("leak_users", "leak_sessions", "my_malloc"))}
+    assert flat == {"leak_users": f"{10 * 116}B", "leak_sessions": f"{5 * 216}B"}, top.stdout
+    comments = subprocess.run(["go", "tool", "pprof", "-comments", str(pb)], capture_output=True, text=True,
+                              timeout=120, env=env)
+    assert FOLDED_NOTE in comments.stdout, comments.stdout + comments.stderr
+
+
+def test_blocks_held_through_a_header_are_reachable(tmp_path):
+    """my_malloc, obscure_alloc and pool_get hand out malloc's block + 16:
+    every pointer the program keeps points 16 bytes in.  valgrind calls all
+    39 blocks "possibly lost"; the scan learns the offset per allocation
+    site and calls them reachable, saying where and how far in."""
+    from libmemleak import memlog
+    prog = compile_program("layered.c", "-O2")
+    out = cli("run", "-q", "--config", "scan=exit", prog, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    [name] = [n for n in os.listdir(tmp_path) if n.endswith(".memlog")]
+    h = memlog.read(str(tmp_path / name)).header
+    blocks = 10 + 5 + 6 * 3 + 4 + 2
+    nbytes = 10 * 116 + 5 * 216 + 18 * 56 + 6 * 40
+    assert h["possibly-lost"] == "0 0" and h["still-reachable"] == f"{nbytes} {blocks}"
+    assert h["reachable-via-heuristic"] == f"header {nbytes} {blocks}"
+    assert h["reachable-through-header"] == ("16 2240 15 my_malloc (layered.c:25); "
+                                             "16 1008 18 obscure_alloc (layered.c:32); "
+                                             "16 240 6 pool_get (layered.c:33)")
+    # valgrind's four alone: as valgrind says it
+    os.unlink(tmp_path / name)
+    out = cli("run", "-q", "--config", "scan=exit,scan_heuristics=valgrind", prog, cwd=tmp_path)
+    [name] = [n for n in os.listdir(tmp_path) if n.endswith(".memlog")]
+    h = memlog.read(str(tmp_path / name)).header
+    assert h["possibly-lost"] == f"{nbytes} {blocks}" and h["scan-heuristics"] == "valgrind"
+    assert "reachable-through-header" not in h
+    if shutil.which("valgrind"):
+        vg = subprocess.run(["valgrind", "--leak-check=full", "--show-leak-kinds=all", prog],
+                            capture_output=True, text=True, timeout=300).stderr
+        assert f"possibly lost: {nbytes:,} bytes in {blocks} blocks" in vg, vg

@@ -3,7 +3,9 @@ a bounded load (issue "Real servers"): redis (jemalloc in a shared
 library), memcached (which shuts down on SIGUSR1) and nginx (workers that
 run as nobody).  .ci/run installs them; a machine without them skips."""
 
+import glob
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -189,3 +191,76 @@ def test_nginx_workers_running_as_nobody_report_on_request(workdir):
     for pid, _ in workers:
         reasons = [r.header["reason"] for r in wait_for_reports(str(workdir), "nginx", pid, 2)]
         assert reasons == ["snapshot", "exit"], (pid, reasons)
+
+
+def postgres_bin():
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"))
+    return os.path.dirname(found[-1]) if found else None
+
+
+def as_server_user():
+    """PostgreSQL refuses to run as root.  As root, a user namespace makes
+    it the postgres user (nobody where there is none) while its files stay
+    root's: the test's Python, under /root, stays readable."""
+    if os.geteuid() != 0:
+        return []
+    try:
+        user = pwd.getpwnam("postgres")
+    except KeyError:
+        user = pwd.getpwnam("nobody")
+    return ["unshare", "--user", f"--map-user={user.pw_uid}", f"--map-group={user.pw_gid}"]
+
+
+@pytest.mark.skipif(not postgres_bin() or not shutil.which("psql"), reason="needs Debian's postgresql")
+def test_postgresql_shared_memory_counts_once_in_the_postmaster(workdir):
+    """PostgreSQL's main segment (an anonymous MAP_SHARED mapping) was live
+    in every forked backend too, and filled 83% of a flamegraph of the
+    run: it is the postmaster's, counted there once, with how much of it
+    the postmaster touched; no backend counts it."""
+    pgbin, user = postgres_bin(), as_server_user()
+    data, sockets = os.path.join(workdir, "data"), str(workdir)
+    init = subprocess.run([*user, os.path.join(pgbin, "initdb"), "-D", data, "-A", "trust", "-U", "postgres"],
+                          capture_output=True, text=True, timeout=300)
+    if init.returncode != 0 and user and "unshare" in init.stderr:
+        pytest.skip(f"no user namespaces here: {init.stderr.strip()}")
+    assert init.returncode == 0, init.stderr
+    port = free_port()
+    server = subprocess.Popen([*user, *cli_argv("run", "-q", os.path.join(pgbin, "postgres"), "-D", data,
+                                                "-k", sockets, "-p", port, "-c", "listen_addresses=",
+                                                "-c", "shared_buffers=16MB", "-c", "huge_pages=off")],
+                              cwd=workdir, env=CLI_ENV, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(os.path.join(sockets, f".s.PGSQL.{port}")):
+            assert server.poll() is None and time.monotonic() < deadline, server.communicate()
+            time.sleep(0.1)
+        for _ in range(3):  # three backends, forked and gone
+            q = subprocess.run(["psql", "-h", sockets, "-p", str(port), "-U", "postgres", "-At", "-c",
+                                "select count(*) > 100 from pg_class"], capture_output=True, text=True,
+                               timeout=120)
+            assert q.stdout.strip() == "t", q.stderr
+        report = snapshot(server.pid)
+        [segment] = [e for e in report.entries if "kind=shared" in e.extra]
+        fields = dict(x.split("=", 1) for x in segment.extra)
+        assert segment.bytes >= 16 << 20 and segment.blocks == 1, segment
+        assert 0 < int(fields["touched"]) <= segment.bytes
+        assert report.header["shared-mappings"].startswith(f"{segment.bytes} bytes in 1 shared (MAP_SHARED) "
+                                                          f"mapping, {fields['touched']} touched")
+        server.send_signal(signal.SIGTERM)  # smart shutdown
+        assert server.wait(timeout=120) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    names = [n for n in os.listdir(workdir) if n.startswith("postgres-") and n.endswith(".memlog")]
+    others = {int(n.split("-")[1]) for n in names} - {server.pid}
+    assert len(others) >= 3 + 3, names  # the backends, the checkpointer, the writers...
+    for pid in others:
+        for r in wait_for_reports(str(workdir), "postgres", pid, 1):
+            assert not [e for e in r.entries if "kind=shared" in e.extra], (pid, r.header)
+            assert "shared-mappings" not in r.header
+    # the postmaster gives it back as it stops
+    final = wait_for_reports(str(workdir), "postgres", server.pid, 2)[-1]
+    assert final.header["reason"] == "exit"
+    assert [(e.bytes, e.blocks) for e in final.entries if "kind=shared" in e.extra] == [(-segment.bytes, -1)]

@@ -43,7 +43,9 @@ class Trend:
     samples: int = 0                   # sampled reports: recorded blocks behind the estimates
     allocations: int | None = None     # allocations made (reports that count them: allocs=)
     alloc_deltas: list | None = None   # allocations made in each report's interval
-    kind: str = "malloc"               # allocator family: malloc, new, mmap (kind=)
+    kind: str = "malloc"               # allocator family: malloc, new, mmap, shared (kind=)
+    touched: int | None = None         # mappings: bytes ever touched, as last said (touched=)
+    touched_at: int = -1               # the report that said it
     cut: int = 0                       # the depth its stack was cut at (cut=), 0 if whole
     # filled in by rank():
     live_bytes: int = 0
@@ -121,6 +123,9 @@ def trends_of(series, scanned_at=None):
                         t.allocations = (t.allocations or 0) + int(value)
                     elif name == "kind":
                         t.kind = value
+                    elif name == "touched":  # an amount as of report i: the latest counts
+                        t.touched = int(value) + (t.touched or 0 if t.touched_at == i else 0)
+                        t.touched_at = i
                     elif name == "cut":
                         t.cut = max(t.cut, int(value))
                 except ValueError:
@@ -150,7 +155,7 @@ def regroup(trends, by, executable, layer=None):
             g = groups[key] = Trend(key, frames[:1] if by == "function" else frames,
                                     list(t.deltas), list(t.block_deltas), t.samples,
                                     allocations=t.allocations, kind=t.kind, cut=t.cut,
-                                    lost=dict(t.lost), since=dict(t.since))
+                                    touched=t.touched, lost=dict(t.lost), since=dict(t.since))
             continue
         for seq, blocks in t.since.items():
             g.since[seq] = g.since.get(seq, 0) + blocks
@@ -161,6 +166,8 @@ def regroup(trends, by, executable, layer=None):
         g.block_deltas = [a + b for a, b in zip(g.block_deltas, t.block_deltas)]
         g.samples += t.samples
         g.cut = max(g.cut, t.cut)
+        if t.touched is not None:
+            g.touched = (g.touched or 0) + t.touched
         if t.allocations is not None:
             g.allocations = (g.allocations or 0) + t.allocations
     return list(groups.values())
@@ -219,6 +226,10 @@ def analyse(series, group_by="stack", alloc_fns=None, fold=True):
     for field, label in (("frame-pointers", "frame pointers"), ("stacks-ended-without-tables", "stacks cut short")):
         if last.get(field):
             a.notes.append(f"{label}: {last[field]}")
+    through = reports[scanned_at].header.get("reachable-through-header") if scan else None
+    if through:  # what valgrind would call possibly lost
+        a.notes.append(f"reachable through an allocator's header (valgrind: possibly lost; "
+                       f"OFFSET BYTES BLOCKS SITE): {through}")
     cut = stacks_cut_note(series)
     if cut:
         a.notes.append(cut)

@@ -94,4 +94,7 @@ def run(args):
     finally:
         if args.output:
             out.close()
+    if args.format in ("collapsed", "speedscope"):  # no room for it in the file
+        for note in collapsed.drawing_notes(analyses):
+            print(f"libmemleak: export: note: {note}", file=sys.stderr)
     return 0

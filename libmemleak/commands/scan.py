@@ -32,8 +32,10 @@ def add_parser(sub):
     p.add_argument("--timeout", metavar="SECONDS", type=float, default=60.0,
                    help="how long to wait for each scan (default 60)")
     p.add_argument("--heuristics", metavar="SET", default="all",
-                   help="valgrind's --leak-check-heuristics: all (the default, as valgrind), none, "
-                        "or some of stdstring,length64,newarray,multipleinheritance")
+                   help="interior pointers that count as pointers to the start: all (the default: "
+                        "valgrind's four and an allocator's header), valgrind (its four, as its "
+                        "default: to compare), none, or some of stdstring,length64,newarray,"
+                        "multipleinheritance,header")
     p.set_defaults(func=run)
 
 

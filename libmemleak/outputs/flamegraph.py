@@ -10,7 +10,7 @@ it with a few lines of plain JavaScript into absolutely positioned divs."""
 import html
 import json
 
-from libmemleak.outputs.collapsed import frame_name
+from libmemleak.outputs.collapsed import drawing_notes, drawn_frames, frame_name
 
 MIN_SHARE = 0.0005  # of the total: narrower nodes are left out (their bytes stay in the parent)
 
@@ -24,7 +24,7 @@ def tree_of(analyses):
             root["v"] += t.live_bytes
             root["k"] += t.live_blocks
             node = root
-            for f in reversed(t.frames):  # outermost first
+            for f in reversed(drawn_frames(t, a)):  # outermost first
                 name = frame_name(f)
                 child = node["c"].get(name)
                 if child is None:
@@ -128,7 +128,8 @@ def body(analyses):
 
 
 def page(analyses, title="live bytes"):
-    return PAGE % {"title": html.escape(title), "style": STYLE, "body": body(analyses)}
+    notes = "".join(f'<p class="note">{html.escape(n)}</p>\n' for n in drawing_notes(analyses))
+    return PAGE % {"title": html.escape(title), "style": STYLE, "body": notes + body(analyses)}
 
 
 def write(out, analyses, problems, what="live bytes"):

@@ -3,6 +3,8 @@
 
 import json
 
+from libmemleak.analysis import mappings
+
 
 def frame_dict(f):
     return {"function": f.function, "module": f.module, "file": f.file, "line": f.line,
@@ -21,6 +23,8 @@ def trend_dict(t, rank=None):
         d["cut_at_depth"] = t.cut
     if t.allocations is not None:
         d["allocations"] = t.allocations
+    if t.touched is not None:
+        d["touched_bytes"] = t.touched
     if t.survival is not None:
         d["survival"] = round(t.survival, 3)
     if t.since:
@@ -40,6 +44,8 @@ def document(analyses, problems):
         "ended": a.series.ended, "sampled": a.series.sampled,
         "seconds": a.seconds, "live_bytes": a.live_bytes, "live_blocks": a.live_blocks,
         "notes": a.notes,
+        "mappings": {name: {"bytes": b, "mappings": n, "touched_bytes": used}
+                     for name, (b, n, used) in mappings.latest(a.series)[0].items()},
         "scan": None if not a.scan else {
             "report": a.scan_seq, "pause_ms": a.scan.pause_ms, "threads": a.scan.threads,
             **{name.replace("-", "_"): {"bytes": b, "blocks": k} for name, (b, k) in a.scan.totals.items()}},

@@ -21,6 +21,8 @@ one writer, and no faster for this shape of data."""
 
 import gzip
 
+from libmemleak.outputs.collapsed import drawing_notes, drawn_frames
+
 
 def _varint(n):
     n &= (1 << 64) - 1  # negative int64s are ten bytes, as protobuf writes them
@@ -124,7 +126,7 @@ def encode(analyses):
             if t.live_bytes <= 0 and not t.allocations:
                 continue
             ids, group = [], []
-            for f in t.frames:
+            for f in drawn_frames(t, a):
                 group.append(f)
                 if not f.inlined:
                     ids.append(location_id(group))
@@ -145,6 +147,8 @@ def encode(analyses):
     if period:  # as Go's sampled heap profiles: the mean bytes between samples
         body += _field_bytes(11, _field_varint(1, strings("space")) + _field_varint(2, strings("bytes")))
         body += _field_varint(12, period)
+    for note in drawing_notes(analyses):  # what was folded: `go tool pprof -comments`
+        body += _field_varint(13, strings(note))
     default = strings("inuse_space")
     for s in strings.table:
         body += _field_bytes(6, s.encode("utf-8", "surrogateescape"))

@@ -8,7 +8,7 @@ dist/release/file-format-schema.json."""
 import json
 
 from libmemleak import __version__
-from libmemleak.outputs.collapsed import frame_name
+from libmemleak.outputs.collapsed import drawn_frames, frame_name
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 
@@ -36,7 +36,7 @@ def document(analyses, value="live_bytes", what="live bytes"):
         for t in a.trends:
             v = getattr(t, value)
             if v > 0 and t.frames:
-                samples.append([frame_id(f) for f in reversed(t.frames)])  # root first
+                samples.append([frame_id(f) for f in reversed(drawn_frames(t, a))])  # root first
                 weights.append(v)
         profiles.append({"type": "sampled", "name": f"{a.series.program} (pid {a.series.pid}): {what}",
                          "unit": "bytes", "startValue": 0, "endValue": sum(weights),

@@ -2,6 +2,7 @@
 time, and the leak suspects with a verdict in words, readable frames and a
 compact trend."""
 
+from libmemleak.analysis import mappings
 from libmemleak.analysis.names import cut_of, frame_lines
 from libmemleak.analysis.trends import count, human_bytes
 
@@ -20,7 +21,7 @@ def live_words(t):
     else now."""
     if t.freed_at_exit:
         return f"{human_bytes(t.running_live_bytes)} live before exit"
-    return f"{human_bytes(t.live_bytes)} live in {count(t.live_blocks, 'block')}"
+    return f"{human_bytes(t.live_bytes)} live in {count(t.live_blocks, 'block')}{mappings.touched_words(t)}"
 
 
 def write(out, analyses, problems, top=10, full_names=False, all_stacks=False, frames=4):
@@ -32,6 +33,9 @@ def write(out, analyses, problems, top=10, full_names=False, all_stacks=False, f
                   f"{span}{ended}\n")
         out.write(f"  live now: {human_bytes(a.live_bytes)} in {count(a.live_blocks, 'block')}"
                   f"{' (estimates: sampled)' if s.sampled else ''}\n")
+        mapped = mappings.summary(s)
+        if mapped:
+            out.write(f"  of which: {mapped}\n")
         if a.scan:
             parts = [f"{name.replace('-', ' ')} {human_bytes(b)} in {count(k, 'block')}"
                      for name, (b, k) in a.scan.totals.items()]

@@ -238,6 +238,9 @@ struct region {
     uint32_t stack;
 };
 
+_Static_assert(sizeof(struct region) == MLK_REGION_BYTES, "shm_layout.h: region_table");
+
+/* The reporter reads `mapped`'s first two words (shm_layout.h region_table). */
 struct region_table {
     struct region *r;
     uint64_t count, cap;
@@ -246,6 +249,8 @@ struct region_table {
 
 static mlk_lock_t regions_lock;
 static struct region_table mapped = {.counted = 1}, reserved;
+
+uint64_t mlk_region_table(void) { return (uint64_t)(uintptr_t)&mapped; }
 
 static int table_reserve(struct region_table *t, uint64_t need)
 {
@@ -428,6 +433,32 @@ int mlk_region_open(uint64_t start, uint64_t len, uint32_t stack)
     }
     mlk_unlock(&regions_lock);
     return ok;
+}
+
+int mlk_region_kind(uint64_t addr)
+{
+    int kind = -1;
+    mlk_lock(&regions_lock);
+    uint64_t i = first_after(&mapped, addr);
+    if (i < mapped.count && mapped.r[i].start <= addr)
+        kind = mlk_stacks()[mapped.r[i].stack].kind;
+    mlk_unlock(&regions_lock);
+    return kind;
+}
+
+/* A forked child shares its parent's MAP_SHARED mappings: they are the
+ * parent's, counted there once -- in the child they would count again, in
+ * every backend PostgreSQL forks.  Runs in the child with our locks held. */
+void mlk_regions_fork_child(void)
+{
+    if (!mlk_seg)
+        return;
+    const struct mlk_stack *st = mlk_stacks();
+    for (uint64_t i = mapped.count; i-- > 0;) {
+        struct region r = mapped.r[i];
+        if (st[r.stack].kind == MLK_KIND_SHARED)
+            remove_locked(&mapped, r.start, r.end);
+    }
 }
 
 uint64_t mlk_region_tracked(uint64_t start, uint64_t len)

@@ -89,7 +89,7 @@ static const char *value_wanted(const char *key, size_t n)
                  {"track", "': needs trailers or table"},
                  {"exit_timeout", "': needs a number of seconds"},
                  {"scan", "': needs exit (scan=exit)"},
-                 {"scan_heuristics", "': needs all, none or names joined by + (stdstring+newarray)"},
+                 {"scan_heuristics", "': needs all, none, valgrind or names joined by + (stdstring+newarray)"},
                  {"listen", "': needs HOST:PORT (listen=0.0.0.0:7070)"},
                  {"route", "': needs yes or no"}};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
@@ -98,10 +98,12 @@ static const char *value_wanted(const char *key, size_t n)
     return NULL;
 }
 
-/* scan_heuristics=all|none|NAME+NAME...: the header's scan_heuristics. */
+/* scan_heuristics=all|none|valgrind|NAME+NAME...: the header's
+ * scan_heuristics (bit n: heuristic n, libmemleak/reachability.py).
+ * valgrind: its own four, as its `all` (not libmemleak's header one). */
 static int parse_heuristics(const char *v, size_t n, uint32_t *out)
 {
-    static const char *const names[] = {"stdstring", "length64", "newarray", "multipleinheritance"};
+    static const char *const names[] = {"stdstring", "length64", "newarray", "multipleinheritance", "header"};
     if (n == 3 && strncmp(v, "all", 3) == 0) {
         *out = 0;
         return 1;
@@ -109,6 +111,10 @@ static int parse_heuristics(const char *v, size_t n, uint32_t *out)
     uint32_t bits = MLK_SCAN_HEURISTICS_SET;
     if (n == 4 && strncmp(v, "none", 4) == 0) {
         *out = bits;
+        return 1;
+    }
+    if (n == 8 && strncmp(v, "valgrind", 8) == 0) {
+        *out = bits | 0x1e;
         return 1;
     }
     for (size_t at = 0; at < n;) {
@@ -215,8 +221,8 @@ void mlk_config_parse(const char *cfg, const char *cwd)
                 bad_option(p, n, "': exit_timeout takes seconds (0 to 86400)");
         } else if (KEY("scan_heuristics") && val) {
             if (!parse_heuristics(val, vn, &mlk_config.scan_heuristics))
-                bad_option(p, n, "': heuristics are all, none, or some of stdstring, length64, "
-                                 "newarray, multipleinheritance joined by +; using all");
+                bad_option(p, n, "': heuristics are all, none, valgrind, or some of stdstring, length64, "
+                                 "newarray, multipleinheritance, header joined by +; using all");
         } else if (KEY("listen") && val) {
             /* HOST:PORT for a remote shell (libmemleak/remote.py checks it
              * further; here only its shape). */
@@ -240,7 +246,7 @@ void mlk_config_parse(const char *cfg, const char *cwd)
             bad_option(p, n, "': unknown option (known: mtraceinit, depth=N, dir=PATH, "
                              "signal=NAME, unwind=fast|libgcc, sample=BYTES, "
                              "track=trailers|table, exit_timeout=SECONDS, scan=exit, "
-                             "scan_heuristics=all|none|NAME+NAME, listen=HOST:PORT, route=yes|no)");
+                             "scan_heuristics=all|none|valgrind|NAME+NAME, listen=HOST:PORT, route=yes|no)");
         }
 #undef KEY
 #undef VALUE

@@ -237,6 +237,7 @@ int mlk_start_collecting(void)
     mlk_seg->trailer_key = mlk_trailers_in_use() ? mlk_trailer_key : 0;
     mlk_own_range(&mlk_seg->own_lo, &mlk_seg->own_hi);
     mlk_seg->addr_table = mlk_addr_table();
+    mlk_seg->region_table = mlk_region_table();
     mlk_seg->scan_at_exit = (uint32_t)mlk_config.scan_at_exit;
     mlk_seg->scan_heuristics = mlk_config.scan_heuristics;
     mlk_seg->collecting_addr = (uint64_t)(uintptr_t)&mlk_collecting;
@@ -308,7 +309,9 @@ static void fork_parent(void)
 
 static void fork_child(void)
 {
-    if (mlk_ever_collected && mlk_segment_fork_child() != 0) {
+    if (mlk_ever_collected && mlk_segment_fork_child() == 0)
+        mlk_regions_fork_child(); /* the parent's shared mappings: counted there */
+    else if (mlk_ever_collected) {
         /* Without a segment of its own the child must not touch the
          * parent's: stop recording in it. */
         mlk_collecting = 0;

@@ -20,6 +20,13 @@ static size_t page_round(size_t len)
     return (len + page - 1) & ~(page - 1);
 }
 
+/* MAP_SHARED_VALIDATE is MAP_SHARED with flags checked: shared too. */
+static int shared_kind(int flags)
+{
+    int type = flags & MAP_TYPE;
+    return type == MAP_SHARED || type == MAP_SHARED_VALIDATE ? MLK_KIND_SHARED : MLK_KIND_MMAP;
+}
+
 static void *raw_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
     long r = mlk_syscall6(SYS_mmap, (long)addr, (long)len, prot, flags, fd, off);
@@ -40,7 +47,7 @@ EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off
     if ((flags & MAP_ANONYMOUS) && prot == PROT_NONE)
         mlk_record_reserve(p, page_round(len)); /* address space, not memory: see mprotect */
     else if ((flags & MAP_ANONYMOUS) && mlk_collecting && mlk_sample(page_round(len)))
-        mlk_record_mmap(p, page_round(len)); /* replaces what was there */
+        mlk_record_mmap(p, page_round(len), shared_kind(flags)); /* replaces what was there */
     else if (flags & (MAP_FIXED | MAP_ANONYMOUS))
         mlk_record_munmap(p, page_round(len));
     END_HOOK();
@@ -98,6 +105,7 @@ EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
     /* Like realloc: the old range is freed, the new one is a new block of
      * the caller of mremap — but only for mappings we were tracking. */
     int tracked = mlk_region_tracked((uint64_t)old, page_round(old_len)) != 0;
+    int kind = tracked ? mlk_region_kind((uint64_t)old) : -1;
     int reservation = mlk_region_reserved((uint64_t)old, page_round(old_len)) == page_round(old_len);
     if (tracked || reservation || (flags & MREMAP_FIXED))
         mlk_record_munmap(old, page_round(old_len));
@@ -107,7 +115,7 @@ EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
         return p;
     }
     if (tracked && mlk_collecting && mlk_sample(page_round(new_len)))
-        mlk_record_mmap(p, page_round(new_len));
+        mlk_record_mmap(p, page_round(new_len), kind == MLK_KIND_SHARED ? kind : MLK_KIND_MMAP);
     else if (tracked || (flags & MREMAP_FIXED))
         mlk_record_munmap(p, page_round(new_len));
     END_HOOK();

@@ -155,6 +155,11 @@ MLK_HIDDEN int mlk_region_insert(uint64_t start, uint64_t len, uint32_t stack);
 MLK_HIDDEN void mlk_region_remove(uint64_t start, uint64_t len);
 /* Bytes of [start, start+len) that are tracked regions. */
 MLK_HIDDEN uint64_t mlk_region_tracked(uint64_t start, uint64_t len);
+/* The MLK_KIND_* of the tracked mapping at addr, or -1. */
+MLK_HIDDEN int mlk_region_kind(uint64_t addr);
+/* fork(): the child forgets the MAP_SHARED mappings it inherited (locks held). */
+MLK_HIDDEN void mlk_regions_fork_child(void);
+MLK_HIDDEN uint64_t mlk_region_table(void); /* for the reporter (shm_layout.h region_table) */
 /* PROT_NONE reservations: address space, not memory.  reserve: [start,
  * start+len) is one now (whatever was there is gone); open: its reserved
  * parts become mapped regions of `stack` (MLK_NO_STACK: just forgotten;
@@ -217,7 +222,7 @@ MLK_HIDDEN void mlk_record_free(void *p);
 MLK_HIDDEN int mlk_record_take(void *p, uint32_t *stack, uint64_t *size);
 /* ... and put it back unchanged when the real realloc fails. */
 MLK_HIDDEN void mlk_record_put_back(void *p, uint32_t stack, uint64_t size);
-MLK_HIDDEN void mlk_record_mmap(void *p, size_t len);
+MLK_HIDDEN void mlk_record_mmap(void *p, size_t len, int kind); /* MLK_KIND_MMAP or _SHARED */
 MLK_HIDDEN void mlk_record_munmap(void *p, size_t len);
 MLK_HIDDEN void mlk_record_reserve(void *p, size_t len);
 MLK_HIDDEN void mlk_record_mprotect(void *p, size_t len, int prot);

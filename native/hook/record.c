@@ -97,9 +97,9 @@ void mlk_record_put_back(void *p, uint32_t stack, uint64_t size)
         dropped_block();
 }
 
-void mlk_record_mmap(void *p, size_t len)
+void mlk_record_mmap(void *p, size_t len, int kind)
 {
-    uint32_t id = current_stack(MLK_KIND_MMAP);
+    uint32_t id = current_stack(kind);
     if (id != MLK_NO_STACK && !mlk_region_insert((uint64_t)p, len, id))
         dropped_block();
 }

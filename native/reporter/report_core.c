@@ -60,15 +60,17 @@ EXPORT void mlk_rc_columns(const struct mlk_stack *stacks, int64_t n, const uint
 }
 
 /* Positions (< n) whose live bytes or blocks differ from the reported ones
- * and whose key (key_of[pos]) is not known yet (< 0): the reporter resolves
+ * (or whose touched bytes moved, when touched is not NULL) and whose key (key_of[pos]) is not known yet (< 0): the reporter resolves
  * those in Python before merging.  Returns how many; writes at most cap. */
 EXPORT int64_t mlk_rc_unkeyed(int64_t n, const int64_t *live_bytes, const int64_t *live_blocks,
                               const int64_t *reported_bytes, const int64_t *reported_blocks,
+                              const int64_t *touched, const int64_t *touched_before,
                               const int64_t *key_of, int64_t *out, int64_t cap)
 {
     int64_t found = 0;
     for (int64_t i = 0; i < n; i++) {
-        if (live_bytes[i] == reported_bytes[i] && live_blocks[i] == reported_blocks[i])
+        if (live_bytes[i] == reported_bytes[i] && live_blocks[i] == reported_blocks[i] &&
+            !(touched && touched[i] != touched_before[i]))
             continue;
         if (key_of[i] < 0) {
             if (found < cap)
@@ -93,6 +95,8 @@ struct mlk_rc_row {
     int64_t scanned;        /* 1: a scan report; lost[] holds its split of the live blocks */
     int64_t lost[8];        /* bytes, blocks: definitely, indirectly, possibly lost, still reachable */
     int64_t since[8];       /* blocks live since each earlier scan (mlk_rc_texts.since_seq) */
+    int64_t touched;        /* bytes of its mappings ever touched, now; -1 = not measured */
+    int64_t touched_changed; /* 1: that differs from the previous report's */
 };
 
 static int any_scanned(const int64_t *cats)
@@ -103,10 +107,11 @@ static int any_scanned(const int64_t *cats)
     return 0;
 }
 
-/* A row is an entry of the report: it changed, or a scan found blocks of it. */
+/* A row is an entry of the report: it changed, a scan found blocks of it,
+ * or more (or less) of its mappings is touched than the last report said. */
 static int row_shown(const struct mlk_rc_row *r)
 {
-    return r->bytes || r->blocks || (r->scanned && any_scanned(r->lost));
+    return r->bytes || r->blocks || (r->scanned && any_scanned(r->lost)) || r->touched_changed;
 }
 
 /* Report order (docs/memlog.md): growth before shrinkage, and within
@@ -144,13 +149,16 @@ EXPORT int64_t mlk_rc_merge(int64_t n, const int64_t *live_bytes, const int64_t 
                             const int64_t *key_of, int64_t nkeys, int64_t *slot_of_key,
                             const int64_t *sampled_live, const int64_t *sampled_reported,
                             const int64_t *alloc_count, const int64_t *reported_allocs,
-                            const int64_t *scan, const int64_t *age, struct mlk_rc_row *rows)
+                            const int64_t *scan, const int64_t *age, const int64_t *touched,
+                            const int64_t *touched_before, struct mlk_rc_row *rows)
 {
     int64_t used = 0, bad = 0;
     for (int64_t i = 0; i < n; i++) {
-        /* a scan report lists every stack the scan found blocks of */
+        /* a scan report lists every stack the scan found blocks of; a
+         * mapping is listed when its touched bytes changed */
+        int touch_moved = touched && touched[i] != touched_before[i];
         if (live_bytes[i] == reported_bytes[i] && live_blocks[i] == reported_blocks[i] &&
-            !(scan && any_scanned(&scan[8 * i])))
+            !(scan && any_scanned(&scan[8 * i])) && !touch_moved)
             continue;
         int64_t key = key_of[i];
         if (key < 0 || key >= nkeys) {
@@ -167,7 +175,7 @@ EXPORT int64_t mlk_rc_merge(int64_t n, const int64_t *live_bytes, const int64_t 
             slot_of_key[key] = used;
             rows[used] = (struct mlk_rc_row){key, i, (int64_t)db, (int64_t)dk,
                                              live_bytes[i], live_blocks[i], ds, da, scan != NULL,
-                                             {0}, {0}};
+                                             {0}, {0}, touched ? touched[i] : -1, touch_moved};
             if (scan)
                 memcpy(rows[used].lost, &scan[8 * i], sizeof rows[used].lost);
             if (age)
@@ -189,6 +197,10 @@ EXPORT int64_t mlk_rc_merge(int64_t n, const int64_t *live_bytes, const int64_t 
             if (age)
                 for (int k = 0; k < 8; k++)
                     r->since[k] += age[8 * i + k];
+            if (touched) {
+                r->touched += touched[i];
+                r->touched_changed |= touch_moved;
+            }
         }
     }
     int64_t kept = 0;
@@ -243,6 +255,9 @@ EXPORT int64_t mlk_rc_merge_same_text(struct mlk_rc_row *rows, int64_t n, const 
             into->lost[k] += row.lost[k];
             into->since[k] += row.since[k];
         }
+        if (into->touched != -1 && row.touched != -1)
+            into->touched += row.touched;
+        into->touched_changed |= row.touched_changed;
         merged = 1;
     }
     int64_t kept = 0;
@@ -293,7 +308,8 @@ struct mlk_rc_texts {
 #define CUT_KIND 0x40
 
 /* How an entry names its allocator family; malloc's is left unsaid. */
-static const char *const kind_field[] = {[MLK_KIND_NEW] = " kind=new", [MLK_KIND_MMAP] = " kind=mmap"};
+static const char *const kind_field[] = {[MLK_KIND_NEW] = " kind=new", [MLK_KIND_MMAP] = " kind=mmap",
+                                         [MLK_KIND_SHARED] = " kind=shared"};
 #define KIND_FIELDS ((int)(sizeof kind_field / sizeof kind_field[0]))
 /* A scan report's split of an entry's live blocks (docs/memlog.md). */
 static const char *const category_field[4] = {" definitely-lost=", " indirectly-lost=",
@@ -337,7 +353,7 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
         const struct mlk_rc_row *row = &rows[r];
         int64_t first = row->key >= 0 && row->key < t->keys ? t->key_first[row->key] : -1;
         int32_t lines = first < 0 ? 0 : t->key_lines[row->key];
-        int64_t need = 112 + 200 + 240 + 32; /* four signed numbers, the kind, "cut=", "samples=", "allocs=",
+        int64_t need = 112 + 240 + 240 + 32; /* four signed numbers, the kind, "cut=", "touched=", "samples=", "allocs=",
                                          * four categories' "name=bytes/blocks", "since=" with
                                          * eight "seq:blocks", a newline */
         for (int32_t k = 0; k < lines; k++) {
@@ -364,6 +380,11 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
             size_t n = strlen(kind_field[kind]);
             memcpy(p, kind_field[kind], n);
             p += n;
+        }
+        if (row->touched >= 0 && (kind == MLK_KIND_MMAP || kind == MLK_KIND_SHARED)) {
+            memcpy(p, " touched=", 9);
+            p += 9;
+            p += put_count(p, row->touched);
         }
         if (row->allocs != -1) {
             memcpy(p, " allocs=", 8);

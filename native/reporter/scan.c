@@ -44,6 +44,7 @@
 #include "../trailer_format.h"
 #include "age.h"
 #include "grow.h"
+#include "headers.h"
 #include "heuristics.h"
 #include "maps.h"
 #include "glibc_heap.h"
@@ -85,13 +86,15 @@ struct mlk_scan_totals {
     int64_t heap_bytes_read; /* bytes of blocks read */
     int64_t threads;
     int64_t phase_ns[4];     /* listing the blocks, the roots, the flood, the cliques */
-    int64_t heuristic_bytes[4], heuristic_blocks[4]; /* of the still reachable, by heuristic */
+    int64_t heuristic_bytes[5], heuristic_blocks[5]; /* of the still reachable, by heuristic */
     int64_t before_bytes[4], before_blocks[4];       /* an attached process's older blocks */
 };
 
 struct scan {
     int pid;
     struct mlk_heuristics *heur;   /* valgrind's heuristics (heuristics.c), or NULL for none */
+    struct mlk_headers *headers;   /* allocators' headers (headers.c), or NULL */
+    int headers_learned;           /* after the first flood: follow() applies them */
     uint64_t own_lo, own_hi; /* libmtrace's own maps (native/hook/rt.c): not the program's */
     struct mlk_maps maps;     /* the process's mappings (maps.c) */
     struct mlk_block *blocks;
@@ -128,7 +131,7 @@ static void add_block(struct scan *s, uint64_t start, uint64_t trailer, uint64_t
     if (!blocks)
         return;
     s->blocks = blocks;
-    s->blocks[s->nblocks++] = (struct mlk_block){start, size, trailer + 16, stack, UNREACHED, 0};
+    s->blocks[s->nblocks++] = (struct mlk_block){start, size, trailer + 16, stack, UNREACHED, 0, 0};
 }
 
 struct trailer_walk {
@@ -238,7 +241,7 @@ static void add_untrailed(void *ctx, uint64_t start, uint64_t usable)
     if (!blocks)
         return;
     s->blocks = blocks;
-    s->blocks[s->nblocks++] = (struct mlk_block){start, usable, start + usable, BEFORE_ATTACH, UNREACHED, 0};
+    s->blocks[s->nblocks++] = (struct mlk_block){start, usable, start + usable, BEFORE_ATTACH, UNREACHED, 0, 0};
 }
 
 /* The blocks kept in the hook's address table, not by trailer (a routed
@@ -271,7 +274,7 @@ static void add_table_blocks(struct scan *s, uint64_t table)
                     return;
                 s->blocks = blocks;
                 s->blocks[s->nblocks++] = (struct mlk_block){start, size, start + (size ? size : 1), stack,
-                                                             UNREACHED, 0};
+                                                             UNREACHED, 0, 0};
             }
         }
     }
@@ -345,6 +348,14 @@ static inline void follow(struct scan *s, uint64_t word, int from, int64_t cliqu
     if (!as_start && s->heur) { /* an interior pointer valgrind's heuristics may accept */
         b->heuristic = (uint8_t)mlk_heuristic_reaches(s->heur, word, i, b);
         as_start = b->heuristic != MLK_HEUR_NONE;
+    }
+    if (!as_start && s->headers) { /* or the header of the block's allocator */
+        if (!s->headers_learned)
+            mlk_header_hit(b, word, from == REACHABLE);
+        else if (from == REACHABLE && word - b->start == mlk_headers_offset(s->headers, b)) {
+            b->heuristic = MLK_HEUR_HEADER;
+            as_start = 1;
+        }
     }
     if (as_start && from == REACHABLE) {
         b->state = REACHABLE;
@@ -478,6 +489,26 @@ static void flood(struct scan *s, int64_t clique)
     }
 }
 
+/* The sites whose blocks are held through a header, learned from the
+ * first flood: their blocks a reachable place points to at that offset
+ * are reachable, and so is what they reach (a second flood). */
+static void through_headers(struct scan *s)
+{
+    if (!mlk_headers_learn(s->headers, s->blocks, s->nblocks))
+        return;
+    s->headers_learned = 1;
+    for (int64_t i = 0; i < s->nblocks; i++) {
+        struct mlk_block *b = &s->blocks[i];
+        if (b->state == POSSIBLE && (b->header & MLK_HEADER_FROM_REACHABLE) &&
+            8u * (b->header & MLK_HEADER_OFFSET_MASK) == mlk_headers_offset(s->headers, b)) {
+            b->state = REACHABLE;
+            b->heuristic = MLK_HEUR_HEADER;
+            push(s, i);
+        }
+    }
+    flood(s, -1);
+}
+
 static void mark_cliques(struct scan *s)
 {
     for (int64_t i = 0; i < s->nblocks; i++) {
@@ -499,11 +530,13 @@ EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t table
                          unsigned heuristics, int64_t nstacks, int64_t *per_stack,
                          struct mlk_scan_totals *totals,
                          struct mlk_age_history *history, uint32_t seq, int64_t *per_stack_age,
-                         int32_t *bucket_seq, char *why, int why_len)
+                         int32_t *bucket_seq, const struct mlk_scan_stacks *stacks, int64_t *header_sites,
+                         int64_t header_cap, int64_t *nheader_sites, char *why, int why_len)
 {
     struct scan s = {.pid = w->mem_pid, .own_lo = own_lo, .own_hi = own_hi, .totals = totals,
                      .unlisted_heap_is_root = (heuristics & MLK_SCAN_UNLISTED_HEAP_IS_ROOT) != 0};
     memset(totals, 0, sizeof *totals);
+    *nheader_sites = 0;
     totals->threads = w->nthreads;
     s.buf = malloc(BATCH_BYTES > CHUNK ? BATCH_BYTES : CHUNK);
     if (!s.buf || mlk_maps_read(&s.maps, s.pid, own_lo, own_hi) != 0) {
@@ -512,14 +545,17 @@ EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t table
         mlk_maps_free(&s.maps);
         return -1;
     }
-    if (heuristics & MLK_HEUR_ALL)
-        s.heur = mlk_heuristics_new(s.pid, heuristics & MLK_HEUR_ALL, s.maps.files, s.maps.nfiles);
+    if (heuristics & MLK_HEUR_VALGRIND)
+        s.heur = mlk_heuristics_new(s.pid, heuristics & MLK_HEUR_VALGRIND, s.maps.files, s.maps.nfiles);
+    if ((heuristics & (1u << MLK_HEUR_HEADER)) && stacks)
+        s.headers = mlk_headers_new(stacks->off, stacks->depth, stacks->n, stacks->frames, stacks->nframes);
     int64_t t0 = mlk_now_monotonic_ns();
     list_blocks(&s, key, table);
     int64_t t1 = mlk_now_monotonic_ns();
     mark_from_roots(&s, w);
     int64_t t2 = mlk_now_monotonic_ns();
     flood(&s, -1);
+    through_headers(&s);
     int64_t t3 = mlk_now_monotonic_ns();
     mark_cliques(&s);
     int64_t t4 = mlk_now_monotonic_ns();
@@ -544,6 +580,8 @@ EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t table
         if (b->state == REACHABLE && b->heuristic) { /* still reachable, by a heuristic */
             totals->heuristic_bytes[b->heuristic - 1] += (int64_t)b->size;
             totals->heuristic_blocks[b->heuristic - 1]++;
+            if (b->heuristic == MLK_HEUR_HEADER)
+                mlk_headers_count(s.headers, b);
         }
         if (b->stack < nstacks) {
             int64_t *row = &per_stack[b->stack * 8 + 2 * b->state];
@@ -574,5 +612,7 @@ EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t table
     free(s.granules);
     mlk_block_index_free(s.index);
     mlk_heuristics_free(s.heur);
+    *nheader_sites = mlk_headers_list(s.headers, header_sites, header_cap);
+    mlk_headers_free(s.headers);
     return 0;
 }

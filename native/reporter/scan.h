@@ -10,6 +10,7 @@ struct mlk_block {
     uint32_t stack;
     uint8_t state;
     uint8_t heuristic; /* MLK_HEUR_* that made it reachable (heuristics.h), or 0 */
+    uint8_t header;    /* where it was first pointed into (headers.h), or 0 */
 };
 
 /* Which block holds an address: a hash of 4 KB pages to the blocks that
@@ -23,5 +24,14 @@ void mlk_block_index_free(struct mlk_block_index *ix);
 /* The index of the block whose [start, start + max(size, 1)) holds p, or -1. */
 int64_t mlk_block_index_find(const struct mlk_block_index *ix, const struct mlk_block *blocks,
                              int64_t n, uint64_t p);
+
+/* Where the frames of each stack id are, in the segment: what the scan
+ * groups blocks by allocation site with (headers.c). */
+struct mlk_scan_stacks {
+    const int64_t *off, *depth; /* per stack id */
+    int64_t n;
+    const uint64_t *frames;
+    uint64_t nframes;
+};
 
 #endif
