@@ -493,6 +493,8 @@ class Reporter:
             lines.append(("blind", self.seg.string(self.h.blind_off, min(self.h.blind_len, 1024))))
         if self.h.routed_len:  # the program's own allocator, routed to the hook
             lines.append(("routed", self.seg.string(self.h.routed_off, min(self.h.routed_len, 1024))))
+        if self.h.alloc_fns_len:  # its allocation layer, as its user named it
+            lines.append(("alloc-fns", self.seg.string(self.h.alloc_fns_off, min(self.h.alloc_fns_len, 255))))
         lines += [
             ("seq", seq),
             ("time", when.isoformat(timespec="milliseconds")),

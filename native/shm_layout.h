@@ -275,4 +275,9 @@ struct mlk_header {
      * Read without a lock, as hostile input: a report taken while the
      * program maps may miscount, never fail. */
     uint64_t region_table;
+    /* MEMLEAK_CONFIG alloc_fns=REGEX, in strings (0/0: none): the program's
+     * own allocation layer, named by its user; every report's header says
+     * it and the analysis folds those functions (docs/cli.md). */
+    uint32_t alloc_fns_off;
+    uint32_t alloc_fns_len;
 };

@@ -133,3 +133,37 @@ def test_blocks_held_through_a_header_are_reachable(tmp_path):
         vg = subprocess.run(["valgrind", "--leak-check=full", "--show-leak-kinds=all", prog],
                             capture_output=True, text=True, timeout=300).stderr
         assert f"possibly lost: {nbytes:,} bytes in {blocks} blocks" in vg, vg
+
+
+def test_alloc_fns_in_the_config_is_carried_by_every_report(tmp_path):
+    """MEMLEAK_CONFIG alloc_fns= names the layer once, at run time: every
+    report says it, and report, export and diff fold it without options.
+    What a report says there is the traced program's word: only names and
+    anchors joined by | are used, nothing that could backtrack for ever."""
+    from libmemleak import memlog
+    prog = compile_program("layered.c", "-O2")
+    out = cli("run", "-q", "--config", "alloc_fns=^pool_get$|^nothing_else", prog, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    [name] = [n for n in os.listdir(tmp_path) if n.endswith(".memlog")]
+    assert memlog.read(str(tmp_path / name)).header["alloc-fns"] == "^pool_get$|^nothing_else"
+    got, notes = by_function(tmp_path)
+    assert got["caller_one"] == (160, 4) and got["caller_two"] == (80, 2) and "pool_get" not in got
+    assert notes[0].endswith("obscure_alloc (6 callers), pool_get (alloc_fns=)"), notes
+    # diff folds the layer too (compared with an empty state: everything is new)
+    empty = tmp_path / "before"
+    empty.mkdir()
+    with open(tmp_path / name) as f, open(empty / name, "w") as g:  # the same process, nothing live yet
+        g.write("".join(line for line in f if line.startswith("#")))
+    diff = cli("diff", empty, tmp_path / name)
+    assert diff.returncode == 0, diff.stderr
+    assert "(1 frame above, allocation layer: my_malloc)\n           leak_users (layered.c:" in diff.stdout
+    assert "libmemleak: diff: allocation layer folded" in diff.stderr
+    plain = cli("diff", "--no-fold", empty, tmp_path / name).stdout
+    assert "allocation layer" not in plain and "           my_malloc (layered.c:" in plain
+    # a hostile report's pattern is refused, in one line, and nothing else changes
+    text = (tmp_path / name).read_text().replace("# alloc-fns: ^pool_get$|^nothing_else",
+                                                 "# alloc-fns: (a+)+$")
+    (tmp_path / name).write_text(text)
+    got, notes = by_function(tmp_path)
+    assert "pool_get" in got
+    assert "alloc-fns '(a+)+$' in the reports is not names joined by | (with ^ and $): not used" in notes

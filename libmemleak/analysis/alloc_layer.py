@@ -7,7 +7,8 @@ a stack is attributed to the first frame outside the layer -- the wrapper's
 caller -- and every report says which functions were folded.
 
 The layer is found three ways, in this order:
-  - functions named by the user (`--alloc-fns REGEX`);
+  - functions named by the user (`--alloc-fns REGEX`, or `alloc_fns=` in
+    MEMLEAK_CONFIG, which every report's header carries: `# alloc-fns:`);
   - well-known allocation functions of common programs and libraries;
   - by their shape: a function that is the first own frame of a large share
     of the allocations (MIN_SHARE of them) with many distinct callers
@@ -46,6 +47,12 @@ KNOWN = frozenset((
 KNOWN_PREFIXES = ("partition_alloc::", "allocator_shim::", "base::allocator::",
                   "v8::internal::Malloced::", "v8::internal::AlignedAlloc")
 
+# What `alloc_fns=` may be when read from a report (the traced program
+# writes it): names or parts of names, anchored with ^ and $, joined by |.
+# No groups, classes or quantifiers: nothing a hostile report could make
+# backtrack for ever.
+CONFIGURED = re.compile(r"\^?[\w:~.]+\$?(\|\^?[\w:~.]+\$?)*")
+
 MIN_CALLERS = 5     # distinct callers of a wrapper found by its shape
 MIN_SHARE = 0.10    # of the process's allocations whose first own frame it is
 LEVELS = 4
@@ -54,8 +61,9 @@ LEVELS = 4
 class Layer:
     """Which functions are folded, and why (name -> reason)."""
 
-    def __init__(self, folded=None):
+    def __init__(self, folded=None, problems=()):
         self.folded = dict(folded or {})
+        self.problems = list(problems)  # what could not be applied, one line each
 
     def __bool__(self):
         return bool(self.folded)
@@ -66,10 +74,10 @@ class Layer:
     def notes(self):
         """One line saying what was folded, or nothing."""
         if not self.folded:
-            return []
+            return list(self.problems)
         parts = [f"{name} ({why})" for name, why in sorted(self.folded.items())]
         return ["allocation layer folded (stacks attributed to its callers; --no-fold shows it): "
-                + ", ".join(parts)]
+                + ", ".join(parts), *self.problems]
 
 
 def _first_outside(frames, executable, layer):
@@ -80,13 +88,26 @@ def _first_outside(frames, executable, layer):
     return None
 
 
-def find(stacks, executable=None, pattern=None, fold=True):
+def configured(text):
+    """The report's `alloc-fns` as a compiled pattern and None, or None and
+    the line saying why it is not used."""
+    if not CONFIGURED.fullmatch(text) or len(text) > 255:
+        return None, (f"alloc-fns {text[:80]!r} in the reports is not names joined by | "
+                      "(with ^ and $): not used")
+    return re.compile(text.replace(".", r"\.")), None
+
+
+def find(stacks, executable=None, pattern=None, fold=True, config=None):
     """The Layer of a process from its stacks: (frames, allocations made
     there -- None when the reports do not say, then 1).  pattern: a regular
-    expression (search) over function names, or None."""
+    expression (search) over function names, or None; config: the
+    reports' `alloc-fns`, or None."""
     if not fold:
         return Layer()
-    folded = {}
+    folded, problems = {}, []
+    named, problem = configured(config) if config else (None, None)
+    if problem:
+        problems.append(problem)
     names = set()
     for frames, _ in stacks:
         for f in frames:
@@ -96,6 +117,8 @@ def find(stacks, executable=None, pattern=None, fold=True):
     for name in names:
         if regex and regex.search(name):
             folded[name] = "--alloc-fns"
+        elif named and named.search(name):
+            folded[name] = "alloc_fns="
         elif name in KNOWN or name.startswith(KNOWN_PREFIXES):
             folded[name] = "an allocation function"
     total = sum(made or 1 for _, made in stacks)
@@ -116,4 +139,4 @@ def find(stacks, executable=None, pattern=None, fold=True):
         if not found:
             break
         folded.update(found)
-    return Layer(folded)
+    return Layer(folded, problems)

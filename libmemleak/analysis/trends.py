@@ -181,7 +181,9 @@ def analyse(series, group_by="stack", alloc_fns=None, fold=True):
     reports = series.reports
     scanned_at, scan = latest_scan(series)
     trends = trends_of(series, scanned_at)
-    layer = alloc_layer.find([(t.frames, t.allocations) for t in trends], series.executable, alloc_fns, fold)
+    config = next((r.header["alloc-fns"] for r in reversed(reports) if r.header.get("alloc-fns")), None)
+    layer = alloc_layer.find([(t.frames, t.allocations) for t in trends], series.executable, alloc_fns, fold,
+                             config)
     if group_by != "stack":
         trends = regroup(trends, group_by, series.executable, layer)
     running = len(reports) - (1 if reports and reports[-1].reason == TEARDOWN and len(reports) > 1 else 0)

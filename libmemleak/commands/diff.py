@@ -7,9 +7,10 @@ a side cannot be read."""
 import json
 import sys
 
+from libmemleak.analysis import alloc_layer
 from libmemleak.analysis.compare import compare
 from libmemleak.analysis.names import frame_lines
-from libmemleak.commands import positive
+from libmemleak.commands import EXIT_BAD_INPUT, add_layer_options, layer_args, positive
 from libmemleak.analysis.trends import count, human_bytes
 from libmemleak.outputs.json_doc import frame_dict
 from libmemleak.series import InputError
@@ -27,16 +28,23 @@ def add_parser(sub):
                    help="frames shown per stack, from the program's own code on (4)")
     p.add_argument("--json", action="store_true",
                    help='{"stacks": [{"status", "change_bytes", "change_blocks", "frames"}]}')
+    add_layer_options(p)
     p.set_defaults(func=run)
 
 
 def run(args):
+    options = layer_args("diff", args)
+    if options is None:
+        return EXIT_BAD_INPUT
     try:
         changes, notes = compare(args.before, args.after)
     except InputError as e:
         print(f"libmemleak: diff: {e}", file=sys.stderr)
         return 2
-    for note in notes:
+    # The program's allocation layer, folded as `report` folds it (from
+    # the changed stacks: what the reports say of allocations is not kept).
+    layer = alloc_layer.find([(c.frames, None) for c in changes], None, *options)
+    for note in notes + layer.notes():
         print(f"libmemleak: diff: {note}", file=sys.stderr)
     if args.json:
         json.dump({"stacks": [{"status": c.status, "change_bytes": c.change_bytes,
@@ -50,7 +58,7 @@ def run(args):
     print(f"{count(len(changes), 'stack')} changed, {human_bytes(total, sign=True)} in all")
     for c in changes[:args.top]:
         print(f"  {c.status:6s} {human_bytes(c.change_bytes, sign=True):>10s} {count(c.change_blocks, 'block', sign=True)}")
-        for line in frame_lines(c.frames, keep=args.frames):
+        for line in frame_lines(c.frames, keep=args.frames, layer=layer):
             print(f"           {line}")
     if len(changes) > args.top:
         print(f"  ({len(changes) - args.top} more: --top N)")

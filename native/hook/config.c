@@ -8,7 +8,8 @@
 
 #include "control.h"
 
-struct mlk_config mlk_config = {1, 16, SIGUSR1, 60000, 0, 0, 0, "", "", 1};
+struct mlk_config mlk_config = {.collect_at_load = 1, .depth = 16, .signal = SIGUSR1, .exit_timeout_ms = 60000,
+                                .route = 1};
 
 static int parse_uint(const char *s, size_t n, uint64_t *out)
 {
@@ -91,6 +92,7 @@ static const char *value_wanted(const char *key, size_t n)
                  {"scan", "': needs exit (scan=exit)"},
                  {"scan_heuristics", "': needs all, none, valgrind or names joined by + (stdstring+newarray)"},
                  {"listen", "': needs HOST:PORT (listen=0.0.0.0:7070)"},
+                 {"alloc_fns", "': needs a regular expression (alloc_fns=^my_alloc|^pool_get$)"},
                  {"route", "': needs yes or no"}};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (strlen(known[i].name) == n && strncmp(key, known[i].name, n) == 0)
@@ -223,6 +225,15 @@ void mlk_config_parse(const char *cfg, const char *cwd)
             if (!parse_heuristics(val, vn, &mlk_config.scan_heuristics))
                 bad_option(p, n, "': heuristics are all, none, valgrind, or some of stdstring, length64, "
                                  "newarray, multipleinheritance, header joined by +; using all");
+        } else if (KEY("alloc_fns") && val) {
+            /* A regular expression the reader compiles (libmemleak/analysis/
+             * alloc_layer.py): here only its length. */
+            if (vn < sizeof mlk_config.alloc_fns) {
+                memcpy(mlk_config.alloc_fns, val, vn);
+                mlk_config.alloc_fns[vn] = 0;
+            } else {
+                bad_option(p, n, "': alloc_fns takes a regular expression of at most 255 characters");
+            }
         } else if (KEY("listen") && val) {
             /* HOST:PORT for a remote shell (libmemleak/remote.py checks it
              * further; here only its shape). */
@@ -246,7 +257,7 @@ void mlk_config_parse(const char *cfg, const char *cwd)
             bad_option(p, n, "': unknown option (known: mtraceinit, depth=N, dir=PATH, "
                              "signal=NAME, unwind=fast|libgcc, sample=BYTES, "
                              "track=trailers|table, exit_timeout=SECONDS, scan=exit, "
-                             "scan_heuristics=all|none|valgrind|NAME+NAME, listen=HOST:PORT, route=yes|no)");
+                             "scan_heuristics=all|none|valgrind|NAME+NAME, listen=HOST:PORT, route=yes|no, alloc_fns=REGEX)");
         }
 #undef KEY
 #undef VALUE

@@ -210,7 +210,8 @@ int mlk_start_collecting(void)
     if (inert)
         return -1;
     if (!mlk_seg) {
-        if (mlk_segment_create(mlk_config.depth, mlk_config.dir, mlk_config.listen) != 0) {
+        if (mlk_segment_create(mlk_config.depth, mlk_config.dir, mlk_config.listen,
+                               mlk_config.alloc_fns) != 0) {
             mlk_warn("cannot create the shared memory segment (memfd, RLIMIT_FSIZE below its "
                      "sparse size, or no address space left under ulimit -v)",
                      "; this process is not traced", "");

@@ -22,6 +22,7 @@ struct mlk_config {
     uint32_t scan_heuristics; /* scan_heuristics=: the header's field (shm_layout.h) */
     char dir[4096];
     char listen[256];    /* listen=HOST:PORT: the reporter serves remote shells there */
+    char alloc_fns[256]; /* alloc_fns=REGEX: the program's allocation layer, for the analysis */
     int route;           /* route=no: leave a program's own allocator alone (route/route.h) */
 };
 MLK_HIDDEN extern struct mlk_config mlk_config;

@@ -46,7 +46,7 @@ MLK_HIDDEN void mlk_unlock(mlk_lock_t *l);
 #define MLK_FRAMES_CAP (1ull << 26)  /* 64M frames: 512 MiB if all used */
 extern MLK_HIDDEN struct mlk_header *mlk_seg;  /* NULL until created */
 extern MLK_HIDDEN int mlk_seg_fd;
-MLK_HIDDEN int mlk_segment_create(uint32_t depth, const char *dir, const char *listen);
+MLK_HIDDEN int mlk_segment_create(uint32_t depth, const char *dir, const char *listen, const char *alloc_fns);
 extern MLK_HIDDEN uint64_t mlk_segment_as_limit; /* RLIMIT_AS that shrank the tables, or 0 */
 /* The report directory and program name as the segment was created with
  * them, handed to the reporter in its argv (spawn.c). */

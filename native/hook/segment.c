@@ -162,7 +162,7 @@ static uint64_t lay_out(uint64_t stacks_cap, uint64_t frames_cap, uint64_t *stac
 #define MIN_STACKS_CAP (1ull << 14)
 uint64_t mlk_segment_as_limit;  /* RLIMIT_AS that shrank the tables, 0 if none did */
 
-int mlk_segment_create(uint32_t depth, const char *dir, const char *listen)
+int mlk_segment_create(uint32_t depth, const char *dir, const char *listen, const char *alloc_fns)
 {
     uint64_t stacks_cap = MLK_STACKS_CAP, frames_cap = MLK_FRAMES_CAP;
     uint64_t stacks_off, frames_off, modules_off, strings_off;
@@ -219,6 +219,8 @@ int mlk_segment_create(uint32_t depth, const char *dir, const char *listen)
     h->dir_off = mlk_string_add(dir, h->dir_len);
     h->listen_len = (uint32_t)mlk_strlen(listen);
     h->listen_off = h->listen_len ? mlk_string_add(listen, h->listen_len) : 0;
+    h->alloc_fns_len = (uint32_t)mlk_strlen(alloc_fns);
+    h->alloc_fns_off = h->alloc_fns_len ? mlk_string_add(alloc_fns, h->alloc_fns_len) : 0;
     h->blind_len = (uint32_t)mlk_strlen(mlk_blind);
     h->blind_off = h->blind_len ? mlk_string_add(mlk_blind, h->blind_len) : 0;
     h->routed_len = (uint32_t)mlk_strlen(mlk_routed);
