@@ -260,3 +260,27 @@ def test_headless_chromium_is_routed_and_traced(tmp_path):
     shallow = sum(1 for e in main.entries if len(e.frames) < 4)
     assert shallow * 100 < len(main.entries), (shallow, len(main.entries))
     assert max(len(e.frames) for e in main.entries) >= 8
+
+
+@needs_mimalloc
+def test_mimalloc_brought_by_a_dlopened_plugin_is_routed(tmp_path):
+    """A plugin linked with libmimalloc, loaded with dlopen (RTLD_LOCAL)
+    after start: its libmimalloc is in no global scope and was not there
+    when the program started.  It is routed as the plugin opens, and again
+    after a dlclose took it away and a dlopen brought it back -- among the
+    big mappings a program has by then (our own, the segment, mimalloc's
+    arenas), its trampolines are placed in a free gap of the maps."""
+    from helpers import Traced, PROGRAMS
+    plugin = os.path.join(str(tmp_path), "miplugin.so")
+    subprocess.run(["gcc", "-g", "-O1", "-shared", "-fPIC", os.path.join(PROGRAMS, "miplugin.c"), "-o", plugin,
+                    "-lmimalloc"], check=True)
+    host = compile_program("mihost.c", "-ldl")
+    t = Traced([host, plugin], tmp_path)
+    loaded, done = t.reports_at("loaded", "done")
+    assert t.finish() == 0, t.stderr
+    assert t.stderr == "", t.stderr
+    assert by_site(loaded)["site_mi_plugin"] == (3 * 40, 3)  # the churn left nothing
+    assert by_site(done)["site_mi_plugin"] == (3 * 40, 3)
+    assert "blind" not in done.header
+    assert done.header["routed"].count("allocator entry points of /lib/x86_64-linux-gnu/libmimalloc.so.2 "
+                                       "(mimalloc's mi_*) are routed to libmemleak") == 2

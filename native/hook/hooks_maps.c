@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "hooks.h"
+#include "route/route.h"
 
 /* ---- mappings ----------------------------------------------------------- */
 
@@ -139,6 +140,8 @@ EXPORT void *dlopen(const char *file, int mode)
         mlk_after_dl_change();
         if (MLK_UNLIKELY(mlk_attach_mode))
             mlk_attach_route_new_modules();
+        else
+            mlk_route_after_dlopen(h);
         END_HOOK();
     }
     return h;
@@ -152,6 +155,8 @@ EXPORT int dlclose(void *handle)
     if (!mlk_in_hook) {
         BEGIN_HOOK();
         mlk_after_dl_change();
+        if (!mlk_attach_mode)
+            mlk_route_after_dlclose();
         END_HOOK();
     }
     return r;

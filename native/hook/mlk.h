@@ -60,6 +60,9 @@ extern MLK_HIDDEN char mlk_routed[MLK_BLIND_MAX];
 extern MLK_HIDDEN char mlk_reporter_dir_arg[4096];
 extern MLK_HIDDEN char mlk_reporter_name_arg[256];
 /* fork(): prepare copies the segment (our locks held), child maps the copy. */
+/* mlk_blind/mlk_routed grew (a module routed after a dlopen): the segment's
+ * strings follow. */
+MLK_HIDDEN void mlk_segment_say_routing(const char *blind, const char *routed);
 MLK_HIDDEN void mlk_segment_fork_prepare(void);
 MLK_HIDDEN void mlk_segment_fork_parent(void);
 MLK_HIDDEN int mlk_segment_fork_child(void);

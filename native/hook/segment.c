@@ -269,6 +269,31 @@ uint32_t mlk_string_add(const char *s, uint32_t len)
     return (uint32_t)used;
 }
 
+/* A string field's offset and length as one 64-bit store: a reader never
+ * sees a new offset with an old length.  (shm_layout.h puts each such pair
+ * on an 8-byte boundary: asserted.) */
+static void set_string(uint32_t *off_len, const char *s)
+{
+    uint32_t len = (uint32_t)mlk_strlen(s);
+    uint32_t off = len ? mlk_string_add(s, len) : 0;
+    if (len && off == UINT32_MAX)
+        return; /* the strings are full: the old line stays */
+    __atomic_store_n((uint64_t *)off_len, (uint64_t)len << 32 | off, __ATOMIC_RELEASE);
+}
+_Static_assert(__builtin_offsetof(struct mlk_header, blind_off) % 8 == 0 &&
+               __builtin_offsetof(struct mlk_header, blind_len) == __builtin_offsetof(struct mlk_header, blind_off) + 4 &&
+               __builtin_offsetof(struct mlk_header, routed_off) % 8 == 0 &&
+               __builtin_offsetof(struct mlk_header, routed_len) == __builtin_offsetof(struct mlk_header, routed_off) + 4,
+               "shm_layout.h: blind and routed pairs");
+
+void mlk_segment_say_routing(const char *blind, const char *routed)
+{
+    if (!mlk_seg)
+        return; /* not made yet: it takes the lines when it is */
+    set_string(&mlk_seg->blind_off, blind);
+    set_string(&mlk_seg->routed_off, routed);
+}
+
 /* Through a mapping, not write(): writes to a file count against
  * RLIMIT_FSIZE (SIGXFSZ), stores into a mapping do not. */
 static void copy_range(char *dst_base, const void *src, uint64_t off, uint64_t len)

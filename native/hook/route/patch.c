@@ -32,7 +32,8 @@
 #define TRAMP_AT 16
 #define REGION (64 * 1024)
 #define MAX_REGIONS 16
-#define REACH ((int64_t)1 << 30) /* where a region may be, from F: well inside rel32's 2 GiB */
+#define REACH ((int64_t)1 << 30) /* where a region is tried, from F: well inside rel32's 2 GiB */
+#define FAR_REACH (((int64_t)1 << 31) - ((int64_t)64 << 20)) /* a free gap found in the maps may be further */
 
 static struct region {
     uint8_t *base;
@@ -85,11 +86,73 @@ static uint8_t *map_near(uint64_t near)
     return NULL;
 }
 
+static uint64_t parse_hex(const char **p, const char *end)
+{
+    uint64_t v = 0;
+    for (; *p < end; (*p)++) {
+        char c = **p;
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0)
+            break;
+        v = v << 4 | (uint64_t)d;
+    }
+    return v;
+}
+
+/* The free gap of the address space nearest `near` (/proc/self/maps, read
+ * with raw calls: no malloc), as the address of REGION bytes in it within
+ * FAR_REACH; 0 when there is none or the maps cannot be read (no /proc in
+ * a sandbox).  Needed after start: a library dlopen'ed later sits among
+ * large mappings (our own reservations, the segment, an allocator's
+ * arenas) that fill the space map_near walks through. */
+static uint64_t gap_near(uint64_t near)
+{
+    long fd = sys(SYS_openat, -100 /* AT_FDCWD */, (long)"/proc/self/maps", 0 /* O_RDONLY */, 0, 0, 0);
+    if (fd < 0)
+        return 0;
+    char buf[4096];
+    size_t have = 0;
+    uint64_t prev_hi = 1 << 16, best = 0, best_distance = (uint64_t)FAR_REACH;
+    for (;;) {
+        long n = sys(SYS_read, fd, (long)(buf + have), (long)(sizeof buf - have), 0, 0, 0);
+        if (n <= 0)
+            break;
+        have += (size_t)n;
+        const char *line = buf, *end = buf + have;
+        for (const char *nl; (nl = memchr(line, '\n', (size_t)(end - line))); line = nl + 1) {
+            const char *p = line;
+            uint64_t lo = parse_hex(&p, nl);
+            p++;
+            uint64_t hi = parse_hex(&p, nl);
+            if (lo > prev_hi && lo - prev_hi >= REGION) { /* the gap [prev_hi, lo) */
+                uint64_t at = near < prev_hi ? prev_hi : near > lo - REGION ? lo - REGION : near;
+                at &= ~(uint64_t)(REGION - 1);
+                if (at < prev_hi)
+                    at += REGION;
+                uint64_t distance = at > near ? at - near : near - at;
+                if (at + REGION <= lo && distance < best_distance) {
+                    best = at;
+                    best_distance = distance;
+                }
+            }
+            if (hi > prev_hi)
+                prev_hi = hi;
+        }
+        have = (size_t)(end - line);
+        memmove(buf, line, have);
+        if (have == sizeof buf)
+            have = 0; /* a line longer than the buffer: not a maps line */
+    }
+    sys(SYS_close, fd, 0, 0, 0, 0, 0);
+    return best;
+}
+
 static uint8_t *slot_near(uint64_t fn)
 {
+    static uint64_t no_room_near; /* the last function with none: its neighbours have none either */
     for (int i = 0; i < region_count; i++) {
         int64_t delta = (int64_t)((uint64_t)regions[i].base - fn);
-        if (delta > -REACH && delta < REACH && regions[i].used + SLOT <= REGION) {
+        if (delta > -FAR_REACH && delta < FAR_REACH && regions[i].used + SLOT <= REGION) {
             sys(SYS_mprotect, (long)regions[i].base, REGION, PROT_READ | PROT_WRITE, 0, 0, 0);
             regions[i].used += SLOT;
             return regions[i].base + regions[i].used - SLOT;
@@ -97,9 +160,24 @@ static uint8_t *slot_near(uint64_t fn)
     }
     if (region_count == MAX_REGIONS)
         return NULL;
-    uint8_t *base = map_near(fn);
-    if (!base)
+    if (no_room_near && (fn > no_room_near ? fn - no_room_near : no_room_near - fn) < (16u << 20))
         return NULL;
+    uint8_t *base = NULL;
+    uint64_t gap = gap_near(fn);
+    if (gap) {
+        long r = sys(SYS_mmap, (long)gap, REGION, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+        if ((uint64_t)r == gap)
+            base = (uint8_t *)r;
+        else if (!(r < 0 && r > -4096))
+            sys(SYS_munmap, r, REGION, 0, 0, 0, 0);
+    }
+    if (!base)
+        base = map_near(fn); /* no /proc (a sandbox), or a race: step outwards */
+    if (!base) {
+        no_room_near = fn;
+        return NULL;
+    }
     regions[region_count].base = base;
     regions[region_count].used = SLOT;
     region_count++;
@@ -281,7 +359,7 @@ void *mlk_patch_entry(uint8_t *fn, size_t size, void *hook, void **original, cha
         return NULL;
     uint8_t *slot = slot_near((uint64_t)fn);
     if (!slot) {
-        refuse(why, why_len, "no free address within 1 GiB of it for the trampoline", -1);
+        refuse(why, why_len, "no free address within 2 GiB of it for the trampoline", -1);
         return NULL;
     }
     put_jmp_abs(slot + STUB_AT, (uint64_t)hook);

@@ -47,12 +47,29 @@ struct candidate {
 
 static const char *const family[] = {"malloc", "free", "calloc", "realloc"};
 
-/* The module that defines `name` where the program's lookups find it, if
- * that is not us; its base in `base` and the symbol in `sym`.  (A family's
- * own names, mi_malloc, are defined by its allocator alone: wherever it is.) */
-static int defined_before_us(const char *name, const void *self_base, Dl_info *where, const ElfW(Sym) **sym)
+/* The modules whose families were looked at (routed, or said not to be),
+ * at start and after each dlopen since: none is looked at twice. */
+#define FAMILY_MODULES_MAX 64
+static const void *families_done[FAMILY_MODULES_MAX];
+static int nfamilies_done;
+static const void *self_base;           /* libmtrace's */
+static const char *started_why_not;     /* mlk_route_start's reason not to patch */
+static int started;                     /* mlk_route_start has run */
+static const void *routed_in[MLK_ROUTE_MAX_ENTRIES]; /* the module each family entry was routed in */
+static mlk_lock_t after_lock;           /* two threads' dlopen or dlclose: one at a time */
+
+static void route_families(void *scope, const void *next_base, const char *why_not, char *blind,
+                           size_t blind_len, char *routed, size_t routed_len);
+
+/* The module that defines `name` where lookups in `scope` find it
+ * (RTLD_DEFAULT: the program's own lookups; a dlopen handle: what it and
+ * its dependencies define), if that is not us; its base in `base` and the
+ * symbol in `sym`.  (A family's own names, mi_malloc, are defined by its
+ * allocator alone: wherever it is.) */
+static int defined_before_us(void *scope, const char *name, const void *self_base, Dl_info *where,
+                             const ElfW(Sym) **sym)
 {
-    void *found = dlsym(RTLD_DEFAULT, name);
+    void *found = dlsym(scope, name);
     *sym = NULL;
     return found && dladdr1(found, where, (void **)sym, RTLD_DL_SYMENT) && *sym &&
            where->dli_fbase != self_base && where->dli_saddr == found && (*sym)->st_shndx != SHN_UNDEF;
@@ -174,14 +191,16 @@ static void route_module(struct candidate *c, int count, const char *owner_name,
     append(routed, routed_len, line);
 }
 
-/* Adds to c the entries [from, mlk_route_entry_count) that `*module` defines. */
-static int collect(int from, const void *self_base, const void **module, struct candidate *c, int count)
+/* Adds to c the entries [from, mlk_route_entry_count) that `*module`
+ * defines, as `scope` finds them. */
+static int collect(void *scope, int from, const void *self_base, const void **module, struct candidate *c,
+                   int count)
 {
     Dl_info where;
     const ElfW(Sym) *sym;
     for (int i = from; i < mlk_route_entry_count; i++) {
         const struct mlk_route_entry *e = &mlk_route_entries[i];
-        if (!defined_before_us(e->name, self_base, &where, &sym))
+        if (!defined_before_us(scope, e->name, self_base, &where, &sym))
             continue;
         if (!*module)
             *module = where.dli_fbase;
@@ -193,7 +212,7 @@ static int collect(int from, const void *self_base, const void **module, struct 
         if (!strcmp(e->name, "mi_heap_destroy")) {
             /* Its blocks are forgotten by walking the heap before it goes. */
             c[count].needs = "mi_heap_visit_blocks";
-            void *visitor = dlsym(RTLD_DEFAULT, c[count].needs);
+            void *visitor = dlsym(scope, c[count].needs);
             Dl_info vw;
             if (visitor && dladdr(visitor, &vw) && vw.dli_fbase == *module)
                 c[count].needed = visitor;
@@ -254,7 +273,7 @@ void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *r
      * executable's own calls to a malloc it defines itself (direct calls,
      * no table): only that is a blind spot there. */
     for (size_t i = 0; i < sizeof family / sizeof family[0]; i++) {
-        if (!defined_before_us(family[i], self.dli_fbase, &where, &sym) ||
+        if (!defined_before_us(RTLD_DEFAULT, family[i], self.dli_fbase, &where, &sym) ||
             (mlk_attach_mode && !is_executable(where.dli_fbase)))
             continue;
         if (owner && where.dli_fbase != owner)
@@ -274,30 +293,45 @@ void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *r
         say_unseen(blind, blind_len, who, why_not);
     else if (owner) {
         const void *module = owner;
-        int count = collect(0, self.dli_fbase, &module, c, 0);
+        int count = collect(RTLD_DEFAULT, 0, self.dli_fbase, &module, c, 0);
         snprintf(what, sizeof what, "its own %s", names);
         route_module(c, count, owner_name, who, what, blind, blind_len, routed, routed_len);
     }
-    /* Families called by name, in the modules behind ours (a library
-     * linked or preloaded after us: libmimalloc, libjemalloc, tcmalloc),
-     * one module at a time: the first entry defined by a module not done
-     * yet picks the next. */
-    const void *done[8] = {owner};
-    for (int ndone = 1; ndone < 8; ndone++) {
+    families_done[0] = owner;
+    nfamilies_done = 1;
+    self_base = self.dli_fbase;
+    started_why_not = why_not;
+    route_families(RTLD_DEFAULT, next_base, why_not, blind, blind_len, routed, routed_len);
+    __atomic_store_n(&started, 1, __ATOMIC_RELEASE);
+}
+
+/* Families called by name, in the modules `scope` finds (at start: the
+ * modules behind ours, a library linked or preloaded after us --
+ * libmimalloc, libjemalloc, tcmalloc; after a dlopen: the module opened and
+ * its dependencies), one module at a time: the first entry defined by a
+ * module not done yet picks the next.  A module is looked at once. */
+static void route_families(void *scope, const void *next_base, const char *why_not, char *blind,
+                           size_t blind_len, char *routed, size_t routed_len)
+{
+    static struct candidate c[MLK_ROUTE_MAX_ENTRIES];
+    Dl_info where;
+    const ElfW(Sym) *sym;
+    char what[256], who[1024];
+    while (nfamilies_done < FAMILY_MODULES_MAX) {
         const void *module = NULL;
         for (int i = mlk_route_usual_count; i < mlk_route_entry_count && !module; i++) {
-            if (!defined_before_us(mlk_route_entries[i].name, self.dli_fbase, &where, &sym))
+            if (!defined_before_us(scope, mlk_route_entries[i].name, self_base, &where, &sym))
                 continue;
             int seen = 0;
-            for (int j = 0; j < ndone; j++)
-                seen |= done[j] == where.dli_fbase;
+            for (int j = 0; j < nfamilies_done; j++)
+                seen |= families_done[j] == where.dli_fbase;
             if (!seen)
                 module = where.dli_fbase;
         }
         if (!module)
             break;
-        done[ndone] = module;
-        int count = collect(mlk_route_usual_count, self.dli_fbase, &module, c, 0);
+        families_done[nfamilies_done++] = module;
+        int count = collect(scope, mlk_route_usual_count, self_base, &module, c, 0);
         if (!count || !dladdr((void *)c[0].at, &where))
             continue;
         const char *name = module_name(&where);
@@ -312,12 +346,62 @@ void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *r
             append(routed, routed_len, line);
             continue;
         }
-        if (why_not) {
-            say_unseen(blind, blind_len, who, why_not);
+        int again = 0; /* a second copy of an allocator: its names' hooks serve the first */
+        for (int i = 0; i < count; i++)
+            again |= *c[i].entry->original != NULL;
+        const char *why = why_not ? why_not : again ? "could not be routed: the same names of another "
+                                                      "module are routed already" : NULL;
+        if (why) {
+            say_unseen(blind, blind_len, who, why);
             continue;
         }
         for (int i = 0; i < count; i++)
             c[i].trailed = module == next_base;
         route_module(c, count, name, who, what, blind, blind_len, routed, routed_len);
+        for (int i = 0; i < count; i++)
+            if (*c[i].entry->original)
+                routed_in[c[i].index] = module;
     }
+}
+
+void mlk_route_after_dlclose(void)
+{
+    if (!__atomic_load_n(&started, __ATOMIC_ACQUIRE))
+        return;
+    mlk_lock(&after_lock);
+    for (int j = nfamilies_done - 1; j >= 1; j--) {
+        Dl_info still;
+        const void *base = families_done[j];
+        if (!base || (dladdr(base, &still) && still.dli_fbase == base))
+            continue;
+        /* Unloaded: its names may be routed again when it comes back. */
+        for (int i = 0; i < mlk_route_entry_count; i++)
+            if (routed_in[i] == base) {
+                *mlk_route_entries[i].original = NULL;
+                routed_in[i] = NULL;
+            }
+        families_done[j] = families_done[--nfamilies_done];
+    }
+    mlk_unlock(&after_lock);
+}
+
+void mlk_route_after_dlopen(void *handle)
+{
+    if (!handle || !__atomic_load_n(&started, __ATOMIC_ACQUIRE))
+        return;
+    static char blind[MLK_BLIND_MAX], routed[MLK_BLIND_MAX]; /* under the lock */
+    mlk_lock(&after_lock);
+    blind[0] = routed[0] = 0;
+    route_families(handle, NULL, started_why_not, blind, sizeof blind, routed, sizeof routed);
+    if (blind[0] || routed[0]) {
+        /* Said from now on in every report, as what was said at start. */
+        append(mlk_blind, sizeof mlk_blind, mlk_blind[0] && blind[0] ? "; " : "");
+        append(mlk_blind, sizeof mlk_blind, blind);
+        append(mlk_routed, sizeof mlk_routed, mlk_routed[0] && routed[0] ? "; " : "");
+        append(mlk_routed, sizeof mlk_routed, routed);
+        mlk_segment_say_routing(mlk_blind, mlk_routed);
+    }
+    if (blind[0])
+        mlk_warn(blind, "", "");
+    mlk_unlock(&after_lock);
 }

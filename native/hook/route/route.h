@@ -44,5 +44,13 @@ void *mlk_route_attach_hook(int i);
  * `why_not`: a reason not to patch at all (an attach: the program's
  * threads run on while entries would be rewritten), said in `blind`. */
 void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *routed, size_t routed_len);
+/* After a dlopen (not under attach, whose offset tables see to it): the
+ * families the module opened and its dependencies define (a plugin linked
+ * with libmimalloc, loaded RTLD_LOCAL), routed like those at start; what
+ * was routed or not is added to mlk_blind/mlk_routed and the segment's. */
+void mlk_route_after_dlopen(void *handle);
+/* After a dlclose: a routed family's module that is gone may come back
+ * (at the same address or not), to be routed again then. */
+void mlk_route_after_dlclose(void);
 
 #endif
