@@ -230,8 +230,9 @@ class Rows:
                                                                out, cap))
 
 
-# Pages of mappings looked at per report (8 bytes of pagemap each): 64 GiB.
-TOUCH_PAGES_MAX = 1 << 24
+# Pages of mappings looked at per report (8 bytes of pagemap each): 16 GiB,
+# 32 MB of pagemap read at most.
+TOUCH_PAGES_MAX = 1 << 22
 
 
 class Touched(NamedTuple):
