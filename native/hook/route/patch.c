@@ -162,8 +162,8 @@ static uint8_t *slot_near(uint64_t fn)
         return NULL;
     if (no_room_near && (fn > no_room_near ? fn - no_room_near : no_room_near - fn) < (16u << 20))
         return NULL;
-    uint8_t *base = NULL;
-    uint64_t gap = gap_near(fn);
+    uint8_t *base = map_near(fn); /* the first free megabyte outwards, within 1 GiB */
+    uint64_t gap = base ? 0 : gap_near(fn);
     if (gap) {
         long r = sys(SYS_mmap, (long)gap, REGION, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
@@ -172,8 +172,6 @@ static uint8_t *slot_near(uint64_t fn)
         else if (!(r < 0 && r > -4096))
             sys(SYS_munmap, r, REGION, 0, 0, 0, 0);
     }
-    if (!base)
-        base = map_near(fn); /* no /proc (a sandbox), or a race: step outwards */
     if (!base) {
         no_room_near = fn;
         return NULL;

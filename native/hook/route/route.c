@@ -47,6 +47,11 @@ struct candidate {
 
 static const char *const family[] = {"malloc", "free", "calloc", "realloc"};
 
+/* A candidate per entry at most, never fewer (a free left out would make
+ * every block a leak).  Used at start (one thread, under init's lock) and
+ * after a dlopen (under after_lock): off the stack, one array. */
+static struct candidate candidates[MLK_ROUTE_MAX_ENTRIES];
+
 /* The modules whose families were looked at (routed, or said not to be),
  * at start and after each dlopen since: none is looked at twice. */
 #define FAMILY_MODULES_MAX 64
@@ -283,9 +288,7 @@ void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *r
         append(names, sizeof names, defined++ ? ", " : "");
         append(names, sizeof names, family[i]);
     }
-    /* A candidate per entry at most, never fewer (a free left out would make
-     * every block a leak).  Init runs once, under its lock: off the stack. */
-    static struct candidate c[MLK_ROUTE_MAX_ENTRIES];
+    struct candidate *c = candidates;
     char what[256], who[1024];
     if (owner)
         owner_who(who, sizeof who, names, defined, owner_name);
@@ -313,7 +316,7 @@ void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *r
 static void route_families(void *scope, const void *next_base, const char *why_not, char *blind,
                            size_t blind_len, char *routed, size_t routed_len)
 {
-    static struct candidate c[MLK_ROUTE_MAX_ENTRIES];
+    struct candidate *c = candidates;
     Dl_info where;
     const ElfW(Sym) *sym;
     char what[256], who[1024];
