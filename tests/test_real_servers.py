@@ -264,3 +264,6 @@ def test_postgresql_shared_memory_counts_once_in_the_postmaster(workdir):
     final = wait_for_reports(str(workdir), "postgres", server.pid, 2)[-1]
     assert final.header["reason"] == "exit"
     assert [(e.bytes, e.blocks) for e in final.entries if "kind=shared" in e.extra] == [(-segment.bytes, -1)]
+    # ... and `report`, which says what is live now, no longer counts it
+    text = cli("report", "--pid", server.pid, workdir).stdout
+    assert "live now:" in text and "shared mappings" not in text, text

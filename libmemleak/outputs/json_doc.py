@@ -45,7 +45,7 @@ def document(analyses, problems):
         "seconds": a.seconds, "live_bytes": a.live_bytes, "live_blocks": a.live_blocks,
         "notes": a.notes,
         "mappings": {name: {"bytes": b, "mappings": n, "touched_bytes": used}
-                     for name, (b, n, used) in mappings.latest(a.series)[0].items()},
+                     for name, (b, n, used) in mappings.totals(a.trends).items()},
         "scan": None if not a.scan else {
             "report": a.scan_seq, "pause_ms": a.scan.pause_ms, "threads": a.scan.threads,
             **{name.replace("-", "_"): {"bytes": b, "blocks": k} for name, (b, k) in a.scan.totals.items()}},

@@ -33,7 +33,7 @@ def write(out, analyses, problems, top=10, full_names=False, all_stacks=False, f
                   f"{span}{ended}\n")
         out.write(f"  live now: {human_bytes(a.live_bytes)} in {count(a.live_blocks, 'block')}"
                   f"{' (estimates: sampled)' if s.sampled else ''}\n")
-        mapped = mappings.summary(s)
+        mapped = mappings.summary(a)
         if mapped:
             out.write(f"  of which: {mapped}\n")
         if a.scan:
