@@ -34,7 +34,8 @@ KNOWN = frozenset((
     "g_malloc", "g_malloc0", "g_malloc_n", "g_malloc0_n", "g_realloc", "g_try_malloc",     # GLib
     "g_strdup", "g_strndup", "g_slice_alloc", "g_slice_alloc0", "g_memdup2",
     "xmalloc", "xcalloc", "xrealloc", "xstrdup", "xzalloc", "xmemdup",                     # GNU
-    "zmalloc", "zcalloc", "zrealloc", "ztrymalloc", "zstrdup",                             # redis
+    "zmalloc", "zcalloc", "zrealloc", "ztrymalloc", "zstrdup", "zmalloc_usable",           # redis
+    "zcalloc_usable", "zrealloc_usable", "ztrymalloc_usable",
     "emalloc", "ecalloc", "erealloc", "estrdup",                                           # PHP
     "sqlite3Malloc", "sqlite3MallocZero", "sqlite3DbMallocRaw", "sqlite3DbMallocZero",     # SQLite
     "sqlite3DbMallocRawNN", "sqlite3DbStrDup",
