@@ -56,8 +56,9 @@ def test_an_allocation_layer_is_folded_into_its_callers(tmp_path):
 
 
 def test_a_bad_alloc_fns_is_one_line(tmp_path):
-    for command in ("report", "check", "export"):
-        extra = ["--max-live", "1"] if command == "check" else ["--format", "json"] if command == "export" else []
+    for command in ("report", "check", "export", "diff"):
+        extra = (["--max-live", "1"] if command == "check" else ["--format", "json"] if command == "export"
+                 else [tmp_path] if command == "diff" else [])
         out = cli(command, *extra, "--alloc-fns", "(", tmp_path)
         assert out.returncode == 2, out
         assert out.stderr == (f"libmemleak: {command}: --alloc-fns '(': not a regular expression "

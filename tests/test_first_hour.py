@@ -255,6 +255,9 @@ def test_user_mistakes_get_one_line_and_a_documented_status(workdir, args, statu
     ("mtraceinit,dir", "ignoring 'dir': needs a path"),
     ("mtraceinit,depth=99", "depth must be 1 to 64"),
     ("mtraceinit,mtraceinit=1", "mtraceinit takes no value"),
+    ("mtraceinit,alloc_fns=", "ignoring 'alloc_fns=': needs a regular expression"),
+    ("mtraceinit,alloc_fns=" + "x" * 300, "alloc_fns takes a regular expression of at most 255 characters"),
+    ("mtraceinit,scan_heuristics=valgrind+bogus", "heuristics are all, none, valgrind, or some of"),
 ])
 def test_config_items_are_trimmed_and_missing_values_named(workdir, config, said):
     prog = compile_program("blocked.c")
