@@ -43,7 +43,10 @@ FUZZER = textwrap.dedent('''
     NASTY = [b"\\x1b[2J", b"\\xff\\xfe", b"\\x00", b"\\r", b"\\t", b"\\n", b"#", b"+", b"-",
              b"99999999999", b"1" * 5000, b"-1", b"0x", b"(", b")", b":", b"\\xc3", b"\\xe2\\x80\\xae",
              b"# seq: 99999999999\\n", b"# pid: -5\\n", b"# seq: 0\\n", b"# blind: x\\n",
-             b"+1 +1 definitely-lost=99999999999999999999/1\\n", b"+9e99 +1\\n", b"\\t\\t\\t\\n"]
+             b"+1 +1 definitely-lost=99999999999999999999/1\\n", b"+9e99 +1\\n", b"\\t\\t\\t\\n",
+             b" kind=shared touched=99999999999999999999999", b"+4096 +1 kind=mmap touched=-7\\n",
+             b" touched=1" + b"9" * 5000, b"# alloc-fns: (a+)+$\\n", b"# alloc-fns: ^site|x$\\n",
+             b"# reachable-through-header: 16 x y \\xff\\n", b"# anonymous-mappings: 1 bytes in\\n"]
 
     def mutate(data):
         data = bytearray(data)
