@@ -60,7 +60,9 @@ def test_a_forged_address_table_does_not_break_the_scan(tmp_path):
     (addr_table): a program pointing it at a forgery -- 2^31 slots claimed
     over one mapped page, garbage entries, an array at the top of the
     address space, a mask that is no table's -- gets scans that end and a
-    reporter that goes on serving; the program's run is untouched."""
+    reporter that goes on serving; the program's run is untouched.  Every
+    report reads the table of mappings likewise (region_table): 2^22
+    regions over one page, the first a terabyte, is bounded work, said."""
     prog = compile_program("scribbler.c", f"-I{NATIVE}")
     p = subprocess.Popen(cli_argv("run", "-q", prog, "table"), cwd=tmp_path, env=CLI_ENV, text=True,
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -71,6 +73,8 @@ def test_a_forged_address_table_does_not_break_the_scan(tmp_path):
             assert scan.returncode == 0, scan.stderr
             report = memlog.read(scan.stdout.splitlines()[0])
             assert report.header["reason"] == "scan"
+            # the forged table of mappings: bounded work, said to be cut short
+            assert report.header["mappings-touched"].startswith("partial: more than 16 GiB"), report.header
         p.stdin.write("\n")
         p.stdin.close()
         assert p.wait(timeout=120) == 0, p.stderr.read()

@@ -8,7 +8,10 @@
  *                     reads) at a forgery: a slot array claiming 2^31 slots
  *                     of which one page is mapped, holding garbage and one
  *                     plausible block; another shard's array at the top of
- *                     the address space.  Prints "forged", waits for a line. */
+ *                     the address space.  And its table of mappings (which
+ *                     every report reads, for touched pages): 2^22 regions
+ *                     claimed over one mapped page, the first a terabyte,
+ *                     the others garbage.  Prints "forged", waits for a line. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +90,18 @@ static int forge_table(void)
     shards[(2 * MLK_ADDR_SHARD_BYTES + MLK_ADDR_SLOTS_AT) / 8] = (uint64_t)slots;
     shards[(2 * MLK_ADDR_SHARD_BYTES + MLK_ADDR_MASK_AT) / 8] = 12345; /* not 2^k - 1 */
     h->addr_table = (uint64_t)shards;
+    static uint64_t regions_table[2];
+    uint64_t *regions = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (regions == MAP_FAILED)
+        return 5;
+    for (int i = 0; i < 512; i++)
+        regions[i] = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1); /* start, end, stack: garbage */
+    regions[0] = 4096;                 /* a terabyte, page-aligned, of stack 0 */
+    regions[1] = 1ull << 40;
+    regions[2] = 0;
+    regions_table[0] = (uint64_t)regions;
+    regions_table[1] = 1u << 22;       /* over one mapped page */
+    h->region_table = (uint64_t)regions_table;
     printf("forged\n");
     fflush(stdout);
     char line[8];
