@@ -283,4 +283,13 @@ def test_mimalloc_brought_by_a_dlopened_plugin_is_routed(tmp_path):
     assert by_site(done)["site_mi_plugin"] == (3 * 40, 3)
     assert "blind" not in done.header
     assert done.header["routed"].count("allocator entry points of /lib/x86_64-linux-gnu/libmimalloc.so.2 "
-                                       "(mimalloc's mi_*) are routed to libmemleak") == 2
+                                       "(mimalloc's mi_*) are routed to libmemleak") == 1  # said once
+    # Where it is not routed (route=no), the run, every later report and check say so.
+    (tmp_path / "unrouted").mkdir()
+    t = Traced([host, plugin], tmp_path / "unrouted", config="mtraceinit,route=no")
+    loaded, done = t.reports_at("loaded", "done")
+    assert t.finish() == 0, t.stderr
+    said = [line for line in t.stderr.splitlines() if "libmimalloc" in line]
+    assert len(said) == 1 and "is not routed (MEMLEAK_CONFIG route=no)" in said[0], t.stderr  # once, two loads
+    assert "libmimalloc.so.2" in loaded.header["blind"] and "site_mi_plugin" not in by_site(loaded)
+    assert cli("check", "--max-live", "100000000", tmp_path / "unrouted").returncode == 3

@@ -468,15 +468,19 @@ void mlk_route_after_dlopen(void *handle)
     mlk_lock(&after_lock);
     blind[0] = routed[0] = 0;
     route_families(handle, NULL, started_why_not, blind, sizeof blind, routed, sizeof routed);
-    if (blind[0] || routed[0]) {
-        /* Said from now on in every report, as what was said at start. */
-        append(mlk_blind, sizeof mlk_blind, mlk_blind[0] && blind[0] ? "; " : "");
+    /* Said once, from now on in every report as what was said at start: a
+     * module that comes back after an unload is not said again. */
+    int new_blind = blind[0] && !strstr(mlk_blind, blind), new_routed = routed[0] && !strstr(mlk_routed, routed);
+    if (new_blind) {
+        append(mlk_blind, sizeof mlk_blind, mlk_blind[0] ? "; " : "");
         append(mlk_blind, sizeof mlk_blind, blind);
-        append(mlk_routed, sizeof mlk_routed, mlk_routed[0] && routed[0] ? "; " : "");
-        append(mlk_routed, sizeof mlk_routed, routed);
-        mlk_segment_say_routing(mlk_blind, mlk_routed);
-    }
-    if (blind[0])
         mlk_warn(blind, "", "");
+    }
+    if (new_routed) {
+        append(mlk_routed, sizeof mlk_routed, mlk_routed[0] ? "; " : "");
+        append(mlk_routed, sizeof mlk_routed, routed);
+    }
+    if (new_blind || new_routed)
+        mlk_segment_say_routing(mlk_blind, mlk_routed);
     mlk_unlock(&after_lock);
 }
