@@ -13,16 +13,17 @@ import time
 from dataclasses import dataclass
 
 from libmemleak.analysis.lost import CATEGORIES
+from libmemleak.layout import CONST
 from libmemleak.report_core import ffi, lib, zeros, _q
 
 # valgrind's --leak-check-heuristics, bit n = heuristic n (native/reporter/heuristics.h),
 # and one of libmemleak's own: a pointer at the offset of an allocator's
 # header, learned per allocation site (native/reporter/headers.c).
 HEURISTICS = ("stdstring", "length64", "newarray", "multipleinheritance", "header")
-ALL_HEURISTICS = 0x3e        # MLK_HEUR_ALL: bits 1-5
-VALGRIND_HEURISTICS = 0x1e   # MLK_HEUR_VALGRIND: valgrind's own four, as its `all`
+ALL_HEURISTICS = CONST["MLK_SCAN_HEURISTICS_ALL"]            # bits 1-5
+VALGRIND_HEURISTICS = CONST["MLK_SCAN_HEURISTICS_VALGRIND"]  # valgrind's own four, as its `all`
 HEADER_SITES_MAX = 64        # sites listed in the header
-HEURISTICS_SET = 0x80000000  # MLK_SCAN_HEURISTICS_SET: the field says which; 0 = all
+HEURISTICS_SET = CONST["MLK_SCAN_HEURISTICS_SET"]  # the field says which; 0 = all
 WHY_BYTES = 512
 AGE_BUCKETS = 8              # MLK_AGE_BUCKETS (native/reporter/age.h)
 

@@ -24,6 +24,7 @@ from libmemleak.diff import FrameResolver, KeyTable, diff_snapshot, totals
 from libmemleak.keeper import Keeper
 from libmemleak.memlog import (Frame, header_text, render, render_frames, report_name,
                                safe_name, write_report)
+from libmemleak.analysis.names import frame_text
 from libmemleak.live import proc_dir
 from libmemleak.report_core import CUT_KIND, TextStore
 from libmemleak.segment import KIND_NAMES, Segment, SegmentError, futex_wait, futex_wake
@@ -453,11 +454,7 @@ class Reporter:
         if module is None:
             return f"{ip:#x}"
         frames = self.symbolizer.frames_for(module, address) if self.symbolize else []
-        if not frames or not frames[0].function:
-            return f"{module.path}+{address - module.base:#x}"
-        f = frames[0]
-        where = f" ({f.file.rsplit('/', 1)[-1]}:{f.line})" if f.file and f.line else ""
-        return f"{f.function}{where}"
+        return frame_text(frames[0] if frames else Frame(None, module.path, address - module.base), full=True)
 
     def line_of(self, token):
         """The line id of the frame lines of this frame token; their text if

@@ -48,6 +48,10 @@
 
 /* struct mlk_header.scan_heuristics */
 #define MLK_SCAN_HEURISTICS_SET 0x80000000
+/* ... its bits: valgrind's four (1-4), and all five with libmemleak's
+ * `header` (5). */
+#define MLK_SCAN_HEURISTICS_VALGRIND 0x1e
+#define MLK_SCAN_HEURISTICS_ALL 0x3e
 
 /* struct mlk_stack.state */
 #define MLK_STACK_EMPTY 0
@@ -212,9 +216,10 @@ struct mlk_header {
     uint32_t scan_requests;
     uint32_t seen_scan;
     uint32_t scan_at_exit;
-    /* valgrind's leak-check heuristics a scan applies: 0 = the default (all
-     * four, as valgrind); else MLK_SCAN_HEURISTICS_SET | a bit per heuristic
-     * (1 stdstring, 2 length64, 3 newarray, 4 multipleinheritance). */
+    /* The interior-pointer heuristics a scan applies: 0 = the default (all
+     * five: valgrind's four and libmemleak's header); else
+     * MLK_SCAN_HEURISTICS_SET | a bit per heuristic (1 stdstring, 2
+     * length64, 3 newarray, 4 multipleinheritance, 5 header). */
     uint32_t scan_heuristics;
     /* The address range libmtrace's own private maps are carved from
      * (native/hook/rt.c): not the program's memory, never a root. */

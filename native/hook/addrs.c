@@ -435,17 +435,6 @@ int mlk_region_open(uint64_t start, uint64_t len, uint32_t stack)
     return ok;
 }
 
-int mlk_region_kind(uint64_t addr)
-{
-    int kind = -1;
-    mlk_lock(&regions_lock);
-    uint64_t i = first_after(&mapped, addr);
-    if (i < mapped.count && mapped.r[i].start <= addr)
-        kind = mlk_stacks()[mapped.r[i].stack].kind;
-    mlk_unlock(&regions_lock);
-    return kind;
-}
-
 /* A forked child shares its parent's MAP_SHARED mappings: they are the
  * parent's, counted there once -- in the child they would count again, in
  * every backend PostgreSQL forks.  Runs in the child with our locks held. */
@@ -461,10 +450,12 @@ void mlk_regions_fork_child(void)
     }
 }
 
-uint64_t mlk_region_tracked(uint64_t start, uint64_t len)
+uint64_t mlk_region_tracked(uint64_t start, uint64_t len, int *kind)
 {
     mlk_lock(&regions_lock);
     uint64_t total = overlap_locked(&mapped, start, start + len);
+    uint64_t i = first_after(&mapped, start);
+    *kind = total && i < mapped.count ? mlk_stacks()[mapped.r[i].stack].kind : -1;
     mlk_unlock(&regions_lock);
     return total;
 }

@@ -116,7 +116,7 @@ static int parse_heuristics(const char *v, size_t n, uint32_t *out)
         return 1;
     }
     if (n == 8 && strncmp(v, "valgrind", 8) == 0) {
-        *out = bits | 0x1e;
+        *out = bits | MLK_SCAN_HEURISTICS_VALGRIND;
         return 1;
     }
     for (size_t at = 0; at < n;) {

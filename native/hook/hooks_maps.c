@@ -105,8 +105,8 @@ EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
     BEGIN_HOOK();
     /* Like realloc: the old range is freed, the new one is a new block of
      * the caller of mremap — but only for mappings we were tracking. */
-    int tracked = mlk_region_tracked((uint64_t)old, page_round(old_len)) != 0;
-    int kind = tracked ? mlk_region_kind((uint64_t)old) : -1;
+    int kind;
+    int tracked = mlk_region_tracked((uint64_t)old, page_round(old_len), &kind) != 0;
     int reservation = mlk_region_reserved((uint64_t)old, page_round(old_len)) == page_round(old_len);
     if (tracked || reservation || (flags & MREMAP_FIXED))
         mlk_record_munmap(old, page_round(old_len));

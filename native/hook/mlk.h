@@ -156,10 +156,9 @@ MLK_HIDDEN void mlk_addrs_lock_for_fork(int acquire);
 MLK_HIDDEN int mlk_region_insert(uint64_t start, uint64_t len, uint32_t stack);
 /* Forget [start, start+len): accounts the removed bytes and pieces. */
 MLK_HIDDEN void mlk_region_remove(uint64_t start, uint64_t len);
-/* Bytes of [start, start+len) that are tracked regions. */
-MLK_HIDDEN uint64_t mlk_region_tracked(uint64_t start, uint64_t len);
-/* The MLK_KIND_* of the tracked mapping at addr, or -1. */
-MLK_HIDDEN int mlk_region_kind(uint64_t addr);
+/* Bytes of [start, start+len) that are tracked regions, and the MLK_KIND_*
+ * of the first of them (-1: none). */
+MLK_HIDDEN uint64_t mlk_region_tracked(uint64_t start, uint64_t len, int *kind);
 /* fork(): the child forgets the MAP_SHARED mappings it inherited (locks held). */
 MLK_HIDDEN void mlk_regions_fork_child(void);
 MLK_HIDDEN uint64_t mlk_region_table(void); /* for the reporter (shm_layout.h region_table) */

@@ -162,6 +162,22 @@ static uint64_t lay_out(uint64_t stacks_cap, uint64_t frames_cap, uint64_t *stac
 #define MIN_STACKS_CAP (1ull << 14)
 uint64_t mlk_segment_as_limit;  /* RLIMIT_AS that shrank the tables, 0 if none did */
 
+/* A string field's offset and length as one 64-bit store, so that a line
+ * said later (a module routed after a dlopen) is never read as a new
+ * offset with an old length.  Empty: 0/0. */
+static void set_string(uint32_t *off_len, const char *s)
+{
+    uint32_t len = (uint32_t)mlk_strlen(s);
+    uint32_t off = len ? mlk_string_add(s, len) : 0;
+    if (len && off == UINT32_MAX)
+        return; /* the strings are full: the old line stays */
+    __atomic_store_n((uint64_t *)off_len, (uint64_t)len << 32 | off, __ATOMIC_RELEASE);
+}
+#define PAIR(f) (__builtin_offsetof(struct mlk_header, f##_off) % 8 == 0 && \
+                 __builtin_offsetof(struct mlk_header, f##_len) == __builtin_offsetof(struct mlk_header, f##_off) + 4)
+_Static_assert(PAIR(listen) && PAIR(alloc_fns) && PAIR(blind) && PAIR(routed), "shm_layout.h: string pairs");
+#undef PAIR
+
 int mlk_segment_create(uint32_t depth, const char *dir, const char *listen, const char *alloc_fns)
 {
     uint64_t stacks_cap = MLK_STACKS_CAP, frames_cap = MLK_FRAMES_CAP;
@@ -217,14 +233,10 @@ int mlk_segment_create(uint32_t depth, const char *dir, const char *listen, cons
     invoked_name(h);
     h->dir_len = (uint32_t)mlk_strlen(dir);
     h->dir_off = mlk_string_add(dir, h->dir_len);
-    h->listen_len = (uint32_t)mlk_strlen(listen);
-    h->listen_off = h->listen_len ? mlk_string_add(listen, h->listen_len) : 0;
-    h->alloc_fns_len = (uint32_t)mlk_strlen(alloc_fns);
-    h->alloc_fns_off = h->alloc_fns_len ? mlk_string_add(alloc_fns, h->alloc_fns_len) : 0;
-    h->blind_len = (uint32_t)mlk_strlen(mlk_blind);
-    h->blind_off = h->blind_len ? mlk_string_add(mlk_blind, h->blind_len) : 0;
-    h->routed_len = (uint32_t)mlk_strlen(mlk_routed);
-    h->routed_off = h->routed_len ? mlk_string_add(mlk_routed, h->routed_len) : 0;
+    set_string(&h->listen_off, listen);
+    set_string(&h->alloc_fns_off, alloc_fns);
+    set_string(&h->blind_off, mlk_blind);
+    set_string(&h->routed_off, mlk_routed);
     freeze_reporter_args(h, (const char *)h + h->strings_off);
     __atomic_store_n(&h->magic, MLK_MAGIC, __ATOMIC_RELEASE);
     return 0;
@@ -268,23 +280,6 @@ uint32_t mlk_string_add(const char *s, uint32_t len)
     __atomic_store_n(&mlk_seg->strings_used, used + len + 1, __ATOMIC_RELEASE);
     return (uint32_t)used;
 }
-
-/* A string field's offset and length as one 64-bit store: a reader never
- * sees a new offset with an old length.  (shm_layout.h puts each such pair
- * on an 8-byte boundary: asserted.) */
-static void set_string(uint32_t *off_len, const char *s)
-{
-    uint32_t len = (uint32_t)mlk_strlen(s);
-    uint32_t off = len ? mlk_string_add(s, len) : 0;
-    if (len && off == UINT32_MAX)
-        return; /* the strings are full: the old line stays */
-    __atomic_store_n((uint64_t *)off_len, (uint64_t)len << 32 | off, __ATOMIC_RELEASE);
-}
-_Static_assert(__builtin_offsetof(struct mlk_header, blind_off) % 8 == 0 &&
-               __builtin_offsetof(struct mlk_header, blind_len) == __builtin_offsetof(struct mlk_header, blind_off) + 4 &&
-               __builtin_offsetof(struct mlk_header, routed_off) % 8 == 0 &&
-               __builtin_offsetof(struct mlk_header, routed_len) == __builtin_offsetof(struct mlk_header, routed_off) + 4,
-               "shm_layout.h: blind and routed pairs");
 
 void mlk_segment_say_routing(const char *blind, const char *routed)
 {

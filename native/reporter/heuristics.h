@@ -13,11 +13,13 @@
 #define MLK_HEUR_LENGTH64 2
 #define MLK_HEUR_NEWARRAY 3
 #define MLK_HEUR_MULTIPLE_INHERITANCE 4
-#define MLK_HEUR_VALGRIND 0x1eu /* the four above: valgrind's own */
+/* The sets, as the segment's field has them (../shm_layout.h, which has no
+ * include guard: included by the .c files that use these). */
+#define MLK_HEUR_VALGRIND MLK_SCAN_HEURISTICS_VALGRIND /* the four above: valgrind's own */
 /* Not valgrind's: a pointer at the offset of its allocation site's header
  * (headers.c), learned during the scan. */
 #define MLK_HEUR_HEADER 5
-#define MLK_HEUR_ALL 0x3eu
+#define MLK_HEUR_ALL MLK_SCAN_HEURISTICS_ALL
 /* Not a heuristic: an option of mlk_scan_heap passed in the same word --
  * the process was attached to, its older blocks are not listed (scan.c). */
 #define MLK_SCAN_UNLISTED_HEAP_IS_ROOT 0x40000000u

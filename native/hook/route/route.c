@@ -460,12 +460,14 @@ void mlk_route_after_dlopen(void *handle)
 {
     if (!handle || !__atomic_load_n(&started, __ATOMIC_ACQUIRE))
         return;
+    static char blind[MLK_BLIND_MAX], routed[MLK_BLIND_MAX]; /* under the lock */
+    mlk_lock(&after_lock); /* families_done is read and changed under it */
     int found = 0;
     dl_iterate_phdr(new_family_module, &found);
-    if (!found)
+    if (!found) {
+        mlk_unlock(&after_lock);
         return;
-    static char blind[MLK_BLIND_MAX], routed[MLK_BLIND_MAX]; /* under the lock */
-    mlk_lock(&after_lock);
+    }
     blind[0] = routed[0] = 0;
     route_families(handle, NULL, started_why_not, blind, sizeof blind, routed, sizeof routed);
     /* Said once, from now on in every report as what was said at start: a
