@@ -1,8 +1,9 @@
 """Real servers from Debian's packages, as people run them, on loopback with
 a bounded load (issue "Real servers"): redis (jemalloc in a shared
-library), memcached (which shuts down on SIGUSR1) and nginx (workers that
-run as nobody).  .ci/run installs them; a machine without them skips."""
+library), memcached (which shuts down on SIGUSR1), nginx (workers that
+run as nobody) and PostgreSQL (forked backends, shared memory).  .ci/run installs them; a machine without them skips."""
 
+import contextlib
 import glob
 import os
 import pwd
@@ -32,6 +33,17 @@ def free_port():
 def traced(argv, cwd):
     return subprocess.Popen(cli_argv("run", "-q", *argv), cwd=cwd, env=CLI_ENV, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
+
+
+@contextlib.contextmanager
+def serving(proc):
+    """The server process, killed at the end if a failure left it running."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def wait_for_port(port, proc, timeout=20):
@@ -65,7 +77,7 @@ def test_redis_live_bytes_match_its_own_count(workdir):
     port = free_port()
     server = traced(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                      "--appendonly", "no"], workdir)
-    try:
+    with serving(server):
         wait_for_port(port, server)
         subprocess.run(["redis-benchmark", "-p", str(port), "-n", "20000", "-d", "1000", "-t", "set",
                         "-r", "10000", "-q"], capture_output=True, timeout=120, check=True)
@@ -82,10 +94,6 @@ def test_redis_live_bytes_match_its_own_count(workdir):
         subprocess.run(["redis-cli", "-p", str(port), "shutdown", "nosave"], capture_output=True,
                        timeout=30)
         assert server.wait(timeout=60) == 0
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
     reasons = [r.header["reason"] for r in wait_for_reports(str(workdir), "redis-server",
                                                              server.pid, 2)]
     assert reasons == ["snapshot", "exit"]
@@ -117,7 +125,7 @@ def test_memcached_reports_without_the_signal_that_stops_it(workdir):
     os.chmod(workdir, 0o755)
     server = traced(["memcached", "-p", str(port), "-U", "0", "-l", "127.0.0.1", "-u", "nobody",
                      "-m", "64"], workdir)
-    try:
+    with serving(server):
         wait_for_port(port, server)
         value = b"x" * 1000
         with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
@@ -130,10 +138,6 @@ def test_memcached_reports_without_the_signal_that_stops_it(workdir):
         assert server.poll() is None  # still serving
         server.send_signal(signal.SIGTERM)
         _, err = server.communicate(timeout=60)
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
     said = [line for line in err.decode().splitlines() if "installs its own handler" in line]
     assert len(said) == 1 and "SIGUSR1" in said[0], err
     reasons = [r.header["reason"] for r in wait_for_reports(str(workdir), "memcached",
@@ -162,7 +166,7 @@ def test_nginx_workers_running_as_nobody_report_on_request(workdir):
     conf.write_text(NGINX_CONF.format(dir=workdir, port=port, user="user nobody nogroup;"))
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     master = traced([nginx, "-c", str(conf), "-p", str(workdir)], workdir)
-    try:
+    with serving(master):
         wait_for_port(port, master)
         for _ in range(50):
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as r:
@@ -184,10 +188,6 @@ def test_nginx_workers_running_as_nobody_report_on_request(workdir):
             assert r.read() == b"hello\n"
         master.send_signal(signal.SIGQUIT)  # graceful stop
         assert master.wait(timeout=60) == 0
-    finally:
-        if master.poll() is None:
-            master.kill()
-            master.wait()
     for pid, _ in workers:
         reasons = [r.header["reason"] for r in wait_for_reports(str(workdir), "nginx", pid, 2)]
         assert reasons == ["snapshot", "exit"], (pid, reasons)
@@ -230,7 +230,7 @@ def test_postgresql_shared_memory_counts_once_in_the_postmaster(workdir):
                                                 "-c", "shared_buffers=16MB", "-c", "huge_pages=off")],
                               cwd=workdir, env=CLI_ENV, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE)
-    try:
+    with serving(server):
         deadline = time.monotonic() + 120
         while not os.path.exists(os.path.join(sockets, f".s.PGSQL.{port}")):
             assert server.poll() is None and time.monotonic() < deadline, server.communicate()
@@ -249,10 +249,6 @@ def test_postgresql_shared_memory_counts_once_in_the_postmaster(workdir):
                                                           f"mapping, {fields['touched']} touched")
         server.send_signal(signal.SIGTERM)  # smart shutdown
         assert server.wait(timeout=120) == 0
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
     names = [n for n in os.listdir(workdir) if n.startswith("postgres-") and n.endswith(".memlog")]
     others = {int(n.split("-")[1]) for n in names} - {server.pid}
     assert len(others) >= 3 + 3, names  # the backends, the checkpointer, the writers...
