@@ -4,7 +4,9 @@
 inject.c: ptrace, no signal the program sees), has it call the C runtime's
 dlopen() on libmtrace.so and then libmtrace's mlk_attach(), which routes
 the program's allocation calls to the hooks and starts the reporter as
-under LD_PRELOAD (native/hook/attach.c).  `detach(pid)` has it call
+under LD_PRELOAD (native/hook/attach.c); an executable with its own malloc
+is patched with its other threads stopped (mlk_attach_patch), and
+mlk_attach_finish routes the allocations and says what was routed.  `detach(pid)` has it call
 mlk_detach(): the routing is undone, a last report written.  Everything
 this module decides -- which process can be attached, where the functions
 are -- it decides from /proc and the ELF files, before the process is
@@ -13,6 +15,7 @@ touched; whatever fails is one line (AttachError) and the process runs on.
 
 import contextlib
 import os
+import struct
 import time
 
 import cffi
@@ -32,12 +35,18 @@ int mlk_hijack_wait(struct mlk_hijack *, int, uint64_t *, char *, int);
 int64_t mlk_hijack_end(struct mlk_hijack *);
 size_t mlk_read_mem(int, uint64_t, void *, size_t);
 int mlk_write_mem(int, uint64_t, const void *, size_t);
+struct mlk_world;
+struct mlk_world *mlk_world_stop_except(int, int, char *, int);
+int mlk_world_threads(const struct mlk_world *);
+uint64_t mlk_world_pc(const struct mlk_world *, int);
+void mlk_world_resume(struct mlk_world *);
 """)
 lib = ffi.dlopen(_LIBRARY)
 
 RTLD_NOW = 2
 WHY_BYTES = 512
 SAFE_POINT_ROUNDS = 400          # 5 ms apart: 2 s to find a thread at a safe point
+PATCH_TRIES = 100                # the threads stopped this often, 2 ms apart, to find none in a patch
 CALL_SLICE_MS = 5000             # how often a slow call is said to be slow
 RUNTIME_LIBRARIES = ("libc.so", "libc-", "ld-linux", "libstdc++", "libgcc_s", "libpthread",
                      "libm.so", "libdl")
@@ -305,8 +314,8 @@ def attach(pid, config="", library=None, say=None):
     if "dlopen" not in syms:
         raise AttachError(f"process {pid}: its glibc ({libc_path}) is older than 2.34 (dlopen "
                           "outside libc): attach is not supported there")
-    ours = symbol_offsets(library, ("mlk_attach",))
-    if "mlk_attach" not in ours:
+    ours = symbol_offsets(library, ATTACH_CALLS)
+    if any(name not in ours for name in ATTACH_CALLS):
         raise AttachError(f"{library} is not a libmemleak hook library with attach support")
     with borrowed_thread(pid, maps, libc_path, libc_base, say) as borrowed:
         handle = borrowed.call(libc_base + syms["dlopen"], borrowed.push_string(library), RTLD_NOW)
@@ -319,8 +328,56 @@ def attach(pid, config="", library=None, say=None):
         found = loaded_library(read_maps(pid))
         if not found:
             raise AttachError(f"process {pid} loaded {library} but it is not in its maps")
-        _status_call(borrowed, found[1] + ours["mlk_attach"], borrowed.push_string(config))
+        base = found[1]
+        _status_call(borrowed, base + ours["mlk_attach"], borrowed.push_string(config))
+        why_not = ""
+        if borrowed.call(base + ours["mlk_attach_patches_waiting"]) & 0xFFFFFFFF:
+            why_not = _patch_with_threads_stopped(borrowed, base + ours["mlk_attach_patch"])
+        _status_call(borrowed, base + ours["mlk_attach_finish"], borrowed.push_string(why_not))
     return borrowed.tid, borrowed.kept_ns / 1e6
+
+
+ATTACH_CALLS = ("mlk_attach", "mlk_attach_patches_waiting", "mlk_attach_patch", "mlk_attach_finish")
+
+
+def thread_places(world):
+    """Where each stopped thread is: its instruction pointer."""
+    return [lib.mlk_world_pc(world, i) for i in range(lib.mlk_world_threads(world))]
+
+
+def _patch_with_threads_stopped(borrowed, patch):
+    """An executable that defines malloc itself calls it directly: the
+    process patches its entries (native/hook/route/route.c), and that is
+    only safe while no other thread runs through them.  So every other
+    thread is stopped (ptrace, as for a scan: no signal the program sees),
+    the process told where each one is, and it writes the patches unless
+    one is part-way through the bytes they overwrite ("busy": let them run
+    a moment and try again).  Returns "" (written, or refused: the process
+    says that itself), else why they were not written, for the blind line."""
+    pcs_at, room = 0, 0
+    for _ in range(PATCH_TRIES):
+        why = ffi.new("char[]", WHY_BYTES)
+        world = lib.mlk_world_stop_except(borrowed.pid, borrowed.tid, why, WHY_BYTES)
+        if world == ffi.NULL:
+            return f"the program's threads could not be stopped: {ffi.string(why).decode(errors='replace')}"
+        try:
+            places = thread_places(world)
+            n = len(places)
+            if n > room:  # on the borrowed thread's stack, pushed again only if threads were added
+                room = 2 * max(n, 32)
+                pcs_at = borrowed.push(bytes(8 * room))
+            pcs = struct.pack(f"<{n}Q", *places)
+            if not borrowed.write(pcs_at, pcs):
+                return f"cannot write to the stack of thread {borrowed.tid}"
+            status_at = borrowed.call(patch, pcs_at, n)
+            status = borrowed.read_string(status_at, 64) if status_at else "no answer"
+        finally:
+            lib.mlk_world_resume(world)
+        if status != "busy":
+            return status
+        time.sleep(0.002)
+    return (f"a thread was part-way through the first bytes of its allocator's functions each of "
+            f"{PATCH_TRIES} times its threads were stopped")
 
 
 def detach(pid, say=None):

@@ -417,24 +417,122 @@ def test_a_sandboxed_process_that_may_start_no_process_is_said_at_once(tmp_path)
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".memlog")]
 
 
-def test_attach_to_a_program_with_its_own_malloc_says_what_it_cannot_see(tmp_path):
-    """Rewriting a running program's allocator entries while its threads
-    run through them is not done (#29): the attach says the blind spot,
-    and so does every report and check."""
-    prog = compile_program("ownheap.c")
-    p = start_bare([prog, "wait"], tmp_path)
+def own_heap_attached(tmp_path, config=None):
+    """ownheap.c started bare, attached to before it allocates anything;
+    its work done, one snapshot.  (process, program, attach's result, report)"""
+    prog = compile_program("ownheap.c", "-O2", "-fno-optimize-sibling-calls")
+    p = start_bare([prog, "first"], tmp_path)
+    expect(p, "ready\n")
+    out = cli("attach", "-q", *(["--config", config] if config else []), p.pid, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    p.stdin.write(b"\n")
+    p.stdin.flush()
+    expect(p, "done\n")
+    return p, prog, out, snapshot(p.pid, tmp_path)
+
+
+def test_attach_routes_a_program_with_its_own_malloc(tmp_path):
+    """An executable that defines malloc calls it directly, through no
+    offset table (#29): the attach patches its entries, with its other
+    threads stopped, and what it allocates afterwards is exact."""
+    from test_allocators import OWNHEAP_LEAKS
+    p, prog, out, report = own_heap_attached(tmp_path)
     try:
-        expect(p, "done\n")
-        out = cli("attach", "-q", p.pid, cwd=tmp_path)
-        assert out.returncode == 0, out.stderr
+        assert out.stderr == ""
+        assert "blind" not in report.header
+        assert report.header["routed"] == (f"7 allocator entry points of {prog} (its own malloc, free, "
+                                           "calloc, realloc) are routed to libmemleak")
+        sites = by_site(report)
+        assert {site: sites.get(site) for site in OWNHEAP_LEAKS} == OWNHEAP_LEAKS
+        assert (report.header["live-bytes"], report.header["live-blocks"]) == ("1492", "14")  # stdout's buffer came before
+        assert report.header["allocations"] == str(3000 + 14 + 1)
+        assert cli("check", tmp_path, "--max-live", "1000").returncode == 1  # a verdict, not "not seen"
+        detach_and_let_finish(p, tmp_path)
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_attach_with_route_no_says_what_it_cannot_see(tmp_path):
+    """Not routed on purpose: the attach says the blind spot, and so do
+    every report and check."""
+    p, prog, out, report = own_heap_attached(tmp_path, "route=no")
+    try:
         assert out.stderr == (f"libmemleak: attach: NOT SEEN: malloc, free, calloc, realloc are defined "
                               f"by {prog}, which the program's symbol lookups find before libmemleak's, "
-                              "and was not routed: libmemleak attach does not route a program's own "
-                              "allocator yet (start the program with libmemleak run to trace it): "
-                              "allocations made through it are not seen\n")
-        report = snapshot(p.pid, tmp_path)
+                              "and is not routed (MEMLEAK_CONFIG route=no): allocations made through it "
+                              "are not seen\n")
         assert report.header["blind"] == out.stderr.removeprefix("libmemleak: attach: NOT SEEN: ").strip()
+        assert report.header["live-blocks"] == "0"
         assert cli("check", tmp_path, "--max-leaks", "0").returncode == 3
+        detach_and_let_finish(p, tmp_path)
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_attach_waits_for_no_thread_inside_the_bytes_it_patches(tmp_path, monkeypatch):
+    """A thread stopped part-way through a function's first bytes would be
+    wrecked by the jump written over them: the process refuses ("busy"),
+    the attacher lets the threads run and tries again.  Here the first two
+    stops report a thread one byte into malloc."""
+    from libmemleak import attach as attach_module
+    prog = compile_program("ownheap.c", "-O2", "-fno-optimize-sibling-calls")
+    p = start_bare([prog, "first"], tmp_path)
+    try:
+        expect(p, "ready\n")
+        maps = attach_module.read_maps(p.pid)
+        _path, base = attach_module.find_module(maps, lambda name: name == os.path.basename(prog))
+        malloc_at = base + attach_module.symbol_offsets(prog, ("malloc",))["malloc"]
+        stops = []
+        real_places = attach_module.thread_places
+
+        def places(world):
+            stops.append(1)
+            return real_places(world) + ([malloc_at + 1] if len(stops) <= 2 else [])
+
+        monkeypatch.setattr(attach_module, "thread_places", places)
+        config = f"dir={tmp_path},signal=none"
+        attach_module.attach(p.pid, config)
+        assert len(stops) == 3
+        p.stdin.write(b"\n")
+        p.stdin.flush()
+        expect(p, "done\n")
+        report = snapshot(p.pid, tmp_path)
+        assert "blind" not in report.header and "routed" in report.header
+        assert (report.header["live-bytes"], report.header["live-blocks"]) == ("1492", "14")
+        detach_and_let_finish(p, tmp_path)
+    finally:
+        p.kill()
+        p.wait()
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.a"),
+                    reason="needs Debian's libgoogle-perftools-dev")
+def test_attach_to_a_static_tcmalloc_while_its_threads_allocate(tmp_path):
+    """A statically linked tcmalloc, four threads allocating and freeing
+    through it without pause while the attach patches it: the program
+    runs on, and what it leaks after the attach is exact."""
+    from test_allocators import TCMALLOC_STATIC
+    prog = compile_program("tcmalloced.cc", "-Wl,--whole-archive", TCMALLOC_STATIC,
+                           "-Wl,--no-whole-archive", name="tcmalloced_static")
+    p = start_bare([prog, "wait"], tmp_path)
+    try:
+        expect(p, "ready\n")
+        out = cli("attach", "-q", p.pid, cwd=tmp_path)
+        assert (out.returncode, out.stderr) == (0, ""), out.stderr
+        p.stdin.write(b"\n")
+        p.stdin.flush()
+        expect(p, "done\n")
+        report = snapshot(p.pid, tmp_path)
+        assert "blind" not in report.header
+        assert report.header["routed"].endswith(f"of {prog} (its own malloc, free, calloc, realloc) are "
+                                                "routed to libmemleak")
+        sites = by_site(report)
+        assert sites["site_malloc(unsigned long)"] == (1000, 10)
+        assert sites["site_new()"] == (320, 5)
+        assert (report.header["live-bytes"], report.header["live-blocks"]) == ("1320", "15")  # the churn: all given back
+        assert int(report.header["allocations"]) > 2000
         detach_and_let_finish(p, tmp_path)
     finally:
         p.kill()

@@ -16,7 +16,14 @@
  * reallocs) are routed first everywhere, then allocations.  A block made by
  * libc's malloc and freed by our free is a block from before the attach
  * (counted as such); the reverse -- our block freed by libc's free -- would
- * be counted live for ever, so it must not happen. */
+ * be counted live for ever, so it must not happen.
+ *
+ * An executable that defines malloc itself calls it directly, through no
+ * table: its entries are patched (route.c), which needs its other threads
+ * stopped -- the attacher does that between mlk_attach and
+ * mlk_attach_finish, calling mlk_attach_patch with the threads' places.
+ * Then the frees' pass runs in mlk_attach and the allocations' only in
+ * mlk_attach_finish, after the executable's free is patched. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <elf.h>
@@ -176,6 +183,7 @@ struct pass {
     int frees;        /* 1: the frees' pass, 0: the rest */
     int failed;
 };
+static int allocations_routed; /* the second pass has run (or runs with every later one) */
 
 static int already_routed(void **slot)
 {
@@ -239,13 +247,14 @@ static int route_module(struct dl_phdr_info *info, size_t size, void *data)
     return 0;
 }
 
-/* Route every loaded module's entries (those already routed are left). */
+/* Route every loaded module's entries (those already routed are left):
+ * the frees', and the allocations' too once they are due. */
 static int route_all(void)
 {
     mlk_lock(&routing_lock);
     struct pass frees = {1, 0}, rest = {0, 0};
     dl_iterate_phdr(route_module, &frees);
-    if (!frees.failed)
+    if (!frees.failed && __atomic_load_n(&allocations_routed, __ATOMIC_ACQUIRE))
         dl_iterate_phdr(route_module, &rest);
     mlk_unlock(&routing_lock);
     return frees.failed || rest.failed ? -1 : 0;
@@ -303,6 +312,9 @@ EXPORT const char *mlk_attach(const char *config)
             /* attached before routing: a dlopen another thread makes through
              * an entry just routed routes what it loads */
             __atomic_store_n(&attached, 1, __ATOMIC_RELEASE);
+            /* With entries of the executable to patch, allocations wait for
+             * mlk_attach_finish, after its free is patched. */
+            __atomic_store_n(&allocations_routed, !mlk_route_held(), __ATOMIC_RELEASE);
             if (route_all() != 0) {
                 __atomic_store_n(&attached, 0, __ATOMIC_RELEASE);
                 unroute_all();
@@ -310,6 +322,56 @@ EXPORT const char *mlk_attach(const char *config)
                 set_status("out of memory for the routing table; nothing routed", "");
             }
         }
+    }
+    mlk_in_hook = was;
+    return status;
+}
+
+/* How many of the executable's entries wait to be patched with its other
+ * threads stopped (0: no need to stop them). */
+EXPORT int mlk_attach_patches_waiting(void)
+{
+    return __atomic_load_n(&attached, __ATOMIC_ACQUIRE) ? mlk_route_held() : 0;
+}
+
+/* Called with every other thread of the process stopped; pcs are their
+ * instruction pointers.  Writes the executable's patches: "" when done (or
+ * refused: mlk_attach_finish says it), "busy" when a thread is part-way
+ * through the bytes to overwrite (nothing written: let the threads run and
+ * call again).  Takes no lock and calls neither the loader nor malloc: a
+ * stopped thread may hold theirs. */
+EXPORT const char *mlk_attach_patch(const uint64_t *pcs, int npcs)
+{
+    int was = mlk_in_hook;
+    mlk_in_hook = 1;
+    status[0] = 0;
+    if (npcs < 0 || (npcs > 0 && !pcs))
+        npcs = 0;
+    if (mlk_route_commit_held(pcs, npcs) == 1)
+        set_status("busy", "");
+    mlk_in_hook = was;
+    return status;
+}
+
+/* After mlk_attach (and mlk_attach_patch, if any), the threads running:
+ * the allocations' pass, and what was routed said.  `why_not` says why
+ * the executable's patches, if any wait still, were not written. */
+EXPORT const char *mlk_attach_finish(const char *why_not)
+{
+    int was = mlk_in_hook;
+    mlk_in_hook = 1;
+    status[0] = 0;
+    if (!__atomic_load_n(&attached, __ATOMIC_ACQUIRE)) {
+        set_status("the process is not attached", "");
+    } else {
+        __atomic_store_n(&allocations_routed, 1, __ATOMIC_RELEASE);
+        if (route_all() != 0)
+            set_status("out of memory for the routing table; allocations not routed", "");
+        char reason[300];
+        snprintf(reason, sizeof reason, "was not routed (%s)",
+                 why_not && why_not[0] ? why_not : "the attacher did not stop the program's threads");
+        mlk_route_say_held(reason, mlk_blind, sizeof mlk_blind, mlk_routed, sizeof mlk_routed);
+        mlk_segment_say_routing(mlk_blind, mlk_routed);
     }
     mlk_in_hook = was;
     return status;

@@ -427,10 +427,9 @@ int mlk_init_attached(const char *config, char *why, size_t why_len)
     mlk_modules_set_self((void *)&mlk_init);
     mlk_resolve_real();
     parse_config(config);
-    /* Found, and said; rewriting entries while the program's threads run
-     * through them is not safe without stopping them (not done yet). */
-    mlk_route_start("was not routed: libmemleak attach does not route a program's own allocator "
-                    "yet (start the program with libmemleak run to trace it)", mlk_blind,
+    /* The executable's own allocator is planned, held for the attacher to
+     * write with the threads stopped (attach.c, route.c). */
+    mlk_route_start(mlk_config.route ? NULL : "is not routed (MEMLEAK_CONFIG route=no)", mlk_blind,
                     sizeof mlk_blind, mlk_routed, sizeof mlk_routed);
     is_root = 1;
     mlk_keeper_listen();

@@ -42,6 +42,8 @@ extern MLK_HIDDEN struct mlk_real_fns mlk_real; /* the next definitions (interpo
 /* A next definition at `from` was routed (route.c): our calls to it go to
  * `to`, the original, instead of through the routing hook. */
 MLK_HIDDEN void mlk_real_redirect(void *from, void *to);
+/* Its routing could not be written after all: calls to `from` again. */
+MLK_HIDDEN void mlk_real_unredirect(void *from);
 
 /* Bootstrap: allocations made while dlsym runs (interpose.c). */
 #define MLK_BOOT_ARENA (64 * 1024)

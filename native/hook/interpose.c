@@ -69,6 +69,20 @@ void mlk_real_redirect(void *from, void *to)
     apply_redirects();
 }
 
+void mlk_real_unredirect(void *from)
+{
+    void **fns = (void **)&mlk_real;
+    for (int r = 0; r < redirect_count; r++) {
+        if (redirects[r].from != from)
+            continue;
+        for (size_t i = 0; i < sizeof mlk_real / sizeof(void *); i++)
+            if (fns[i] == redirects[r].to)
+                __atomic_store_n(&fns[i], from, __ATOMIC_RELEASE);
+        redirects[r] = redirects[--redirect_count];
+        return;
+    }
+}
+
 /* Where a next definition lives: its own address, not a trampoline's. */
 static void *real_home(void *fn)
 {

@@ -132,12 +132,12 @@ static void refused(int pid, int tid, int err, char *why, int why_len)
     int scope = yama_scope();
     if (tracer > 0)
         snprintf(why, (size_t)why_len, "process %d is already traced by process %d (a debugger "
-                 "or strace?): its threads cannot be stopped for a scan", pid, tracer);
+                 "or strace?): its threads cannot be stopped", pid, tracer);
     else if (err == EPERM && scope > 0)
-        snprintf(why, (size_t)why_len, "not allowed to stop process %d for a scan (ptrace: %s; "
+        snprintf(why, (size_t)why_len, "not allowed to stop the threads of process %d (ptrace: %s; "
                  "kernel.yama.ptrace_scope is %d)", pid, strerror(err), scope);
     else
-        snprintf(why, (size_t)why_len, "not allowed to stop process %d for a scan (ptrace: %s; "
+        snprintf(why, (size_t)why_len, "not allowed to stop the threads of process %d (ptrace: %s; "
                  "seccomp or a container may forbid ptrace)", pid, strerror(err));
 }
 
@@ -186,6 +186,11 @@ static int wait_stopped(struct mlk_thread *t)
 
 EXPORT struct mlk_world *mlk_world_stop(int pid, char *why, int why_len)
 {
+    return mlk_world_stop_except(pid, 0, why, why_len);
+}
+
+EXPORT struct mlk_world *mlk_world_stop_except(int pid, int except_tid, char *why, int why_len)
+{
     struct mlk_world *w = calloc(1, sizeof *w);
     char path[64];
     if (!w) {
@@ -210,7 +215,7 @@ EXPORT struct mlk_world *mlk_world_stop(int pid, char *why, int why_len)
         struct dirent *e;
         while ((e = readdir(d)) != NULL) {
             int tid = atoi(e->d_name);
-            if (tid <= 0 || known(w, tid) || mlk_thread_is_zombie(pid, tid))
+            if (tid <= 0 || tid == except_tid || known(w, tid) || mlk_thread_is_zombie(pid, tid))
                 continue;
             if (ptrace(PTRACE_SEIZE, tid, 0, 0) != 0) {
                 /* Exited since the listing; a thread in the middle of
@@ -244,7 +249,7 @@ EXPORT struct mlk_world *mlk_world_stop(int pid, char *why, int why_len)
             return NULL;
         }
         if (w->nthreads == first_new) { /* nothing new: all are stopped */
-            if (w->nthreads == 0) {
+            if (w->nthreads == 0 && !except_tid) {
                 /* Every thread listed was gone by the time it was seized:
                  * threads come and go.  Dead only if the process says so. */
                 if (process_alive(pid))
@@ -254,7 +259,7 @@ EXPORT struct mlk_world *mlk_world_stop(int pid, char *why, int why_len)
                 return NULL;
             }
             w->stopped_ns = mlk_now_monotonic_ns();
-            w->mem_pid = w->threads[0].tid;
+            w->mem_pid = w->nthreads ? w->threads[0].tid : except_tid;
             for (int i = 0; i < w->nthreads; i++)
                 if (w->threads[i].tid == pid)
                     w->mem_pid = pid; /* the main thread, when it is alive */
@@ -278,6 +283,20 @@ EXPORT void mlk_world_resume(struct mlk_world *w)
 }
 
 EXPORT int mlk_world_threads(const struct mlk_world *w) { return w ? w->nthreads : 0; }
+
+EXPORT uint64_t mlk_world_pc(const struct mlk_world *w, int i)
+{
+    if (!w || i < 0 || i >= w->nthreads)
+        return 0;
+    const struct mlk_thread *t = &w->threads[i];
+#if defined(__x86_64__)
+    return t->nregs > 16 ? t->regs[16] : 0; /* struct user_regs_struct: rip */
+#elif defined(__aarch64__)
+    return t->nregs > 32 ? t->regs[32] : 0; /* struct user_pt_regs: pc */
+#else
+    return 0;
+#endif
+}
 
 EXPORT size_t mlk_read_mem(int pid, uint64_t addr, void *buf, size_t len)
 {

@@ -32,6 +32,12 @@ struct mlk_world {
  * says why in one line.  Threads created meanwhile are stopped too. */
 struct mlk_world *mlk_world_stop(int pid, char *why, int why_len);
 
+/* The same, but for the thread except_tid (one this process has seized
+ * already: a thread borrowed by an attach, inject.c). */
+struct mlk_world *mlk_world_stop_except(int pid, int except_tid, char *why, int why_len);
+/* Where stopped thread i was (its instruction pointer), or 0. */
+uint64_t mlk_world_pc(const struct mlk_world *w, int i);
+
 /* Resume every thread untouched and free the world. */
 void mlk_world_resume(struct mlk_world *w);
 int mlk_world_threads(const struct mlk_world *w);

@@ -8,6 +8,8 @@
  *                    realloc at site_grown; everything else is freed.
  *   ownheap wait     the same, then waits for a line on stdin before exit
  *                    (for an attach or a snapshot).
+ *   ownheap first    says "ready" and waits for a line before it all (for an
+ *                    attach), then as `wait`.
  * The allocator is kept out of line, as it would be in a file of its own
  * (inlined into its callers, no routing could see it). */
 #include <errno.h>
@@ -112,9 +114,21 @@ __attribute__((noinline)) void churn(void)
     }
 }
 
+static int wait_for_a_line(void)
+{
+    char line[16];
+    return fgets(line, sizeof line, stdin) != NULL;
+}
+
 int main(int argc, char **argv)
 {
     int n = 0;
+    if (argc > 1 && !strcmp(argv[1], "first")) {
+        printf("ready\n");
+        fflush(stdout);
+        if (!wait_for_a_line())
+            return 1;
+    }
     churn();
     for (int i = 0; i < 10; i++)
         kept[n++] = site_leak(100);
@@ -125,10 +139,7 @@ int main(int argc, char **argv)
         kept[i] = NULL; /* lost: no pointer left */
     printf("done\n");
     fflush(stdout);
-    if (argc > 1) {
-        char line[16];
-        if (!fgets(line, sizeof line, stdin))
-            return 1;
-    }
+    if (argc > 1 && !wait_for_a_line())
+        return 1;
     return 0;
 }

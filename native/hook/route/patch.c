@@ -342,41 +342,41 @@ static int write_entry(uint8_t *fn, int moved, uint8_t *stub)
     return mlk_code_write(fn, bytes, (size_t)moved);
 }
 
-void *mlk_patch_entry(uint8_t *fn, size_t size, void *hook, void **original, char *why, size_t why_len)
+int mlk_patch_prepare(uint8_t *fn, size_t size, void *hook, struct mlk_patch *plan, char *why, size_t why_len)
 {
     if (mlk_decoder_open(why, why_len) != 0)
-        return NULL;
-    if (!size) {
-        refuse(why, why_len, "its symbol gives no size, so its jump targets cannot be checked", -1);
-        return NULL;
-    }
+        return -1;
+    if (!size)
+        return refuse(why, why_len, "its symbol gives no size, so its jump targets cannot be checked", -1);
     struct mlk_insn insns[JMP_REL32_LEN];
     int count;
     int moved = measure_prologue(fn, size, insns, &count, why, why_len);
     if (moved < 0 || check_jump_targets(fn, size, moved, why, why_len) != 0)
-        return NULL;
+        return -1;
     uint8_t *slot = slot_near((uint64_t)fn);
-    if (!slot) {
-        refuse(why, why_len, "no free address within 2 GiB of it for the trampoline", -1);
-        return NULL;
-    }
+    if (!slot)
+        return refuse(why, why_len, "no free address within 2 GiB of it for the trampoline", -1);
     put_jmp_abs(slot + STUB_AT, (uint64_t)hook);
     uint8_t *tramp = slot + TRAMP_AT;
     uint8_t *end = relocate(fn, insns, count, tramp);
     if (!end || end + JMP_ABS_LEN > slot + SLOT) {
         seal(slot);
-        refuse(why, why_len, "its first instructions cannot be moved within reach", -1);
-        return NULL;
+        return refuse(why, why_len, "its first instructions cannot be moved within reach", -1);
     }
     put_jmp_abs(end, (uint64_t)fn + (uint64_t)moved);
     seal(slot);
+    *plan = (struct mlk_patch){fn, (size_t)moved, slot + STUB_AT, tramp};
+    return 0;
+}
+
+int mlk_patch_commit(const struct mlk_patch *plan, void **original)
+{
     /* The hook may run the moment the jump is in (another thread): where it
      * calls the original is set before. */
-    __atomic_store_n(original, (void *)tramp, __ATOMIC_RELEASE);
-    if (write_entry(fn, moved, slot + STUB_AT) != 0) {
+    __atomic_store_n(original, plan->tramp, __ATOMIC_RELEASE);
+    if (write_entry(plan->fn, (int)plan->moved, plan->stub) != 0) {
         __atomic_store_n(original, NULL, __ATOMIC_RELEASE);
-        refuse(why, why_len, "its code cannot be made writable (mprotect refused)", -1);
-        return NULL;
+        return -1;
     }
-    return tramp;
+    return 0;
 }

@@ -8,12 +8,29 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Routes calls of the function at `fn` (`size` bytes, as its symbol says)
- * to `hook`.  Returns the address that runs the original function -- also
- * stored in *original before the jump is written, where the hook finds it
- * -- or NULL with the reason in `why` ("its first 5 bytes are a jump
- * target", ...): the function is then left untouched. */
-void *mlk_patch_entry(uint8_t *fn, size_t size, void *hook, void **original, char *why, size_t why_len);
+/* A patch made ready and not yet written: the function's first `moved`
+ * bytes are to become a jump to `stub` (which jumps to the hook); `tramp`
+ * runs the original function -- before the patch is written as after. */
+struct mlk_patch {
+    uint8_t *fn;
+    size_t moved;
+    uint8_t *stub;
+    void *tramp;
+};
+
+/* Makes ready the routing of the function at `fn` (`size` bytes, as its
+ * symbol says) to `hook`: decodes its first instructions, builds the stub
+ * and the trampoline.  Nothing of the function is written.  0, or -1 with
+ * the reason in `why` ("a jump inside it lands in its first bytes", ...).
+ * May call the loader (dladdr) and map memory. */
+int mlk_patch_prepare(uint8_t *fn, size_t size, void *hook, struct mlk_patch *plan, char *why, size_t why_len);
+
+/* Writes a prepared patch: *original is set to the trampoline, then the
+ * jump written.  System calls and stores only -- no lock, no loader, no
+ * malloc -- so that it may run while the program's other threads are
+ * stopped wherever they were (an attach).  0, or -1 (mprotect refused:
+ * nothing written, *original NULL again). */
+int mlk_patch_commit(const struct mlk_patch *plan, void **original);
 
 /* Writes `len` bytes of code at `at` (text made writable for the
  * moment): one 8-byte store when they sit in one aligned word, so that a

@@ -26,7 +26,9 @@ char mlk_routed[MLK_BLIND_MAX];
 
 enum how_routed {
     UNROUTED,
+    PREPARED, /* its patch is ready, not written */
     PATCHED,
+    REFUSED,  /* could not be routed: why[] says */
     ALIAS,    /* shares a patched address: the first name's hook serves it */
     FORWARDS, /* only jumps to another candidate, c[forwards_to]: routed there */
 };
@@ -35,7 +37,7 @@ struct candidate {
     const struct mlk_route_entry *entry;
     uint8_t *at;
     size_t size;
-    uint8_t saved[32]; /* the bytes before patching, to undo a half-routed module */
+    uint8_t saved[32]; /* the bytes a patch overwrote, to undo a half-routed module */
     size_t saved_len;
     enum how_routed how;
     int forwards_to;
@@ -43,6 +45,8 @@ struct candidate {
     int trailed;         /* its allocator also serves our exported malloc (blocks may carry trailers) */
     const char *needs;   /* a function of the same module it cannot be routed without */
     void *needed;        /* that function, when found */
+    struct mlk_patch patch;
+    char why[160];
 };
 
 static const char *const family[] = {"malloc", "free", "calloc", "realloc"};
@@ -110,7 +114,9 @@ static void undo(struct candidate *c, int count)
         if (c[i].how != PATCHED)
             continue;
         mlk_code_write(c[i].at, c[i].saved, c[i].saved_len);
+        mlk_real_unredirect(c[i].at);
         *c[i].entry->original = NULL;
+        c[i].how = PREPARED;
     }
 }
 
@@ -131,20 +137,19 @@ static void owner_who(char *who, size_t who_len, const char *names, int defined,
              "libmemleak's, and", names, defined == 1 ? "is" : "are", owner);
 }
 
-/* Routes the candidates of one module (all of them, or for a refused
- * free-like entry none: said in `blind` as `who` not seen); what
- * was routed is said in `routed` as `what`.  Patched entries that are also
- * the functions our exported hooks forward to are redirected to their
- * trampolines: those calls are ours, not the program's. */
-static void route_module(struct candidate *c, int count, const char *owner_name, const char *who,
-                         const char *what, char *blind, size_t blind_len, char *routed, size_t routed_len)
+/* A module's routing in three steps, so that an attach can write the
+ * patches while the program's threads are stopped and do the rest while
+ * they run.  First the plan: entries that share an address or only jump
+ * to another candidate are routed there; the rest each get a patch made
+ * ready (nothing written).  -1 when a free-like entry cannot be routed:
+ * half a module routed would count the blocks it frees unseen as leaks, so
+ * none of it is, and `refused` says which and why. */
+static int plan_module(struct candidate *c, int count, char *refused, size_t refused_len)
 {
-    char why[256], line[1024];
-    int routed_count = 0;
     for (int i = 0; i < count; i++) {
         uint64_t to;
         for (int j = 0; j < i && c[i].how == UNROUTED; j++)
-            if (c[j].how == PATCHED && c[j].at == c[i].at)
+            if (c[j].how == PREPARED && c[j].at == c[i].at)
                 c[i].how = ALIAS;
         if (c[i].how == UNROUTED && mlk_entry_forwards(c[i].at, c[i].size, &to))
             for (int j = 0; j < count && c[i].how == UNROUTED; j++)
@@ -152,35 +157,76 @@ static void route_module(struct candidate *c, int count, const char *owner_name,
                     c[i].how = FORWARDS, c[i].forwards_to = j;
         if (c[i].how != UNROUTED)
             continue;
-        void *original = NULL;
         if (c[i].needs && !c[i].needed)
-            snprintf(why, sizeof why, "%s is not defined beside it", c[i].needs);
-        else {
-            memcpy(c[i].saved, c[i].at, c[i].saved_len);
-            /* (its state before its jump: the hook may run at once) */
-            mlk_route_entry_routed(c[i].index, c[i].trailed, c[i].needed);
-            original = mlk_patch_entry(c[i].at, c[i].size, c[i].entry->hook, c[i].entry->original, why,
-                                       sizeof why);
-        }
-        if (original) {
-            c[i].how = PATCHED;
-            routed_count++;
+            snprintf(c[i].why, sizeof c[i].why, "%s is not defined beside it", c[i].needs);
+        else if (mlk_patch_prepare(c[i].at, c[i].size, c[i].entry->hook, &c[i].patch, c[i].why,
+                                   sizeof c[i].why) == 0) {
+            c[i].how = PREPARED;
             continue;
         }
+        c[i].how = REFUSED;
         if (c[i].entry->role != MLK_ROUTE_ALLOC) {
-            /* Half a module routed would count blocks it frees unseen as
-             * leaks: all of it goes back, and it is said as not seen. */
-            undo(c, count);
-            snprintf(line, sizeof line, "could not be routed (%s: %s)", c[i].entry->name, why);
-            say_unseen(blind, blind_len, who, line);
-            return;
+            snprintf(refused, refused_len, "%s: %s", c[i].entry->name, c[i].why);
+            return -1;
         }
-        snprintf(line, sizeof line, "%s%s of %.400s could not be routed (%s): allocations made through "
-                 "it are not seen", blind[0] ? "; " : "", c[i].entry->name, owner_name, why);
-        append(blind, blind_len, line);
     }
+    return 0;
+}
+
+/* Then the writes.  Each entry's state goes in before its jump (the hook
+ * may run at once), and so does the redirect of our exported hooks' calls
+ * of the function to its trampoline, which runs the original before the
+ * jump is written as after: no call goes through both hooks, counted
+ * twice.  Stores and system calls only (mlk_patch_commit): it may run with
+ * the program's threads stopped anywhere.  -1 when a free-like entry's
+ * jump cannot be written: all undone, `refused` says. */
+static int commit_module(struct candidate *c, int count, char *refused, size_t refused_len)
+{
     for (int i = 0; i < count; i++) {
-        if (c[i].how == ALIAS || (c[i].how == FORWARDS && c[c[i].forwards_to].how == PATCHED))
+        if (c[i].how != PREPARED)
+            continue;
+        c[i].saved_len = c[i].patch.moved; /* (at most 19: a jump's 5 and one more instruction) */
+        memcpy(c[i].saved, c[i].at, c[i].saved_len);
+        mlk_route_entry_routed(c[i].index, c[i].trailed, c[i].needed);
+        mlk_real_redirect(c[i].at, c[i].patch.tramp);
+        if (mlk_patch_commit(&c[i].patch, c[i].entry->original) == 0) {
+            c[i].how = PATCHED;
+            continue;
+        }
+        mlk_real_unredirect(c[i].at);
+        c[i].how = REFUSED;
+        snprintf(c[i].why, sizeof c[i].why, "its code cannot be made writable (mprotect refused)");
+        if (c[i].entry->role != MLK_ROUTE_ALLOC) {
+            undo(c, count);
+            snprintf(refused, refused_len, "%s: %s", c[i].entry->name, c[i].why);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* And what was done, said: in `blind` what is not seen (all of the
+ * module, `who`, when `refused`), in `routed` as `what`. */
+static void say_module(const struct candidate *c, int count, const char *refused, const char *owner_name,
+                       const char *who, const char *what, char *blind, size_t blind_len, char *routed,
+                       size_t routed_len)
+{
+    char line[1024];
+    if (refused) {
+        snprintf(line, sizeof line, "could not be routed (%s)", refused);
+        say_unseen(blind, blind_len, who, line);
+        return;
+    }
+    int routed_count = 0;
+    for (int i = 0; i < count; i++)
+        if (c[i].how == REFUSED) {
+            snprintf(line, sizeof line, "%s%s of %.400s could not be routed (%s): allocations made through "
+                     "it are not seen", blind[0] ? "; " : "", c[i].entry->name, owner_name, c[i].why);
+            append(blind, blind_len, line);
+        }
+    for (int i = 0; i < count; i++) {
+        if (c[i].how == PATCHED || c[i].how == ALIAS ||
+            (c[i].how == FORWARDS && c[c[i].forwards_to].how == PATCHED))
             routed_count++;
         else if (c[i].how == FORWARDS) {
             snprintf(line, sizeof line, "%s%s of %.400s could not be routed (it jumps to %s, which "
@@ -188,12 +234,84 @@ static void route_module(struct candidate *c, int count, const char *owner_name,
                      c[i].entry->name, owner_name, c[c[i].forwards_to].entry->name);
             append(blind, blind_len, line);
         }
-        if (c[i].how == PATCHED)
-            mlk_real_redirect(c[i].at, *c[i].entry->original);
     }
     snprintf(line, sizeof line, "%s%d allocator entry points of %.400s (%s) are routed to libmemleak",
              routed[0] ? "; " : "", routed_count, owner_name, what);
     append(routed, routed_len, line);
+}
+
+/* Routes the candidates of one module now: all of them, or for a refused
+ * free-like entry none. */
+static void route_module(struct candidate *c, int count, const char *owner_name, const char *who,
+                         const char *what, char *blind, size_t blind_len, char *routed, size_t routed_len)
+{
+    char refused[256];
+    int ok = plan_module(c, count, refused, sizeof refused) == 0 &&
+             commit_module(c, count, refused, sizeof refused) == 0;
+    say_module(c, count, ok ? NULL : refused, owner_name, who, what, blind, blind_len, routed, routed_len);
+}
+
+/* ---- under attach: the executable's entries, written with its threads stopped
+ * The program's threads run through its allocator while an attach plans;
+ * a jump written over instructions a thread is part-way through would
+ * send it into the middle of the jump.  So the executable's patches are
+ * planned here and held; the attacher stops every other thread, hands
+ * over where each one is, and mlk_route_commit_held writes them if none
+ * is inside the bytes to be overwritten (else it asks for another try).
+ * One module at most: only the executable is patched under attach. */
+enum held_state { HELD_NONE, HELD_READY, HELD_DONE, HELD_REFUSED, HELD_SAID };
+static struct {
+    struct candidate c[MLK_ROUTE_MAX_ENTRIES];
+    int count;
+    enum held_state state;
+    char refused[256], owner_name[512], who[1024], what[256];
+} held;
+
+static void hold(const struct candidate *c, int count, const char *owner_name, const char *who, const char *what)
+{
+    if (held.state != HELD_NONE)
+        return; /* (cannot be: the executable is one module, looked at once) */
+    memcpy(held.c, c, (size_t)count * sizeof *c);
+    held.count = count;
+    snprintf(held.owner_name, sizeof held.owner_name, "%s", owner_name);
+    snprintf(held.who, sizeof held.who, "%s", who);
+    snprintf(held.what, sizeof held.what, "%s", what);
+    held.state = plan_module(held.c, count, held.refused, sizeof held.refused) == 0 ? HELD_READY : HELD_REFUSED;
+}
+
+int mlk_route_held(void)
+{
+    int n = 0;
+    for (int i = 0; held.state == HELD_READY && i < held.count; i++)
+        n += held.c[i].how == PREPARED;
+    return n;
+}
+
+int mlk_route_commit_held(const uint64_t *pcs, int npcs)
+{
+    if (held.state != HELD_READY)
+        return 0;
+    for (int i = 0; i < held.count; i++) {
+        const struct candidate *c = &held.c[i];
+        for (int k = 0; c->how == PREPARED && k < npcs; k++)
+            if (pcs[k] > (uint64_t)c->at && pcs[k] < (uint64_t)c->at + c->patch.moved)
+                return 1;
+    }
+    held.state = commit_module(held.c, held.count, held.refused, sizeof held.refused) == 0 ? HELD_DONE
+                                                                                          : HELD_REFUSED;
+    return 0;
+}
+
+void mlk_route_say_held(const char *why_not_written, char *blind, size_t blind_len, char *routed,
+                        size_t routed_len)
+{
+    if (held.state == HELD_READY)
+        say_unseen(blind, blind_len, held.who, why_not_written);
+    else if (held.state == HELD_DONE || held.state == HELD_REFUSED)
+        say_module(held.c, held.count, held.state == HELD_REFUSED ? held.refused : NULL, held.owner_name,
+                   held.who, held.what, blind, blind_len, routed, routed_len);
+    if (held.state != HELD_NONE)
+        held.state = HELD_SAID;
 }
 
 /* Adds to c the entries [from, mlk_route_entry_count) that `*module`
@@ -212,8 +330,8 @@ static int collect(void *scope, int from, const void *self_base, const void **mo
         if (where.dli_fbase != *module)
             continue;
         size_t size = sym->st_size;
-        c[count] = (struct candidate){e, (uint8_t *)where.dli_saddr, size, {0}, size < 32 ? size : 32,
-                                      UNROUTED, 0, i, 0, NULL, NULL};
+        c[count] = (struct candidate){.entry = e, .at = (uint8_t *)where.dli_saddr, .size = size,
+                                      .how = UNROUTED, .index = i};
         if (!strcmp(e->name, "mi_heap_destroy")) {
             /* Its blocks are forgotten by walking the heap before it goes. */
             c[count].needs = "mi_heap_visit_blocks";
@@ -276,7 +394,7 @@ void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *r
      * the lookup; the attach reroutes every module's calls through its
      * global offset table (attach.c), which sees all of them except the
      * executable's own calls to a malloc it defines itself (direct calls,
-     * no table): only that is a blind spot there. */
+     * no table): only the executable is patched there (held). */
     for (size_t i = 0; i < sizeof family / sizeof family[0]; i++) {
         if (!defined_before_us(RTLD_DEFAULT, family[i], self.dli_fbase, &where, &sym) ||
             (mlk_attach_mode && !is_executable(where.dli_fbase)))
@@ -298,7 +416,12 @@ void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *r
         const void *module = owner;
         int count = collect(RTLD_DEFAULT, 0, self.dli_fbase, &module, c, 0);
         snprintf(what, sizeof what, "its own %s", names);
-        route_module(c, count, owner_name, who, what, blind, blind_len, routed, routed_len);
+        for (int i = 0; i < count; i++)
+            c[i].trailed = owner == next_base; /* (under attach: our malloc forwards to it) */
+        if (mlk_attach_mode)
+            hold(c, count, owner_name, who, what);
+        else
+            route_module(c, count, owner_name, who, what, blind, blind_len, routed, routed_len);
     }
     families_done[0] = owner;
     nfamilies_done = 1;
@@ -340,7 +463,7 @@ static void route_families(void *scope, const void *next_base, const char *why_n
         const char *name = module_name(&where);
         family_names(c, count, what, sizeof what);
         snprintf(who, sizeof who, "%s entry points of %.400s", what, name);
-        if (why_not && mlk_attach_mode && !is_executable(module)) {
+        if (mlk_attach_mode && !is_executable(module)) {
             /* A library's: the attach routes its callers' offset-table
              * slots for these names (attach.c), as for malloc. */
             char line[1024];
@@ -360,6 +483,10 @@ static void route_families(void *scope, const void *next_base, const char *why_n
         }
         for (int i = 0; i < count; i++)
             c[i].trailed = module == next_base;
+        if (mlk_attach_mode) {
+            hold(c, count, name, who, what);
+            continue;
+        }
         route_module(c, count, name, who, what, blind, blind_len, routed, routed_len);
         for (int i = 0; i < count; i++)
             if (*c[i].entry->original)

@@ -9,6 +9,7 @@
 #define MLK_ROUTE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 enum mlk_route_role {
     MLK_ROUTE_CORE,  /* malloc, free, calloc, realloc: all routed, or none of the module's entries */
@@ -44,6 +45,20 @@ void *mlk_route_attach_hook(int i);
  * `why_not`: a reason not to patch at all (an attach: the program's
  * threads run on while entries would be rewritten), said in `blind`. */
 void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *routed, size_t routed_len);
+/* Under attach the executable's own entries are planned by
+ * mlk_route_start and held, to be written while the program's other
+ * threads are stopped (a jump written over instructions a thread is
+ * part-way through would wreck it).  mlk_route_held: how many patches wait
+ * (0: none, nothing to stop the threads for).  mlk_route_commit_held:
+ * writes them, given where every other thread is (its instruction
+ * pointer): 1 when one is inside bytes to be overwritten (nothing written:
+ * let them run and try again), else 0.  Stores and system calls only.
+ * mlk_route_say_held: what was routed or not, appended to the lines (held
+ * and never written: not seen, `why_not_written`). */
+int mlk_route_held(void);
+int mlk_route_commit_held(const uint64_t *pcs, int npcs);
+void mlk_route_say_held(const char *why_not_written, char *blind, size_t blind_len, char *routed,
+                        size_t routed_len);
 /* After a dlopen (not under attach, whose offset tables see to it): the
  * families the module opened and its dependencies define (a plugin linked
  * with libmimalloc, loaded RTLD_LOCAL), routed like those at start; what
