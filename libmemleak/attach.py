@@ -388,13 +388,32 @@ def detach(pid, say=None):
     if not found:
         raise AttachError(f"process {pid} is not attached (libmtrace.so is not loaded in it)")
     path, base = found
-    ours = symbol_offsets(_in_process_root(pid, path.removesuffix(" (deleted)")), ("mlk_detach",))
+    names = ("mlk_detach", "mlk_detach_patches_left", "mlk_detach_unpatch")
+    ours = symbol_offsets(_in_process_root(pid, path.removesuffix(" (deleted)")), names)
     if "mlk_detach" not in ours:
         raise AttachError(f"process {pid}: its libmtrace.so cannot detach (an older build?)")
     libc_path, libc_base = _check_process(pid, maps)
     with borrowed_thread(pid, maps, libc_path, libc_base, say) as borrowed:
         _status_call(borrowed, base + ours["mlk_detach"])
+        if "mlk_detach_unpatch" in ours and borrowed.call(base + ours["mlk_detach_patches_left"]) & 0xFFFFFFFF:
+            _unpatch_with_threads_stopped(borrowed, base + ours["mlk_detach_unpatch"])
     return borrowed.tid, borrowed.kept_ns / 1e6
+
+
+def _unpatch_with_threads_stopped(borrowed, unpatch):
+    """The executable's entries patched by the attach get their own first
+    bytes back, written with the other threads stopped (inert hooks left
+    in place otherwise: the program runs as it did, one jump slower)."""
+    why = ffi.new("char[]", WHY_BYTES)
+    world = lib.mlk_world_stop_except(borrowed.pid, borrowed.tid, why, WHY_BYTES)
+    if world == ffi.NULL:
+        borrowed.say(f"detach: its own allocator's entries stay routed through inert hooks (the "
+                     f"program's threads could not be stopped: {ffi.string(why).decode(errors='replace')})")
+        return
+    try:
+        _status_call(borrowed, unpatch)
+    finally:
+        lib.mlk_world_resume(world)
 
 
 def wait_for_reporter(pid, timeout=10.0):

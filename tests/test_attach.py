@@ -417,12 +417,13 @@ def test_a_sandboxed_process_that_may_start_no_process_is_said_at_once(tmp_path)
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".memlog")]
 
 
-def own_heap_attached(tmp_path, config=None):
+def own_heap_attached(tmp_path, config=None, before_attach=lambda p, prog: None):
     """ownheap.c started bare, attached to before it allocates anything;
     its work done, one snapshot.  (process, program, attach's result, report)"""
     prog = compile_program("ownheap.c", "-O2", "-fno-optimize-sibling-calls")
     p = start_bare([prog, "first"], tmp_path)
     expect(p, "ready\n")
+    before_attach(p, prog)
     out = cli("attach", "-q", *(["--config", config] if config else []), p.pid, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     p.stdin.write(b"\n")
@@ -431,12 +432,25 @@ def own_heap_attached(tmp_path, config=None):
     return p, prog, out, snapshot(p.pid, tmp_path)
 
 
+def entry_bytes(pid, prog, names):
+    """The first 16 bytes of each function `names` of executable prog in process pid."""
+    from libmemleak import attach as attach_module
+    _path, base = attach_module.find_module(attach_module.read_maps(pid),
+                                            lambda name: name == os.path.basename(prog))
+    offsets = attach_module.symbol_offsets(prog, names)
+    with open(f"/proc/{pid}/mem", "rb") as mem:
+        return {name: (mem.seek(base + offsets[name]), mem.read(16))[1] for name in names}
+
+
 def test_attach_routes_a_program_with_its_own_malloc(tmp_path):
     """An executable that defines malloc calls it directly, through no
     offset table (#29): the attach patches its entries, with its other
     threads stopped, and what it allocates afterwards is exact."""
     from test_allocators import OWNHEAP_LEAKS
-    p, prog, out, report = own_heap_attached(tmp_path)
+    names = ("malloc", "free", "calloc", "realloc")
+    bare = {}
+    p, prog, out, report = own_heap_attached(
+        tmp_path, before_attach=lambda p, prog: bare.update(entry_bytes(p.pid, prog, names)))
     try:
         assert out.stderr == ""
         assert "blind" not in report.header
@@ -447,7 +461,14 @@ def test_attach_routes_a_program_with_its_own_malloc(tmp_path):
         assert (report.header["live-bytes"], report.header["live-blocks"]) == ("1492", "14")  # stdout's buffer came before
         assert report.header["allocations"] == str(3000 + 14 + 1)
         assert cli("check", tmp_path, "--max-live", "1000").returncode == 1  # a verdict, not "not seen"
-        detach_and_let_finish(p, tmp_path)
+        patched = entry_bytes(p.pid, prog, names)
+        assert all(patched[n][0] == 0xE9 and patched[n] != bare[n] for n in names)  # jmp rel32
+        # detach writes the program's own bytes back
+        assert cli("detach", "-q", p.pid, cwd=tmp_path).returncode == 0
+        assert entry_bytes(p.pid, prog, names) == bare
+        p.stdin.write(b"\n")
+        p.stdin.close()
+        assert p.wait(timeout=60) == 0
     finally:
         p.kill()
         p.wait()

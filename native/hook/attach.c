@@ -393,3 +393,26 @@ EXPORT const char *mlk_detach(void)
     mlk_in_hook = was;
     return status;
 }
+
+/* After mlk_detach: how many of the executable's entries are still patched
+ * (their hooks inert), to be written back with the other threads stopped
+ * by mlk_detach_unpatch.  No thread can be part-way through a patch's
+ * bytes (a jump is one instruction; the rest int3), and one inside the
+ * trampoline runs on into the original: any stop will do. */
+EXPORT int mlk_detach_patches_left(void)
+{
+    return __atomic_load_n(&attached, __ATOMIC_ACQUIRE) ? 0 : mlk_route_patched_held();
+}
+
+EXPORT const char *mlk_detach_unpatch(void)
+{
+    int was = mlk_in_hook;
+    mlk_in_hook = 1;
+    status[0] = 0;
+    if (__atomic_load_n(&attached, __ATOMIC_ACQUIRE))
+        set_status("the process is attached", "");
+    else
+        mlk_route_unpatch_held();
+    mlk_in_hook = was;
+    return status;
+}

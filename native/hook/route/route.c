@@ -302,6 +302,21 @@ int mlk_route_commit_held(const uint64_t *pcs, int npcs)
     return 0;
 }
 
+int mlk_route_patched_held(void)
+{
+    int n = 0;
+    for (int i = 0; i < held.count; i++)
+        n += held.c[i].how == PATCHED;
+    return n;
+}
+
+void mlk_route_unpatch_held(void)
+{
+    for (int i = 0; i < held.count; i++)
+        if (held.c[i].how == PATCHED && mlk_code_write(held.c[i].at, held.c[i].saved, held.c[i].saved_len) == 0)
+            held.c[i].how = PREPARED; /* (its trampoline stays: a thread may be in it, and our calls go there) */
+}
+
 void mlk_route_say_held(const char *why_not_written, char *blind, size_t blind_len, char *routed,
                         size_t routed_len)
 {

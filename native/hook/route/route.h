@@ -56,6 +56,10 @@ void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *r
  * mlk_route_say_held: what was routed or not, appended to the lines (held
  * and never written: not seen, `why_not_written`). */
 int mlk_route_held(void);
+/* After a detach: how many held entries are patched, and writing their
+ * original bytes back (stores and system calls only, as the commit). */
+int mlk_route_patched_held(void);
+void mlk_route_unpatch_held(void);
 int mlk_route_commit_held(const uint64_t *pcs, int npcs);
 void mlk_route_say_held(const char *why_not_written, char *blind, size_t blind_len, char *routed,
                         size_t routed_len);
