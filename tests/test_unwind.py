@@ -3,6 +3,7 @@
 import pytest
 
 from helpers import Traced, by_stack, cli, compile_program
+from libmemleak import memlog
 
 
 def stacks(workdir, prog, config, checkpoints):
@@ -180,3 +181,38 @@ def test_a_chain_that_does_not_check_out_ends_the_walk(tmp_path):
     assert int(ended.split()[0]) >= 1 and ended.endswith("their outer callers are missing"), ended
     text = cli("report", tmp_path).stdout
     assert "note: stacks cut short: " in text
+
+
+def test_frame_pointers_followed_in_threads_made_before_an_attach(tmp_path):
+    """A thread that existed before `libmemleak attach` was never seen
+    starting, so its stack's extent is looked up in the maps, once, when a
+    walk first needs the chain: its path through code without tables is
+    whole, as the main thread's."""
+    from test_attach import start_bare
+    prog = compile_program("fpchain.c", *NO_TABLES, "-fno-omit-frame-pointer", name="fpchain")
+    p = start_bare([prog, "first"], tmp_path)
+    try:
+        assert p.stdout.readline() == b"checkpoint ready\n"
+        out = cli("attach", "-q", p.pid, cwd=tmp_path)
+        assert (out.returncode, out.stderr) == (0, ""), out.stderr
+        p.stdin.write(b"\n")
+        p.stdin.flush()
+        assert p.stdout.readline() == b"checkpoint done\n"
+        snap = cli("snapshot", p.pid, cwd=tmp_path)
+        assert snap.returncode == 0, snap.stderr
+        report = memlog.read(snap.stdout.strip())
+        top = ["leaf_alloc", "shared_middle"]
+        assert paths_of(report) == {
+            "main_path": (top + ["main_path", "made_before_attach", "main", "__libc_start_call_main",
+                                 "__libc_start_main_impl", "_start"], 1000, 10),
+            "default_path": (top + ["default_path", "run", "run_when_told", "start_thread", "clone3"],
+                             4000, 20),
+        }
+        assert "stacks-ended-without-tables" not in report.header
+        assert cli("detach", "-q", p.pid, cwd=tmp_path).returncode == 0
+        p.stdin.write(b"\n")
+        p.stdin.close()
+        assert p.wait(timeout=60) == 0
+    finally:
+        p.kill()
+        p.wait()

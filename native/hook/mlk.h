@@ -35,6 +35,11 @@ MLK_HIDDEN void mlk_signals_init(void);  /* signals.c: look the real functions u
 MLK_HIDDEN int mlk_signal_is_programs(void); /* signals.c: the program took the report signal over */
 MLK_HIDDEN size_t mlk_strlen(const char *s);
 MLK_HIDDEN void mlk_fmt_u64(char *buf, uint64_t v);  /* buf >= 21 bytes */
+/* Each mapping of /proc/self/maps, in address order, to fn(lo, hi, arg)
+ * until it returns nonzero (that value returned).  Raw calls, no malloc:
+ * usable inside a hook.  -1 when the file cannot be read (no /proc in a
+ * sandbox), 0 when fn never stopped it. */
+MLK_HIDDEN int mlk_each_mapping(int (*fn)(uint64_t lo, uint64_t hi, void *arg), void *arg);
 
 /* A spinlock that never sleeps in the kernel: held for a few instructions. */
 typedef struct { volatile int held; } mlk_lock_t;

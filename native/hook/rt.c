@@ -7,6 +7,7 @@
 #include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <string.h>
 #include <time.h>
 
 #include "mlk.h"
@@ -155,6 +156,49 @@ void mlk_fmt_u64(char *buf, uint64_t v)
     for (int i = 0; i < n; i++)
         buf[i] = tmp[n - 1 - i];
     buf[n] = 0;
+}
+
+static uint64_t parse_hex(const char **p, const char *end)
+{
+    uint64_t v = 0;
+    for (; *p < end; (*p)++) {
+        char c = **p;
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0)
+            break;
+        v = v << 4 | (uint64_t)d;
+    }
+    return v;
+}
+
+int mlk_each_mapping(int (*fn)(uint64_t lo, uint64_t hi, void *arg), void *arg)
+{
+    long fd = mlk_syscall6(SYS_openat, -100 /* AT_FDCWD */, (long)"/proc/self/maps", 0 /* O_RDONLY */, 0, 0, 0);
+    if (fd < 0)
+        return -1;
+    char buf[4096];
+    size_t have = 0;
+    int stopped = 0;
+    while (!stopped) {
+        long n = mlk_syscall6(SYS_read, fd, (long)(buf + have), (long)(sizeof buf - have), 0, 0, 0);
+        if (n <= 0)
+            break;
+        have += (size_t)n;
+        const char *line = buf, *end = buf + have;
+        for (const char *nl; !stopped && (nl = memchr(line, '\n', (size_t)(end - line))); line = nl + 1) {
+            const char *p = line;
+            uint64_t lo = parse_hex(&p, nl);
+            p++;
+            uint64_t hi = parse_hex(&p, nl);
+            stopped = fn(lo, hi, arg);
+        }
+        have = (size_t)(end - line);
+        memmove(buf, line, have);
+        if (have == sizeof buf)
+            have = 0; /* a line longer than the buffer: not a maps line */
+    }
+    mlk_syscall6(SYS_close, fd, 0, 0, 0, 0, 0);
+    return stopped;
 }
 
 void mlk_warn_parts(const char *const *parts, size_t count)

@@ -24,9 +24,13 @@
  *     (pthread_self()) at the top of its stack block, and the block holds
  *     the stack size the creator asked for (the pthread_create wrapper
  *     below passes it on) below the descriptor.
- * A thread made otherwise (before libmtrace was attached, or by a raw
- * clone) and a walk on a signal stack get no fallback: their walks end
- * where the tables end, as before. */
+ *   - a thread made otherwise (before libmtrace was attached, by a raw
+ *     clone, or before the wrapper had a slot): the mapping its sp lies in,
+ *     looked up once per thread in /proc/self/maps (raw calls), and only
+ *     when a walk first needs the fallback.  Without /proc (a sandbox), no
+ *     fallback for it: its walks end where the tables end.
+ * A walk on a signal stack is bounded by that stack: the chain back into
+ * the interrupted code is not followed. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -42,6 +46,7 @@ extern void *__libc_stack_end; /* the ELF loader's: the main thread's initial sp
 static uint64_t main_lo, main_hi;
 static __thread uint64_t thread_lo __attribute__((tls_model("initial-exec")));
 static __thread uint64_t thread_hi __attribute__((tls_model("initial-exec")));
+static __thread int thread_looked_up __attribute__((tls_model("initial-exec")));
 
 void mlk_fp_init(void)
 {
@@ -58,6 +63,19 @@ void mlk_fp_init(void)
     }
 }
 
+struct mapping_of {
+    uint64_t at, lo, hi;
+};
+
+static int find_mapping(uint64_t lo, uint64_t hi, void *arg)
+{
+    struct mapping_of *m = arg;
+    if (m->at < lo || m->at >= hi)
+        return 0;
+    m->lo = lo, m->hi = hi;
+    return 1;
+}
+
 /* The end of the stack sp is on, or 0 when that is not known. */
 static inline uint64_t stack_end(uint64_t sp)
 {
@@ -65,6 +83,15 @@ static inline uint64_t stack_end(uint64_t sp)
         return main_hi;
     if (sp >= thread_lo && sp < thread_hi)
         return thread_hi;
+    if (!thread_lo && !thread_looked_up) {
+        thread_looked_up = 1;
+        struct mapping_of m = {sp, 0, 0};
+        if (mlk_each_mapping(find_mapping, &m) == 1) {
+            thread_lo = m.lo;
+            thread_hi = m.hi;
+            return thread_hi;
+        }
+    }
     return 0;
 }
 

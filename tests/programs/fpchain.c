@@ -8,8 +8,13 @@
  *   a thread on a stack the program mapped itself (pthread_attr_setstack)
  *                             40 x 400 bytes  (given_path)
  * Built with -fomit-frame-pointer as well: then rbp is any register and
- * the chain must not be believed (the walk ends, the program runs on). */
+ * the chain must not be believed (the walk ends, the program runs on).
+ *
+ *   fpchain first   for an attach: a thread is made first and waits; the
+ *                   program says "checkpoint ready" and, the line answered,
+ *                   lets the thread run default_path and runs main_path. */
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 
@@ -46,6 +51,32 @@ static void *run(void *path)
     return NULL;
 }
 
+static sem_t go;
+
+static void *run_when_told(void *path)
+{
+    while (sem_wait(&go) != 0)
+        ;
+    run(path);
+    KEEP_CALLER();
+    return NULL;
+}
+
+/* The thread exists before the tracer is attached: the tracer never saw it
+ * start, so its stack's extent comes from the maps. */
+static int made_before_attach(void)
+{
+    pthread_t t;
+    if (sem_init(&go, 0, 0) != 0 || pthread_create(&t, NULL, run_when_told, (void *)default_path) != 0)
+        return 3;
+    checkpoint("ready");
+    sem_post(&go);
+    pthread_join(t, NULL);
+    main_path();
+    checkpoint("done");
+    return 0;
+}
+
 static void in_thread(void (*path)(void), size_t stack_size, void *given_stack)
 {
     pthread_attr_t attr;
@@ -61,8 +92,10 @@ static void in_thread(void (*path)(void), size_t stack_size, void *given_stack)
     pthread_attr_destroy(&attr);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 1)
+        return made_before_attach();
     main_path();
     in_thread(default_path, 0, NULL);
     in_thread(small_path, 256 << 10, NULL);

@@ -86,17 +86,28 @@ static uint8_t *map_near(uint64_t near)
     return NULL;
 }
 
-static uint64_t parse_hex(const char **p, const char *end)
+/* The free gap nearest `near` so far, for gap_near. */
+struct gap_search {
+    uint64_t near, prev_hi, best, best_distance;
+};
+
+static int consider_gap(uint64_t lo, uint64_t hi, void *arg)
 {
-    uint64_t v = 0;
-    for (; *p < end; (*p)++) {
-        char c = **p;
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-        if (d < 0)
-            break;
-        v = v << 4 | (uint64_t)d;
+    struct gap_search *g = arg;
+    if (lo > g->prev_hi && lo - g->prev_hi >= REGION) { /* the gap [prev_hi, lo) */
+        uint64_t at = g->near < g->prev_hi ? g->prev_hi : g->near > lo - REGION ? lo - REGION : g->near;
+        at &= ~(uint64_t)(REGION - 1);
+        if (at < g->prev_hi)
+            at += REGION;
+        uint64_t distance = at > g->near ? at - g->near : g->near - at;
+        if (at + REGION <= lo && distance < g->best_distance) {
+            g->best = at;
+            g->best_distance = distance;
+        }
     }
-    return v;
+    if (hi > g->prev_hi)
+        g->prev_hi = hi;
+    return 0;
 }
 
 /* The free gap of the address space nearest `near` (/proc/self/maps, read
@@ -107,44 +118,9 @@ static uint64_t parse_hex(const char **p, const char *end)
  * arenas) that fill the space map_near walks through. */
 static uint64_t gap_near(uint64_t near)
 {
-    long fd = sys(SYS_openat, -100 /* AT_FDCWD */, (long)"/proc/self/maps", 0 /* O_RDONLY */, 0, 0, 0);
-    if (fd < 0)
-        return 0;
-    char buf[4096];
-    size_t have = 0;
-    uint64_t prev_hi = 1 << 16, best = 0, best_distance = (uint64_t)FAR_REACH;
-    for (;;) {
-        long n = sys(SYS_read, fd, (long)(buf + have), (long)(sizeof buf - have), 0, 0, 0);
-        if (n <= 0)
-            break;
-        have += (size_t)n;
-        const char *line = buf, *end = buf + have;
-        for (const char *nl; (nl = memchr(line, '\n', (size_t)(end - line))); line = nl + 1) {
-            const char *p = line;
-            uint64_t lo = parse_hex(&p, nl);
-            p++;
-            uint64_t hi = parse_hex(&p, nl);
-            if (lo > prev_hi && lo - prev_hi >= REGION) { /* the gap [prev_hi, lo) */
-                uint64_t at = near < prev_hi ? prev_hi : near > lo - REGION ? lo - REGION : near;
-                at &= ~(uint64_t)(REGION - 1);
-                if (at < prev_hi)
-                    at += REGION;
-                uint64_t distance = at > near ? at - near : near - at;
-                if (at + REGION <= lo && distance < best_distance) {
-                    best = at;
-                    best_distance = distance;
-                }
-            }
-            if (hi > prev_hi)
-                prev_hi = hi;
-        }
-        have = (size_t)(end - line);
-        memmove(buf, line, have);
-        if (have == sizeof buf)
-            have = 0; /* a line longer than the buffer: not a maps line */
-    }
-    sys(SYS_close, fd, 0, 0, 0, 0, 0);
-    return best;
+    struct gap_search g = {near, 1 << 16, 0, (uint64_t)FAR_REACH};
+    mlk_each_mapping(consider_gap, &g);
+    return g.best;
 }
 
 static uint8_t *slot_near(uint64_t fn)
