@@ -159,6 +159,8 @@ def test_alloc_fns_in_the_config_is_carried_by_every_report(tmp_path):
     assert diff.returncode == 0, diff.stderr
     assert "(1 frame above, allocation layer: my_malloc)\n           leak_users (layered.c:" in diff.stdout
     assert "libmemleak: diff: allocation layer folded" in diff.stderr
+    assert diff.stderr.rstrip().endswith("pool_get (alloc_fns=)"), diff.stderr  # read from the reports
+    assert "allocation layer: pool_get)\n           caller_one (layered.c:" in diff.stdout, diff.stdout
     plain = cli("diff", "--no-fold", empty, tmp_path / name).stdout
     assert "allocation layer" not in plain and "           my_malloc (layered.c:" in plain
     # a hostile report's pattern is refused, in one line, and nothing else changes

@@ -43,7 +43,9 @@ class Change:
 
 
 def live_state(path):
-    """{match key: [frames, bytes, blocks]} live at `path`, and notes.
+    """{match key: [frames, bytes, blocks]} live at `path`, notes, and the
+    `alloc-fns` its reports carry (MEMLEAK_CONFIG alloc_fns=; the last one
+    said), or None.
     A report file stands for what was live when it was written: its own
     change plus those of the reports before it beside it.  A directory (or
     several files) stands for what was live at the last report of every
@@ -62,8 +64,11 @@ def live_state(path):
         series, problems = read_series([path])
     notes.extend(problems)
     state = {}
+    alloc_fns = None
     for s in series:
         reports = [r for r in s.reports if upto is None or r.seq <= upto[2]]
+        alloc_fns = next((r.header["alloc-fns"] for r in reversed(reports) if r.header.get("alloc-fns")),
+                         alloc_fns)
         seqs = [r.seq for r in reports]
         if seqs != list(range(1, len(seqs) + 1)):
             notes.append(f"{s.program} pid {s.pid}: reports before {max(seqs)} missing: "
@@ -74,13 +79,14 @@ def live_state(path):
                 slot = state.setdefault(key, [e.frames, 0, 0])
                 slot[1] += e.bytes
                 slot[2] += e.blocks or 0
-    return state, notes
+    return state, notes, alloc_fns
 
 
 def compare(before_path, after_path):
-    """(changes sorted by status and size, notes)."""
-    before, notes_a = live_state(before_path)
-    after, notes_b = live_state(after_path)
+    """(changes sorted by status and size, notes, the reports' alloc-fns --
+    AFTER's, else BEFORE's -- or None)."""
+    before, notes_a, config_a = live_state(before_path)
+    after, notes_b, config_b = live_state(after_path)
     changes = []
     for key in before.keys() | after.keys():
         fa, ba, ka = before.get(key, (None, 0, 0))
@@ -90,4 +96,4 @@ def compare(before_path, after_path):
             changes.append(c)
     order = {"new": 0, "grown": 1, "shrunk": 2, "gone": 3, "same": 4}
     changes.sort(key=lambda c: (order[c.status], -abs(c.change_bytes), -abs(c.change_blocks)))
-    return changes, notes_a + notes_b
+    return changes, notes_a + notes_b, config_b or config_a

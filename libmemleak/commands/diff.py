@@ -37,13 +37,14 @@ def run(args):
     if options is None:
         return EXIT_BAD_INPUT
     try:
-        changes, notes = compare(args.before, args.after)
+        changes, notes, config = compare(args.before, args.after)
     except InputError as e:
         print(f"libmemleak: diff: {e}", file=sys.stderr)
         return 2
     # The program's allocation layer, folded as `report` folds it (from
-    # the changed stacks: what the reports say of allocations is not kept).
-    layer = alloc_layer.find([(c.frames, None) for c in changes], None, *options)
+    # the changed stacks: what the reports say of allocations is not kept;
+    # the functions the reports' alloc-fns names too).
+    layer = alloc_layer.find([(c.frames, None) for c in changes], None, *options, config=config)
     for note in notes + layer.notes():
         print(f"libmemleak: diff: {note}", file=sys.stderr)
     if args.json:
