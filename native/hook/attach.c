@@ -35,45 +35,17 @@
 #include <time.h>
 
 #include "control.h"
+#include "route/got.h"
 #include "route/route.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
 int mlk_attach_mode;
 
-/* What we route, in the order routed: the frees' pass first (see above),
- * then the rest, whose first name is where the second pass starts. */
-#define SECOND_PASS_FROM "malloc"
-static const char *const routed_names[] = {
-    "free", "cfree", "free_sized", "free_aligned_sized", "realloc", "reallocarray",
-    "_ZdlPv", "_ZdaPv", "_ZdlPvm", "_ZdaPvm", "_ZdlPvRKSt9nothrow_t", "_ZdaPvRKSt9nothrow_t",
-    "_ZdlPvSt11align_val_t", "_ZdaPvSt11align_val_t", "_ZdlPvmSt11align_val_t", "_ZdaPvmSt11align_val_t",
-    "_ZdlPvSt11align_val_tRKSt9nothrow_t", "_ZdaPvSt11align_val_tRKSt9nothrow_t",
-    "munmap", "mremap", "malloc_usable_size",
-    SECOND_PASS_FROM, "calloc", "posix_memalign", "aligned_alloc", "memalign", "valloc", "pvalloc",
-    "_Znwm", "_Znam", "_ZnwmRKSt9nothrow_t", "_ZnamRKSt9nothrow_t", "_ZnwmSt11align_val_t",
-    "_ZnamSt11align_val_t", "_ZnwmSt11align_val_tRKSt9nothrow_t", "_ZnamSt11align_val_tRKSt9nothrow_t",
-    "mmap", "mmap64", "mprotect", "dlopen", "dlclose", "mtrace", "muntrace",
-    "execve", "execv", "execvp", "execvpe", "fexecve", "execveat", "execl", "execlp", "execle",
-    "close", "dup2", "dup3", "close_range", "closefrom",
-    "sigaction", "signal", "sysv_signal", "bsd_signal", "sigset",
-};
-#define NROUTED (sizeof routed_names / sizeof routed_names[0])
-static void *ours[NROUTED];
-static size_t second_pass; /* index of SECOND_PASS_FROM */
-
-/* Every entry rewritten, with what it held, for detach. */
-struct routed {
-    void **slot;
-    void *was;
-    int in_relro;
-};
-static struct routed *routed;
-static size_t nrouted, routed_cap;
 static mlk_lock_t routing_lock;
 static int attached; /* 1 while routed */
-static uint64_t self_base;
 static char status[512];
+static int allocations_routed; /* the second pass has run (or runs with every later one) */
 
 static int set_status(const char *a, const char *b)
 {
@@ -81,170 +53,10 @@ static int set_status(const char *a, const char *b)
     return -1;
 }
 
-static int remember(void **slot, void *was, int in_relro)
-{
-    if (nrouted == routed_cap) {
-        size_t cap = routed_cap ? routed_cap * 2 : 4096;
-        struct routed *grown = mlk_map_anon(cap * sizeof *grown);
-        if (!grown)
-            return -1;
-        if (routed) {
-            memcpy(grown, routed, nrouted * sizeof *routed);
-            mlk_unmap(routed, routed_cap * sizeof *routed);
-        }
-        routed = grown, routed_cap = cap;
-    }
-    routed[nrouted++] = (struct routed){slot, was, in_relro};
-    return 0;
-}
-
-static long protect(void *page, size_t len, int prot)
-{
-    return mlk_syscall6(SYS_mprotect, (long)page, (long)len, prot, 0, 0, 0);
-}
-
-/* Write one entry.  Entries under PT_GNU_RELRO are read-only once the
- * loader is done: opened for the write and closed again. */
-static void write_slot(void **slot, void *value, int in_relro)
-{
-    if (!in_relro) {
-        __atomic_store_n(slot, value, __ATOMIC_RELEASE);
-        return;
-    }
-    void *page = (void *)((uintptr_t)slot & ~(uintptr_t)4095);
-    if (protect(page, 4096, PROT_READ | PROT_WRITE) != 0)
-        return;
-    __atomic_store_n(slot, value, __ATOMIC_RELEASE);
-    protect(page, 4096, PROT_READ);
-}
-
-struct dyn_tables {
-    const ElfW(Sym) *symtab;
-    const char *strtab;
-    const ElfW(Rela) *rela[2];
-    size_t rela_size[2];
-};
-
-/* The loader leaves most d_ptr values relocated, some (the main program's,
- * on some ports) not: below the load bias means not yet. */
-static uintptr_t absolute(uintptr_t v, uintptr_t base)
-{
-    return v < base ? v + base : v;
-}
-
-static int read_dynamic(const struct dl_phdr_info *info, struct dyn_tables *t)
-{
-    memset(t, 0, sizeof *t);
-    const ElfW(Dyn) *dyn = NULL;
-    for (int i = 0; i < info->dlpi_phnum; i++)
-        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
-            dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
-    if (!dyn)
-        return -1;
-    uintptr_t base = info->dlpi_addr;
-    int plt_is_rela = 1;
-    for (; dyn->d_tag != DT_NULL; dyn++) {
-        switch (dyn->d_tag) {
-        case DT_SYMTAB: t->symtab = (const void *)absolute(dyn->d_un.d_ptr, base); break;
-        case DT_STRTAB: t->strtab = (const void *)absolute(dyn->d_un.d_ptr, base); break;
-        case DT_RELA: t->rela[0] = (const void *)absolute(dyn->d_un.d_ptr, base); break;
-        case DT_RELASZ: t->rela_size[0] = dyn->d_un.d_val; break;
-        case DT_JMPREL: t->rela[1] = (const void *)absolute(dyn->d_un.d_ptr, base); break;
-        case DT_PLTRELSZ: t->rela_size[1] = dyn->d_un.d_val; break;
-        case DT_PLTREL: plt_is_rela = dyn->d_un.d_val == DT_RELA; break;
-        }
-    }
-    if (!plt_is_rela) /* x86-64 and arm64 use RELA only */
-        t->rela[1] = NULL;
-    return t->symtab && t->strtab ? 0 : -1;
-}
-
-static int routed_index(const char *name)
-{
-    for (size_t i = 0; i < NROUTED; i++)
-        if (strcmp(routed_names[i], name) == 0)
-            return (int)i;
-    return -1;
-}
-
-static int is_call_slot(uint32_t type)
-{
-#if defined(__x86_64__)
-    return type == R_X86_64_JUMP_SLOT || type == R_X86_64_GLOB_DAT;
-#elif defined(__aarch64__)
-    return type == R_AARCH64_JUMP_SLOT || type == R_AARCH64_GLOB_DAT;
-#else
-    (void)type;
-    return 0;
-#endif
-}
-
-struct pass {
-    int frees;        /* 1: the frees' pass, 0: the rest */
-    int failed;
-};
-static int allocations_routed; /* the second pass has run (or runs with every later one) */
-
-static int already_routed(void **slot)
-{
-    for (size_t i = 0; i < nrouted; i++)
-        if (routed[i].slot == slot)
-            return 1;
-    return 0;
-}
-
-static int route_module(struct dl_phdr_info *info, size_t size, void *data)
+static int route_each(struct dl_phdr_info *info, size_t size, void *data)
 {
     (void)size;
-    struct pass *pass = data;
-    if (info->dlpi_addr == self_base || !info->dlpi_name || strstr(info->dlpi_name, "linux-vdso"))
-        return 0;
-    struct dyn_tables t;
-    if (read_dynamic(info, &t) != 0)
-        return 0;
-    /* What the loader made read-only: the RELRO segment's whole pages (its
-     * last, partial page stays writable, shared with .data: it must never
-     * be closed by us). */
-    uintptr_t relro_lo = 0, relro_hi = 0;
-    for (int i = 0; i < info->dlpi_phnum; i++)
-        if (info->dlpi_phdr[i].p_type == PT_GNU_RELRO) {
-            uintptr_t lo = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
-            relro_lo = lo & ~(uintptr_t)4095;
-            relro_hi = (lo + info->dlpi_phdr[i].p_memsz) & ~(uintptr_t)4095;
-        }
-    for (int r = 0; r < 2; r++) {
-        size_t n = t.rela[r] ? t.rela_size[r] / sizeof(ElfW(Rela)) : 0;
-        for (size_t k = 0; k < n; k++) {
-            const ElfW(Rela) *rel = &t.rela[r][k];
-            if (!is_call_slot((uint32_t)ELF64_R_TYPE(rel->r_info)))
-                continue;
-            const char *name = t.strtab + t.symtab[ELF64_R_SYM(rel->r_info)].st_name;
-            int idx = routed_index(name);
-            void *hook;
-            if (idx >= 0) {
-                if (!ours[idx] || ((size_t)idx < second_pass) != pass->frees)
-                    continue;
-                hook = ours[idx];
-            } else {
-                /* An allocator family called by name (mi_malloc, mallocx,
-                 * tc_free): its frees in the frees' pass too. */
-                int fam = mlk_route_family_index(name);
-                if (fam < 0 || (mlk_route_entries[fam].role != MLK_ROUTE_ALLOC) != pass->frees ||
-                    !(hook = mlk_route_attach_hook(fam)))
-                    continue;
-            }
-            void **slot = (void **)(info->dlpi_addr + rel->r_offset);
-            if (*slot == hook || already_routed(slot))
-                continue;
-            int in_relro = (uintptr_t)slot >= relro_lo && (uintptr_t)slot < relro_hi;
-            if (remember(slot, *slot, in_relro) != 0) {
-                pass->failed = 1;
-                return 1;
-            }
-            write_slot(slot, hook, in_relro);
-        }
-    }
-    return 0;
+    return mlk_got_route_module(info, data);
 }
 
 /* Route every loaded module's entries (those already routed are left):
@@ -252,10 +64,11 @@ static int route_module(struct dl_phdr_info *info, size_t size, void *data)
 static int route_all(void)
 {
     mlk_lock(&routing_lock);
-    struct pass frees = {1, 0}, rest = {0, 0};
-    dl_iterate_phdr(route_module, &frees);
+    struct mlk_got_pass frees = {.frees = 1, .families = 1, .remember = 1},
+                        rest = {.frees = 0, .families = 1, .remember = 1};
+    dl_iterate_phdr(route_each, &frees);
     if (!frees.failed && __atomic_load_n(&allocations_routed, __ATOMIC_ACQUIRE))
-        dl_iterate_phdr(route_module, &rest);
+        dl_iterate_phdr(route_each, &rest);
     mlk_unlock(&routing_lock);
     return frees.failed || rest.failed ? -1 : 0;
 }
@@ -265,33 +78,6 @@ void mlk_attach_route_new_modules(void)
 {
     if (__atomic_load_n(&attached, __ATOMIC_ACQUIRE))
         route_all();
-}
-
-static void unroute_all(void)
-{
-    mlk_lock(&routing_lock);
-    for (size_t i = nrouted; i-- > 0;)
-        write_slot(routed[i].slot, routed[i].was, routed[i].in_relro);
-    nrouted = 0;
-    mlk_unlock(&routing_lock);
-}
-
-static int find_ours(void)
-{
-    Dl_info info;
-    if (!dladdr((void *)&mlk_attach_mode, &info) || !info.dli_fname)
-        return set_status("cannot find libmtrace.so in the process", "");
-    self_base = (uint64_t)(uintptr_t)info.dli_fbase;
-    void *self = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
-    if (!self)
-        return set_status("cannot open libmtrace.so again in the process: ", dlerror());
-    for (size_t i = 0; i < NROUTED; i++) {
-        ours[i] = dlsym(self, routed_names[i]);
-        if (strcmp(routed_names[i], SECOND_PASS_FROM) == 0)
-            second_pass = i;
-    }
-    dlclose(self);
-    return ours[second_pass] ? 0 : set_status("libmtrace.so has no malloc", "");
 }
 
 /* Called in the process by the attacher, on one of its threads, the others
@@ -306,7 +92,7 @@ EXPORT const char *mlk_attach(const char *config)
         set_status("the process is already traced (libmtrace.so preloaded)", "");
     else if (__atomic_load_n(&attached, __ATOMIC_ACQUIRE))
         set_status("the process is already attached", "");
-    else if (find_ours() == 0) {
+    else if (mlk_got_find_ours(status, sizeof status) == 0) {
         mlk_attach_mode = 1;
         if (mlk_init_attached(config, status, sizeof status) == 0) {
             /* attached before routing: a dlopen another thread makes through
@@ -317,7 +103,9 @@ EXPORT const char *mlk_attach(const char *config)
             __atomic_store_n(&allocations_routed, !mlk_route_held(), __ATOMIC_RELEASE);
             if (route_all() != 0) {
                 __atomic_store_n(&attached, 0, __ATOMIC_RELEASE);
-                unroute_all();
+                mlk_lock(&routing_lock);
+                mlk_got_unroute_all();
+                mlk_unlock(&routing_lock);
                 mlk_stop_collecting();
                 set_status("out of memory for the routing table; nothing routed", "");
             }
@@ -387,7 +175,9 @@ EXPORT const char *mlk_detach(void)
     if (!__atomic_exchange_n(&attached, 0, __ATOMIC_ACQ_REL)) {
         set_status("the process is not attached", "");
     } else {
-        unroute_all();
+        mlk_lock(&routing_lock);
+        mlk_got_unroute_all();
+        mlk_unlock(&routing_lock);
         mlk_detach_report();
     }
     mlk_in_hook = was;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "hooks.h"
+#include "route/got.h"
 #include "route/route.h"
 
 /* ---- mappings ----------------------------------------------------------- */
@@ -140,8 +141,11 @@ EXPORT void *dlopen(const char *file, int mode)
         mlk_after_dl_change();
         if (MLK_UNLIKELY(mlk_attach_mode))
             mlk_attach_route_new_modules();
-        else
+        else {
+            if (mode & RTLD_DEEPBIND) /* its lookups find libc's malloc before ours */
+                mlk_got_route_deepbind(h);
             mlk_route_after_dlopen(h);
+        }
         END_HOOK();
     }
     return h;

@@ -1,7 +1,8 @@
 /* Allocator queries and odd frees: malloc_usable_size, malloc_trim,
- * mallinfo2, a free of a block allocated behind the tracer's back (by a
- * library loaded with RTLD_DEEPBIND, which binds malloc to libc's first),
- * and a block that library frees behind our back.  Usage: allocapi PLUGIN */
+ * mallinfo2; a library loaded with RTLD_DEEPBIND (which binds malloc to
+ * libc's first) allocating and freeing, a block it keeps, one of ours it
+ * frees; and a free of a block allocated behind the tracer's back (libc's
+ * __libc_malloc, called by name).  Usage: allocapi PLUGIN [many] */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <malloc.h>
@@ -27,15 +28,16 @@ int main(int argc, char **argv)
         return 12;
     void *(*deep_alloc)(void) = (void *(*)(void))dlsym(h, "deep_alloc");
     void (*deep_free)(void *) = (void (*)(void *))dlsym(h, "deep_free");
-    void *unseen = deep_alloc();   /* allocated past the tracer */
-    free(unseen);                  /* a free of a pointer it never saw */
+    void *(*unseen_alloc)(void) = (void *(*)(void))dlsym(h, "unseen_alloc");
+    static void *volatile deep_kept;
+    deep_kept = deep_alloc();      /* kept: seen at deep_alloc */
+    deep_free(deep_alloc());
+    free(unseen_alloc());          /* a free of a pointer it never saw */
     for (int i = 0; argc > 2 && i < 1500; i++)
-        free(deep_alloc());        /* "many": an allocator we do not see, at scale */
+        free(unseen_alloc());      /* "many": an allocator we do not see, at scale */
     printf("usable %d trim ok\n", malloc_usable_size(kept) >= 1000);
     fflush(stdout);
-    /* Freed past the tracer, last: a later allocation at the same address
-     * would tell the tracer that the block had gone. */
-    deep_free(site_handed_over());
+    deep_free(site_handed_over()); /* freed by the plugin, through its routed table */
     checkpoint("done");
     free(kept);
     return 0;

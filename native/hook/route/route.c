@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "../hooks.h"
+#include "got.h"
 #include "patch.h"
 #include "route.h"
 
@@ -530,52 +531,6 @@ void mlk_route_after_dlclose(void)
     mlk_unlock(&after_lock);
 }
 
-/* Whether the module defines `name`, by its GNU hash table: no dlsym,
- * whose failures leave a message malloc'ed inside our hook for the
- * program's next dl* call to free (an unknown free per dlopen).  A module
- * without the table: maybe (1). */
-static int module_defines(const struct dl_phdr_info *info, const char *name)
-{
-    const ElfW(Dyn) *dyn = NULL;
-    for (int i = 0; i < info->dlpi_phnum; i++)
-        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
-            dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
-    const uint32_t *gh = NULL;
-    const ElfW(Sym) *symtab = NULL;
-    const char *strtab = NULL;
-    for (; dyn && dyn->d_tag != DT_NULL; dyn++) {
-        uintptr_t v = dyn->d_un.d_ptr < info->dlpi_addr ? dyn->d_un.d_ptr + info->dlpi_addr : dyn->d_un.d_ptr;
-        if (dyn->d_tag == DT_GNU_HASH)
-            gh = (const uint32_t *)v;
-        else if (dyn->d_tag == DT_SYMTAB)
-            symtab = (const ElfW(Sym) *)v;
-        else if (dyn->d_tag == DT_STRTAB)
-            strtab = (const char *)v;
-    }
-    if (!gh || !symtab || !strtab)
-        return 1;
-    uint32_t h = 5381;
-    for (const unsigned char *c = (const unsigned char *)name; *c; c++)
-        h = h * 33 + *c;
-    uint32_t nbuckets = gh[0], symoffset = gh[1], bloom_size = gh[2], bloom_shift = gh[3];
-    if (!nbuckets || !bloom_size)
-        return 0;
-    const uint64_t *bloom = (const uint64_t *)(gh + 4);
-    const uint32_t *buckets = (const uint32_t *)(bloom + bloom_size), *chain = buckets + nbuckets;
-    uint64_t word = bloom[(h / 64) % bloom_size];
-    uint64_t mask = (1ull << (h % 64)) | (1ull << ((h >> bloom_shift) % 64));
-    if ((word & mask) != mask)
-        return 0;
-    for (uint32_t i = buckets[h % nbuckets]; i >= symoffset; i++) {
-        uint32_t h2 = chain[i - symoffset];
-        if ((h | 1) == (h2 | 1) && symtab[i].st_shndx != SHN_UNDEF && !strcmp(name, strtab + symtab[i].st_name))
-            return 1;
-        if (h2 & 1)
-            break;
-    }
-    return 0;
-}
-
 /* One name of each family: a module defining none has none to route. */
 static const char *const family_marks[] = {"mi_malloc", "mallocx", "je_mallocx", "_rjem_mallocx", "tc_malloc"};
 
@@ -593,7 +548,7 @@ static int new_family_module(struct dl_phdr_info *info, size_t size, void *found
         if (families_done[j] == base)
             return 0;
     for (size_t i = 0; i < sizeof family_marks / sizeof family_marks[0]; i++)
-        if (module_defines(info, family_marks[i]))
+        if (mlk_module_defines(info, family_marks[i]))
             return *(int *)found = 1;
     return 0;
 }
