@@ -584,3 +584,63 @@ def test_attach_to_a_program_calling_mimalloc_by_name(tmp_path):
     finally:
         p.kill()
         p.wait()
+
+
+GROWING_PAGE = """<html><body><script>
+let kept = [];
+setInterval(() => { for (let i = 0; i < 300; i++) { const d = document.createElement('div');
+  d.textContent = 'row ' + kept.length; document.body.appendChild(d); kept.push(d); } }, 100);
+</script></body></html>"""
+
+
+@pytest.mark.skipif(not (shutil.which("chromium") or shutil.which("chromium-browser")),
+                    reason="needs Debian's chromium")
+def test_attach_to_a_running_chromium_and_detach(tmp_path):
+    """A headless Chromium browser, started bare, its ~30 threads running:
+    the attach patches the allocator its executable defines (its shim over
+    PartitionAlloc) with them stopped, reports name what it allocates, and
+    the detach gives the bytes back -- the browser runs on throughout."""
+    from libmemleak import attach as attach_module
+    page = tmp_path / "grow.html"
+    page.write_text(GROWING_PAGE)
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    p = subprocess.Popen([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                          "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                          "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
+                          "--remote-debugging-port=0", page.as_uri()],
+                         cwd=tmp_path, env=BARE_ENV, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)  # (it says much; a pipe nobody reads would fill)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(os.listdir(f"/proc/{p.pid}/task")) < 10:
+            time.sleep(0.5)  # its threads started
+        time.sleep(2)
+        _path, base = attach_module.find_module(attach_module.read_maps(p.pid),
+                                                lambda name: name == "chromium")
+        binary = os.path.realpath(f"/proc/{p.pid}/exe")
+        offsets = attach_module.symbol_offsets(binary, ("malloc", "free"))
+        def entries():
+            with open(f"/proc/{p.pid}/mem", "rb") as mem:
+                return [(mem.seek(base + offsets[n]), mem.read(16))[1] for n in ("malloc", "free")]
+        bare = entries()
+        out = cli("attach", "-q", p.pid, cwd=tmp_path)
+        assert (out.returncode, out.stderr) == (0, ""), out.stderr
+        assert all(b[0] == 0xE9 for b in entries())
+        time.sleep(3)
+        report = snapshot(p.pid, tmp_path)
+        assert "blind" not in report.header
+        assert report.header["routed"].endswith("/chromium (its own malloc, free, calloc, realloc) are "
+                                                "routed to libmemleak")
+        assert int(report.header["allocations"]) > 1000
+        assert max(len(e.frames) for e in report.entries) >= 8
+        assert cli("detach", "-q", p.pid, cwd=tmp_path).returncode == 0
+        assert entries() == bare
+        time.sleep(1)
+        assert p.poll() is None and not_stopped(p.pid)  # the browser runs on
+    finally:
+        p.terminate()
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
