@@ -22,6 +22,9 @@ CFLAGS = ["-O2", "-g", "-fPIC", "-std=gnu11", "-fvisibility=hidden",
           "-Wall", "-Wextra", "-Wno-unused-parameter"]
 LTO_FLAGS = ["-flto=auto"]
 LDFLAGS = ["-shared", "-Wl,-z,now", "-Wl,-z,noexecstack", "-Wl,--no-undefined"]
+# memleak.h finds the hook library by this name when it was dlopen'ed by an
+# attach (no global lookup finds it then): dlopen("libmtrace.so", RTLD_NOLOAD).
+HOOK_LDFLAGS = ["-Wl,-soname,libmtrace.so"]
 LIBS = ["-ldl", "-lpthread", "-lgcc_s", "-lm"]
 
 
@@ -38,13 +41,14 @@ def capstone_dir():
 
 def build_native(out_dir, python=sys.executable):
     sources = sorted(glob.glob(os.path.join(HERE, "native", "hook", "*.c")) +
-                     glob.glob(os.path.join(HERE, "native", "hook", "route", "*.c")))
+                     glob.glob(os.path.join(HERE, "native", "hook", "route", "*.c")) +
+                     glob.glob(os.path.join(HERE, "native", "hook", "api", "*.c")))
     cc = shlex.split(os.environ.get("CC", "cc"))
     target = os.path.join(out_dir, "libmtrace.so")
     decoder = capstone_dir()
     cmd = [*cc, *CFLAGS, f'-DMLK_PYTHON="{python}"', "-I" + os.path.join(decoder, "include"),
            f'-DMLK_CAPSTONE_BUILT="{os.path.join(decoder, "lib", "libcapstone.so")}"',
-           *sources, "-o", target, *LDFLAGS, *LIBS]
+           *sources, "-o", target, *LDFLAGS, *HOOK_LDFLAGS, *LIBS]
     # Link-time optimization lets the hot path inline across modules (the
     # hooks, the trailer, the counters): ~2.5% fewer cycles on sqlite3.  A
     # toolchain without it (clang without the gold plugin) builds without.
@@ -102,7 +106,7 @@ if __name__ == "__main__":  # importable by the tests, for build_native()
         license="MIT",
         python_requires=">=3.10",
         packages=find_packages(include=["libmemleak", "libmemleak.*"]),
-        package_data={"libmemleak": ["examples/*.c"]},
+        package_data={"libmemleak": ["examples/*.c", "include/*.h"]},
         # sortedcontainers was declared and never used: the ranking of `report`
         # sorts once, which a plain sort does (issue 20 asked to use it or drop it).
         install_requires=["cffi>=1.15", "pyelftools>=0.29",

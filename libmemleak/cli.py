@@ -202,6 +202,20 @@ def cmd_preload_path(args):
     return 0
 
 
+def include_dir():
+    """Where memleak.h is installed: in the package, beside libmtrace.so."""
+    from libmemleak import PACKAGE_DIR
+    return os.path.join(PACKAGE_DIR, "include")
+
+
+def cmd_cflags(args):
+    directory = include_dir()
+    if not os.path.exists(os.path.join(directory, "memleak.h")):
+        return fail(f"memleak.h is missing ({directory}): reinstall with 'pip install .'")
+    print(f"-I{directory}")
+    return 0
+
+
 def cmd_demo(args):
     from libmemleak.demo import run_demo
     return run_demo(args.keep)
@@ -238,6 +252,12 @@ def build_parser():
     run.set_defaults(func=cmd_run)
     pp = sub.add_parser("preload-path", help="print the path of libmtrace.so for LD_PRELOAD")
     pp.set_defaults(func=cmd_preload_path)
+    cf = sub.add_parser("cflags", help="print the compiler flag that finds memleak.h (the in-program API)",
+                        description="Print the -I flag for memleak.h, the header through which a "
+                                    "program asks the tracer for reports and counts from its own "
+                                    "code (docs/api.md), as pkg-config --cflags would: "
+                                    "cc $(libmemleak cflags) prog.c")
+    cf.set_defaults(func=cmd_cflags)
     demo = sub.add_parser("demo", help="trace a bundled leaking example and show its reports")
     demo.add_argument("--keep", metavar="DIR", help="build and run in DIR and keep the files")
     demo.set_defaults(func=cmd_demo)

@@ -51,8 +51,24 @@ def safe_name(prog):
     return name or "unknown"
 
 
-def report_name(prog, pid, seq):
-    return f"{safe_name(prog)}-{int(pid)}-{int(seq)}.memlog"
+# A label the program gave its report (memleak.h's memleak_report), as a
+# file name carries it: after the sequence number, never a '-' inside and
+# never a digit first, so that prog-PID-SEQ-LABEL cannot be read another way.
+_UNSAFE_LABEL = re.compile(r"[^A-Za-z0-9._+@=,%~]")
+LABEL_MAX_CHARS = 63
+
+
+def safe_label(label):
+    """`label` (the traced program's word) as a file-name part, or ""."""
+    text = _UNSAFE_LABEL.sub("_", str(label or ""))[:LABEL_MAX_CHARS]
+    if text and not (text[0].isascii() and (text[0].isalpha() or text[0] == "_")):
+        text = "_" + text[:LABEL_MAX_CHARS - 1]
+    return text
+
+
+def report_name(prog, pid, seq, label=None):
+    tail = f"-{safe_label(label)}" if safe_label(label) else ""
+    return f"{safe_name(prog)}-{int(pid)}-{int(seq)}{tail}.memlog"
 
 
 def report_names(directory, prog, pid):

@@ -23,7 +23,7 @@ from libmemleak import PACKAGE_DIR, __version__, reachability, report_core, stan
 from libmemleak.diff import FrameResolver, KeyTable, diff_snapshot, totals
 from libmemleak.keeper import Keeper
 from libmemleak.memlog import (Frame, header_text, render, render_frames, report_name,
-                               safe_name, write_report)
+                               safe_label, safe_name, write_report)
 from libmemleak.analysis.names import frame_text
 from libmemleak.live import proc_dir
 from libmemleak.report_core import CUT_KIND, TextStore
@@ -41,6 +41,7 @@ REASON_FIELDS = (("exit", "exit_requests", "seen_exit"),
                  ("muntrace", "muntrace_requests", "seen_muntrace"),
                  ("mtrace", "mtrace_requests", "seen_mtrace"),
                  ("scan", "scan_requests", "seen_scan"),
+                 ("call", "api_requests", "seen_api"),  # memleak_report: its label named
                  ("signal", "signal_requests", "seen_signal"),
                  ("snapshot", "snapshot_requests", "seen_snapshot"))
 KIND_CODES = {name: code for code, name in KIND_NAMES.items()}
@@ -363,7 +364,8 @@ class Reporter:
             # written: a report of a million stacks never exists whole.
             partial = self.symbolize_keys(deltas.rows.textless(texts.key_first))
             seq = self.h.report_seq + 1
-            header = render(self.header_lines(snap, sums, seq, reason, scan, touched), ())
+            label = self.label_of(reason)
+            header = render(self.header_lines(snap, sums, seq, reason, scan, touched, label), ())
             texts.begin_temporary()  # the texts of partly symbolized keys: this report only
             try:
                 for key_id, items in partial:
@@ -374,7 +376,8 @@ class Reporter:
                 body = texts.render(deltas.rows, since_seq=scan.bucket_seq if scan else None,
                                     depth=snap.depth)
                 try:
-                    path = write_report(directory or self.directory, report_name(self.name, self.pid, seq),
+                    path = write_report(directory or self.directory,
+                                        report_name(self.name, self.pid, seq, label),
                                         itertools.chain([header], body))
                 finally:
                     body.close()
@@ -383,6 +386,7 @@ class Reporter:
         finally:
             self.symbolizer.deadline = None
         self.seg.commit_baseline(snap)
+        self.seg.set_last_report(path)  # for memleak_report, which says it
         if touched:
             self.touched_before = touched.per_stack
         self.h.report_seq = seq
@@ -475,7 +479,14 @@ class Reporter:
         self.token_lines[token] = line_id
         return line_id
 
-    def header_lines(self, snap, sums, seq, reason, scan=None, touched=None):
+    def label_of(self, reason):
+        """The label the program gave the report it asked for (memleak.h),
+        as a file name may carry it; "" for any other report."""
+        if reason != "call":
+            return ""
+        return safe_label(self.seg.api_label())
+
+    def header_lines(self, snap, sums, seq, reason, scan=None, touched=None, label=""):
         when = datetime.datetime.fromtimestamp(snap.taken_ns / 1e9).astimezone()
         lines = [
             ("libmemleak", __version__),
@@ -497,6 +508,8 @@ class Reporter:
             ("time", when.isoformat(timespec="milliseconds")),
             ("reason", reason),
         ]
+        if label:
+            lines.append(("label", label))
         if snap.attached_ns:
             attached = datetime.datetime.fromtimestamp(snap.attached_ns / 1e9).astimezone()
             lines.append(("attached", attached.isoformat(timespec="milliseconds")))

@@ -332,6 +332,18 @@ class Segment:
         return report_core.touched(pid, self.header.region_table, self._stacks_ptr, self._next_id,
                                    KIND_NAMES)
 
+    def api_label(self):
+        """The label of the report the program asked for (memleak.h): its
+        bytes up to the first NUL, as text ("" when none)."""
+        raw = bytes(ffi.buffer(self.header.api_label, CONST["MLK_API_LABEL_MAX"]))
+        return raw.split(b"\0", 1)[0].decode("ascii", "replace")
+
+    def set_last_report(self, path):
+        """The path of the report just written, for the program (memleak.h's
+        memleak_report says it): cut to the field, NUL-terminated."""
+        data = os.fsencode(path)[:CONST["MLK_LAST_REPORT_MAX"] - 1] + b"\0"
+        ffi.memmove(self.header.last_report, data, len(data))
+
     def commit_baseline(self, snapshot):
         """Record that a report now covers `snapshot`: the next report is the
         change from here.  Called only after the report file is in place."""

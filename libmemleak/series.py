@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from libmemleak import memlog
 
-REPORT_NAME = re.compile(r"^(?P<prog>.+)-(?P<pid>\d+)-(?P<seq>\d+)\.memlog$")
+REPORT_NAME = re.compile(r"^(?P<prog>.+)-(?P<pid>\d+)-(?P<seq>\d+)(?:-(?P<label>[A-Za-z_][A-Za-z0-9._+@=,%~]*))?"
+                         r"\.memlog$")
 
 
 @dataclass

@@ -20,7 +20,9 @@
  */
 
 #define MLK_MAGIC 0x314b4c4d454d4c4b
-#define MLK_LAYOUT_VERSION 11
+#define MLK_LAYOUT_VERSION 12
+#define MLK_API_LABEL_MAX 64
+#define MLK_LAST_REPORT_MAX 512
 #define MLK_MAX_DEPTH 64
 #define MLK_BUILD_ID_MAX 32
 
@@ -285,4 +287,14 @@ struct mlk_header {
      * it and the analysis folds those functions (docs/cli.md). */
     uint32_t alloc_fns_off;
     uint32_t alloc_fns_len;
+    /* Reports the program asks for from its own code (memleak.h's
+     * memleak_report, native/hook/api/): api_requests counts them like the
+     * other request counts; api_label is the label of the one pending
+     * (NUL-terminated; the reporter cleans it again: the program wrote it).
+     * last_report is the path of the last report written, set by the
+     * reporter before it posts done_seq, for the program to say. */
+    uint32_t api_requests;
+    uint32_t seen_api;
+    char api_label[MLK_API_LABEL_MAX];
+    char last_report[MLK_LAST_REPORT_MAX];
 };

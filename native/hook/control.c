@@ -75,11 +75,11 @@ static int report_done(uint32_t mine)
     return (int32_t)(__atomic_load_n(&mlk_seg->done_seq, __ATOMIC_ACQUIRE) - mine) >= 0;
 }
 
-void mlk_request_report(uint32_t *reason_counter, int wait)
+int mlk_request_report(uint32_t *reason_counter, int wait)
 {
     struct mlk_header *h = mlk_seg;
     if (!h || inert)
-        return;
+        return 0;
     uint32_t mine = post_request(reason_counter);
     /* A descendant the keeper holds has the keeper write the report, unless
      * a reporter of its own happens to run; if the keeper is gone, it
@@ -92,18 +92,18 @@ void mlk_request_report(uint32_t *reason_counter, int wait)
     if (!by_keeper)
         mlk_ensure_reporter();
     if (!wait)
-        return;
+        return 0;
     uint64_t deadline = mlk_now_ns(CLOCK_MONOTONIC) + (uint64_t)mlk_config.exit_timeout_ms * 1000000ull;
     int respawned = 0;
     for (;;) {
         uint32_t done = __atomic_load_n(&h->done_seq, __ATOMIC_ACQUIRE);
         if (report_done(mine))
-            return;
+            return 1;
         if (mlk_now_ns(CLOCK_MONOTONIC) > deadline)
             break;
         if (__atomic_load_n(&h->reporter_pid, __ATOMIC_ACQUIRE) < 0) {
             mlk_say_reporter_failed(); /* no reporter can be started (once) */
-            return;
+            return 0;
         }
         /* A reporter that finished our report may have left since `done`
          * was read: the report is there.  Look again before starting another
@@ -123,6 +123,7 @@ void mlk_request_report(uint32_t *reason_counter, int wait)
     if (!__atomic_exchange_n(&warned_timeout, 1, __ATOMIC_RELAXED))
         mlk_warn("the reporter did not finish a report in time; the program goes on ",
                  "(it will still write it if it can)", "");
+    return 0;
 }
 
 /* ---- triggers ----------------------------------------------------------- */

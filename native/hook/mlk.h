@@ -290,7 +290,9 @@ MLK_HIDDEN void mlk_attach_route_new_modules(void);
 /* The next definition of a symbol after ours: RTLD_NEXT as a preload; as an
  * attached copy (not in the global scope) the program's own, RTLD_DEFAULT. */
 #define MLK_NEXT_HANDLE (mlk_attach_mode ? RTLD_DEFAULT : RTLD_NEXT)
-MLK_HIDDEN void mlk_request_report(uint32_t *reason_counter, int wait);
+/* Asks the reporter for a report, counted in *reason_counter; with `wait`,
+ * returns once it is written (1), or 0 when it was not in time. */
+MLK_HIDDEN int mlk_request_report(uint32_t *reason_counter, int wait);
 MLK_HIDDEN void mlk_after_dl_change(void);
 /* The program is about to close or overwrite descriptors lo..hi, which
  * include the segment's: keep the segment reachable. */

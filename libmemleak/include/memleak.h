@@ -1,0 +1,151 @@
+/* memleak.h -- what a program can ask libmemleak from its own code.
+ *
+ * Nothing to link: the calls find the tracer when it is in the process
+ * (LD_PRELOAD=libmtrace.so, `libmemleak run`, `libmemleak attach`) and do
+ * nothing when it is not -- a program built with this header runs
+ * unchanged without it.  Build with the flag `libmemleak cflags` prints;
+ * on glibc before 2.34 add -ldl.  C and C++.  docs/api.md says what each
+ * call costs.
+ *
+ *   memleak_report(label, path, len)  write a report now, labelled; returns
+ *                                     when it is on disk, its path in `path`
+ *   memleak_live(&counts)             bytes and blocks live now
+ *   memleak_save(&sp)                 a savepoint: what is live now
+ *   memleak_since(&sp, &counts)       live now minus live at the savepoint
+ *   MEMLEAK_ASSERT_NOTHING_ADDED(sp)  abort, saying what, if more is live
+ *                                     than at the savepoint
+ */
+#ifndef MEMLEAK_H
+#define MEMLEAK_H
+
+#include <dlfcn.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Live memory: what a report's live-bytes and live-blocks count (heap
+ * blocks and anonymous mappings from every stack). */
+struct memleak_counts {
+    int64_t bytes;
+    int64_t blocks;
+};
+
+/* A savepoint: what was live when it was taken.  `traced` is 0 when the
+ * tracer was absent or not collecting then (comparisons then say 0). */
+struct memleak_savepoint {
+    struct memleak_counts live;
+    int traced;
+};
+
+/* The tracer's table (native/hook/api/api.c); later versions only add
+ * fields at the end, and say their size. */
+struct memleak__api_v1 {
+    uint32_t version;
+    uint32_t size;
+    int (*report)(const char *label, char *path, size_t path_len);
+    int (*live)(struct memleak_counts *out);
+};
+
+/* The table, or NULL without the tracer.  Found once and kept; not found,
+ * looked for again only by the calls that are rare anyway (a report: an
+ * attach may have come since), never by the frequent ones. */
+static inline const struct memleak__api_v1 *memleak__api(int look_again)
+{
+    static const struct memleak__api_v1 *volatile api;
+    static volatile int looked;
+    const struct memleak__api_v1 *found = api;
+    if (found || (looked && !look_again))
+        return found;
+    /* Preloaded: in the global scope.  Attached: loaded by dlopen, found
+     * by its name. */
+    found = (const struct memleak__api_v1 *)dlsym(RTLD_DEFAULT, "mlk_api_v1");
+    if (!found) {
+        void *lib = dlopen("libmtrace.so", RTLD_LAZY | RTLD_NOLOAD);
+        if (lib) {
+            found = (const struct memleak__api_v1 *)dlsym(lib, "mlk_api_v1");
+            dlclose(lib);
+        }
+    }
+    if (found && (found->version < 1 || found->size < sizeof(struct memleak__api_v1)))
+        found = NULL;
+    api = found;
+    looked = 1;
+    return found;
+}
+
+/* Write a report now, synchronously, with `label` in its header and its
+ * file name (prog-PID-SEQ-LABEL.memlog; characters other than printable
+ * ASCII and '/' become '_', 63 at most; NULL or "" for none).  Returns 0
+ * once the file is on disk, its path in `path` (if not NULL, `path_len`
+ * bytes at most); -1 when no report was written (no tracer, collection
+ * off, the reporter did not answer in time).  Costs a report: from
+ * milliseconds to seconds, with the number of stacks. */
+static inline int memleak_report(const char *label, char *path, size_t path_len)
+{
+    const struct memleak__api_v1 *api = memleak__api(1);
+    if (path && path_len)
+        path[0] = 0;
+    return api ? api->report(label, path, path_len) : -1;
+}
+
+/* The bytes and blocks live now, in *out: 0; -1 (and zeros) without the
+ * tracer or before it collected anything.  Sums every stack's counters
+ * (about a millisecond per 10,000 stacks). */
+static inline int memleak_live(struct memleak_counts *out)
+{
+    const struct memleak__api_v1 *api = memleak__api(0);
+    if (!api) {
+        if (out)
+            out->bytes = out->blocks = 0;
+        return -1;
+    }
+    return api->live(out);
+}
+
+/* Take a savepoint: 0, or -1 without the tracer (the savepoint then
+ * compares as nothing added). */
+static inline int memleak_save(struct memleak_savepoint *sp)
+{
+    sp->traced = memleak_live(&sp->live) == 0;
+    return sp->traced ? 0 : -1;
+}
+
+/* What is live now beyond what was at savepoint `sp` (negative: less), in
+ * *added: 0; -1 and zeros when either side was not traced.  Process-wide:
+ * every thread's allocations and frees since the savepoint count. */
+static inline int memleak_since(const struct memleak_savepoint *sp, struct memleak_counts *added)
+{
+    struct memleak_counts now;
+    added->bytes = added->blocks = 0;
+    if (!sp->traced || memleak_live(&now) != 0)
+        return -1;
+    added->bytes = now.bytes - sp->live.bytes;
+    added->blocks = now.blocks - sp->live.blocks;
+    return 0;
+}
+
+/* log-malloc2's ASSERT: if more is live now than at savepoint `sp`, say
+ * where and how much on stderr and abort().  Without the tracer it passes. */
+#define MEMLEAK_ASSERT_NOTHING_ADDED(sp) memleak__assert_nothing_added(&(sp), __FILE__, __LINE__)
+
+static inline void memleak__assert_nothing_added(const struct memleak_savepoint *sp, const char *file,
+                                                 int line)
+{
+    struct memleak_counts added;
+    if (memleak_since(sp, &added) == 0 && (added.bytes > 0 || added.blocks > 0)) {
+        fprintf(stderr, "%s:%d: libmemleak: %lld bytes in %lld blocks live since the savepoint\n", file,
+                line, (long long)added.bytes, (long long)added.blocks);
+        abort();
+    }
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

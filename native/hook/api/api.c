@@ -1,0 +1,98 @@
+/* What a program asks of the tracer from its own code (memleak.h): a
+ * report written now, the live totals, and (in memleak.h itself, on top
+ * of those) savepoints.  Exported as one table, mlk_api_v1, which the
+ * header looks up once: a program built with memleak.h runs unchanged
+ * without the tracer, and pays one lookup.
+ *
+ * Every call is safe in any thread, whether or not the tracer collects;
+ * none allocates through the program's malloc. */
+#define _GNU_SOURCE
+#include <string.h>
+
+#include "../mlk.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* memleak.h's struct memleak_counts. */
+struct mlk_api_counts {
+    int64_t bytes;
+    int64_t blocks;
+};
+
+static mlk_lock_t report_lock; /* one labelled report at a time: the label is one buffer */
+
+/* A label as the segment keeps it: printable ASCII, no '/', at most
+ * MLK_API_LABEL_MAX - 1 bytes (what a file name can carry). */
+static void clean_label(const char *label, char *out)
+{
+    size_t n = 0;
+    for (const char *c = label; c && *c && n < MLK_API_LABEL_MAX - 1; c++)
+        out[n++] = (*c > ' ' && *c < 127 && *c != '/') ? *c : '_';
+    out[n] = 0;
+}
+
+/* Writes a report now and returns when it is on disk: 0, its path in
+ * `path` (when given); -1 when no report could be written (not traced,
+ * not collecting, or the reporter did not answer in time). */
+static int api_report(const char *label, char *path, size_t path_len)
+{
+    if (path && path_len)
+        path[0] = 0;
+    struct mlk_header *h = mlk_seg;
+    if (!h || !mlk_collecting_or_paused())
+        return -1;
+    int was = mlk_in_hook;
+    mlk_in_hook = 1;
+    mlk_lock(&report_lock);
+    char clean[MLK_API_LABEL_MAX];
+    clean_label(label, clean);
+    memcpy(h->api_label, clean, sizeof clean);
+    h->last_report[0] = 0; /* the reporter sets it once the file is in place */
+    int done = mlk_request_report(&h->api_requests, 1) && h->last_report[0];
+    if (done && path && path_len) {
+        size_t n = strnlen(h->last_report, MLK_LAST_REPORT_MAX - 1);
+        n = n < path_len - 1 ? n : path_len - 1;
+        memcpy(path, h->last_report, n);
+        path[n] = 0;
+    }
+    mlk_unlock(&report_lock);
+    mlk_in_hook = was;
+    return done ? 0 : -1;
+}
+
+/* The bytes and blocks live now in every stack of the process (what a
+ * report's live-bytes says): 0, or -1 when nothing is collected.  Reads
+ * each stack's counters: about a millisecond per 10,000 stacks. */
+static int api_live(struct mlk_api_counts *out)
+{
+    struct mlk_header *h = mlk_seg;
+    if (out)
+        out->bytes = out->blocks = 0;
+    if (!h || !out || !mlk_ever_collected)
+        return -1;
+    uint64_t n = __atomic_load_n(&h->stacks_used, __ATOMIC_ACQUIRE);
+    if (n > h->stacks_cap)
+        n = h->stacks_cap;
+    const struct mlk_stack *stacks = mlk_stacks();
+    int64_t bytes = 0, blocks = 0;
+    for (uint64_t i = 0; i < n; i++)
+        for (int s = 0; s < MLK_COUNTER_STRIPES; s++) {
+            const struct mlk_counters *c = &stacks[i].counters[s];
+            bytes += (int64_t)__atomic_load_n(&c->alloc_bytes, __ATOMIC_RELAXED) -
+                     __atomic_load_n(&c->freed_bytes, __ATOMIC_RELAXED);
+            blocks += (int64_t)__atomic_load_n(&c->alloc_count, __ATOMIC_RELAXED) -
+                      __atomic_load_n(&c->freed_count, __ATOMIC_RELAXED);
+        }
+    out->bytes = bytes;
+    out->blocks = blocks;
+    return 0;
+}
+
+struct mlk_api_v1 {
+    uint32_t version; /* 1 */
+    uint32_t size;    /* sizeof: later versions only add at the end */
+    int (*report)(const char *label, char *path, size_t path_len);
+    int (*live)(struct mlk_api_counts *out);
+};
+
+EXPORT const struct mlk_api_v1 mlk_api_v1 = {1, sizeof(struct mlk_api_v1), api_report, api_live};

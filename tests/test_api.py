@@ -1,0 +1,111 @@
+"""memleak.h (#30): a program asks the tracer from its own code -- a
+report written now with a label, the live totals, savepoints -- built with
+the flag `libmemleak cflags` prints, with nothing to link; without the
+tracer it runs the same, its counts 0."""
+
+import os
+import re
+import subprocess
+
+from helpers import CLI_ENV, by_site, cli, compile_program
+from libmemleak import memlog
+
+BARE_ENV = {k: v for k, v in CLI_ENV.items() if k != "PYTHONPATH"}
+
+
+def built(tmp_path, compiler="gcc", name="apicalls"):
+    """apicalls.c compiled against the header `libmemleak cflags` names."""
+    flags = cli("cflags")
+    assert flags.returncode == 0, flags.stderr
+    include = flags.stdout.strip()
+    assert include.startswith("-I") and os.path.exists(os.path.join(include[2:], "memleak.h"))
+    out = str(tmp_path / name)
+    source = os.path.join(os.path.dirname(__file__), "programs", "apicalls.c")
+    language = ["-x", "c++"] if compiler == "g++" else []
+    subprocess.run([compiler, "-g", "-O0", include, *language, source, "-o", out], check=True)
+    return out
+
+
+def said(stdout):
+    """{what: (status, rest...)} of apicalls' lines."""
+    lines = {}
+    for line in stdout.splitlines():
+        what, _, rest = line.partition(": ")
+        lines[what] = rest.split(" ", 1) if what.startswith("report") else rest.split()
+    return lines
+
+
+def test_a_program_asks_for_a_labelled_report_counts_and_savepoints(tmp_path):
+    prog = built(tmp_path)
+    out = cli("run", "-q", prog, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
+    got = said(out.stdout)
+    # the reports it asked for, written as it waited: their paths, labels and names
+    status, before = got["report before"]
+    assert status == "0" and re.fullmatch(rf"{tmp_path}/apicalls-\d+-1-before\.memlog", before), before
+    status, after = got["report after"]
+    assert status == "0" and after.endswith("-2-after_the_leak.memlog"), after
+    first, second = memlog.read(before), memlog.read(after)
+    assert (first.header["reason"], first.header["label"]) == ("call", "before")
+    assert (second.header["reason"], second.header["label"]) == ("call", "after_the_leak")
+    assert by_site(first)["leak_before"] == (500, 5)
+    assert (first.header["live-bytes"], first.header["live-blocks"]) == ("500", "5")
+    # since the savepoint: leak_between's 3 x 1000, the churn given back
+    assert got["since"] == ["0", "3000", "3"]
+    assert by_site(second)["leak_between"] == (3000, 3)
+    # the live totals it was told are what the next report says
+    assert got["live"] == ["0", second.header["live-bytes"], second.header["live-blocks"]]
+    assert "asserted" in got
+    # the labelled reports are one series with the rest: report and diff read them
+    text = cli("report", tmp_path)
+    assert text.returncode == 0 and "3 reports" in text.stdout, text.stdout
+    diff = cli("diff", before, after)
+    assert diff.returncode == 0 and "leak_between (apicalls.c:" in diff.stdout
+
+
+def test_without_the_tracer_it_runs_the_same_and_counts_nothing(tmp_path):
+    prog = built(tmp_path)
+    bare = subprocess.run([prog, "assert"], capture_output=True, text=True, env=BARE_ENV, timeout=60)
+    assert bare.returncode == 0 and bare.stderr == ""
+    assert bare.stdout == ("report before: -1 \nsince: -1 0 0\nlive: -1 0 0\nreport after: -1 \nasserted\n"
+                           "not reached under the tracer\n")
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".memlog")]
+
+
+def test_an_assert_on_a_savepoint_says_what_was_added_and_aborts(tmp_path):
+    prog = built(tmp_path)
+    out = cli("run", "-q", prog, "assert", cwd=tmp_path)
+    assert out.returncode in (-6, 134), (out.returncode, out.stderr)  # SIGABRT, passed on
+    assert re.search(r"apicalls\.c:\d+: libmemleak: 77 bytes in 1 blocks live since the savepoint\n",
+                     out.stderr), out.stderr
+    assert "not reached" not in out.stdout
+
+
+def test_the_header_is_cxx_too(tmp_path):
+    prog = built(tmp_path, "g++", "apicalls_cxx")
+    out = cli("run", "-q", prog, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert said(out.stdout)["since"] == ["0", "3000", "3"]
+
+
+def test_the_header_finds_an_attached_tracer(tmp_path):
+    """Attached, the tracer was loaded by dlopen, in no global scope: the
+    header finds it by its soname."""
+    from test_attach import expect, start_bare
+    prog = built(tmp_path)
+    p = start_bare([prog, "wait"], tmp_path)
+    try:
+        expect(p, "ready\n")
+        out = cli("attach", "-q", p.pid, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        p.stdin.write(b"\n")
+        p.stdin.close()
+        stdout = p.stdout.read().decode()
+        assert p.wait(timeout=60) == 0
+        got = said(stdout)
+        assert got["report before"][0] == "0" and got["report before"][1].endswith("-1-before.memlog")
+        assert got["since"] == ["0", "3000", "3"]
+    finally:
+        p.kill()
+        p.wait()
