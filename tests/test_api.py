@@ -109,3 +109,20 @@ def test_the_header_finds_an_attached_tracer(tmp_path):
     finally:
         p.kill()
         p.wait()
+
+
+def test_a_label_cannot_leave_the_directory_or_reach_the_terminal(tmp_path):
+    """The label is the program's word: cleaned in the program, and again by
+    the reporter (a program can write its segment directly)."""
+    from libmemleak.memlog import report_name, safe_label
+    prog = built(tmp_path)
+    out = cli("run", "-q", prog, "nasty", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    status, path = said(out.stdout)["report nasty"]
+    assert status == "0" and os.path.dirname(path) == str(tmp_path), path
+    assert os.path.basename(path).endswith("-1-_.._.._etc_x___2J_9.memlog"), path
+    assert memlog.read(path).header["label"] == "_.._.._etc_x___2J_9"
+    # the reporter's own cleaning, as it would meet a forged segment
+    assert safe_label("../\x1b[2J\u202e") == "_..___2J_"
+    assert safe_label("9lives") == "_9lives"  # never a digit first: prog-PID-SEQ-LABEL reads one way
+    assert report_name("p", 5, 2, "-7") == "p-5-2-_7.memlog"

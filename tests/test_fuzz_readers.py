@@ -46,7 +46,8 @@ FUZZER = textwrap.dedent('''
              b"+1 +1 definitely-lost=99999999999999999999/1\\n", b"+9e99 +1\\n", b"\\t\\t\\t\\n",
              b" kind=shared touched=99999999999999999999999", b"+4096 +1 kind=mmap touched=-7\\n",
              b" touched=1" + b"9" * 5000, b"# alloc-fns: (a+)+$\\n", b"# alloc-fns: ^site|x$\\n",
-             b"# reachable-through-header: 16 x y \\xff\\n", b"# anonymous-mappings: 1 bytes in\\n"]
+             b"# reachable-through-header: 16 x y \\xff\\n", b"# anonymous-mappings: 1 bytes in\\n",
+             b"# reason: call\\n# label: \\x1b[2J../x\\n", b"# label: " + b"L" * 5000 + b"\\n"]
 
     def mutate(data):
         data = bytearray(data)

@@ -6,7 +6,9 @@
  *   apicalls          the run below
  *   apicalls assert   then leaks one more block after a savepoint and
  *                     asserts nothing was added: aborts under the tracer
- *   apicalls wait     says "ready" and waits for a line first (an attach) */
+ *   apicalls wait     says "ready" and waits for a line first (an attach)
+ *   apicalls nasty    asks for one report with a label made to escape the
+ *                     report directory and the terminal, and stops */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +48,11 @@ int main(int argc, char **argv)
         fflush(stdout);
         if (!fgets(line, sizeof line, stdin))
             return 1;
+    }
+    if (argc > 1 && !strcmp(argv[1], "nasty")) {
+        int r = memleak_report("../../etc/x\n\x1b[2J-9", path, sizeof path);
+        printf("report nasty: %d %s\n", r, path);
+        return 0;
     }
     leak_before();
     int r = memleak_report("before", path, sizeof path);
