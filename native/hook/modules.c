@@ -34,6 +34,7 @@ static const void *allocator_probe;
 struct scan_state {
     struct live_range *seen;
     uint32_t seen_count;
+    uint32_t epoch; /* the scan's: modules it finds new are loaded as of it */
 };
 
 static void read_build_id(struct dl_phdr_info *info, struct mlk_module *m)
@@ -86,7 +87,7 @@ static int same_module(const struct mlk_module *m, struct dl_phdr_info *info, ui
            memcmp(probe.build_id, m->build_id, probe.build_id_len) == 0;
 }
 
-static uint32_t add_module(struct dl_phdr_info *info, uint64_t lo, uint64_t hi)
+static uint32_t add_module(struct dl_phdr_info *info, uint64_t lo, uint64_t hi, uint32_t epoch)
 {
     struct mlk_header *h = mlk_seg;
     uint64_t idx = h->modules_used;
@@ -103,7 +104,7 @@ static uint32_t add_module(struct dl_phdr_info *info, uint64_t lo, uint64_t hi)
     if (m->path_off == UINT32_MAX)
         m->path_len = 0, m->path_off = 0;
     read_build_id(info, m);
-    m->load_epoch = h->map_epoch;
+    m->load_epoch = epoch;
     __atomic_store_n(&h->modules_used, idx + 1, __ATOMIC_RELEASE);
     return (uint32_t)idx;
 }
@@ -147,7 +148,7 @@ static int scan_one(struct dl_phdr_info *info, size_t size, void *arg)
         }
     }
     if (st->seen[st->seen_count].module == UINT32_MAX)
-        st->seen[st->seen_count].module = add_module(info, lo, hi);
+        st->seen[st->seen_count].module = add_module(info, lo, hi, st->epoch);
     if (st->seen[st->seen_count].module != UINT32_MAX)
         st->seen_count++;
     return 0;
@@ -190,13 +191,18 @@ void mlk_modules_scan(void)
         }
     }
     struct mlk_header *h = mlk_seg;
-    struct scan_state st = {seen, 0};
+    struct scan_state st = {seen, 0, 0};
     /* Each scan opens a new epoch.  A module is valid for a stack recorded at
      * epoch E when load_epoch <= E < unload_epoch (or it was never unloaded);
-     * stacks read the epoch only after the scan that covers their frames. */
+     * stacks read the epoch only after the scan that covers their frames.
+     * The new epoch is published when the scan is done, not as it starts: a
+     * stack recorded meanwhile by another thread, in a module this scan then
+     * finds unloaded (that thread's dlclose came after its allocation), must
+     * read the epoch before that unload (it read the unload's own epoch, and
+     * its frames lost their names: test_robustness's dlopen loops, 1 in 60). */
     uint32_t next_epoch = h->map_epoch + 1;
     int unloaded = 0;
-    __atomic_store_n(&h->map_epoch, next_epoch, __ATOMIC_RELEASE);
+    st.epoch = next_epoch;
     dl_iterate_phdr(scan_one, &st);
     /* Modules we knew that the loader no longer lists were unloaded. */
     struct mlk_module *mods = mlk_modules();
@@ -213,6 +219,10 @@ void mlk_modules_scan(void)
             unloaded = 1;
         }
     }
+    /* Published after the loader's list was read (so after any unload it
+     * saw) and before the ranges a walk checks its frames against (so a
+     * walk that finds its frames covered reads this epoch or a later one). */
+    __atomic_store_n(&h->map_epoch, next_epoch, __ATOMIC_RELEASE);
     if (unloaded)
         mlk_unwind_forget();
     sort_ranges(seen, st.seen_count);
