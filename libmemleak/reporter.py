@@ -41,6 +41,7 @@ REASON_FIELDS = (("exit", "exit_requests", "seen_exit"),
                  ("muntrace", "muntrace_requests", "seen_muntrace"),
                  ("mtrace", "mtrace_requests", "seen_mtrace"),
                  ("scan", "scan_requests", "seen_scan"),
+                 ("check", "check_requests", "seen_check"),  # memleak_leak_check: with a scan
                  ("call", "api_requests", "seen_api"),  # memleak_report: its label named
                  ("signal", "signal_requests", "seen_signal"),
                  ("snapshot", "snapshot_requests", "seen_snapshot"))
@@ -251,7 +252,7 @@ class Reporter:
             if getattr(h, asked) != getattr(h, seen):
                 found = found or name
                 setattr(h, seen, getattr(h, asked))
-                self.scan_asked = self.scan_asked or name == "scan"
+                self.scan_asked = self.scan_asked or name in ("scan", "check")
         if found == "exit" and h.scan_at_exit:
             self.scan_asked = True
         return found or "request"
@@ -387,6 +388,8 @@ class Reporter:
             self.symbolizer.deadline = None
         self.seg.commit_baseline(snap)
         self.seg.set_last_report(path)  # for memleak_report, which says it
+        if scan:  # for memleak_leak_check, which returns its totals
+            self.seg.set_check_totals(scan.bytes, scan.blocks, seq)
         if touched:
             self.touched_before = touched.per_stack
         self.h.report_seq = seq

@@ -344,6 +344,16 @@ class Segment:
         data = os.fsencode(path)[:CONST["MLK_LAST_REPORT_MAX"] - 1] + b"\0"
         ffi.memmove(self.header.last_report, data, len(data))
 
+    def set_check_totals(self, nbytes, blocks, seq):
+        """A scan's totals (definitely, indirectly, possibly lost, still
+        reachable), for the program's leak check (memleak.h); then the seq
+        of the report that carries them, which tells it they are fresh."""
+        h = self.header
+        for i in range(4):
+            h.check_bytes[i] = int(nbytes[i])
+            h.check_blocks[i] = int(blocks[i])
+        h.check_seq = seq
+
     def commit_baseline(self, snapshot):
         """Record that a report now covers `snapshot`: the next report is the
         change from here.  Called only after the report file is in place."""

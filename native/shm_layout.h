@@ -297,4 +297,17 @@ struct mlk_header {
     uint32_t seen_api;
     char api_label[MLK_API_LABEL_MAX];
     char last_report[MLK_LAST_REPORT_MAX];
+    /* A leak check the program asks for (memleak_leak_check, LSan's
+     * __lsan_do_recoverable_leak_check): check_requests counts them like
+     * the other request counts, and the report that answers carries a
+     * scan.  Whenever a report carries a scan the reporter puts its totals
+     * here -- bytes and blocks definitely, indirectly, possibly lost and
+     * still reachable -- and that report's seq in check_seq, before it
+     * posts done_seq (no scan: check_seq unchanged). */
+    uint32_t check_requests;
+    uint32_t seen_check;
+    uint32_t check_seq;
+    uint32_t reserved_check;
+    int64_t check_bytes[4];
+    int64_t check_blocks[4];
 };

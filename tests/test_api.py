@@ -126,3 +126,30 @@ def test_a_label_cannot_leave_the_directory_or_reach_the_terminal(tmp_path):
     assert safe_label("../\x1b[2J\u202e") == "_..___2J_"
     assert safe_label("9lives") == "_9lives"  # never a digit first: prog-PID-SEQ-LABEL reads one way
     assert report_name("p", 5, 2, "-7") == "p-5-2-_7.memlog"
+
+
+def test_a_region_checked_for_leaks_and_lsans_interface(tmp_path):
+    """memleak_scope_begin/end (gperftools' NoLeaks as two calls) and
+    memleak_leak_check: the counts it prints are the leaks it made, as
+    valgrind counts them; LeakSanitizer's recoverable check, called
+    through a weak reference, answers too.  Without the tracer: -1, zeros,
+    no LSan."""
+    import shutil
+    from test_scan import valgrind
+    prog = compile_program("scopecheck.c", cli("cflags").stdout.strip())
+    out = cli("run", "-q", prog, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == ("scope left: 0 272 5\nscope lost: 0 144 3\ndefinitely: 0 144 3\n"
+                          "reachable: 0 128 2\nlsan: 1\n")
+    reports = sorted((memlog.read(str(p)) for p in tmp_path.glob("*.memlog")),
+                     key=lambda r: int(r.header["seq"]))
+    assert [r.header["reason"] for r in reports] == ["check", "check", "check", "check", "exit"]
+    assert reports[1].header["definitely-lost"] == "144 3"
+    bare = subprocess.run([prog], capture_output=True, text=True, env=BARE_ENV, timeout=60)
+    assert bare.stdout == ("scope left: -1 0 0\nscope lost: -1 0 0\ndefinitely: -1 0 0\n"
+                           "reachable: -1 0 0\nlsan: absent\n")
+    if shutil.which("valgrind"):  # the oracle: the same blocks lost and kept at its exit
+        # (libc's own freeing at exit on: without the tracer the header's one
+        # dlopen(RTLD_NOLOAD) leaves glibc's per-thread dl state, 68 bytes)
+        _sites, totals = valgrind([prog], tmp_path, options=("--run-libc-freeres=yes",))
+        assert totals["definitely-lost"] == (144, 3) and totals["still-reachable"] == (128, 2), totals

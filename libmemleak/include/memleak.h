@@ -14,6 +14,11 @@
  *   memleak_since(&sp, &counts)       live now minus live at the savepoint
  *   MEMLEAK_ASSERT_NOTHING_ADDED(sp)  abort, saying what, if more is live
  *                                     than at the savepoint
+ *   memleak_leak_check(&leaks)        a reachability scan now: valgrind's
+ *                                     four categories, in bytes and blocks
+ *   memleak_scope_begin(&scope)       gperftools' NoLeaks() as two calls:
+ *   memleak_scope_end(&scope, &left)  what the code between them left live,
+ *                                     and how much of it nothing points to
  */
 #ifndef MEMLEAK_H
 #define MEMLEAK_H
@@ -42,6 +47,14 @@ struct memleak_savepoint {
     int traced;
 };
 
+/* What a leak check found: valgrind's categories (docs/scan.md). */
+struct memleak_leaks {
+    struct memleak_counts definitely; /* nothing points to them */
+    struct memleak_counts indirectly; /* only lost blocks point to them */
+    struct memleak_counts possibly;   /* only pointers into their middle */
+    struct memleak_counts reachable;  /* still pointed to */
+};
+
 /* The tracer's table (native/hook/api/api.c); later versions only add
  * fields at the end, and say their size. */
 struct memleak__api_v1 {
@@ -49,11 +62,18 @@ struct memleak__api_v1 {
     uint32_t size;
     int (*report)(const char *label, char *path, size_t path_len);
     int (*live)(struct memleak_counts *out);
+    int (*leak_check)(struct memleak_leaks *out);
 };
 
+/* The tracer's table by a weak reference: resolved by the loader (to NULL
+ * without the tracer), with no call that could leave anything allocated --
+ * in a position-independent executable or a shared library.  (A non-PIE
+ * executable's weak reference is resolved to NULL at link time.) */
+extern const struct memleak__api_v1 mlk_api_v1 __attribute__((weak));
+
 /* The table, or NULL without the tracer.  Found once and kept; not found,
- * looked for again only by the calls that are rare anyway (a report: an
- * attach may have come since), never by the frequent ones. */
+ * looked for again only by the calls that are rare anyway (a report, a
+ * check: an attach may have come since), never by the frequent ones. */
 static inline const struct memleak__api_v1 *memleak__api(int look_again)
 {
     static const struct memleak__api_v1 *volatile api;
@@ -61,10 +81,13 @@ static inline const struct memleak__api_v1 *memleak__api(int look_again)
     const struct memleak__api_v1 *found = api;
     if (found || (looked && !look_again))
         return found;
-    /* Preloaded: in the global scope.  Attached: loaded by dlopen, found
-     * by its name. */
-    found = (const struct memleak__api_v1 *)dlsym(RTLD_DEFAULT, "mlk_api_v1");
+    found = &mlk_api_v1;
     if (!found) {
+        /* Attached (loaded by dlopen, in no global scope), or a non-PIE
+         * program: by the tracer's soname.  Not loaded, dlopen with
+         * RTLD_NOLOAD fails without leaving an error message allocated;
+         * loaded, the loader keeps the name it was asked by (a few bytes,
+         * once). */
         void *lib = dlopen("libmtrace.so", RTLD_LAZY | RTLD_NOLOAD);
         if (lib) {
             found = (const struct memleak__api_v1 *)dlsym(lib, "mlk_api_v1");
@@ -126,6 +149,57 @@ static inline int memleak_since(const struct memleak_savepoint *sp, struct memle
         return -1;
     added->bytes = now.bytes - sp->live.bytes;
     added->blocks = now.blocks - sp->live.blocks;
+    return 0;
+}
+
+/* A leak check now: the tracer's reachability scan (its threads stopped
+ * for milliseconds, this one waiting), written as a report (reason check)
+ * and returned in *out: 0; -1 and zeros when none could be made (no
+ * tracer, collection off, no ptrace rights: the report or stderr says
+ * why).  Costs a scan: milliseconds per 100 MB of heap, plus a report. */
+static inline int memleak_leak_check(struct memleak_leaks *out)
+{
+    const struct memleak__api_v1 *api = memleak__api(1);
+    struct memleak_leaks none = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
+    *out = none;
+    return api ? api->leak_check(out) : -1;
+}
+
+/* A region of code checked for leaks (gperftools' HeapLeakChecker, LSan's
+ * recoverable check): begin, run the code, end.  `left` is what is live
+ * now beyond what was at the beginning (process-wide: every thread's
+ * allocations count), `lost` how much more is definitely or indirectly
+ * lost than at the beginning (a scan at each end; with scan 0 at begin,
+ * none is made and `lost` stays 0).  0, or -1 when not traced. */
+struct memleak_scope {
+    struct memleak_savepoint start;
+    struct memleak_leaks leaks_at_start;
+    int scanned;
+};
+struct memleak_scope_result {
+    struct memleak_counts left;
+    struct memleak_counts lost;
+};
+
+static inline int memleak_scope_begin(struct memleak_scope *scope, int scan)
+{
+    scope->scanned = scan && memleak_leak_check(&scope->leaks_at_start) == 0;
+    return memleak_save(&scope->start);
+}
+
+static inline int memleak_scope_end(const struct memleak_scope *scope, struct memleak_scope_result *r)
+{
+    struct memleak_leaks now;
+    r->lost.bytes = r->lost.blocks = 0;
+    if (memleak_since(&scope->start, &r->left) != 0)
+        return -1;
+    if (scope->scanned && memleak_leak_check(&now) == 0) {
+        const struct memleak_leaks *was = &scope->leaks_at_start;
+        r->lost.bytes = now.definitely.bytes + now.indirectly.bytes - was->definitely.bytes -
+                        was->indirectly.bytes;
+        r->lost.blocks = now.definitely.blocks + now.indirectly.blocks - was->definitely.blocks -
+                         was->indirectly.blocks;
+    }
     return 0;
 }
 

@@ -88,11 +88,62 @@ static int api_live(struct mlk_api_counts *out)
     return 0;
 }
 
+/* memleak.h's struct memleak_leaks: valgrind's four categories. */
+struct mlk_api_leaks {
+    struct mlk_api_counts definitely, indirectly, possibly, reachable;
+};
+
+/* A reachability scan now (the reporter stops the threads for it, this
+ * one waiting): 0 and its totals; -1 when none could be made (not traced,
+ * no trailers, ptrace refused: the report says why). */
+static int api_leak_check(struct mlk_api_leaks *out)
+{
+    struct mlk_header *h = mlk_seg;
+    if (out)
+        memset(out, 0, sizeof *out);
+    if (!h || !mlk_collecting_or_paused())
+        return -1;
+    int was = mlk_in_hook;
+    mlk_in_hook = 1;
+    mlk_lock(&report_lock);
+    h->check_seq = 0; /* the reporter sets it with the totals of a scan */
+    int done = mlk_request_report(&h->check_requests, 1) && __atomic_load_n(&h->check_seq, __ATOMIC_ACQUIRE);
+    if (done && out) {
+        struct mlk_api_counts *c = &out->definitely;
+        for (int i = 0; i < 4; i++)
+            c[i] = (struct mlk_api_counts){h->check_bytes[i], h->check_blocks[i]};
+    }
+    mlk_unlock(&report_lock);
+    mlk_in_hook = was;
+    return done ? 0 : -1;
+}
+
 struct mlk_api_v1 {
     uint32_t version; /* 1 */
     uint32_t size;    /* sizeof: later versions only add at the end */
     int (*report)(const char *label, char *path, size_t path_len);
     int (*live)(struct mlk_api_counts *out);
+    int (*leak_check)(struct mlk_api_leaks *out);
 };
 
-EXPORT const struct mlk_api_v1 mlk_api_v1 = {1, sizeof(struct mlk_api_v1), api_report, api_live};
+EXPORT const struct mlk_api_v1 mlk_api_v1 = {1, sizeof(struct mlk_api_v1), api_report, api_live,
+                                            api_leak_check};
+
+/* ---- LeakSanitizer's interface (sanitizer/lsan_interface.h), for code that
+ * calls it through weak references or dlsym: the checks are ours.  Neither
+ * ever ends the program (LSan's __lsan_do_leak_check may, with its
+ * exitcode): a traced program behaves as it would bare. */
+EXPORT int __lsan_do_recoverable_leak_check(void)
+{
+    struct mlk_api_leaks leaks;
+    if (api_leak_check(&leaks) != 0)
+        return 0;
+    return leaks.definitely.blocks + leaks.indirectly.blocks > 0;
+}
+
+EXPORT void __lsan_do_leak_check(void)
+{
+    static int done; /* LSan's: later calls do nothing */
+    if (!__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
+        __lsan_do_recoverable_leak_check();
+}
