@@ -85,9 +85,9 @@ static inline const struct memleak__api_v1 *memleak__api(int look_again)
     if (!found) {
         /* Attached (loaded by dlopen, in no global scope), or a non-PIE
          * program: by the tracer's soname.  Not loaded, dlopen with
-         * RTLD_NOLOAD fails without leaving an error message allocated;
-         * loaded, the loader keeps the name it was asked by (a few bytes,
-         * once). */
+         * RTLD_NOLOAD fails with no error message kept (glibc keeps only its
+         * per-thread dl state, ~68 bytes, freed at exit); loaded, the loader
+         * keeps the name it was asked by (a few bytes, once). */
         void *lib = dlopen("libmtrace.so", RTLD_LAZY | RTLD_NOLOAD);
         if (lib) {
             found = (const struct memleak__api_v1 *)dlsym(lib, "mlk_api_v1");
@@ -102,8 +102,9 @@ static inline const struct memleak__api_v1 *memleak__api(int look_again)
 }
 
 /* Write a report now, synchronously, with `label` in its header and its
- * file name (prog-PID-SEQ-LABEL.memlog; characters other than printable
- * ASCII and '/' become '_', 63 at most; NULL or "" for none).  Returns 0
+ * file name (prog-PID-SEQ-LABEL.memlog; cleaned to letters, digits and
+ * ._+@=,%~ -- anything else becomes '_' -- 63 at most; NULL or "" for
+ * none: docs/memlog.md).  Returns 0
  * once the file is on disk, its path in `path` (if not NULL, `path_len`
  * bytes at most); -1 when no report was written (no tracer, collection
  * off, the reporter did not answer in time).  Costs a report: from
