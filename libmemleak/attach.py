@@ -271,12 +271,33 @@ def borrowed_thread(pid, maps, libc_path, libc_base, say):
         borrowed.close()
 
 
-def _status_call(borrowed, func, *args):
-    """Call one of libmtrace's mlk_attach/mlk_detach: "" or why not."""
+def _status_of(borrowed, func, *args):
+    """Call one of libmtrace's mlk_attach*/mlk_detach* functions, which
+    answer "" or why not: that answer."""
     status_at = borrowed.call(func, *args)
-    status = borrowed.read_string(status_at, 512) if status_at else "no answer"
+    return borrowed.read_string(status_at, 512) if status_at else "no answer"
+
+
+def _status_call(borrowed, func, *args):
+    """The same, an answer other than "" raised as AttachError."""
+    status = _status_of(borrowed, func, *args)
     if status:
         raise AttachError(f"process {borrowed.pid}: {status}")
+
+
+@contextlib.contextmanager
+def others_stopped(borrowed):
+    """Every thread of the process but the borrowed one stopped (ptrace, as
+    for a scan: no signal the program sees) while in the block, which gets
+    the stopped world; AttachError when they cannot be stopped."""
+    why = ffi.new("char[]", WHY_BYTES)
+    world = lib.mlk_world_stop_except(borrowed.pid, borrowed.tid, why, WHY_BYTES)
+    if world == ffi.NULL:
+        raise AttachError(f"the program's threads could not be stopped: {ffi.string(why).decode(errors='replace')}")
+    try:
+        yield world
+    finally:
+        lib.mlk_world_resume(world)
 
 
 # -- attach and detach ------------------------------------------------------------
@@ -332,12 +353,15 @@ def attach(pid, config="", library=None, say=None):
         _status_call(borrowed, base + ours["mlk_attach"], borrowed.push_string(config))
         why_not = ""
         if borrowed.call(base + ours["mlk_attach_patches_waiting"]) & 0xFFFFFFFF:
-            why_not = _patch_with_threads_stopped(borrowed, base + ours["mlk_attach_patch"])
+            why_not = _patch_with_threads_stopped(borrowed, base + ours["mlk_attach_patch"],
+                                                  base + ours["mlk_attach_places"])
         _status_call(borrowed, base + ours["mlk_attach_finish"], borrowed.push_string(why_not))
     return borrowed.tid, borrowed.kept_ns / 1e6
 
 
-ATTACH_CALLS = ("mlk_attach", "mlk_attach_patches_waiting", "mlk_attach_patch", "mlk_attach_finish")
+ATTACH_CALLS = ("mlk_attach", "mlk_attach_patches_waiting", "mlk_attach_patch", "mlk_attach_places",
+                "mlk_attach_finish")
+PLACES_MAX = 65536  # native/hook/attach.c's ATTACH_PLACES_MAX
 
 
 def thread_places(world):
@@ -345,34 +369,25 @@ def thread_places(world):
     return [lib.mlk_world_pc(world, i) for i in range(lib.mlk_world_threads(world))]
 
 
-def _patch_with_threads_stopped(borrowed, patch):
+def _patch_with_threads_stopped(borrowed, patch, places_at):
     """An executable that defines malloc itself calls it directly: the
     process patches its entries (native/hook/route/route.c), and that is
     only safe while no other thread runs through them.  So every other
-    thread is stopped (ptrace, as for a scan: no signal the program sees),
-    the process told where each one is, and it writes the patches unless
-    one is part-way through the bytes they overwrite ("busy": let them run
-    a moment and try again).  Returns "" (written, or refused: the process
-    says that itself), else why they were not written, for the blind line."""
-    pcs_at, room = 0, 0
+    thread is stopped, the process told where each one is (in its buffer
+    at places_at), and it writes the patches unless one is part-way through
+    the bytes they overwrite ("busy": let them run a moment and try again).
+    Returns "" (written, or refused: the process says that itself), else
+    why they were not written, for the blind line."""
     for _ in range(PATCH_TRIES):
-        why = ffi.new("char[]", WHY_BYTES)
-        world = lib.mlk_world_stop_except(borrowed.pid, borrowed.tid, why, WHY_BYTES)
-        if world == ffi.NULL:
-            return f"the program's threads could not be stopped: {ffi.string(why).decode(errors='replace')}"
         try:
-            places = thread_places(world)
-            n = len(places)
-            if n > room:  # on the borrowed thread's stack, pushed again only if threads were added
-                room = 2 * max(n, 32)
-                pcs_at = borrowed.push(bytes(8 * room))
-            pcs = struct.pack(f"<{n}Q", *places)
-            if not borrowed.write(pcs_at, pcs):
-                return f"cannot write to the stack of thread {borrowed.tid}"
-            status_at = borrowed.call(patch, pcs_at, n)
-            status = borrowed.read_string(status_at, 64) if status_at else "no answer"
-        finally:
-            lib.mlk_world_resume(world)
+            with others_stopped(borrowed) as world:
+                places = thread_places(world)
+                if len(places) <= PLACES_MAX and not borrowed.write(
+                        places_at, struct.pack(f"<{len(places)}Q", *places)):
+                    return "cannot write the threads' places into the process"
+                status = _status_of(borrowed, patch, len(places))  # (too many: it says so)
+        except AttachError as e:
+            return str(e)
         if status != "busy":
             return status
         time.sleep(0.002)
@@ -404,16 +419,11 @@ def _unpatch_with_threads_stopped(borrowed, unpatch):
     """The executable's entries patched by the attach get their own first
     bytes back, written with the other threads stopped (inert hooks left
     in place otherwise: the program runs as it did, one jump slower)."""
-    why = ffi.new("char[]", WHY_BYTES)
-    world = lib.mlk_world_stop_except(borrowed.pid, borrowed.tid, why, WHY_BYTES)
-    if world == ffi.NULL:
-        borrowed.say(f"detach: its own allocator's entries stay routed through inert hooks (the "
-                     f"program's threads could not be stopped: {ffi.string(why).decode(errors='replace')})")
-        return
     try:
-        _status_call(borrowed, unpatch)
-    finally:
-        lib.mlk_world_resume(world)
+        with others_stopped(borrowed):
+            _status_call(borrowed, unpatch)
+    except AttachError as e:
+        borrowed.say(f"detach: its own allocator's entries stay routed through inert hooks ({e})")
 
 
 def wait_for_reporter(pid, timeout=10.0):

@@ -21,7 +21,8 @@
  * An executable that defines malloc itself calls it directly, through no
  * table: its entries are patched (route.c), which needs its other threads
  * stopped -- the attacher does that between mlk_attach and
- * mlk_attach_finish, calling mlk_attach_patch with the threads' places.
+ * mlk_attach_finish, calling mlk_attach_patch with the threads' places in
+ * mlk_attach_places.
  * Then the frees' pass runs in mlk_attach and the allocations' only in
  * mlk_attach_finish, after the executable's free is patched. */
 #define _GNU_SOURCE
@@ -122,20 +123,29 @@ EXPORT int mlk_attach_patches_waiting(void)
     return __atomic_load_n(&attached, __ATOMIC_ACQUIRE) ? mlk_route_held() : 0;
 }
 
-/* Called with every other thread of the process stopped; pcs are their
- * instruction pointers.  Writes the executable's patches: "" when done (or
- * refused: mlk_attach_finish says it), "busy" when a thread is part-way
- * through the bytes to overwrite (nothing written: let the threads run and
- * call again).  Takes no lock and calls neither the loader nor malloc: a
- * stopped thread may hold theirs. */
-EXPORT const char *mlk_attach_patch(const uint64_t *pcs, int npcs)
+/* Where the attacher writes the stopped threads' instruction pointers for
+ * mlk_attach_patch (process_vm_writev): a buffer of ours, not the borrowed
+ * thread's stack, whose size nobody knows (a stack the program gave a
+ * thread may have no guard page below it).  Pages never written cost
+ * nothing. */
+#define ATTACH_PLACES_MAX 65536
+EXPORT uint64_t mlk_attach_places[ATTACH_PLACES_MAX];
+
+/* Called with every other thread of the process stopped; the first npcs
+ * entries of mlk_attach_places are their instruction pointers.  Writes the
+ * executable's patches: "" when done (or refused: mlk_attach_finish says
+ * it), "busy" when a thread is part-way through the bytes to overwrite
+ * (nothing written: let the threads run and call again), or why not.
+ * Takes no lock and calls neither the loader nor malloc: a stopped thread
+ * may hold theirs. */
+EXPORT const char *mlk_attach_patch(int npcs)
 {
     int was = mlk_in_hook;
     mlk_in_hook = 1;
     status[0] = 0;
-    if (npcs < 0 || (npcs > 0 && !pcs))
-        npcs = 0;
-    if (mlk_route_commit_held(pcs, npcs) == 1)
+    if (npcs < 0 || npcs > ATTACH_PLACES_MAX)
+        set_status("more threads than libmemleak can check (65536)", "");
+    else if (mlk_route_commit_held(mlk_attach_places, npcs) == 1)
         set_status("busy", "");
     mlk_in_hook = was;
     return status;
