@@ -19,7 +19,27 @@ struct mlk_api_counts {
     int64_t blocks;
 };
 
-static mlk_lock_t report_lock; /* one labelled report at a time: the label is one buffer */
+static mlk_lock_t asking_lock; /* one request at a time: the label and the answers are single fields */
+
+/* A request of the program's to the reporter begins: the guard up, the
+ * lock taken.  NULL when there is nobody to ask (not traced, collection
+ * off): nothing taken then. */
+static struct mlk_header *begin_asking(int *was)
+{
+    struct mlk_header *h = mlk_seg;
+    if (!h || !mlk_collecting_or_paused())
+        return NULL;
+    *was = mlk_in_hook;
+    mlk_in_hook = 1;
+    mlk_lock(&asking_lock);
+    return h;
+}
+
+static void end_asking(int was)
+{
+    mlk_unlock(&asking_lock);
+    mlk_in_hook = was;
+}
 
 /* A label as the segment keeps it: printable ASCII, no '/', at most
  * MLK_API_LABEL_MAX - 1 bytes (what a file name can carry). */
@@ -38,12 +58,10 @@ static int api_report(const char *label, char *path, size_t path_len)
 {
     if (path && path_len)
         path[0] = 0;
-    struct mlk_header *h = mlk_seg;
-    if (!h || !mlk_collecting_or_paused())
+    int was;
+    struct mlk_header *h = begin_asking(&was);
+    if (!h)
         return -1;
-    int was = mlk_in_hook;
-    mlk_in_hook = 1;
-    mlk_lock(&report_lock);
     char clean[MLK_API_LABEL_MAX];
     clean_label(label, clean);
     memcpy(h->api_label, clean, sizeof clean);
@@ -55,8 +73,7 @@ static int api_report(const char *label, char *path, size_t path_len)
         memcpy(path, h->last_report, n);
         path[n] = 0;
     }
-    mlk_unlock(&report_lock);
-    mlk_in_hook = was;
+    end_asking(was);
     return done ? 0 : -1;
 }
 
@@ -98,14 +115,12 @@ struct mlk_api_leaks {
  * no trailers, ptrace refused: the report says why). */
 static int api_leak_check(struct mlk_api_leaks *out)
 {
-    struct mlk_header *h = mlk_seg;
     if (out)
         memset(out, 0, sizeof *out);
-    if (!h || !mlk_collecting_or_paused())
+    int was;
+    struct mlk_header *h = begin_asking(&was);
+    if (!h)
         return -1;
-    int was = mlk_in_hook;
-    mlk_in_hook = 1;
-    mlk_lock(&report_lock);
     h->check_seq = 0; /* the reporter sets it with the totals of a scan */
     int done = mlk_request_report(&h->check_requests, 1) && __atomic_load_n(&h->check_seq, __ATOMIC_ACQUIRE);
     if (done && out) {
@@ -113,8 +128,7 @@ static int api_leak_check(struct mlk_api_leaks *out)
         for (int i = 0; i < 4; i++)
             c[i] = (struct mlk_api_counts){h->check_bytes[i], h->check_blocks[i]};
     }
-    mlk_unlock(&report_lock);
-    mlk_in_hook = was;
+    end_asking(was);
     return done ? 0 : -1;
 }
 

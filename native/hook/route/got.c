@@ -94,6 +94,7 @@ static void write_slot(void **slot, void *value, int in_relro)
 struct dyn_tables {
     const ElfW(Sym) *symtab;
     const char *strtab;
+    const uint32_t *gnu_hash;
     const ElfW(Rela) *rela[2];
     size_t rela_size[2];
 };
@@ -120,6 +121,7 @@ static int read_dynamic(const struct dl_phdr_info *info, struct dyn_tables *t)
         switch (dyn->d_tag) {
         case DT_SYMTAB: t->symtab = (const void *)absolute(dyn->d_un.d_ptr, base); break;
         case DT_STRTAB: t->strtab = (const void *)absolute(dyn->d_un.d_ptr, base); break;
+        case DT_GNU_HASH: t->gnu_hash = (const void *)absolute(dyn->d_un.d_ptr, base); break;
         case DT_RELA: t->rela[0] = (const void *)absolute(dyn->d_un.d_ptr, base); break;
         case DT_RELASZ: t->rela_size[0] = dyn->d_un.d_val; break;
         case DT_JMPREL: t->rela[1] = (const void *)absolute(dyn->d_un.d_ptr, base); break;
@@ -251,24 +253,12 @@ int mlk_got_find_ours(char *why, size_t why_len)
 
 int mlk_module_defines(const struct dl_phdr_info *info, const char *name)
 {
-    const ElfW(Dyn) *dyn = NULL;
-    for (int i = 0; i < info->dlpi_phnum; i++)
-        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
-            dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
-    const uint32_t *gh = NULL;
-    const ElfW(Sym) *symtab = NULL;
-    const char *strtab = NULL;
-    for (; dyn && dyn->d_tag != DT_NULL; dyn++) {
-        uintptr_t v = dyn->d_un.d_ptr < info->dlpi_addr ? dyn->d_un.d_ptr + info->dlpi_addr : dyn->d_un.d_ptr;
-        if (dyn->d_tag == DT_GNU_HASH)
-            gh = (const uint32_t *)v;
-        else if (dyn->d_tag == DT_SYMTAB)
-            symtab = (const ElfW(Sym) *)v;
-        else if (dyn->d_tag == DT_STRTAB)
-            strtab = (const char *)v;
-    }
-    if (!gh || !symtab || !strtab)
+    struct dyn_tables t;
+    if (read_dynamic(info, &t) != 0 || !t.gnu_hash)
         return 1;
+    const uint32_t *gh = t.gnu_hash;
+    const ElfW(Sym) *symtab = t.symtab;
+    const char *strtab = t.strtab;
     uint32_t h = 5381;
     for (const unsigned char *c = (const unsigned char *)name; *c; c++)
         h = h * 33 + *c;

@@ -280,13 +280,15 @@ static void hold(const struct candidate *c, int count, const char *owner_name, c
     held.state = plan_module(held.c, count, held.refused, sizeof held.refused) == 0 ? HELD_READY : HELD_REFUSED;
 }
 
-int mlk_route_held(void)
+static int held_that_are(enum how_routed how)
 {
     int n = 0;
-    for (int i = 0; held.state == HELD_READY && i < held.count; i++)
-        n += held.c[i].how == PREPARED;
+    for (int i = 0; i < held.count; i++)
+        n += held.c[i].how == how;
     return n;
 }
+
+int mlk_route_held(void) { return held.state == HELD_READY ? held_that_are(PREPARED) : 0; }
 
 int mlk_route_commit_held(const uint64_t *pcs, int npcs)
 {
@@ -303,13 +305,7 @@ int mlk_route_commit_held(const uint64_t *pcs, int npcs)
     return 0;
 }
 
-int mlk_route_patched_held(void)
-{
-    int n = 0;
-    for (int i = 0; i < held.count; i++)
-        n += held.c[i].how == PATCHED;
-    return n;
-}
+int mlk_route_patched_held(void) { return held_that_are(PATCHED); }
 
 void mlk_route_unpatch_held(void)
 {
