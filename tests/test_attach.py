@@ -4,6 +4,7 @@ their reports asserted to the byte and block for what was allocated after
 the attach, detached, and their output and exit status compared with a
 run nobody attached to."""
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -59,12 +60,38 @@ def refused_and_untouched(p, cwd, why):
         p.wait()
 
 
-def detach_and_let_finish(p, cwd):
-    """Detach from p, which waits for a line to end; it ends with status 0."""
-    assert cli("detach", "-q", p.pid, cwd=cwd).returncode == 0
+def let_finish(p):
+    """p waits for a line to end: give it, and it ends with status 0."""
     p.stdin.write(b"\n")
     p.stdin.close()
     assert p.wait(timeout=60) == 0
+
+
+def detach_and_let_finish(p, cwd):
+    """Detach from p, which waits for a line to end; it ends with status 0."""
+    assert cli("detach", "-q", p.pid, cwd=cwd).returncode == 0
+    let_finish(p)
+
+
+@contextlib.contextmanager
+def attached_between(argv, cwd, ready="ready\n", done="done\n", config=None, before_attach=None):
+    """argv started bare; when it says `ready`, attached to (`attach -q`,
+    --config `config`) and given a line; when it says `done`: (the
+    process, attach's result, a snapshot).  Killed if still running after."""
+    p = start_bare(argv, cwd)
+    try:
+        expect(p, ready)
+        if before_attach:
+            before_attach(p)
+        out = cli("attach", "-q", *(["--config", config] if config else []), p.pid, cwd=cwd)
+        assert out.returncode == 0, out.stderr
+        p.stdin.write(b"\n")
+        p.stdin.flush()
+        expect(p, done)
+        yield p, out, snapshot(p.pid, cwd)
+    finally:
+        p.kill()
+        p.wait()
 
 
 def bare_run(argv, stdin, env=None):
@@ -417,19 +444,7 @@ def test_a_sandboxed_process_that_may_start_no_process_is_said_at_once(tmp_path)
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".memlog")]
 
 
-def own_heap_attached(tmp_path, config=None, before_attach=lambda p, prog: None):
-    """ownheap.c started bare, attached to before it allocates anything;
-    its work done, one snapshot.  (process, program, attach's result, report)"""
-    prog = compile_program("ownheap.c", "-O2", "-fno-optimize-sibling-calls")
-    p = start_bare([prog, "first"], tmp_path)
-    expect(p, "ready\n")
-    before_attach(p, prog)
-    out = cli("attach", "-q", *(["--config", config] if config else []), p.pid, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
-    p.stdin.write(b"\n")
-    p.stdin.flush()
-    expect(p, "done\n")
-    return p, prog, out, snapshot(p.pid, tmp_path)
+OWNHEAP = ("ownheap.c", "-O2", "-fno-optimize-sibling-calls")
 
 
 def entry_bytes(pid, prog, names):
@@ -448,10 +463,9 @@ def test_attach_routes_a_program_with_its_own_malloc(tmp_path):
     threads stopped, and what it allocates afterwards is exact."""
     from test_allocators import OWNHEAP_LEAKS
     names = ("malloc", "free", "calloc", "realloc")
-    bare = {}
-    p, prog, out, report = own_heap_attached(
-        tmp_path, before_attach=lambda p, prog: bare.update(entry_bytes(p.pid, prog, names)))
-    try:
+    prog, bare = compile_program(*OWNHEAP), {}
+    with attached_between([prog, "first"], tmp_path,
+                          before_attach=lambda p: bare.update(entry_bytes(p.pid, prog, names))) as (p, out, report):
         assert out.stderr == ""
         assert "blind" not in report.header
         assert report.header["routed"] == (f"7 allocator entry points of {prog} (its own malloc, free, "
@@ -466,19 +480,14 @@ def test_attach_routes_a_program_with_its_own_malloc(tmp_path):
         # detach writes the program's own bytes back
         assert cli("detach", "-q", p.pid, cwd=tmp_path).returncode == 0
         assert entry_bytes(p.pid, prog, names) == bare
-        p.stdin.write(b"\n")
-        p.stdin.close()
-        assert p.wait(timeout=60) == 0
-    finally:
-        p.kill()
-        p.wait()
+        let_finish(p)
 
 
 def test_attach_with_route_no_says_what_it_cannot_see(tmp_path):
     """Not routed on purpose: the attach says the blind spot, and so do
     every report and check."""
-    p, prog, out, report = own_heap_attached(tmp_path, "route=no")
-    try:
+    prog = compile_program(*OWNHEAP)
+    with attached_between([prog, "first"], tmp_path, config="route=no") as (p, out, report):
         assert out.stderr == (f"libmemleak: attach: NOT SEEN: malloc, free, calloc, realloc are defined "
                               f"by {prog}, which the program's symbol lookups find before libmemleak's, "
                               "and is not routed (MEMLEAK_CONFIG route=no): allocations made through it "
@@ -487,9 +496,6 @@ def test_attach_with_route_no_says_what_it_cannot_see(tmp_path):
         assert report.header["live-blocks"] == "0"
         assert cli("check", tmp_path, "--max-leaks", "0").returncode == 3
         detach_and_let_finish(p, tmp_path)
-    finally:
-        p.kill()
-        p.wait()
 
 
 def test_attach_waits_for_no_thread_inside_the_bytes_it_patches(tmp_path, monkeypatch):
@@ -498,7 +504,7 @@ def test_attach_waits_for_no_thread_inside_the_bytes_it_patches(tmp_path, monkey
     the attacher lets the threads run and tries again.  Here the first two
     stops report a thread one byte into malloc."""
     from libmemleak import attach as attach_module
-    prog = compile_program("ownheap.c", "-O2", "-fno-optimize-sibling-calls")
+    prog = compile_program(*OWNHEAP)
     p = start_bare([prog, "first"], tmp_path)
     try:
         expect(p, "ready\n")
@@ -537,15 +543,8 @@ def test_attach_to_a_static_tcmalloc_while_its_threads_allocate(tmp_path):
     from test_allocators import TCMALLOC_STATIC
     prog = compile_program("tcmalloced.cc", "-Wl,--whole-archive", TCMALLOC_STATIC,
                            "-Wl,--no-whole-archive", name="tcmalloced_static")
-    p = start_bare([prog, "wait"], tmp_path)
-    try:
-        expect(p, "ready\n")
-        out = cli("attach", "-q", p.pid, cwd=tmp_path)
-        assert (out.returncode, out.stderr) == (0, ""), out.stderr
-        p.stdin.write(b"\n")
-        p.stdin.flush()
-        expect(p, "done\n")
-        report = snapshot(p.pid, tmp_path)
+    with attached_between([prog, "wait"], tmp_path) as (p, out, report):
+        assert out.stderr == ""
         assert "blind" not in report.header
         assert report.header["routed"].endswith(f"of {prog} (its own malloc, free, calloc, realloc) are "
                                                 "routed to libmemleak")
@@ -555,9 +554,6 @@ def test_attach_to_a_static_tcmalloc_while_its_threads_allocate(tmp_path):
         assert (report.header["live-bytes"], report.header["live-blocks"]) == ("1320", "15")  # the churn: all given back
         assert int(report.header["allocations"]) > 2000
         detach_and_let_finish(p, tmp_path)
-    finally:
-        p.kill()
-        p.wait()
 
 
 @pytest.mark.skipif(not os.path.exists("/usr/include/mimalloc.h"), reason="needs Debian's libmimalloc-dev")
@@ -567,23 +563,13 @@ def test_attach_to_a_program_calling_mimalloc_by_name(tmp_path):
     program makes after the attach is exact, across the families."""
     from test_allocators import mimalloc_exactly
     prog = compile_program("mimalloced.c", "-O2", "-lmimalloc")
-    p = start_bare([prog, "wait"], tmp_path)
-    try:
-        expect(p, "ready\n")
-        out = cli("attach", "-q", p.pid, cwd=tmp_path)
-        assert (out.returncode, out.stderr) == (0, ""), out.stderr
-        p.stdin.write(b"\n")
-        p.stdin.flush()
-        expect(p, "done\n")
-        report = snapshot(p.pid, tmp_path)
+    with attached_between([prog, "wait"], tmp_path) as (p, out, report):
+        assert out.stderr == ""
         assert report.header["routed"] == (
             "allocator entry points of /lib/x86_64-linux-gnu/libmimalloc.so.2 (mimalloc's mi_*) are routed to "
             "libmemleak through the offset tables of the modules that call them")
         mimalloc_exactly(report)
         detach_and_let_finish(p, tmp_path)
-    finally:
-        p.kill()
-        p.wait()
 
 
 GROWING_PAGE = """<html><body><script>

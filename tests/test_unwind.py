@@ -3,7 +3,6 @@
 import pytest
 
 from helpers import Traced, by_stack, cli, compile_program
-from libmemleak import memlog
 
 
 def stacks(workdir, prog, config, checkpoints):
@@ -188,19 +187,10 @@ def test_frame_pointers_followed_in_threads_made_before_an_attach(tmp_path):
     starting, so its stack's extent is looked up in the maps, once, when a
     walk first needs the chain: its path through code without tables is
     whole, as the main thread's."""
-    from test_attach import start_bare
+    from test_attach import attached_between, detach_and_let_finish
     prog = compile_program("fpchain.c", *NO_TABLES, "-fno-omit-frame-pointer", name="fpchain")
-    p = start_bare([prog, "first"], tmp_path)
-    try:
-        assert p.stdout.readline() == b"checkpoint ready\n"
-        out = cli("attach", "-q", p.pid, cwd=tmp_path)
-        assert (out.returncode, out.stderr) == (0, ""), out.stderr
-        p.stdin.write(b"\n")
-        p.stdin.flush()
-        assert p.stdout.readline() == b"checkpoint done\n"
-        snap = cli("snapshot", p.pid, cwd=tmp_path)
-        assert snap.returncode == 0, snap.stderr
-        report = memlog.read(snap.stdout.strip())
+    with attached_between([prog, "first"], tmp_path, "checkpoint ready\n", "checkpoint done\n") as (p, out, report):
+        assert out.stderr == ""
         top = ["leaf_alloc", "shared_middle"]
         assert paths_of(report) == {
             "main_path": (top + ["main_path", "made_before_attach", "main", "__libc_start_call_main",
@@ -209,10 +199,4 @@ def test_frame_pointers_followed_in_threads_made_before_an_attach(tmp_path):
                              4000, 20),
         }
         assert "stacks-ended-without-tables" not in report.header
-        assert cli("detach", "-q", p.pid, cwd=tmp_path).returncode == 0
-        p.stdin.write(b"\n")
-        p.stdin.close()
-        assert p.wait(timeout=60) == 0
-    finally:
-        p.kill()
-        p.wait()
+        detach_and_let_finish(p, tmp_path)
