@@ -112,8 +112,8 @@ def test_the_header_finds_an_attached_tracer(tmp_path):
 
 
 def test_a_label_cannot_leave_the_directory_or_reach_the_terminal(tmp_path):
-    """The label is the program's word: cleaned in the program, and again by
-    the reporter (a program can write its segment directly)."""
+    """The label is the program's word, written into its segment (which a
+    program can also write directly): the reporter cleans it."""
     from libmemleak.memlog import report_name, safe_label
     prog = built(tmp_path)
     out = cli("run", "-q", prog, "nasty", cwd=tmp_path)

@@ -41,16 +41,6 @@ static void end_asking(int was)
     mlk_in_hook = was;
 }
 
-/* A label as the segment keeps it: printable ASCII, no '/', at most
- * MLK_API_LABEL_MAX - 1 bytes (what a file name can carry). */
-static void clean_label(const char *label, char *out)
-{
-    size_t n = 0;
-    for (const char *c = label; c && *c && n < MLK_API_LABEL_MAX - 1; c++)
-        out[n++] = (*c > ' ' && *c < 127 && *c != '/') ? *c : '_';
-    out[n] = 0;
-}
-
 /* Writes a report now and returns when it is on disk: 0, its path in
  * `path` (when given); -1 when no report could be written (not traced,
  * not collecting, or the reporter did not answer in time). */
@@ -62,9 +52,11 @@ static int api_report(const char *label, char *path, size_t path_len)
     struct mlk_header *h = begin_asking(&was);
     if (!h)
         return -1;
-    char clean[MLK_API_LABEL_MAX];
-    clean_label(label, clean);
-    memcpy(h->api_label, clean, sizeof clean);
+    /* As given, cut and terminated: the reporter cleans it for the file
+     * name and header (memlog.safe_label), as it must anything here. */
+    size_t n = label ? strnlen(label, MLK_API_LABEL_MAX - 1) : 0;
+    memcpy(h->api_label, label ? label : "", n);
+    h->api_label[n] = 0;
     h->last_report[0] = 0; /* the reporter sets it once the file is in place */
     int done = mlk_request_report(&h->api_requests, 1) && h->last_report[0];
     if (done && path && path_len) {
