@@ -269,6 +269,11 @@ static void add_table_blocks(struct scan *s, uint64_t table)
                 uint32_t stack = (uint32_t)(w[k + 1] & ((1u << MLK_ADDR_STACK_BITS) - 1));
                 if (!start || (start & 7) || start < 4096 || size >= MAX_BLOCK_SPAN)
                     continue;
+                /* A block lies in the process's writable memory, or the table
+                 * lies: a forged one (or slots read on past a table's end)
+                 * would have the scan read terabytes of nothing. */
+                if (!mlk_region_of(&s->maps, start) || !mlk_region_of(&s->maps, start + (size ? size : 1) - 1))
+                    continue;
                 struct mlk_block *blocks = mlk_grow(s->blocks, s->nblocks, &s->cap, sizeof *blocks, 65536);
                 if (!blocks)
                     return;

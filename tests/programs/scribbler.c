@@ -6,8 +6,10 @@
  * Each replacement is cut or padded to the original's length.
  *   scribbler table   points the segment's address table (which the scan
  *                     reads) at a forgery: a slot array claiming 2^31 slots
- *                     of which one page is mapped, holding garbage and one
- *                     plausible block; another shard's array at the top of
+ *                     of which one page is mapped, holding garbage, one
+ *                     plausible block and one of 512 GiB that starts in it
+ *                     and runs on where nothing is mapped; another shard's
+ *                     array at the top of
  *                     the address space.  And its table of mappings (which
  *                     every report reads, for touched pages): 2^22 regions
  *                     claimed over one mapped page, the first a terabyte,
@@ -83,6 +85,8 @@ static int forge_table(void)
     void *block = site_scribbler(64);
     slots[100] = (uint64_t)block;                  /* plausible: a real block, stack 12345 */
     slots[101] = (64ull << MLK_ADDR_STACK_BITS) | 12345;
+    slots[102] = (uint64_t)(slots + 256);           /* starts in mapped memory, runs 512 GiB past it */
+    slots[103] = ((1ull << 39) << MLK_ADDR_STACK_BITS) | 7;
     shards[MLK_ADDR_SLOTS_AT / 8] = (uint64_t)slots;
     shards[MLK_ADDR_MASK_AT / 8] = (1ull << 31) - 1;
     shards[(MLK_ADDR_SHARD_BYTES + MLK_ADDR_SLOTS_AT) / 8] = ~0ull - 4095;
