@@ -106,7 +106,7 @@ if __name__ == "__main__":  # importable by the tests, for build_native()
         license="MIT",
         python_requires=">=3.10",
         packages=find_packages(include=["libmemleak", "libmemleak.*"]),
-        package_data={"libmemleak": ["examples/*.c", "include/*.h"]},
+        package_data={"libmemleak": ["examples/*.c", "include/*.h", "include/valgrind-compat/valgrind/*.h"]},
         # sortedcontainers was declared and never used: the ranking of `report`
         # sorts once, which a plain sort does (issue 20 asked to use it or drop it).
         install_requires=["cffi>=1.15", "pyelftools>=0.29",

@@ -212,6 +212,12 @@ def cmd_cflags(args):
     directory = include_dir()
     if not os.path.exists(os.path.join(directory, "memleak.h")):
         return fail(f"memleak.h is missing ({directory}): reinstall with 'pip install .'")
+    if args.valgrind:  # its valgrind/ headers ahead of valgrind's own
+        compat = os.path.join(directory, "valgrind-compat")
+        if not os.path.exists(os.path.join(compat, "valgrind", "memcheck.h")):
+            return fail(f"valgrind/memcheck.h is missing ({compat}): reinstall with 'pip install .'")
+        print(f"-I{compat} -I{directory}")
+        return 0
     print(f"-I{directory}")
     return 0
 
@@ -257,6 +263,10 @@ def build_parser():
                                     "program asks the tracer for reports and counts from its own "
                                     "code (docs/api.md), as pkg-config --cflags would: "
                                     "cc $(libmemleak cflags) prog.c")
+    cf.add_argument("--valgrind", action="store_true",
+                    help="also put libmemleak's valgrind/valgrind.h and valgrind/memcheck.h ahead of "
+                         "valgrind's own: a program built with valgrind's annotations (MALLOCLIKE_BLOCK, "
+                         "MEMPOOL_*, DO_LEAK_CHECK, COUNT_LEAKS) has them served by libmemleak")
     cf.set_defaults(func=cmd_cflags)
     demo = sub.add_parser("demo", help="trace a bundled leaking example and show its reports")
     demo.add_argument("--keep", metavar="DIR", help="build and run in DIR and keep the files")

@@ -36,6 +36,8 @@ class Totals:
     alloc_count: int
     alloc_bytes: int
     stacks: int
+    custom_bytes: int = 0   # the program's own blocks (kind custom), inside the blocks above
+    custom_blocks: int = 0
 
 
 class KeyTable:
@@ -255,11 +257,20 @@ def _per_position(per_id, ids, words=8):
 def totals(snapshot):
     live_bytes, live_blocks, reported_bytes, reported_blocks = _estimated(snapshot)
     live_b, live_k = sum(live_bytes), sum(live_blocks)
+    # The program's own blocks lie inside blocks counted already: apart.
+    custom = snapshot.custom
+    custom_b, custom_k = sum(live_bytes[p] for p in custom), sum(live_blocks[p] for p in custom)
+    custom_rb = sum(reported_bytes[p] for p in custom)
+    custom_rk = sum(reported_blocks[p] for p in custom)
+    live_b, live_k = live_b - custom_b, live_k - custom_k
     if snapshot.sample_bytes:
         alloc = [estimate(b, n, snapshot.sample_bytes)
                  for b, n in zip(snapshot.alloc_bytes, snapshot.alloc_count)]
         alloc_count, alloc_bytes = sum(n for _, n in alloc), sum(b for b, _ in alloc)
     else:
         alloc_count, alloc_bytes = sum(snapshot.alloc_count), sum(snapshot.alloc_bytes)
-    return Totals(live_b, live_k, live_b - sum(reported_bytes), live_k - sum(reported_blocks),
-                  alloc_count, alloc_bytes, len(snapshot.ids))
+        alloc_count -= sum(snapshot.alloc_count[p] for p in custom)
+        alloc_bytes -= sum(snapshot.alloc_bytes[p] for p in custom)
+    return Totals(live_b, live_k, live_b - (sum(reported_bytes) - custom_rb),
+                  live_k - (sum(reported_blocks) - custom_rk), alloc_count, alloc_bytes, len(snapshot.ids),
+                  custom_b, custom_k)

@@ -90,6 +90,7 @@ class Scan:
     via_heuristic: tuple = ()         # (name, bytes, blocks) of the still reachable, by heuristic
     before_attach: tuple = ()         # an attached process's older blocks: (bytes, blocks) per category
     through_header: tuple = ()        # (site return address, offset, blocks, bytes) per allocation site
+    held: tuple = (0, 0)              # (bytes, blocks) set aside: they hold the program's own blocks
 
     def header_lines(self):
         """The report header's lines for this scan (docs/memlog.md)."""
@@ -101,6 +102,8 @@ class Scan:
                   ("scan-pause-ms", f"{self.pause_ms:.1f}"), ("scan-threads", self.threads)]
         if self.unattributed:
             lines.append(("scan-unattributed-blocks", self.unattributed))
+        if self.held[1]:
+            lines.append(("scan-set-aside", f"{self.held[0]} {self.held[1]}"))
         if self.before_attach:
             lines.append(("before-attach", ", ".join(f"{name} {b} {n}" for name, (b, n)
                                                      in zip(CATEGORIES, self.before_attach))))
@@ -157,7 +160,8 @@ def scan(pid, header, take_snapshot, history=None, seq=0, segment=None):
         totals = ffi.new("struct mlk_scan_totals *")
         stacks, keep = _frame_arrays(segment)
         sites, nsites = zeros(4 * HEADER_SITES_MAX), ffi.new("int64_t *")
-        status = lib.mlk_scan_heap(world, trailer_key, header.addr_table, header.own_lo, header.own_hi,
+        status = lib.mlk_scan_heap(world, trailer_key, header.addr_table, header.custom_table,
+                                   header.own_lo, header.own_hi,
                                    heuristics_set(header.scan_heuristics)
                                    | (UNLISTED_HEAP_IS_ROOT if header.attached_ns else 0), nstacks,
                                    _q(per_stack), totals,
@@ -186,4 +190,5 @@ def scan(pid, header, take_snapshot, history=None, seq=0, segment=None):
                           totals.unattributed, heuristics_words(header.scan_heuristics), via,
                           tuple(zip(totals.before_bytes, totals.before_blocks))
                           if header.attached_ns else (),
-                          tuple(tuple(sites[4 * i:4 * i + 4]) for i in range(min(nsites[0], HEADER_SITES_MAX))))
+                          tuple(tuple(sites[4 * i:4 * i + 4]) for i in range(min(nsites[0], HEADER_SITES_MAX))),
+                          (totals.held_bytes, totals.held_blocks))

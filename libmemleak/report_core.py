@@ -46,7 +46,8 @@ int mlk_rc_claim_reporter(struct mlk_header *, int32_t, int32_t);
 struct mlk_world;
 struct mlk_scan_totals { int64_t bytes[4], blocks[4]; int64_t heap_blocks, unattributed, root_bytes,
                          heap_bytes_read, threads, phase_ns[4], heuristic_bytes[5],
-                         heuristic_blocks[5], before_bytes[4], before_blocks[4]; };
+                         heuristic_blocks[5], before_bytes[4], before_blocks[4];
+                         int64_t held_bytes, held_blocks; };
 struct mlk_world *mlk_world_stop(int, char *, int);
 void mlk_world_resume(struct mlk_world *);
 int mlk_world_threads(const struct mlk_world *);
@@ -54,7 +55,8 @@ struct mlk_age_history;
 struct mlk_age_history *mlk_age_history_new(void);
 void mlk_age_history_free(struct mlk_age_history *);
 struct mlk_scan_stacks { const int64_t *off, *depth; int64_t n; const uint64_t *frames; uint64_t nframes; };
-int mlk_scan_heap(const struct mlk_world *, uint64_t, uint64_t, uint64_t, uint64_t, unsigned, int64_t, int64_t *,
+int mlk_scan_heap(const struct mlk_world *, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, unsigned, int64_t,
+                  int64_t *,
                   struct mlk_scan_totals *, struct mlk_age_history *, uint32_t, int64_t *, int32_t *,
                   const struct mlk_scan_stacks *, int64_t *, int64_t, int64_t *, char *, int);
 void mlk_rc_commit(struct mlk_stack *, int64_t, const int64_t *, const int64_t *,

@@ -519,6 +519,8 @@ class Reporter:
         lines += [
             ("live-bytes", sums.live_bytes),
             ("live-blocks", sums.live_blocks),
+            *([("custom-live", f"{sums.custom_bytes} {sums.custom_blocks}")]
+              if sums.custom_bytes or sums.custom_blocks or snap.custom else []),
             ("change-bytes", f"{sums.change_bytes:+d}"),
             ("change-blocks", f"{sums.change_blocks:+d}"),
             ("allocated-bytes", sums.alloc_bytes),

@@ -17,7 +17,8 @@ from libmemleak.layout import CONST, HEADER_SIZE, MODULE_SIZE, STACK_SIZE, ffi, 
 from libmemleak.memlog import report_name, safe_name
 
 KIND_NAMES = {CONST["MLK_KIND_MALLOC"]: "malloc", CONST["MLK_KIND_NEW"]: "new",
-              CONST["MLK_KIND_MMAP"]: "mmap", CONST["MLK_KIND_SHARED"]: "shared"}
+              CONST["MLK_KIND_MMAP"]: "mmap", CONST["MLK_KIND_SHARED"]: "shared",
+              CONST["MLK_KIND_CUSTOM"]: "custom"}
 TRACKING_NAMES = {CONST["MLK_TRACK_TABLE"]: "table", CONST["MLK_TRACK_TRAILERS"]: "trailers"}
 
 _W = STACK_SIZE // 8
@@ -91,6 +92,8 @@ class Snapshot:
     reported_allocs: object = None  # allocations made as of the previous report, per position
     last_report_ns: int = 0  # when the previous report's snapshot was taken (0: none)
     attached_ns: int = 0     # when `libmemleak attach` started collection (0: started with it)
+    custom: tuple = ()       # positions of the program's own blocks' stacks (kind custom): their
+                             # bytes lie inside other stacks' blocks, so totals leave them out
 
 
 class _StackView:
@@ -144,6 +147,7 @@ class Segment:
         self._kind, self._off = array("q"), array("q")
         self._epoch, self._depth = array("q"), array("q")
         self._ok = bytearray()
+        self._custom_ids = []  # ids of kind custom, ascending
         self._pending = set()
         self._corrupt = 0
         self.stacks = _StackView(self)  # id -> Stack, for ids known to be ok
@@ -239,6 +243,10 @@ class Segment:
         else:  # a few bad entries: keep the good ones, positions follow ids
             ids = [i for i in range(n) if ok[i]]
             cols = {name: array("q", (col[i] for i in ids)) for name, col in cols.items()}
+        custom = tuple(sorted(self._custom_ids))
+        if custom and not isinstance(ids, range):
+            where = {i: pos for pos, i in enumerate(ids)}
+            custom = tuple(where[i] for i in custom if i in where)
         return Snapshot(
             pid=h.pid, parent_pid=h.parent_pid,
             exe=self.string(h.exe_off, h.exe_len),
@@ -250,7 +258,7 @@ class Segment:
             modules=self.modules(), stacks=self.stacks, ids=ids,
             corrupt_stacks=self._corrupt, sample_bytes=h.sample_bytes,
             tracking=TRACKING_NAMES.get(h.tracking, "unknown"), last_report_ns=h.last_report_ns,
-            attached_ns=h.attached_ns, **cols)
+            attached_ns=h.attached_ns, custom=custom, **cols)
 
     def _learn_new_stacks(self):
         """Validate the stacks published since the last call, once each:
@@ -298,6 +306,8 @@ class Segment:
             return
         cut = self._stack_words[i * _W + _W_FLAGS] & CONST["MLK_STACK_CUT"]
         self._kind[i] = ((state >> 48) & 0xffff) | (_CUT if cut else 0)
+        if (state >> 48) & 0xffff == CONST["MLK_KIND_CUSTOM"]:
+            self._custom_ids.append(i)
         self._off[i] = off
         self._epoch[i] = epochs & 0xffffffff
         self._depth[i] = depth

@@ -20,7 +20,7 @@
  */
 
 #define MLK_MAGIC 0x314b4c4d454d4c4b
-#define MLK_LAYOUT_VERSION 12
+#define MLK_LAYOUT_VERSION 13
 #define MLK_API_LABEL_MAX 64
 #define MLK_LAST_REPORT_MAX 512
 #define MLK_MAX_DEPTH 64
@@ -43,6 +43,14 @@
  * forks (PostgreSQL's main segment).  Counted in the process that mapped
  * it only; a forked child drops what it inherits (native/hook/addrs.c). */
 #define MLK_KIND_SHARED 3
+/* Blocks the program announces from memory it manages itself (memleak.h,
+ * valgrind's MALLOCLIKE_BLOCK and MEMPOOL_*: native/hook/api/custom.c):
+ * inside blocks of the other kinds, so never added to them in totals. */
+#define MLK_KIND_CUSTOM 4
+/* The custom blocks' table (struct mlk_header.custom_table): nodes of
+ * MLK_CUSTOM_NODE_BYTES, each {address (0: unused), size (u64), stack (u32)}
+ * first. */
+#define MLK_CUSTOM_NODE_BYTES 40
 
 /* struct mlk_header.tracking */
 #define MLK_TRACK_TABLE 0
@@ -310,4 +318,9 @@ struct mlk_header {
     uint32_t reserved_check;
     int64_t check_bytes[4];
     int64_t check_blocks[4];
+    /* The program's own blocks (memleak.h's malloc-like blocks and pools,
+     * native/hook/api/custom.c): the address in the process of two words,
+     * the address of the node array and how many nodes were ever used.
+     * The scan lists them (hostile input: bounded, checked). */
+    uint64_t custom_table;
 };

@@ -25,9 +25,11 @@ def compile_program(source, *flags, name=None):
     path = os.path.join(PROGRAMS, source)
     with open(path, "rb") as f:
         digest = hashlib.sha1(f.read() + repr(("libraries last", flags)).encode()).hexdigest()[:12]
-    for header in sorted(glob.glob(os.path.join(PROGRAMS, "*.h"))):  # what the programs include
-        with open(header, "rb") as f:
-            digest += hashlib.sha1(f.read()).hexdigest()[:4]
+    include_dirs = [PROGRAMS] + [f[2:] for flag in flags for f in flag.split() if f.startswith("-I")]
+    for directory in include_dirs:  # what the programs include (memleak.h, its valgrind headers)
+        for header in sorted(glob.glob(os.path.join(directory, "**", "*.h"), recursive=True)):
+            with open(header, "rb") as f:
+                digest += hashlib.sha1(f.read()).hexdigest()[:4]
     base = name or os.path.splitext(source)[0]
     out_dir = os.path.join(BUILD, digest)
     out = os.path.join(out_dir, base)

@@ -44,6 +44,8 @@ def valgrind(argv, cwd, stdin="", env=None, options=()):
                          text=True, timeout=300, env=env).stderr
     per_site, totals, record = {}, {}, None
     for line in out.splitlines():
+        if "HEAP SUMMARY:" in line:  # the check at exit follows; a program's own checks came before
+            per_site, totals, record = {}, {}, None
         m = VALGRIND_RECORD.search(line)
         if m:
             nbytes = _int(m["direct"] or m["plain"])

@@ -11,6 +11,7 @@ and the live totals; how many there were is said."""
 import re
 
 from libmemleak.series import InputError
+from libmemleak.analysis import trends
 from libmemleak.analysis.trends import count
 
 
@@ -64,8 +65,9 @@ def apply(analysis, rules):
     analysis.trends = kept
     keep = {id(t) for t in kept}
     analysis.suspects = [t for t in analysis.suspects if id(t) in keep]
-    analysis.live_bytes = sum(t.live_bytes for t in kept)
-    analysis.live_blocks = sum(t.live_blocks for t in kept)
+    analysis.live_bytes = analysis.live_blocks = analysis.custom_bytes = analysis.custom_blocks = 0
+    for t in kept:
+        trends.add_live(analysis, t)
     if analysis.scan:  # a suppressed stack's lost blocks are not lost to check or report
         analysis.scan = analysis.scan.without(lambda entry: matches(rules, entry.frames))
     return analysis

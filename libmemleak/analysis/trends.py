@@ -25,6 +25,17 @@ from libmemleak.analysis.names import deeper_words, shown_frames
 TEARDOWN = "exit"
 
 
+def add_live(a, t):
+    """Counts trend t into analysis a's totals: the allocator's view, with
+    the program's own blocks (kind custom), which lie inside its blocks, apart."""
+    if t.kind == "custom":
+        a.custom_bytes += t.live_bytes
+        a.custom_blocks += t.live_blocks
+    else:
+        a.live_bytes += t.live_bytes
+        a.live_blocks += t.live_blocks
+
+
 def stack_key(entry):
     """A stack's identity across reports: what a report prints of it, and
     its allocator family."""
@@ -43,7 +54,7 @@ class Trend:
     samples: int = 0                   # sampled reports: recorded blocks behind the estimates
     allocations: int | None = None     # allocations made (reports that count them: allocs=)
     alloc_deltas: list | None = None   # allocations made in each report's interval
-    kind: str = "malloc"               # allocator family: malloc, new, mmap, shared (kind=)
+    kind: str = "malloc"               # allocator family: malloc, new, mmap, shared, custom (kind=)
     touched: int | None = None         # mappings: bytes ever touched, as last said (touched=)
     touched_at: int = -1               # the report that said it
     cut: int = 0                       # the depth its stack was cut at (cut=), 0 if whole
@@ -72,8 +83,10 @@ class Analysis:
     series: object                     # series.Series
     trends: list                       # every stack, by live bytes
     suspects: list                     # the ranked ones, most likely leak first
-    live_bytes: int = 0
+    live_bytes: int = 0                # what the allocator holds (custom blocks lie inside it)
     live_blocks: int = 0
+    custom_bytes: int = 0              # the program's own blocks (kind custom: memleak.h)
+    custom_blocks: int = 0
     running_reports: int = 0
     seconds: float | None = None       # from the first to the last running report
     notes: list = field(default_factory=list)
@@ -210,8 +223,7 @@ def analyse(series, group_by="stack", alloc_fns=None, fold=True):
         if seconds:
             t.rate = t.growth_bytes / seconds
         _judge(t)
-        a.live_bytes += t.live_bytes
-        a.live_blocks += t.live_blocks
+        add_live(a, t)
     a.trends.sort(key=lambda t: -t.live_bytes)  # stable: first seen first among equals
     # One scale for both kinds of evidence (see _judge): a large steady
     # grower outranks a small block lost once at start-up, and a large lost

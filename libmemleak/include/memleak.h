@@ -19,6 +19,20 @@
  *   memleak_scope_begin(&scope)       gperftools' NoLeaks() as two calls:
  *   memleak_scope_end(&scope, &left)  what the code between them left live,
  *                                     and how much of it nothing points to
+ *
+ * Blocks of the program's own allocator (valgrind's model; the valgrind
+ * headers of `libmemleak cflags --valgrind` map its requests to these):
+ *   memleak_malloclike(addr, size)    a block handed out, at the caller's stack
+ *   memleak_freelike(addr)            ... and given back
+ *   memleak_resize(addr, old, new)    resized in place
+ *   memleak_pool_create(pool, flags)  a pool named by an address
+ *   memleak_pool_alloc(pool, addr, size), memleak_pool_free(pool, addr)
+ *   memleak_pool_trim(pool, addr, size)   keep only the chunks inside
+ *   memleak_pool_move(from, to)       the pool's name changes
+ *   memleak_pool_change(pool, from, to, size)  a chunk moves or resizes
+ *   memleak_pool_exists(pool)         1 if the tracer knows the pool
+ *   memleak_pool_destroy(pool)        the pool and all its chunks end
+ *   memleak_last_check(&leaks)        the totals of the last leak check
  */
 #ifndef MEMLEAK_H
 #define MEMLEAK_H
@@ -63,7 +77,25 @@ struct memleak__api_v1 {
     int (*report)(const char *label, char *path, size_t path_len);
     int (*live)(struct memleak_counts *out);
     int (*leak_check)(struct memleak_leaks *out);
+    /* Added later than the three above: memleak__has() tells whether the
+     * tracer in the process has them. */
+    int (*last_check)(struct memleak_leaks *out);
+    void (*malloclike)(const void *addr, size_t size);
+    void (*freelike)(const void *addr);
+    void (*resize)(const void *addr, size_t old_size, size_t new_size);
+    void (*pool_create)(const void *pool, unsigned flags);
+    void (*pool_destroy)(const void *pool);
+    void (*pool_alloc)(const void *pool, const void *addr, size_t size);
+    void (*pool_free)(const void *pool, const void *addr);
+    void (*pool_trim)(const void *pool, const void *addr, size_t size);
+    void (*pool_move)(const void *from, const void *to);
+    void (*pool_change)(const void *pool, const void *from, const void *to, size_t size);
+    int (*pool_exists)(const void *pool);
 };
+
+/* The table has `field` (a tracer at least as new as the field). */
+#define memleak__has(api, field)                                                                      \
+    ((api)->size >= offsetof(struct memleak__api_v1, field) + sizeof((api)->field))
 
 /* The tracer's table by a weak reference: resolved by the loader (to NULL
  * without the tracer), with no call that could leave anything allocated --
@@ -94,7 +126,7 @@ static inline const struct memleak__api_v1 *memleak__api(int look_again)
             dlclose(lib);
         }
     }
-    if (found && (found->version < 1 || found->size < sizeof(struct memleak__api_v1)))
+    if (found && (found->version < 1 || !memleak__has(found, leak_check)))
         found = NULL;
     api = found;
     looked = 1;
@@ -217,6 +249,64 @@ static inline void memleak__assert_nothing_added(const struct memleak_savepoint 
                 line, (long long)added.bytes, (long long)added.blocks);
         abort();
     }
+}
+
+/* ---- blocks of the program's own allocator ----
+ *
+ * A pool allocator, an arena, a free list: memory the program took from
+ * malloc or mmap and hands out itself.  Announced, its blocks are entries
+ * of the reports like malloc's (kind=custom), at the stack of the call
+ * that announced them -- put it in the outermost allocation function, as
+ * for valgrind -- and the scan puts them in valgrind's categories, setting
+ * aside the heap blocks that hold them.  Their bytes lie inside blocks the
+ * allocator already counts, so a report's live-bytes does not add them
+ * again (docs/api.md: which view the totals take).
+ *
+ * These are macros, not functions, so that the call into the tracer is
+ * made from the caller's own frame (its stack is the caller's, without a
+ * frame of this header).  Without the tracer each costs a load and a
+ * branch.  Pool flags as valgrind's: */
+#define MEMLEAK_POOL_AUTO_FREE 1 /* with METAPOOL: freeing a chunk frees the blocks inside */
+#define MEMLEAK_POOL_METAPOOL 2  /* chunks are superblocks malloc-like blocks are cut from */
+
+#define memleak__call(field, args)                                                                    \
+    do {                                                                                               \
+        const struct memleak__api_v1 *memleak__a = memleak__api(0);                                   \
+        if (memleak__a && memleak__has(memleak__a, field))                                            \
+            memleak__a->field args;                                                                    \
+    } while (0)
+
+#define memleak_malloclike(addr, size) memleak__call(malloclike, ((const void *)(addr), (size_t)(size)))
+#define memleak_freelike(addr) memleak__call(freelike, ((const void *)(addr)))
+#define memleak_resize(addr, old_size, new_size)                                                      \
+    memleak__call(resize, ((const void *)(addr), (size_t)(old_size), (size_t)(new_size)))
+#define memleak_pool_create(pool, flags) memleak__call(pool_create, ((const void *)(pool), (unsigned)(flags)))
+#define memleak_pool_destroy(pool) memleak__call(pool_destroy, ((const void *)(pool)))
+#define memleak_pool_alloc(pool, addr, size)                                                          \
+    memleak__call(pool_alloc, ((const void *)(pool), (const void *)(addr), (size_t)(size)))
+#define memleak_pool_free(pool, addr) memleak__call(pool_free, ((const void *)(pool), (const void *)(addr)))
+#define memleak_pool_trim(pool, addr, size)                                                           \
+    memleak__call(pool_trim, ((const void *)(pool), (const void *)(addr), (size_t)(size)))
+#define memleak_pool_move(from, to) memleak__call(pool_move, ((const void *)(from), (const void *)(to)))
+#define memleak_pool_change(pool, from, to, size)                                                     \
+    memleak__call(pool_change,                                                                         \
+                  ((const void *)(pool), (const void *)(from), (const void *)(to), (size_t)(size)))
+
+/* 1 if the tracer knows the pool, else 0 (always 0 without the tracer). */
+static inline int memleak_pool_exists(const void *pool)
+{
+    const struct memleak__api_v1 *api = memleak__api(0);
+    return api && memleak__has(api, pool_exists) ? api->pool_exists(pool) : 0;
+}
+
+/* The totals of the process's last leak check (memleak_leak_check, or any
+ * report that carried a scan): 0; -1 and zeros when there was none. */
+static inline int memleak_last_check(struct memleak_leaks *out)
+{
+    const struct memleak__api_v1 *api = memleak__api(0);
+    struct memleak_leaks none = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
+    *out = none;
+    return api && memleak__has(api, last_check) ? api->last_check(out) : -1;
 }
 
 #ifdef __cplusplus

@@ -10,6 +10,9 @@ from libmemleak.symbols import Frame
 # The root every shared mapping is drawn under: apart from the private
 # heap, as it is memory the process shares with those it forked.
 SHARED_ROOT = Frame("[shared mappings]", None, 0)
+# ... and the program's own blocks (kind=custom, memleak.h): their bytes lie
+# inside blocks drawn elsewhere (a pool's superblocks), so apart as well.
+CUSTOM_ROOT = Frame("[the program's own blocks, inside its heap blocks]", None, 0)
 
 
 def frame_name(f):
@@ -24,7 +27,7 @@ def drawn_frames(t, analysis):
     frames from the allocator up to the first own frame outside the layer
     are left out, so the leaf -- what pprof's top and a flamegraph's tips
     rank -- is the caller that asked.  A shared mapping is drawn under
-    SHARED_ROOT."""
+    SHARED_ROOT, a block of the program's own allocator under CUSTOM_ROOT."""
     frames = t.frames
     layer = analysis.layer
     if layer and frames:
@@ -33,6 +36,8 @@ def drawn_frames(t, analysis):
             frames = frames[above:]
     if t.kind == "shared":
         frames = [*frames, SHARED_ROOT]
+    elif t.kind == "custom":
+        frames = [*frames, CUSTOM_ROOT]
     return frames
 
 

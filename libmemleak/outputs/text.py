@@ -33,6 +33,9 @@ def write(out, analyses, problems, top=10, full_names=False, all_stacks=False, f
                   f"{span}{ended}\n")
         out.write(f"  live now: {human_bytes(a.live_bytes)} in {count(a.live_blocks, 'block')}"
                   f"{' (estimates: sampled)' if s.sampled else ''}\n")
+        if a.custom_bytes or a.custom_blocks:
+            out.write(f"  the program's own blocks (kind=custom, inside those): {human_bytes(a.custom_bytes)} "
+                      f"in {count(a.custom_blocks, 'block')}\n")
         mapped = mappings.summary(a)
         if mapped:
             out.write(f"  of which: {mapped}\n")

@@ -157,6 +157,10 @@ MLK_HIDDEN int mlk_addr_insert(uint64_t addr, uint32_t stack, uint64_t size, int
  * does not rule out (the check is theirs, before any other work). */
 MLK_HIDDEN int mlk_addr_remove(uint64_t addr, uint32_t *stack, uint64_t *size);
 MLK_HIDDEN void mlk_addrs_lock_for_fork(int acquire);
+/* The program's own blocks (api/custom.c): where the scan finds them
+ * (shm_layout.h custom_table); its lock, held across fork. */
+MLK_HIDDEN uint64_t mlk_custom_table(void);
+MLK_HIDDEN void mlk_custom_lock_for_fork(int acquire);
 /* Anonymous mappings: an interval map, since munmap may cut any part. */
 MLK_HIDDEN int mlk_region_insert(uint64_t start, uint64_t len, uint32_t stack);
 /* Forget [start, start+len): accounts the removed bytes and pieces. */
@@ -222,6 +226,7 @@ MLK_HIDDEN void mlk_trailers_fork_child(void);            /* after fork, in the 
 
 /* ---- record.c: what the hooks call ------------------------------------ */
 MLK_HIDDEN void mlk_record_alloc(void *p, size_t size, int kind);
+MLK_HIDDEN uint32_t mlk_current_stack(int kind); /* the caller's stack id, or MLK_NO_STACK */
 /* The same for a block 16 bytes longer than `size`: its trailer records it. */
 MLK_HIDDEN void mlk_record_trailed(void *p, size_t usable, size_t size, int kind);
 MLK_HIDDEN void mlk_record_free(void *p);

@@ -38,6 +38,9 @@ static uint32_t current_stack(int kind)
     return id;
 }
 
+/* For the program's own blocks (api/custom.c): its stack here. */
+uint32_t mlk_current_stack(int kind) { return current_stack(kind); }
+
 static void dropped_block(void)
 {
     __atomic_add_fetch(&mlk_seg->dropped_blocks, 1, __ATOMIC_RELAXED);

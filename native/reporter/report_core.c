@@ -309,7 +309,7 @@ struct mlk_rc_texts {
 
 /* How an entry names its allocator family; malloc's is left unsaid. */
 static const char *const kind_field[] = {[MLK_KIND_NEW] = " kind=new", [MLK_KIND_MMAP] = " kind=mmap",
-                                         [MLK_KIND_SHARED] = " kind=shared"};
+                                         [MLK_KIND_SHARED] = " kind=shared", [MLK_KIND_CUSTOM] = " kind=custom"};
 #define KIND_FIELDS ((int)(sizeof kind_field / sizeof kind_field[0]))
 /* A scan report's split of an entry's live blocks (docs/memlog.md). */
 static const char *const category_field[4] = {" definitely-lost=", " indirectly-lost=",

@@ -24,7 +24,11 @@
  * address a little below it finds every live block -- of glibc, jemalloc
  * or any allocator; a freed block's check word was cleared by its free.
  * Blocks kept without a trailer (a routed allocator's, or all of them
- * under track=table) are read from the hook's address table.
+ * under track=table) are read from the hook's address table, and the
+ * program's own blocks (memleak.h's custom blocks and pools) from the
+ * hook's custom table.  A block that holds any of those is set aside, as
+ * valgrind's leak check does: its bytes are the program's blocks, and
+ * each of those is classified instead (drop_holders).
  *
  * Memory is read with process_vm_readv, blocks in batches of up to
  * BATCH_IOVS per call; pages never touched (/proc/PID/pagemap) are
@@ -88,6 +92,7 @@ struct mlk_scan_totals {
     int64_t phase_ns[4];     /* listing the blocks, the roots, the flood, the cliques */
     int64_t heuristic_bytes[5], heuristic_blocks[5]; /* of the still reachable, by heuristic */
     int64_t before_bytes[4], before_blocks[4];       /* an attached process's older blocks */
+    int64_t held_bytes, held_blocks; /* blocks set aside: they hold the program's own blocks */
 };
 
 struct scan {
@@ -131,7 +136,7 @@ static void add_block(struct scan *s, uint64_t start, uint64_t trailer, uint64_t
     if (!blocks)
         return;
     s->blocks = blocks;
-    s->blocks[s->nblocks++] = (struct mlk_block){start, size, trailer + 16, stack, UNREACHED, 0, 0};
+    s->blocks[s->nblocks++] = (struct mlk_block){start, size, trailer + 16, stack, UNREACHED, 0, 0, 0};
 }
 
 struct trailer_walk {
@@ -163,13 +168,15 @@ static int by_start(const void *a, const void *b)
     const struct mlk_block *x = a, *y = b;
     if (x->start != y->start)
         return x->start < y->start ? -1 : 1;
-    return x->end < y->end ? 1 : x->end > y->end ? -1 : 0; /* the larger extent first */
+    if (x->end != y->end)
+        return x->end < y->end ? 1 : -1; /* the larger extent first */
+    return (int)x->custom - (int)y->custom; /* a block over the same bytes as the program's holds it */
 }
 
 /* Sorted and without overlaps.  A block whose extent lies inside
  * another's is a stale trailer in the other's bytes (a block freed behind
  * libmtrace's back, its memory reused): the outer one is the live block. */
-static void settle_blocks(struct scan *s)
+static void drop_stale(struct scan *s)
 {
     qsort(s->blocks, (size_t)s->nblocks, sizeof *s->blocks, by_start);
     int64_t kept = 0;
@@ -179,6 +186,54 @@ static void settle_blocks(struct scan *s)
         s->blocks[kept++] = s->blocks[i];
     }
     s->nblocks = kept;
+}
+
+/* The program's own blocks lie inside blocks of the allocator's (a pool's
+ * superblocks) or of a metapool's: every block that holds one is set
+ * aside -- counted in held_*, classified in no category -- so that the
+ * scan sees the program's blocks, none twice (valgrind: "every mempool
+ * chunk, and every malloc region that doesn't contain one").  They were
+ * appended after the others; on return all are sorted, without overlaps. */
+static void drop_holders(struct scan *s, int64_t first_custom)
+{
+    if (first_custom == s->nblocks)
+        return;
+    qsort(s->blocks, (size_t)s->nblocks, sizeof *s->blocks, by_start);
+    /* Sorted by start, the larger extent first: a holder comes before the
+     * blocks inside it, so each block is tested against the next custom
+     * one that starts at or after it. */
+    int64_t kept = 0, next_custom = s->nblocks;
+    uint8_t *holds = calloc((size_t)s->nblocks, 1);
+    if (!holds)
+        return;
+    for (int64_t i = s->nblocks - 1; i >= 0; i--) {
+        struct mlk_block *b = &s->blocks[i];
+        if (next_custom < s->nblocks && s->blocks[next_custom].start < b->end)
+            holds[i] = 1;
+        if (b->custom)
+            next_custom = i;
+    }
+    for (int64_t i = 0; i < s->nblocks; i++) {
+        struct mlk_block *b = &s->blocks[i];
+        if (holds[i]) {
+            s->totals->held_bytes += (int64_t)b->size;
+            s->totals->held_blocks++;
+            continue;
+        }
+        /* Two of the program's blocks that overlap without one holding the
+         * other (a misannounced pool): the first stays. */
+        if (kept && b->start < s->blocks[kept - 1].end)
+            continue;
+        s->blocks[kept++] = *b;
+    }
+    free(holds);
+    s->nblocks = kept;
+}
+
+/* The address index and the filters over the final blocks. */
+static void index_blocks(struct scan *s)
+{
+    int64_t kept = s->nblocks;
     s->lowest = kept ? s->blocks[0].start : 0;
     s->highest = kept ? s->blocks[kept - 1].end : 0;
     s->index = mlk_block_index_build(s->blocks, kept); /* NULL (no memory): binary search */
@@ -241,7 +296,7 @@ static void add_untrailed(void *ctx, uint64_t start, uint64_t usable)
     if (!blocks)
         return;
     s->blocks = blocks;
-    s->blocks[s->nblocks++] = (struct mlk_block){start, usable, start + usable, BEFORE_ATTACH, UNREACHED, 0, 0};
+    s->blocks[s->nblocks++] = (struct mlk_block){start, usable, start + usable, BEFORE_ATTACH, UNREACHED, 0, 0, 0};
 }
 
 /* The blocks kept in the hook's address table, not by trailer (a routed
@@ -279,13 +334,48 @@ static void add_table_blocks(struct scan *s, uint64_t table)
                     return;
                 s->blocks = blocks;
                 s->blocks[s->nblocks++] = (struct mlk_block){start, size, start + (size ? size : 1), stack,
-                                                             UNREACHED, 0, 0};
+                                                             UNREACHED, 0, 0, 0};
             }
         }
     }
 }
 
-static void list_blocks(struct scan *s, uint64_t key, uint64_t table)
+/* The program's own blocks (native/hook/api/custom.c, shm_layout.h
+ * custom_table): read like the address table, as hostile input. */
+static void add_custom_blocks(struct scan *s, uint64_t custom_table)
+{
+    uint64_t where[2]; /* the node array, nodes ever used */
+    if (!custom_table || mlk_read_mem(s->pid, custom_table, where, sizeof where) != sizeof where)
+        return;
+    if (!where[0] || where[1] > (1ull << 30))
+        return;
+    uint64_t bytes = where[1] * MLK_CUSTOM_NODE_BYTES;
+    for (uint64_t at = 0; at < bytes; at += CHUNK - CHUNK % MLK_CUSTOM_NODE_BYTES) {
+        uint64_t step = CHUNK - CHUNK % MLK_CUSTOM_NODE_BYTES;
+        size_t len = bytes - at < step ? (size_t)(bytes - at) : (size_t)step;
+        if (mlk_read_mem(s->pid, where[0] + at, s->buf, len) != len)
+            break;
+        for (size_t k = 0; k + MLK_CUSTOM_NODE_BYTES <= len; k += MLK_CUSTOM_NODE_BYTES) {
+            uint64_t start, size;
+            uint32_t stack;
+            memcpy(&start, s->buf + k, 8);
+            memcpy(&size, s->buf + k + 8, 8);
+            memcpy(&stack, s->buf + k + 16, 4);
+            if (!start || start < 4096 || size >= MAX_BLOCK_SPAN || start + size < start)
+                continue;
+            if (!mlk_region_of(&s->maps, start) || !mlk_region_of(&s->maps, start + (size ? size : 1) - 1))
+                continue; /* see add_table_blocks */
+            struct mlk_block *blocks = mlk_grow(s->blocks, s->nblocks, &s->cap, sizeof *blocks, 65536);
+            if (!blocks)
+                return;
+            s->blocks = blocks;
+            s->blocks[s->nblocks++] = (struct mlk_block){start, size, start + (size ? size : 1), stack,
+                                                         UNREACHED, 0, 0, 1};
+        }
+    }
+}
+
+static void list_blocks(struct scan *s, uint64_t key, uint64_t table, uint64_t custom_table)
 {
     struct trailer_walk t = {key, 0};
     s->lowest = 4096;
@@ -300,8 +390,12 @@ static void list_blocks(struct scan *s, uint64_t key, uint64_t table)
         if (s->walked)
             mlk_glibc_untrailed(s->pid, s->maps.regions, s->maps.nregions, add_untrailed, s, s->walked);
     }
-    settle_blocks(s);
-    mark_heap(s);
+    drop_stale(s);
+    mark_heap(s); /* the holders too: the heap is not a root, held or not */
+    int64_t first_custom = s->nblocks;
+    add_custom_blocks(s, custom_table);
+    drop_holders(s, first_custom);
+    index_blocks(s);
 }
 
 /* ---- 2.-4. marking ------------------------------------------------------- */
@@ -531,7 +625,8 @@ static void mark_cliques(struct scan *s)
  * struct mlk_scan_totals), added to.  history (or NULL): what earlier
  * scans saw, for per_stack_age and bucket_seq (age.h); seq: the report
  * this scan goes into.  Returns 0, or -1 with `why` set. */
-EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t table, uint64_t own_lo, uint64_t own_hi,
+EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t table, uint64_t custom_table,
+                         uint64_t own_lo, uint64_t own_hi,
                          unsigned heuristics, int64_t nstacks, int64_t *per_stack,
                          struct mlk_scan_totals *totals,
                          struct mlk_age_history *history, uint32_t seq, int64_t *per_stack_age,
@@ -555,7 +650,7 @@ EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t table
     if ((heuristics & (1u << MLK_HEUR_HEADER)) && stacks)
         s.headers = mlk_headers_new(stacks->off, stacks->depth, stacks->n, stacks->frames, stacks->nframes);
     int64_t t0 = mlk_now_monotonic_ns();
-    list_blocks(&s, key, table);
+    list_blocks(&s, key, table, custom_table);
     int64_t t1 = mlk_now_monotonic_ns();
     mark_from_roots(&s, w);
     int64_t t2 = mlk_now_monotonic_ns();

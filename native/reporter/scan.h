@@ -11,6 +11,7 @@ struct mlk_block {
     uint8_t state;
     uint8_t heuristic; /* MLK_HEUR_* that made it reachable (heuristics.h), or 0 */
     uint8_t header;    /* where it was first pointed into (headers.h), or 0 */
+    uint8_t custom;    /* one of the program's own blocks (memleak.h, valgrind's MALLOCLIKE/MEMPOOL) */
 };
 
 /* Which block holds an address: a hash of 4 KB pages to the blocks that

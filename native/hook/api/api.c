@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../mlk.h"
+#include "custom.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -124,16 +125,63 @@ static int api_leak_check(struct mlk_api_leaks *out)
     return done ? 0 : -1;
 }
 
+/* The totals of the last scan of this process (a leak check's, or any
+ * report's that carried one): 0, or -1 when there was none.  valgrind's
+ * COUNT_LEAKS after its DO_LEAK_CHECK. */
+static int api_last_check(struct mlk_api_leaks *out)
+{
+    struct mlk_header *h = mlk_seg;
+    if (out)
+        memset(out, 0, sizeof *out);
+    if (!h || !out || !__atomic_load_n(&h->check_seq, __ATOMIC_ACQUIRE))
+        return -1;
+    struct mlk_api_counts *c = &out->definitely;
+    for (int i = 0; i < 4; i++)
+        c[i] = (struct mlk_api_counts){h->check_bytes[i], h->check_blocks[i]};
+    return 0;
+}
+
 struct mlk_api_v1 {
     uint32_t version; /* 1 */
     uint32_t size;    /* sizeof: later versions only add at the end */
     int (*report)(const char *label, char *path, size_t path_len);
     int (*live)(struct mlk_api_counts *out);
     int (*leak_check)(struct mlk_api_leaks *out);
+    /* Added with custom blocks (custom.c); memleak.h checks `size`
+     * before it calls them. */
+    int (*last_check)(struct mlk_api_leaks *out);
+    void (*malloclike)(const void *addr, size_t size);
+    void (*freelike)(const void *addr);
+    void (*resize)(const void *addr, size_t old_size, size_t new_size);
+    void (*pool_create)(const void *pool, unsigned flags);
+    void (*pool_destroy)(const void *pool);
+    void (*pool_alloc)(const void *pool, const void *addr, size_t size);
+    void (*pool_free)(const void *pool, const void *addr);
+    void (*pool_trim)(const void *pool, const void *addr, size_t size);
+    void (*pool_move)(const void *from, const void *to);
+    void (*pool_change)(const void *pool, const void *from, const void *to, size_t size);
+    int (*pool_exists)(const void *pool);
 };
 
-EXPORT const struct mlk_api_v1 mlk_api_v1 = {1, sizeof(struct mlk_api_v1), api_report, api_live,
-                                            api_leak_check};
+EXPORT const struct mlk_api_v1 mlk_api_v1 = {
+    1,
+    sizeof(struct mlk_api_v1),
+    api_report,
+    api_live,
+    api_leak_check,
+    api_last_check,
+    mlk_custom_malloclike,
+    mlk_custom_freelike,
+    mlk_custom_resize,
+    mlk_custom_pool_create,
+    mlk_custom_pool_destroy,
+    mlk_custom_pool_alloc,
+    mlk_custom_pool_free,
+    mlk_custom_pool_trim,
+    mlk_custom_pool_move,
+    mlk_custom_pool_change,
+    mlk_custom_pool_exists,
+};
 
 /* ---- LeakSanitizer's interface (sanitizer/lsan_interface.h), for code that
  * calls it through weak references or dlsym: the checks are ours.  Neither

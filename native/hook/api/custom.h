@@ -1,0 +1,27 @@
+/* The program's own blocks and pools (custom.c), for api.c's table. */
+#ifndef MLK_API_CUSTOM_H
+#define MLK_API_CUSTOM_H
+
+#include <stddef.h>
+
+#include "../mlk.h"
+
+/* A pool's flags (valgrind's VALGRIND_MEMPOOL_AUTO_FREE, _METAPOOL; the same
+ * values in memleak.h). */
+#define MLK_POOL_AUTO_FREE 1u
+#define MLK_POOL_METAPOOL 2u
+#define MLK_POOL_FLAGS 3u
+
+MLK_HIDDEN void mlk_custom_malloclike(const void *addr, size_t size);
+MLK_HIDDEN void mlk_custom_freelike(const void *addr);
+MLK_HIDDEN void mlk_custom_resize(const void *addr, size_t old_size, size_t new_size);
+MLK_HIDDEN void mlk_custom_pool_create(const void *anchor, unsigned flags);
+MLK_HIDDEN void mlk_custom_pool_destroy(const void *anchor);
+MLK_HIDDEN void mlk_custom_pool_alloc(const void *anchor, const void *addr, size_t size);
+MLK_HIDDEN void mlk_custom_pool_free(const void *anchor, const void *addr);
+MLK_HIDDEN void mlk_custom_pool_trim(const void *anchor, const void *addr, size_t size);
+MLK_HIDDEN void mlk_custom_pool_move(const void *from, const void *to);
+MLK_HIDDEN void mlk_custom_pool_change(const void *anchor, const void *from, const void *to, size_t size);
+MLK_HIDDEN int mlk_custom_pool_exists(const void *anchor);
+
+#endif
