@@ -160,7 +160,7 @@ def scan(pid, header, take_snapshot, history=None, seq=0, segment=None):
         totals = ffi.new("struct mlk_scan_totals *")
         stacks, keep = _frame_arrays(segment)
         sites, nsites = zeros(4 * HEADER_SITES_MAX), ffi.new("int64_t *")
-        status = lib.mlk_scan_heap(world, trailer_key, header.addr_table, header.custom_table,
+        status = lib.mlk_scan_heap(world, trailer_key, header.addr_table, header.custom_table, header.lsan_table,
                                    header.own_lo, header.own_hi,
                                    heuristics_set(header.scan_heuristics)
                                    | (UNLISTED_HEAP_IS_ROOT if header.attached_ns else 0), nstacks,

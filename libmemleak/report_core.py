@@ -55,7 +55,8 @@ struct mlk_age_history;
 struct mlk_age_history *mlk_age_history_new(void);
 void mlk_age_history_free(struct mlk_age_history *);
 struct mlk_scan_stacks { const int64_t *off, *depth; int64_t n; const uint64_t *frames; uint64_t nframes; };
-int mlk_scan_heap(const struct mlk_world *, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, unsigned, int64_t,
+int mlk_scan_heap(const struct mlk_world *, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, unsigned,
+                  int64_t,
                   int64_t *,
                   struct mlk_scan_totals *, struct mlk_age_history *, uint32_t, int64_t *, int32_t *,
                   const struct mlk_scan_stacks *, int64_t *, int64_t, int64_t *, char *, int);

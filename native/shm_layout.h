@@ -323,4 +323,18 @@ struct mlk_header {
      * the address of the node array and how many nodes were ever used.
      * The scan lists them (hostile input: bounded, checked). */
     uint64_t custom_table;
+    /* What the program told the leak check (memleak.h, LSan's interface:
+     * native/hook/api/lsan.c): the address in the process of a struct
+     * mlk_lsan_table. */
+    uint64_t lsan_table;
+};
+
+/* Objects never to be called lost -- pointers into them, sorted -- and
+ * root regions, [lo, hi) pairs: each array's address in the process and
+ * its length. */
+struct mlk_lsan_table {
+    uint64_t ignored_at;
+    uint64_t nignored;
+    uint64_t roots_at;
+    uint64_t nroots;
 };

@@ -7,6 +7,8 @@ import os
 import re
 import subprocess
 
+import pytest
+
 from helpers import CLI_ENV, by_site, cli, compile_program
 from libmemleak import memlog
 
@@ -153,3 +155,36 @@ def test_a_region_checked_for_leaks_and_lsans_interface(tmp_path):
         # dlopen(RTLD_NOLOAD) leaves glibc's per-thread dl state, 68 bytes)
         _sites, totals = valgrind([prog], tmp_path, options=("--run-libc-freeres=yes",))
         assert totals["definitely-lost"] == (144, 3) and totals["still-reachable"] == (128, 2), totals
+
+
+# told.c's sites at its leak check: what the program told the check decides
+TOLD = {
+    ("site_ignored", "still-reachable"): (104 + 24, 2),  # ignored by an interior pointer, and its child
+    ("site_ignored_then_freed", "definitely-lost"): (72, 1),  # the free ended the ignoring
+    ("site_root_table", "definitely-lost"): (128, 2),  # both tables: hidden, in the heap
+    ("site_rooted", "still-reachable"): (40, 1),  # pointed to from the registered root region
+    ("site_not_rooted", "indirectly-lost"): (56, 1),  # its region was unregistered
+    ("site_lost", "definitely-lost"): (30, 1),
+    ("site_own_allocator", "still-reachable"): (16, 1),  # a custom block; the other one was freed
+}
+
+
+@pytest.mark.parametrize("mode", ["api", "lsan"])
+def test_a_program_tells_the_check_what_to_ignore_where_its_roots_are_and_what_not_to_record(tmp_path, mode):
+    """memleak.h's ignore, root regions and recording switch, and the same
+    through LeakSanitizer's and heaptrack's interfaces called by weak
+    references: the check's categories per site follow what it was told;
+    allocations made while recording was off are in no entry."""
+    from test_scan import scanned_sites
+    prog = compile_program("told.c", cli("cflags").stdout.strip())
+    out = cli("run", "-q", prog, mode, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "check: 0 definitely 230 4 reachable 184 4\n"
+    check = next(memlog.read(str(p)) for p in tmp_path.glob("told-*-1.memlog"))
+    assert check.header["reason"] == "check"
+    got = {k: v for k, v in scanned_sites(check).items()}
+    assert got == TOLD, got
+    assert "site_unrecorded" not in {f.function for e in check.entries for f in e.frames}
+    assert check.header["custom-live"] == "16 1"
+    bare = subprocess.run([prog, mode], capture_output=True, text=True, env=BARE_ENV, timeout=60)
+    assert bare.returncode == 0 and bare.stdout == "check: -1 definitely 0 0 reachable 0 0\n"

@@ -33,6 +33,13 @@
  *   memleak_pool_exists(pool)         1 if the tracer knows the pool
  *   memleak_pool_destroy(pool)        the pool and all its chunks end
  *   memleak_last_check(&leaks)        the totals of the last leak check
+ *
+ * What the leak check should know (LeakSanitizer's interface maps to these):
+ *   memleak_ignore(p)                 the block p points into is never lost
+ *   memleak_root_region(p, size, on)  memory the scan reads as roots (on=1),
+ *                                     or no longer (on=0, the same p, size)
+ *   memleak_recording(on)             this thread's allocations recorded, or
+ *                                     not (nesting); MEMLEAK_NOT_RECORDED in C++
  */
 #ifndef MEMLEAK_H
 #define MEMLEAK_H
@@ -91,6 +98,9 @@ struct memleak__api_v1 {
     void (*pool_move)(const void *from, const void *to);
     void (*pool_change)(const void *pool, const void *from, const void *to, size_t size);
     int (*pool_exists)(const void *pool);
+    void (*ignore_object)(const void *p);
+    void (*root_region)(const void *p, size_t size, int add);
+    void (*recording)(int on);
 };
 
 /* The table has `field` (a tracer at least as new as the field). */
@@ -309,8 +319,52 @@ static inline int memleak_last_check(struct memleak_leaks *out)
     return api && memleak__has(api, last_check) ? api->last_check(out) : -1;
 }
 
+/* ---- what the leak check should know ---- */
+
+/* The block `p` points into (its start or inside it) is never called lost,
+ * and what it points to is reachable through it -- a cache kept on
+ * purpose, a singleton (LSan's __lsan_ignore_object).  Until it is freed. */
+static inline void memleak_ignore(const void *p)
+{
+    const struct memleak__api_v1 *api = memleak__api(0);
+    if (api && memleak__has(api, ignore_object))
+        api->ignore_object(p);
+}
+
+/* Memory the program manages itself (its own mmap'd tables) that holds
+ * pointers to heap blocks: on=1, the scan reads its words as roots; on=0,
+ * no longer (the same p and size as registered). */
+static inline void memleak_root_region(const void *p, size_t size, int on)
+{
+    const struct memleak__api_v1 *api = memleak__api(0);
+    if (api && memleak__has(api, root_region))
+        api->root_region(p, size, on);
+}
+
+/* on=0: this thread's allocations from now are not recorded -- in no
+ * report, never lost, their pointers followed -- until as many on=1 calls
+ * (they nest; LSan's __lsan_disable/__lsan_enable).  Frees are still
+ * recorded.  Costs nothing on the allocations of other threads. */
+static inline void memleak_recording(int on)
+{
+    const struct memleak__api_v1 *api = memleak__api(0);
+    if (api && memleak__has(api, recording))
+        api->recording(on);
+}
+
 #ifdef __cplusplus
 }
+
+/* A scope whose allocations are not recorded (LSan's ScopedDisabler). */
+struct memleak_not_recorded {
+    memleak_not_recorded() { memleak_recording(0); }
+    ~memleak_not_recorded() { memleak_recording(1); }
+    memleak_not_recorded(const memleak_not_recorded &) = delete;
+    memleak_not_recorded &operator=(const memleak_not_recorded &) = delete;
+};
+#define MEMLEAK__CAT2(a, b) a##b
+#define MEMLEAK__CAT(a, b) MEMLEAK__CAT2(a, b)
+#define MEMLEAK_NOT_RECORDED memleak_not_recorded MEMLEAK__CAT(memleak__scope_, __LINE__)
 #endif
 
 #endif

@@ -240,6 +240,7 @@ int mlk_start_collecting(void)
     mlk_own_range(&mlk_seg->own_lo, &mlk_seg->own_hi);
     mlk_seg->addr_table = mlk_addr_table();
     mlk_seg->custom_table = mlk_custom_table();
+    mlk_seg->lsan_table = mlk_lsan_table();
     mlk_seg->region_table = mlk_region_table();
     mlk_seg->scan_at_exit = (uint32_t)mlk_config.scan_at_exit;
     mlk_seg->scan_heuristics = mlk_config.scan_heuristics;
@@ -295,6 +296,7 @@ static void fork_prepare(void)
     mlk_stacks_lock_for_fork(1);
     mlk_addrs_lock_for_fork(1);
     mlk_custom_lock_for_fork(1);
+    mlk_lsan_lock_for_fork(1);
     mlk_trailers_lock_for_fork(1);
     if (mlk_ever_collected)
         mlk_segment_fork_prepare();
@@ -304,6 +306,7 @@ static void fork_parent(void)
 {
     mlk_segment_fork_parent();
     mlk_trailers_lock_for_fork(0);
+    mlk_lsan_lock_for_fork(0);
     mlk_custom_lock_for_fork(0);
     mlk_addrs_lock_for_fork(0);
     mlk_stacks_lock_for_fork(0);
@@ -333,6 +336,7 @@ static void fork_child(void)
     if (mlk_collecting && !keeper_holds_us)
         arm_lazy_spawn();
     mlk_trailers_fork_child();
+    mlk_lsan_lock_for_fork(0);
     mlk_custom_lock_for_fork(0);
     mlk_addrs_lock_for_fork(0);
     mlk_stacks_lock_for_fork(0);

@@ -161,6 +161,15 @@ MLK_HIDDEN void mlk_addrs_lock_for_fork(int acquire);
  * (shm_layout.h custom_table); its lock, held across fork. */
 MLK_HIDDEN uint64_t mlk_custom_table(void);
 MLK_HIDDEN void mlk_custom_lock_for_fork(int acquire);
+/* Ignored objects and root regions (api/lsan.c): where the scan finds them
+ * (shm_layout.h lsan_table); a free forgets the ignored pointers into its
+ * block, when there are any; a thread's allocations while it has asked for
+ * none to be recorded are not counted. */
+MLK_HIDDEN uint64_t mlk_lsan_table(void);
+extern MLK_HIDDEN volatile uint64_t mlk_ignored_count;
+MLK_HIDDEN void mlk_ignored_forget(uint64_t start, uint64_t end);
+extern __thread int mlk_thread_not_recording __attribute__((tls_model("initial-exec")));
+MLK_HIDDEN void mlk_lsan_lock_for_fork(int acquire);
 /* Anonymous mappings: an interval map, since munmap may cut any part. */
 MLK_HIDDEN int mlk_region_insert(uint64_t start, uint64_t len, uint32_t stack);
 /* Forget [start, start+len): accounts the removed bytes and pieces. */

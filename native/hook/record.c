@@ -56,6 +56,8 @@ void mlk_record_alloc(void *p, size_t size, int kind)
     /* The block's table line is most likely a cache miss (big heaps: a
      * random line of a big table); the backtrace takes long enough to hide it. */
     mlk_addr_prefetch((uint64_t)p);
+    if (MLK_UNLIKELY(mlk_thread_not_recording))
+        return; /* memleak_recording(0): not recorded (docs/api.md: its free is an unknown one) */
     uint32_t id = current_stack(kind);
     if (id != MLK_NO_STACK && !mlk_addr_insert((uint64_t)p, id, size, 1))
         dropped_block();
@@ -65,6 +67,12 @@ void mlk_record_trailed(void *p, size_t usable, size_t size, int kind)
 {
     /* The trailer is written even without a stack: it is what tells the
      * free that the block is ours. */
+    if (MLK_UNLIKELY(mlk_thread_not_recording)) {
+        /* memleak_recording(0), __lsan_disable: not counted, never lost,
+         * its pointers followed -- the scan's treatment of our own blocks. */
+        mlk_trailer_write_uncounted(p, usable, size, 1);
+        return;
+    }
     uint32_t id = current_stack(kind);
     if (!mlk_trailer_write(p, usable, size, id) && id != MLK_NO_STACK)
         dropped_block(); /* a size or stack id beyond what a trailer holds */
@@ -72,8 +80,11 @@ void mlk_record_trailed(void *p, size_t usable, size_t size, int kind)
 
 int mlk_record_take(void *p, uint32_t *stack, uint64_t *size)
 {
-    if (mlk_addr_remove((uint64_t)p, stack, size))
+    if (mlk_addr_remove((uint64_t)p, stack, size)) {
+        if (MLK_UNLIKELY(mlk_ignored_count))
+            mlk_ignored_forget((uint64_t)p, (uint64_t)p + (*size ? *size : 1));
         return 1;
+    }
     if (mlk_collecting && !mlk_sample_bytes) { /* when sampling, most blocks are unrecorded */
         /* A few are normal (the loader allocates before we start); many mean
          * an allocator we do not see (RTLD_DEEPBIND, a static malloc): say so once. */

@@ -218,6 +218,8 @@ int mlk_trailer_write(void *p, size_t usable, uint64_t size, uint32_t stack)
 uint64_t mlk_trailer_take(struct mlk_trailer *t)
 {
     uint64_t meta = t->meta;
+    if (MLK_UNLIKELY(mlk_ignored_count)) /* the block ends: pointers into it are no longer ignored */
+        mlk_ignored_forget(t->check ^ mlk_trailer_key, (uint64_t)t + MLK_TRAILER_SIZE);
     t->check = 0; /* the memory may become anyone's block, at the same address */
     return meta;
 }

@@ -523,8 +523,52 @@ static void scan_heap_between_blocks(struct scan *s, const struct mlk_region *r)
         scan_root(s, cursor, r->hi);
 }
 
+/* What the program told the leak check (native/hook/api/lsan.c): the
+ * blocks its ignored pointers point into are reachable, and its root
+ * regions are roots.  Read as hostile input: bounded, and a region is read
+ * only where the process has memory we scan. */
+static void mark_told(struct scan *s, uint64_t lsan_table)
+{
+    uint64_t t[4]; /* struct mlk_lsan_table */
+    if (!lsan_table || mlk_read_mem(s->pid, lsan_table, t, sizeof t) != sizeof t)
+        return;
+    uint64_t n = t[1] < (1u << 20) ? t[1] : (1u << 20);
+    for (uint64_t at = 0; t[0] && at < n; at += CHUNK / 8) {
+        size_t len = (size_t)((n - at < CHUNK / 8 ? n - at : CHUNK / 8) * 8);
+        if (mlk_read_mem(s->pid, t[0] + at * 8, s->buf, len) != len)
+            break;
+        const uint64_t *p = (const uint64_t *)s->buf;
+        for (size_t k = 0; k < len / 8; k++) {
+            int64_t i = block_at(s, p[k]);
+            if (i >= 0 && s->blocks[i].state != REACHABLE) {
+                s->blocks[i].state = REACHABLE;
+                push(s, i);
+            }
+        }
+    }
+    uint64_t nroots = t[3] < 4096 ? t[3] : 4096;
+    uint64_t *regions = nroots && t[2] ? malloc(nroots * 16) : NULL;
+    if (regions && mlk_read_mem(s->pid, t[2], regions, nroots * 16) == nroots * 16)
+        for (uint64_t k = 0; k < nroots; k++)
+            for (int r = 0; r < s->maps.nregions; r++) { /* the part in each mapping we read */
+                const struct mlk_region *m = &s->maps.regions[r];
+                uint64_t lo = regions[2 * k] > m->lo ? regions[2 * k] : m->lo;
+                uint64_t hi = regions[2 * k + 1] < m->hi ? regions[2 * k + 1] : m->hi;
+                if (lo < hi)
+                    scan_root(s, lo, hi);
+            }
+    free(regions);
+}
+
 static void mark_from_roots(struct scan *s, const struct mlk_world *w)
 {
+    /* Blocks not the program's (libmtrace's own, and those a thread made
+     * while it asked for none to be recorded) are never lost: roots. */
+    for (int64_t i = 0; i < s->nblocks; i++)
+        if (s->blocks[i].stack == OURS && s->blocks[i].state != REACHABLE) {
+            s->blocks[i].state = REACHABLE;
+            push(s, i);
+        }
     for (int t = 0; t < w->nthreads; t++) {
         const struct mlk_thread *th = &w->threads[t];
         scan_words(s, th->regs, (size_t)th->nregs, REACHABLE, -1);
@@ -626,7 +670,7 @@ static void mark_cliques(struct scan *s)
  * scans saw, for per_stack_age and bucket_seq (age.h); seq: the report
  * this scan goes into.  Returns 0, or -1 with `why` set. */
 EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t table, uint64_t custom_table,
-                         uint64_t own_lo, uint64_t own_hi,
+                         uint64_t lsan_table, uint64_t own_lo, uint64_t own_hi,
                          unsigned heuristics, int64_t nstacks, int64_t *per_stack,
                          struct mlk_scan_totals *totals,
                          struct mlk_age_history *history, uint32_t seq, int64_t *per_stack_age,
@@ -653,6 +697,7 @@ EXPORT int mlk_scan_heap(const struct mlk_world *w, uint64_t key, uint64_t table
     list_blocks(&s, key, table, custom_table);
     int64_t t1 = mlk_now_monotonic_ns();
     mark_from_roots(&s, w);
+    mark_told(&s, lsan_table);
     int64_t t2 = mlk_now_monotonic_ns();
     flood(&s, -1);
     through_headers(&s);

@@ -11,6 +11,7 @@
 
 #include "../mlk.h"
 #include "custom.h"
+#include "lsan.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -161,6 +162,9 @@ struct mlk_api_v1 {
     void (*pool_move)(const void *from, const void *to);
     void (*pool_change)(const void *pool, const void *from, const void *to, size_t size);
     int (*pool_exists)(const void *pool);
+    void (*ignore_object)(const void *p);
+    void (*root_region)(const void *p, size_t size, int add);
+    void (*recording)(int on);
 };
 
 EXPORT const struct mlk_api_v1 mlk_api_v1 = {
@@ -181,6 +185,9 @@ EXPORT const struct mlk_api_v1 mlk_api_v1 = {
     mlk_custom_pool_move,
     mlk_custom_pool_change,
     mlk_custom_pool_exists,
+    mlk_ignore_object,
+    mlk_root_region,
+    mlk_thread_recording,
 };
 
 /* ---- LeakSanitizer's interface (sanitizer/lsan_interface.h), for code that
@@ -195,9 +202,36 @@ EXPORT int __lsan_do_recoverable_leak_check(void)
     return leaks.definitely.blocks + leaks.indirectly.blocks > 0;
 }
 
+EXPORT void __lsan_ignore_object(const void *p) { mlk_ignore_object(p); }
+
+EXPORT void __lsan_register_root_region(const void *p, size_t size) { mlk_root_region(p, size, 1); }
+
+EXPORT void __lsan_unregister_root_region(const void *p, size_t size) { mlk_root_region(p, size, 0); }
+
+EXPORT void __lsan_disable(void) { mlk_thread_recording(0); }
+
+EXPORT void __lsan_enable(void) { mlk_thread_recording(1); }
+
 EXPORT void __lsan_do_leak_check(void)
 {
     static int done; /* LSan's: later calls do nothing */
     if (!__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
         __lsan_do_recoverable_leak_check();
+}
+
+/* ---- heaptrack's API (heaptrack_api.h), for code that reports its own
+ * allocator's blocks to heaptrack through weak references or dlsym: the
+ * blocks are custom blocks here (custom.c), at the caller's stack. */
+EXPORT void heaptrack_malloc(void *ptr, size_t size) { mlk_custom_malloclike(ptr, size); }
+
+EXPORT void heaptrack_free(void *ptr) { mlk_custom_freelike(ptr); }
+
+/* A move or resize: the old block ends, the new one is made at the
+ * caller's stack (heaptrack counts a realloc as a new allocation too). */
+EXPORT void heaptrack_realloc(void *ptr_in, size_t size, void *ptr_out)
+{
+    if (ptr_in)
+        mlk_custom_freelike(ptr_in);
+    if (ptr_out)
+        mlk_custom_malloclike(ptr_out, size);
 }
