@@ -62,7 +62,11 @@ def test_a_forged_address_table_does_not_break_the_scan(tmp_path):
     address space, a mask that is no table's -- gets scans that end and a
     reporter that goes on serving; the program's run is untouched.  Every
     report reads the table of mappings likewise (region_table): 2^22
-    regions over one page, the first a terabyte, is bounded work, said."""
+    regions over one page, the first a terabyte, is bounded work, said.
+    So with the table of announced blocks (custom_table: 2^30 nodes over
+    one page, a thousand copies of a 1 MiB block, a 512 GiB one) and what
+    the program told the check (lsan_table: 2^40 ignored pointers at the
+    top of the address space, 4,096 root regions each all of it)."""
     prog = compile_program("scribbler.c", f"-I{NATIVE}")
     p = subprocess.Popen(cli_argv("run", "-q", prog, "table"), cwd=tmp_path, env=CLI_ENV, text=True,
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -523,6 +523,12 @@ static void scan_heap_between_blocks(struct scan *s, const struct mlk_region *r)
         scan_root(s, cursor, r->hi);
 }
 
+static int by_first_word(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 /* What the program told the leak check (native/hook/api/lsan.c): the
  * blocks its ignored pointers point into are reachable, and its root
  * regions are roots.  Read as hostile input: bounded, and a region is read
@@ -548,15 +554,30 @@ static void mark_told(struct scan *s, uint64_t lsan_table)
     }
     uint64_t nroots = t[3] < 4096 ? t[3] : 4096;
     uint64_t *regions = nroots && t[2] ? malloc(nroots * 16) : NULL;
-    if (regions && mlk_read_mem(s->pid, t[2], regions, nroots * 16) == nroots * 16)
-        for (uint64_t k = 0; k < nroots; k++)
-            for (int r = 0; r < s->maps.nregions; r++) { /* the part in each mapping we read */
-                const struct mlk_region *m = &s->maps.regions[r];
-                uint64_t lo = regions[2 * k] > m->lo ? regions[2 * k] : m->lo;
-                uint64_t hi = regions[2 * k + 1] < m->hi ? regions[2 * k + 1] : m->hi;
-                if (lo < hi)
-                    scan_root(s, lo, hi);
-            }
+    if (!regions || mlk_read_mem(s->pid, t[2], regions, nroots * 16) != nroots * 16) {
+        free(regions);
+        return;
+    }
+    /* Merged first, so that overlapping regions (forged ones: each the
+     * whole address space) cost one read of the process's memory at most. */
+    qsort(regions, (size_t)nroots, 16, by_first_word);
+    uint64_t lo = 0, hi = 0;
+    for (uint64_t k = 0; k <= nroots; k++) {
+        if (k < nroots && regions[2 * k + 1] <= regions[2 * k])
+            continue;
+        if (k < nroots && regions[2 * k] <= hi && hi) {
+            hi = regions[2 * k + 1] > hi ? regions[2 * k + 1] : hi;
+            continue;
+        }
+        for (int r = 0; hi && r < s->maps.nregions; r++) { /* the part in each mapping we read */
+            const struct mlk_region *m = &s->maps.regions[r];
+            uint64_t a = lo > m->lo ? lo : m->lo, b = hi < m->hi ? hi : m->hi;
+            if (a < b)
+                scan_root(s, a, b);
+        }
+        if (k < nroots)
+            lo = regions[2 * k], hi = regions[2 * k + 1];
+    }
     free(regions);
 }
 

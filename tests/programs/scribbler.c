@@ -13,7 +13,14 @@
  *                     the address space.  And its table of mappings (which
  *                     every report reads, for touched pages): 2^22 regions
  *                     claimed over one mapped page, the first a terabyte,
- *                     the others garbage.  Prints "forged", waits for a line. */
+ *                     the others garbage.  Its table of announced blocks
+ *                     (custom_table): 2^30 nodes claimed over one page,
+ *                     garbage, a 512 GiB block, a thousand copies of one
+ *                     block spanning a whole mapping.  What it told the
+ *                     check (lsan_table): 2^40 ignored pointers at the top
+ *                     of the address space, 2^32 root regions of which the
+ *                     4,096 read are each the whole address space.  Prints
+ *                     "forged", waits for a line. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,6 +113,36 @@ static int forge_table(void)
     regions_table[0] = (uint64_t)regions;
     regions_table[1] = 1u << 22;       /* over one mapped page */
     h->region_table = (uint64_t)regions_table;
+    static uint64_t custom_table[2];
+    uint64_t *nodes = mmap(NULL, 8192 * 8, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char *span = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (nodes == MAP_FAILED || span == MAP_FAILED)
+        return 5;
+    for (int i = 0; i < 8192; i++)
+        nodes[i] = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 7); /* garbage */
+    for (int i = 0; i < 1000; i++) { /* node = 5 words: address, size, stack | pool, ... */
+        nodes[5 * i] = (uint64_t)span;
+        nodes[5 * i + 1] = 1 << 20;
+        nodes[5 * i + 2] = 3;
+    }
+    nodes[5 * 1000] = (uint64_t)span; /* 512 GiB from a mapped start */
+    nodes[5 * 1000 + 1] = 1ull << 39;
+    custom_table[0] = (uint64_t)nodes;
+    custom_table[1] = 1u << 30;
+    h->custom_table = (uint64_t)custom_table;
+    static uint64_t lsan_table[4];
+    uint64_t *roots = mmap(NULL, 4096 * 16, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (roots == MAP_FAILED)
+        return 5;
+    for (int i = 0; i < 4096; i++) {
+        roots[2 * i] = (uint64_t)i;
+        roots[2 * i + 1] = ~0ull - (uint64_t)i;
+    }
+    lsan_table[0] = ~0ull - 4095;
+    lsan_table[1] = 1ull << 40;
+    lsan_table[2] = (uint64_t)roots;
+    lsan_table[3] = 1ull << 32;
+    h->lsan_table = (uint64_t)lsan_table;
     printf("forged\n");
     fflush(stdout);
     char line[8];
