@@ -5,6 +5,7 @@ libmemleak.  valgrind is the oracle: the same program built against its
 real header and run under it puts the same blocks of the same sites in the
 same categories, and COUNT_LEAKS says the same numbers."""
 
+import json
 import shutil
 import subprocess
 
@@ -86,6 +87,10 @@ def test_the_programs_blocks_are_entries_apart_from_the_totals(tmp_path):
     text = cli("report", tmp_path)
     assert text.returncode == 0, text.stderr
     assert "site_lost_list" in text.stdout and "the program's own blocks" in text.stdout, text.stdout
+    doc = json.loads(cli("report", "--json", str(first)).stdout)["processes"][0]
+    assert (doc["custom_bytes"], doc["custom_blocks"]) == (1152, 19)
+    assert (doc["live_bytes"], doc["live_blocks"]) == (int(check.header["live-bytes"]),
+                                                       int(check.header["live-blocks"]))
     # drawings keep them under a root of their own (no byte drawn twice under one tree)
     folded = cli("export", "--format", "collapsed", str(first))
     assert folded.returncode == 0, folded.stderr

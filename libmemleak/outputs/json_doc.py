@@ -43,6 +43,7 @@ def document(analyses, problems):
         "reports": len(a.series.reports), "complete": a.series.complete,
         "ended": a.series.ended, "sampled": a.series.sampled,
         "seconds": a.seconds, "live_bytes": a.live_bytes, "live_blocks": a.live_blocks,
+        "custom_bytes": a.custom_bytes, "custom_blocks": a.custom_blocks,
         "notes": a.notes,
         "mappings": {name: {"bytes": b, "mappings": n, "touched_bytes": used}
                      for name, (b, n, used) in mappings.totals(a.trends).items()},
