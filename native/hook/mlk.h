@@ -322,4 +322,19 @@ MLK_HIDDEN int mlk_collecting_or_paused(void); /* collecting, or paused from out
  * that allocations made by the code we call are passed straight through. */
 extern __thread int mlk_in_hook __attribute__((tls_model("initial-exec")));
 
+/* Runs the statements with this thread's guard up and lock `l` held (our
+ * own code that takes a lock outside the hooks: the in-program API); a
+ * `break` in them ends them, not the guard. */
+#define MLK_GUARDED(l, ...)                                                                            \
+    do {                                                                                               \
+        int mlk_was_ = mlk_in_hook;                                                                    \
+        mlk_in_hook = 1;                                                                               \
+        mlk_lock(l);                                                                                   \
+        do {                                                                                           \
+            __VA_ARGS__;                                                                               \
+        } while (0);                                                                                   \
+        mlk_unlock(l);                                                                                 \
+        mlk_in_hook = mlk_was_;                                                                        \
+    } while (0)
+
 #endif

@@ -53,11 +53,11 @@ void mlk_record_alloc(void *p, size_t size, int kind)
 {
     if (!p)
         return;
+    if (MLK_UNLIKELY(mlk_thread_not_recording))
+        return; /* memleak_recording(0): not recorded (docs/api.md: its free is an unknown one) */
     /* The block's table line is most likely a cache miss (big heaps: a
      * random line of a big table); the backtrace takes long enough to hide it. */
     mlk_addr_prefetch((uint64_t)p);
-    if (MLK_UNLIKELY(mlk_thread_not_recording))
-        return; /* memleak_recording(0): not recorded (docs/api.md: its free is an unknown one) */
     uint32_t id = current_stack(kind);
     if (id != MLK_NO_STACK && !mlk_addr_insert((uint64_t)p, id, size, 1))
         dropped_block();

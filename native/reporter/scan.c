@@ -299,6 +299,25 @@ static void add_untrailed(void *ctx, uint64_t start, uint64_t usable)
     s->blocks[s->nblocks++] = (struct mlk_block){start, usable, start + usable, BEFORE_ATTACH, UNREACHED, 0, 0, 0};
 }
 
+/* A block a table of the hook's lists (the process writes the tables):
+ * taken when it lies in the process's writable memory, from its start to
+ * its end -- a forged table (or slots read on past a table's end) would
+ * otherwise have the scan read terabytes of nothing.  0: out of memory. */
+static int list_block(struct scan *s, uint64_t start, uint64_t size, uint32_t stack, int custom)
+{
+    if (start < 4096 || size >= MAX_BLOCK_SPAN || start + size < start)
+        return 1;
+    if (!mlk_region_of(&s->maps, start) || !mlk_region_of(&s->maps, start + (size ? size : 1) - 1))
+        return 1;
+    struct mlk_block *blocks = mlk_grow(s->blocks, s->nblocks, &s->cap, sizeof *blocks, 65536);
+    if (!blocks)
+        return 0;
+    s->blocks = blocks;
+    s->blocks[s->nblocks++] = (struct mlk_block){start, size, start + (size ? size : 1), stack, UNREACHED, 0, 0,
+                                                 (uint8_t)custom};
+    return 1;
+}
+
 /* The blocks kept in the hook's address table, not by trailer (a routed
  * allocator's: native/hook/route/): read from its shards (shm_layout.h
  * addr_table), each bounded -- the process writes them. */
@@ -322,19 +341,8 @@ static void add_table_blocks(struct scan *s, uint64_t table)
             for (size_t k = 0; k + 1 < len / 8; k += 2) {
                 uint64_t start = w[k], size = w[k + 1] >> MLK_ADDR_STACK_BITS;
                 uint32_t stack = (uint32_t)(w[k + 1] & ((1u << MLK_ADDR_STACK_BITS) - 1));
-                if (!start || (start & 7) || start < 4096 || size >= MAX_BLOCK_SPAN)
-                    continue;
-                /* A block lies in the process's writable memory, or the table
-                 * lies: a forged one (or slots read on past a table's end)
-                 * would have the scan read terabytes of nothing. */
-                if (!mlk_region_of(&s->maps, start) || !mlk_region_of(&s->maps, start + (size ? size : 1) - 1))
-                    continue;
-                struct mlk_block *blocks = mlk_grow(s->blocks, s->nblocks, &s->cap, sizeof *blocks, 65536);
-                if (!blocks)
+                if (!(start & 7) && !list_block(s, start, size, stack, 0))
                     return;
-                s->blocks = blocks;
-                s->blocks[s->nblocks++] = (struct mlk_block){start, size, start + (size ? size : 1), stack,
-                                                             UNREACHED, 0, 0, 0};
             }
         }
     }
@@ -361,16 +369,8 @@ static void add_custom_blocks(struct scan *s, uint64_t custom_table)
             memcpy(&start, s->buf + k, 8);
             memcpy(&size, s->buf + k + 8, 8);
             memcpy(&stack, s->buf + k + 16, 4);
-            if (!start || start < 4096 || size >= MAX_BLOCK_SPAN || start + size < start)
-                continue;
-            if (!mlk_region_of(&s->maps, start) || !mlk_region_of(&s->maps, start + (size ? size : 1) - 1))
-                continue; /* see add_table_blocks */
-            struct mlk_block *blocks = mlk_grow(s->blocks, s->nblocks, &s->cap, sizeof *blocks, 65536);
-            if (!blocks)
+            if (!list_block(s, start, size, stack, 1))
                 return;
-            s->blocks = blocks;
-            s->blocks[s->nblocks++] = (struct mlk_block){start, size, start + (size ? size : 1), stack,
-                                                         UNREACHED, 0, 0, 1};
         }
     }
 }

@@ -9,17 +9,12 @@
 #define _GNU_SOURCE
 #include <string.h>
 
+#include "../../../libmemleak/include/memleak_abi.h" /* the table's one definition */
 #include "../mlk.h"
 #include "custom.h"
 #include "lsan.h"
 
 #define EXPORT __attribute__((visibility("default")))
-
-/* memleak.h's struct memleak_counts. */
-struct mlk_api_counts {
-    int64_t bytes;
-    int64_t blocks;
-};
 
 static mlk_lock_t asking_lock; /* one request at a time: the label and the answers are single fields */
 
@@ -74,7 +69,7 @@ static int api_report(const char *label, char *path, size_t path_len)
 /* The bytes and blocks live now in every stack of the process (what a
  * report's live-bytes says): 0, or -1 when nothing is collected.  Reads
  * each stack's counters: about a millisecond per 10,000 stacks. */
-static int api_live(struct mlk_api_counts *out)
+static int api_live(struct memleak_counts *out)
 {
     struct mlk_header *h = mlk_seg;
     if (out)
@@ -99,15 +94,18 @@ static int api_live(struct mlk_api_counts *out)
     return 0;
 }
 
-/* memleak.h's struct memleak_leaks: valgrind's four categories. */
-struct mlk_api_leaks {
-    struct mlk_api_counts definitely, indirectly, possibly, reachable;
-};
+/* The four totals the reporter put in the segment with its last scan. */
+static void read_check_totals(const struct mlk_header *h, struct memleak_leaks *out)
+{
+    struct memleak_counts *c = &out->definitely;
+    for (int i = 0; i < 4; i++)
+        c[i] = (struct memleak_counts){h->check_bytes[i], h->check_blocks[i]};
+}
 
 /* A reachability scan now (the reporter stops the threads for it, this
  * one waiting): 0 and its totals; -1 when none could be made (not traced,
  * no trailers, ptrace refused: the report says why). */
-static int api_leak_check(struct mlk_api_leaks *out)
+static int api_leak_check(struct memleak_leaks *out)
 {
     if (out)
         memset(out, 0, sizeof *out);
@@ -117,11 +115,8 @@ static int api_leak_check(struct mlk_api_leaks *out)
         return -1;
     h->check_seq = 0; /* the reporter sets it with the totals of a scan */
     int done = mlk_request_report(&h->check_requests, 1) && __atomic_load_n(&h->check_seq, __ATOMIC_ACQUIRE);
-    if (done && out) {
-        struct mlk_api_counts *c = &out->definitely;
-        for (int i = 0; i < 4; i++)
-            c[i] = (struct mlk_api_counts){h->check_bytes[i], h->check_blocks[i]};
-    }
+    if (done && out)
+        read_check_totals(h, out);
     end_asking(was);
     return done ? 0 : -1;
 }
@@ -129,47 +124,21 @@ static int api_leak_check(struct mlk_api_leaks *out)
 /* The totals of the last scan of this process (a leak check's, or any
  * report's that carried one): 0, or -1 when there was none.  valgrind's
  * COUNT_LEAKS after its DO_LEAK_CHECK. */
-static int api_last_check(struct mlk_api_leaks *out)
+static int api_last_check(struct memleak_leaks *out)
 {
     struct mlk_header *h = mlk_seg;
     if (out)
         memset(out, 0, sizeof *out);
     if (!h || !out || !__atomic_load_n(&h->check_seq, __ATOMIC_ACQUIRE))
         return -1;
-    struct mlk_api_counts *c = &out->definitely;
-    for (int i = 0; i < 4; i++)
-        c[i] = (struct mlk_api_counts){h->check_bytes[i], h->check_blocks[i]};
+    read_check_totals(h, out);
     return 0;
 }
 
-struct mlk_api_v1 {
-    uint32_t version; /* 1 */
-    uint32_t size;    /* sizeof: later versions only add at the end */
-    int (*report)(const char *label, char *path, size_t path_len);
-    int (*live)(struct mlk_api_counts *out);
-    int (*leak_check)(struct mlk_api_leaks *out);
-    /* Added with custom blocks (custom.c); memleak.h checks `size`
-     * before it calls them. */
-    int (*last_check)(struct mlk_api_leaks *out);
-    void (*malloclike)(const void *addr, size_t size);
-    void (*freelike)(const void *addr);
-    void (*resize)(const void *addr, size_t old_size, size_t new_size);
-    void (*pool_create)(const void *pool, unsigned flags);
-    void (*pool_destroy)(const void *pool);
-    void (*pool_alloc)(const void *pool, const void *addr, size_t size);
-    void (*pool_free)(const void *pool, const void *addr);
-    void (*pool_trim)(const void *pool, const void *addr, size_t size);
-    void (*pool_move)(const void *from, const void *to);
-    void (*pool_change)(const void *pool, const void *from, const void *to, size_t size);
-    int (*pool_exists)(const void *pool);
-    void (*ignore_object)(const void *p);
-    void (*root_region)(const void *p, size_t size, int add);
-    void (*recording)(int on);
-};
 
-EXPORT const struct mlk_api_v1 mlk_api_v1 = {
+EXPORT const struct memleak__api_v1 mlk_api_v1 = {
     1,
-    sizeof(struct mlk_api_v1),
+    sizeof(struct memleak__api_v1),
     api_report,
     api_live,
     api_leak_check,
@@ -196,7 +165,7 @@ EXPORT const struct mlk_api_v1 mlk_api_v1 = {
  * exitcode): a traced program behaves as it would bare. */
 EXPORT int __lsan_do_recoverable_leak_check(void)
 {
-    struct mlk_api_leaks leaks;
+    struct memleak_leaks leaks;
     if (api_leak_check(&leaks) != 0)
         return 0;
     return leaks.definitely.blocks + leaks.indirectly.blocks > 0;

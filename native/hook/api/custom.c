@@ -46,7 +46,7 @@ _Static_assert(sizeof(struct node) == MLK_CUSTOM_NODE_BYTES, "the scan reads nod
 
 struct pool {
     uint64_t anchor;
-    uint32_t flags;  /* MLK_POOL_* */
+    uint32_t flags;  /* MEMLEAK_POOL_* */
     uint32_t first;  /* its blocks */
     uint32_t hash_next;
     uint32_t in_use;
@@ -262,24 +262,19 @@ static void drop_chunk(struct pool *p, struct node *n)
 {
     uint64_t lo = n->addr, hi = n->addr + n->size;
     drop(n);
-    if ((p->flags & (MLK_POOL_AUTO_FREE | MLK_POOL_METAPOOL)) == (MLK_POOL_AUTO_FREE | MLK_POOL_METAPOOL))
+    if ((p->flags & MLK_POOL_FLAGS) == MLK_POOL_FLAGS) /* an auto-free metapool */
         drop_loose_inside(lo, hi);
 }
 
 /* ---- the calls (api.c exports them in mlk_api_v1) ---- */
 
-/* Runs `body` with the thread's guard up and the lock held.  A new block's
- * stack is taken before (caller_stack): the walk may take the loader's lock. */
+/* Runs the statements with the thread's guard up and the lock held, in a
+ * traced process.  A new block's stack is taken before (caller_stack): the
+ * walk may take the loader's lock. */
 #define LOCKED(...)                                                                                    \
     do {                                                                                               \
-        if (!mlk_seg)                                                                                  \
-            return;                                                                                    \
-        int was_ = mlk_in_hook;                                                                        \
-        mlk_in_hook = 1;                                                                               \
-        mlk_lock(&lock);                                                                               \
-        __VA_ARGS__;                                                                                   \
-        mlk_unlock(&lock);                                                                             \
-        mlk_in_hook = was_;                                                                            \
+        if (mlk_seg)                                                                                   \
+            MLK_GUARDED(&lock, __VA_ARGS__);                                                           \
     } while (0)
 
 /* The stack a new block of `size` bytes is counted at, or MLK_NO_STACK:
@@ -428,14 +423,7 @@ void mlk_custom_pool_change(const void *anchor, const void *from, const void *to
 int mlk_custom_pool_exists(const void *anchor)
 {
     int found = 0;
-    if (!mlk_seg)
-        return 0;
-    int was = mlk_in_hook;
-    mlk_in_hook = 1;
-    mlk_lock(&lock);
-    found = pool_find((uint64_t)anchor) != NULL;
-    mlk_unlock(&lock);
-    mlk_in_hook = was;
+    LOCKED(found = pool_find((uint64_t)anchor) != NULL);
     return found;
 }
 

@@ -4,13 +4,11 @@
 
 #include <stddef.h>
 
+#include "../../../libmemleak/include/memleak_abi.h"
 #include "../mlk.h"
 
-/* A pool's flags (valgrind's VALGRIND_MEMPOOL_AUTO_FREE, _METAPOOL; the same
- * values in memleak.h). */
-#define MLK_POOL_AUTO_FREE 1u
-#define MLK_POOL_METAPOOL 2u
-#define MLK_POOL_FLAGS 3u
+/* A pool's flags: memleak_abi.h's MEMLEAK_POOL_*, valgrind's values. */
+#define MLK_POOL_FLAGS (MEMLEAK_POOL_AUTO_FREE | MEMLEAK_POOL_METAPOOL)
 
 MLK_HIDDEN void mlk_custom_malloclike(const void *addr, size_t size);
 MLK_HIDDEN void mlk_custom_freelike(const void *addr);

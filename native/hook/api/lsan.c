@@ -61,18 +61,7 @@ static uint64_t lower_bound(uint64_t p)
 }
 
 #define GUARDED(...)                                                                                   \
-    do {                                                                                               \
-        int was_ = mlk_in_hook;                                                                        \
-        mlk_in_hook = 1;                                                                               \
-        mlk_lock(&lock);                                                                               \
-        holding = 1;                                                                                   \
-        do {                                                                                           \
-            __VA_ARGS__;                                                                               \
-        } while (0); /* a `break` in the body ends the body, not the guard */                          \
-        holding = 0;                                                                                   \
-        mlk_unlock(&lock);                                                                             \
-        mlk_in_hook = was_;                                                                            \
-    } while (0)
+    MLK_GUARDED(&lock, holding = 1; do { __VA_ARGS__; } while (0); holding = 0)
 
 void mlk_ignore_object(const void *p)
 {
