@@ -188,3 +188,29 @@ def test_a_program_tells_the_check_what_to_ignore_where_its_roots_are_and_what_n
     assert check.header["custom-live"] == "16 1"
     bare = subprocess.run([prog, mode], capture_output=True, text=True, env=BARE_ENV, timeout=60)
     assert bare.returncode == 0 and bare.stdout == "check: -1 definitely 0 0 reachable 0 0\n"
+
+
+def test_blocks_announced_after_an_attach_are_seen(tmp_path):
+    """The header looks for the tracer once; a program attached to later,
+    whose only calls are frequent ones (a pool's blocks), still finds it:
+    the frequent calls look again every 65,536 -- the block it announces
+    after that is in the attached process's final report."""
+    from test_attach import expect, start_bare
+    prog = compile_program("told.c", cli("cflags").stdout.strip())
+    p = start_bare([prog, "late"], tmp_path)
+    try:
+        expect(p, "ready\n")
+        out = cli("attach", "-q", p.pid, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        p.stdin.write(b"\n")
+        p.stdin.close()
+        assert p.wait(timeout=120) == 0
+        final = sorted((memlog.read(str(x)) for x in tmp_path.glob(f"told-{p.pid}-*.memlog")),
+                       key=lambda r: int(r.header["seq"]))[-1]
+        assert final.header["reason"] == "exit"
+        late = [e for e in final.entries if "kind=custom" in e.extra and e.bytes == 4321]
+        assert len(late) == 1 and late[0].frames[0].function == "announced_late", final.entries
+        assert final.header["custom-live"] == "4321 1"
+    finally:
+        p.kill()
+        p.wait()

@@ -74,14 +74,18 @@ struct memleak_savepoint {
 extern const struct memleak__api_v1 mlk_api_v1 __attribute__((weak));
 
 /* The table, or NULL without the tracer.  Found once and kept; not found,
- * looked for again only by the calls that are rare anyway (a report, a
- * check: an attach may have come since), never by the frequent ones. */
+ * looked for again by the calls that are rare anyway (a report, a check:
+ * an attach may have come since), and by the frequent ones (a pool's
+ * blocks) once every 65,536 calls -- so that blocks announced after an
+ * attach are seen, for one failing dlopen(RTLD_NOLOAD) per 65,536 calls
+ * without the tracer. */
 static inline const struct memleak__api_v1 *memleak__api(int look_again)
 {
     static const struct memleak__api_v1 *volatile api;
     static volatile int looked;
+    static unsigned misses;
     const struct memleak__api_v1 *found = api;
-    if (found || (looked && !look_again))
+    if (found || (looked && !look_again && (++misses & 0xffff)))
         return found;
     found = &mlk_api_v1;
     if (!found) {

@@ -4,7 +4,11 @@
  * while recording is off, and blocks of its own allocator reported the
  * heaptrack way.  Mode "lsan": through LeakSanitizer's and heaptrack's
  * interfaces, by weak references (as code built for them calls them);
- * mode "api": through memleak.h.  The two must give the same report. */
+ * mode "api": through memleak.h.  The two must give the same report.
+ * Mode "late": announces one block, says "ready" and waits for a line (an
+ * attach), announces and ends 70,000 more, then one of 4321 bytes it keeps
+ * -- the header, which found no tracer at first, must find the attached one
+ * without a report or a check to make it look. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,8 +135,29 @@ __attribute__((noinline)) static void site_own_allocator(void)
     kept_from_arena = arena;
 }
 
+static char late[70000];
+
+static int announced_late(void)
+{
+    char line[16];
+    memleak_malloclike(late, 1);
+    memleak_freelike(late);
+    printf("ready\n");
+    fflush(stdout);
+    if (!fgets(line, sizeof line, stdin))
+        return 1;
+    for (int i = 0; i < 70000; i++) {
+        memleak_malloclike(late + i, 1);
+        memleak_freelike(late + i);
+    }
+    memleak_malloclike(late, 4321);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "late"))
+        return announced_late();
     lsan = argc > 1 && !strcmp(argv[1], "lsan");
     site_ignored();
     site_ignored_then_freed();
