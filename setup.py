@@ -42,7 +42,8 @@ def capstone_dir():
 def build_native(out_dir, python=sys.executable):
     sources = sorted(glob.glob(os.path.join(HERE, "native", "hook", "*.c")) +
                      glob.glob(os.path.join(HERE, "native", "hook", "route", "*.c")) +
-                     glob.glob(os.path.join(HERE, "native", "hook", "api", "*.c")))
+                     glob.glob(os.path.join(HERE, "native", "hook", "api", "*.c")) +
+                     glob.glob(os.path.join(HERE, "native", "hook", "resources", "*.c")))
     cc = shlex.split(os.environ.get("CC", "cc"))
     target = os.path.join(out_dir, "libmtrace.so")
     decoder = capstone_dir()

@@ -38,6 +38,9 @@ class Totals:
     stacks: int
     custom_bytes: int = 0   # the program's own blocks (kind custom), inside the blocks above
     custom_blocks: int = 0
+    # Resources other than memory, per kind named: (name, live weight, live
+    # count, change in weight, change in count), in the order named.
+    resources: tuple = ()
 
 
 class KeyTable:
@@ -174,6 +177,8 @@ def _estimated(snapshot):
         return cols
     live = [estimate(b, k, rate) for b, k in zip(cols[0], cols[1])]
     reported = [estimate(b, k, rate) for b, k in zip(cols[2], cols[3])]
+    for pos, _ in snapshot.resources:  # never sampled: counted as they are
+        live[pos], reported[pos] = (cols[0][pos], cols[1][pos]), (cols[2][pos], cols[3][pos])
     return ([x[0] for x in live], [x[1] for x in live],
             [x[0] for x in reported], [x[1] for x in reported])
 
@@ -257,20 +262,32 @@ def _per_position(per_id, ids, words=8):
 def totals(snapshot):
     live_bytes, live_blocks, reported_bytes, reported_blocks = _estimated(snapshot)
     live_b, live_k = sum(live_bytes), sum(live_blocks)
-    # The program's own blocks lie inside blocks counted already: apart.
+    rep_b, rep_k = sum(reported_bytes), sum(reported_blocks)
+    # The program's own blocks lie inside blocks counted already, and
+    # resources are not memory: both apart.
     custom = snapshot.custom
     custom_b, custom_k = sum(live_bytes[p] for p in custom), sum(live_blocks[p] for p in custom)
-    custom_rb = sum(reported_bytes[p] for p in custom)
-    custom_rk = sum(reported_blocks[p] for p in custom)
-    live_b, live_k = live_b - custom_b, live_k - custom_k
+    apart = list(custom) + [p for p, _ in snapshot.resources]
+    live_b -= sum(live_bytes[p] for p in apart)
+    live_k -= sum(live_blocks[p] for p in apart)
+    rep_b -= sum(reported_bytes[p] for p in apart)
+    rep_k -= sum(reported_blocks[p] for p in apart)
     if snapshot.sample_bytes:
         alloc = [estimate(b, n, snapshot.sample_bytes)
                  for b, n in zip(snapshot.alloc_bytes, snapshot.alloc_count)]
         alloc_count, alloc_bytes = sum(n for _, n in alloc), sum(b for b, _ in alloc)
+        alloc_count -= sum(alloc[p][1] for p in apart)
+        alloc_bytes -= sum(alloc[p][0] for p in apart)
     else:
         alloc_count, alloc_bytes = sum(snapshot.alloc_count), sum(snapshot.alloc_bytes)
-        alloc_count -= sum(snapshot.alloc_count[p] for p in custom)
-        alloc_bytes -= sum(snapshot.alloc_bytes[p] for p in custom)
-    return Totals(live_b, live_k, live_b - (sum(reported_bytes) - custom_rb),
-                  live_k - (sum(reported_blocks) - custom_rk), alloc_count, alloc_bytes, len(snapshot.ids),
-                  custom_b, custom_k)
+        alloc_count -= sum(snapshot.alloc_count[p] for p in apart)
+        alloc_bytes -= sum(snapshot.alloc_bytes[p] for p in apart)
+    by_kind = {name: [0, 0, 0, 0] for name in snapshot.resource_names}
+    for p, name in snapshot.resources:
+        sums = by_kind.setdefault(name, [0, 0, 0, 0])
+        sums[0] += live_bytes[p]
+        sums[1] += live_blocks[p]
+        sums[2] += live_bytes[p] - reported_bytes[p]
+        sums[3] += live_blocks[p] - reported_blocks[p]
+    return Totals(live_b, live_k, live_b - rep_b, live_k - rep_k, alloc_count, alloc_bytes, len(snapshot.ids),
+                  custom_b, custom_k, tuple((name, *sums) for name, sums in by_kind.items()))

@@ -66,6 +66,16 @@ def safe_label(label):
     return text
 
 
+# A resource kind's name (memleak_resource_acquire's; "fd"), as entries
+# (resource=NAME) and header keys (resource-live NAME:) carry it: one word.
+_UNSAFE_RESOURCE = re.compile(r"[^A-Za-z0-9._+@%~-]")
+
+
+def resource_name(raw):
+    """A resource kind's name as the traced program wrote it (bytes), cleaned."""
+    return _UNSAFE_RESOURCE.sub("_", raw.decode("ascii", "replace"))[:31]
+
+
 def report_name(prog, pid, seq, label=None):
     tail = f"-{safe_label(label)}" if safe_label(label) else ""
     return f"{safe_name(prog)}-{int(pid)}-{int(seq)}{tail}.memlog"

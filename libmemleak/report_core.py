@@ -23,7 +23,8 @@ struct mlk_rc_row { int64_t key, pos, bytes, blocks, live_bytes, live_blocks, sa
                     scanned, lost[8], since[8], touched, touched_changed; };
 struct mlk_rc_texts { const char *arena; const int64_t *line_off; const int32_t *pool;
                       const int64_t *key_first; const int32_t *key_lines; const int8_t *key_kind;
-                      int64_t keys; const int32_t *since_seq; int32_t depth; };
+                      int64_t keys; const int32_t *since_seq; int32_t depth; const char *kind_text; };
+void mlk_rc_resources_last(struct mlk_rc_row *, int64_t, const int8_t *, int64_t, int, struct mlk_rc_row *);
 void mlk_rc_columns(const struct mlk_stack *, int64_t, const uint8_t *, int64_t *, int64_t *,
                     int64_t *, int64_t *, int64_t *, int64_t *, int64_t *);
 int64_t mlk_rc_unkeyed(int64_t, const int64_t *, const int64_t *, const int64_t *,
@@ -226,6 +227,16 @@ class Rows:
                                                len(scratch))
         del self.words[count * ROW_WORDS:]
 
+    def resources_last(self, key_kind, first_resource_kind):
+        """Move the rows of resource keys (key_kind: TextStore.key_kind)
+        after the others, each group keeping its order."""
+        if not len(self):
+            return
+        scratch = zeros(len(self.words))
+        with self.pointer() as rows, ffi.from_buffer("struct mlk_rc_row[]", scratch) as room:
+            lib.mlk_rc_resources_last(rows, len(self), ffi.from_buffer("int8_t[]", key_kind), len(key_kind),
+                                      first_resource_kind, room)
+
     def textless(self, key_first):
         """Key ids of rows without text in key_first (-1)."""
         rows, n = self.pointer(), len(self)
@@ -263,6 +274,7 @@ def touched(pid, table, stacks_ptr, nstacks, kind_names):
 
 
 CUT_KIND = 0x40  # in TextStore.key_kind: entries say cut=DEPTH (report_core.c)
+KIND_TEXT_KINDS, KIND_TEXT_WIDTH = 64, 48  # mlk_rc_texts.kind_text (report_core.c)
 
 
 class TextStore:
@@ -338,20 +350,27 @@ class TextStore:
             self.key_first[key_id] = -1
         self._temporary_keys, self._mark = [], None
 
-    def render(self, rows, chunk_bytes=1 << 20, since_seq=None, depth=0):
+    def render(self, rows, chunk_bytes=1 << 20, since_seq=None, depth=0, kind_words=None):
         """The entries of `rows` in the report format, as bytes pieces of
         about chunk_bytes.  Nothing may be added to the store until the
         generator is finished or closed (C holds its buffers).  since_seq:
         the report seq of each age bucket of a scan report's rows.  depth:
         the configured depth, which keys marked cut (CUT_KIND) say they were
-        cut at."""
+        cut at.  kind_words: kind code -> what its entries say of it
+        (" resource=fd"), for kinds whose words C does not know."""
         keep = [ffi.from_buffer("char[]", self.arena), _q(self.line_off),
                 ffi.from_buffer("int32_t[]", self.pool), _q(self.key_first),
                 ffi.from_buffer("int32_t[]", self.key_lines),
                 ffi.from_buffer("int8_t[]", self.key_kind)]
         seqs = ffi.new("int32_t[8]", list(since_seq)[:8]) if since_seq is not None else ffi.NULL
         try:
-            texts = ffi.new("struct mlk_rc_texts *", keep + [len(self.key_first), seqs, depth])
+            table = bytearray(KIND_TEXT_KINDS * KIND_TEXT_WIDTH)
+            for code, words in (kind_words or {}).items():
+                data = words.encode("ascii", "replace")[:KIND_TEXT_WIDTH - 1]
+                if 0 < code < KIND_TEXT_KINDS:
+                    table[code * KIND_TEXT_WIDTH:code * KIND_TEXT_WIDTH + len(data)] = data
+            keep.append(ffi.from_buffer("char[]", table))
+            texts = ffi.new("struct mlk_rc_texts *", keep[:6] + [len(self.key_first), seqs, depth, keep[6]])
             rows_ptr, total = rows.pointer(), len(rows)
             keep.append(rows_ptr)
             out = bytearray(chunk_bytes)

@@ -27,7 +27,8 @@ from libmemleak.memlog import (Frame, header_text, render, render_frames, report
 from libmemleak.analysis.names import frame_text
 from libmemleak.live import proc_dir
 from libmemleak.report_core import CUT_KIND, TextStore
-from libmemleak.segment import KIND_NAMES, Segment, SegmentError, futex_wait, futex_wake
+from libmemleak.segment import (KIND_NAMES, RESOURCE_BASE, RESOURCE_PREFIX, Segment, SegmentError, futex_wait,
+                                futex_wake)
 from libmemleak.symbols import Symbolizer
 from libmemleak.trust import pid_of_pidfd, vouched_directory
 
@@ -374,8 +375,10 @@ class Reporter:
                                            for x in items], self.kind_code(key_id))
                 report_core.extend_to(self.resolver.scratch, len(texts.canon))
                 deltas.rows.merge_same_text(texts.canon, self.resolver.scratch)
+                if snap.resources:  # their own section, after memory's
+                    deltas.rows.resources_last(texts.key_kind, RESOURCE_BASE)
                 body = texts.render(deltas.rows, since_seq=scan.bucket_seq if scan else None,
-                                    depth=snap.depth)
+                                    depth=snap.depth, kind_words=self.resource_words())
                 try:
                     path = write_report(directory or self.directory,
                                         report_name(self.name, self.pid, seq, label),
@@ -450,8 +453,19 @@ class Reporter:
 
     def kind_code(self, key_id):
         """What the key's entries say of it: its allocator family
-        (MLK_KIND_*), and CUT_KIND if its stack was cut at the depth."""
-        return KIND_CODES.get(self.keys.kind(key_id), 0) | (CUT_KIND if self.keys.cut(key_id) else 0)
+        (MLK_KIND_*) or resource kind (MLK_KIND_RESOURCE + its index), and
+        CUT_KIND if its stack was cut at the depth."""
+        kind = self.keys.kind(key_id)
+        code = KIND_CODES.get(kind)
+        if code is None and kind.startswith(RESOURCE_PREFIX):
+            names = self.seg.resource_names()
+            name = kind[len(RESOURCE_PREFIX):]
+            code = RESOURCE_BASE + names.index(name) if name in names else 0
+        return (code or 0) | (CUT_KIND if self.keys.cut(key_id) else 0)
+
+    def resource_words(self):
+        """Resource kind code -> what its entries say: " resource=NAME"."""
+        return {RESOURCE_BASE + r: f" resource={name}" for r, name in enumerate(self.seg.resource_names())}
 
     def site_words(self, ip):
         """Where return address ip is, as a frame line says it
@@ -525,6 +539,7 @@ class Reporter:
             ("change-blocks", f"{sums.change_blocks:+d}"),
             ("allocated-bytes", sums.alloc_bytes),
             ("allocations", sums.alloc_count),
+            *resource_lines(snap, sums),
             ("collecting-seconds", f"{max(0, snap.taken_ns - snap.start_time_ns) / 1e9:.3f}"),
             ("stacks", sums.stacks),
             ("depth", snap.depth),
@@ -585,6 +600,18 @@ class Reporter:
                 seen.add(m.path)
                 lines.append((f"build-id {m.path}", m.build_id))
         return lines
+
+
+def resource_lines(snap, sums):
+    """The header's resources other than memory: whether descriptors are
+    tracked, and each kind named -- weight and count held now, and their
+    change -- even when nothing is held (the reader then knows it was
+    looked at)."""
+    lines = [] if snap.fds_tracked else [("fds", "not tracked (MEMLEAK_CONFIG fds=no)")]
+    for name, weight, held, change_weight, change_held in sums.resources:
+        lines.append((f"resource-live {name}", f"{weight} {held}"))
+        lines.append((f"resource-change {name}", f"{change_weight:+d} {change_held:+d}"))
+    return lines
 
 
 def mapping_lines(touched, refused):

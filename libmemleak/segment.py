@@ -14,11 +14,15 @@ from typing import NamedTuple
 
 from libmemleak import report_core
 from libmemleak.layout import CONST, HEADER_SIZE, MODULE_SIZE, STACK_SIZE, ffi, stack_word
-from libmemleak.memlog import report_name, safe_name
+from libmemleak.memlog import report_name, resource_name, safe_name
 
 KIND_NAMES = {CONST["MLK_KIND_MALLOC"]: "malloc", CONST["MLK_KIND_NEW"]: "new",
               CONST["MLK_KIND_MMAP"]: "mmap", CONST["MLK_KIND_SHARED"]: "shared",
               CONST["MLK_KIND_CUSTOM"]: "custom"}
+RESOURCE_BASE = CONST["MLK_KIND_RESOURCE"]
+RESOURCE_KINDS = CONST["MLK_RESOURCE_KINDS"]
+RESOURCE_NAME_MAX = CONST["MLK_RESOURCE_NAME_MAX"]
+RESOURCE_PREFIX = "resource:"  # a resource stack's kind: "resource:" + the kind's name
 TRACKING_NAMES = {CONST["MLK_TRACK_TABLE"]: "table", CONST["MLK_TRACK_TRAILERS"]: "trailers"}
 
 _W = STACK_SIZE // 8
@@ -32,7 +36,7 @@ _W_REP_ALLOCS = stack_word("reported_allocs")
 _W_FLAGS = stack_word("flags")  # flags:u32 | reserved:u32
 _CUT = 1 << 16  # in the kind column: the stack was cut at the depth (MLK_STACK_CUT)
 
-HEALTH_FIELDS = ("dropped_stacks", "dropped_blocks", "unknown_frees", "truncated_stacks")
+HEALTH_FIELDS = ("dropped_stacks", "dropped_blocks", "unknown_frees", "truncated_stacks", "resources_dropped")
 
 
 class SegmentError(Exception):
@@ -94,6 +98,10 @@ class Snapshot:
     attached_ns: int = 0     # when `libmemleak attach` started collection (0: started with it)
     custom: tuple = ()       # positions of the program's own blocks' stacks (kind custom): their
                              # bytes lie inside other stacks' blocks, so totals leave them out
+    resources: tuple = ()    # (position, kind name) of the stacks of resources other than memory
+                             # (file descriptors: "fd"): counts and weights, not bytes -- apart
+    resource_names: tuple = ()  # every resource kind named in the process, by index
+    fds_tracked: bool = True
 
 
 class _StackView:
@@ -148,6 +156,8 @@ class Segment:
         self._epoch, self._depth = array("q"), array("q")
         self._ok = bytearray()
         self._custom_ids = []  # ids of kind custom, ascending
+        self._resource_ids = []  # (id, resource kind index) of resource stacks, ascending
+        self._resource_names = []
         self._pending = set()
         self._corrupt = 0
         self.stacks = _StackView(self)  # id -> Stack, for ids known to be ok
@@ -244,9 +254,12 @@ class Segment:
             ids = [i for i in range(n) if ok[i]]
             cols = {name: array("q", (col[i] for i in ids)) for name, col in cols.items()}
         custom = tuple(sorted(self._custom_ids))
-        if custom and not isinstance(ids, range):
+        names = self.resource_names()
+        resources = tuple((i, names[r] if r < len(names) else f"kind{r}") for i, r in sorted(self._resource_ids))
+        if (custom or resources) and not isinstance(ids, range):
             where = {i: pos for pos, i in enumerate(ids)}
             custom = tuple(where[i] for i in custom if i in where)
+            resources = tuple((where[i], name) for i, name in resources if i in where)
         return Snapshot(
             pid=h.pid, parent_pid=h.parent_pid,
             exe=self.string(h.exe_off, h.exe_len),
@@ -258,7 +271,20 @@ class Segment:
             modules=self.modules(), stacks=self.stacks, ids=ids,
             corrupt_stacks=self._corrupt, sample_bytes=h.sample_bytes,
             tracking=TRACKING_NAMES.get(h.tracking, "unknown"), last_report_ns=h.last_report_ns,
-            attached_ns=h.attached_ns, custom=custom, **cols)
+            attached_ns=h.attached_ns, custom=custom, resources=resources, resource_names=tuple(names),
+            fds_tracked=bool(h.fds_tracked), **cols)
+
+    def resource_names(self):
+        """The names of the resource kinds the process named, by index
+        (written once each, so kept), cleaned: the program wrote them."""
+        h = self.header
+        n = min(h.resource_kinds, RESOURCE_KINDS)
+        raw = bytes(ffi.buffer(h.resource_names))
+        while len(self._resource_names) < n:
+            r = len(self._resource_names)
+            text = raw[r * RESOURCE_NAME_MAX:(r + 1) * RESOURCE_NAME_MAX].split(b"\0", 1)[0]
+            self._resource_names.append(resource_name(text) or f"kind{r}")
+        return self._resource_names
 
     def _learn_new_stacks(self):
         """Validate the stacks published since the last call, once each:
@@ -306,8 +332,11 @@ class Segment:
             return
         cut = self._stack_words[i * _W + _W_FLAGS] & CONST["MLK_STACK_CUT"]
         self._kind[i] = ((state >> 48) & 0xffff) | (_CUT if cut else 0)
-        if (state >> 48) & 0xffff == CONST["MLK_KIND_CUSTOM"]:
+        kind = (state >> 48) & 0xffff
+        if kind == CONST["MLK_KIND_CUSTOM"]:
             self._custom_ids.append(i)
+        elif RESOURCE_BASE <= kind < RESOURCE_BASE + RESOURCE_KINDS:
+            self._resource_ids.append((i, kind - RESOURCE_BASE))
         self._off[i] = off
         self._epoch[i] = epochs & 0xffffffff
         self._depth[i] = depth
@@ -318,7 +347,16 @@ class Segment:
         off, depth, kind = self._off[i], self._depth[i], self._kind[i]
         frames = tuple(self._frames[off:off + depth].tolist())
         cut, kind = bool(kind & _CUT), kind & 0xffff
-        return Stack(i, KIND_NAMES.get(kind, f"kind{kind}"), frames, self._epoch[i], cut)
+        return Stack(i, self.kind_name(kind), frames, self._epoch[i], cut)
+
+    def kind_name(self, kind):
+        """A stack kind's name: the allocator family's, or "resource:" and
+        the resource kind's (file descriptors: "resource:fd")."""
+        if RESOURCE_BASE <= kind < RESOURCE_BASE + RESOURCE_KINDS:
+            names = self.resource_names()
+            r = kind - RESOURCE_BASE
+            return RESOURCE_PREFIX + (names[r] if r < len(names) else f"kind{r}")
+        return KIND_NAMES.get(kind, f"kind{kind}")
 
     def stack_ok(self, i):
         return i < self._next_id and bool(self._ok[i])

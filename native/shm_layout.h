@@ -20,7 +20,7 @@
  */
 
 #define MLK_MAGIC 0x314b4c4d454d4c4b
-#define MLK_LAYOUT_VERSION 13
+#define MLK_LAYOUT_VERSION 14
 #define MLK_API_LABEL_MAX 64
 #define MLK_LAST_REPORT_MAX 512
 #define MLK_MAX_DEPTH 64
@@ -51,6 +51,16 @@
  * MLK_CUSTOM_NODE_BYTES, each {address (0: unused), size (u64), stack (u32)}
  * first. */
 #define MLK_CUSTOM_NODE_BYTES 40
+/* Resources other than memory (native/hook/resources/): a stack of kind
+ * MLK_KIND_RESOURCE + r counts what resource kind r holds -- its bytes are
+ * the resources' weights, its blocks how many are held.  Kind r is named
+ * at resource_names + r * MLK_RESOURCE_NAME_MAX in the header (NUL-ended);
+ * kind 0 is file descriptors, "fd", when they are tracked.  At most
+ * MLK_RESOURCE_KINDS kinds (MLK_KIND_RESOURCE + MLK_RESOURCE_KINDS stays
+ * below 64: the reporter keeps a kind in six bits). */
+#define MLK_KIND_RESOURCE 16
+#define MLK_RESOURCE_KINDS 32
+#define MLK_RESOURCE_NAME_MAX 32
 
 /* struct mlk_header.tracking */
 #define MLK_TRACK_TABLE 0
@@ -327,6 +337,15 @@ struct mlk_header {
      * native/hook/api/lsan.c): the address in the process of a struct
      * mlk_lsan_table. */
     uint64_t lsan_table;
+    /* Resources other than memory (see MLK_KIND_RESOURCE): how many kinds
+     * are named (stored with release once the name is complete), whether
+     * file descriptors are tracked (kind 0; MEMLEAK_CONFIG fds=no: 0), and
+     * acquisitions not tracked (no memory for the table, or every kind
+     * taken): reports say them. */
+    uint32_t resource_kinds;
+    uint32_t fds_tracked;
+    uint64_t resources_dropped;
+    char resource_names[1024];  /* MLK_RESOURCE_KINDS * MLK_RESOURCE_NAME_MAX */
 };
 
 /* Objects never to be called lost -- pointers into them, sorted -- and

@@ -68,6 +68,15 @@ def apply(analysis, rules):
     analysis.live_bytes = analysis.live_blocks = analysis.custom_bytes = analysis.custom_blocks = 0
     for t in kept:
         trends.add_live(analysis, t)
+    # The same rules hold for resources (a descriptor a library keeps open on purpose).
+    analysis.resource_trends = [t for t in analysis.resource_trends if not matches(rules, t.frames)]
+    keep = {id(t) for t in analysis.resource_trends}
+    analysis.resource_suspects = [t for t in analysis.resource_suspects if id(t) in keep]
+    analysis.resources = {name: [0, 0] for name in analysis.resources}
+    for t in analysis.resource_trends:
+        held = analysis.resources.setdefault(t.resource, [0, 0])
+        held[0] += t.live_bytes
+        held[1] += t.live_blocks
     if analysis.scan:  # a suppressed stack's lost blocks are not lost to check or report
         analysis.scan = analysis.scan.without(lambda entry: matches(rules, entry.frames))
     return analysis

@@ -38,8 +38,8 @@ def add_live(a, t):
 
 def stack_key(entry):
     """A stack's identity across reports: what a report prints of it, and
-    its allocator family."""
-    kind = next((x for x in entry.extra if x.startswith("kind=")), "") if entry.extra else ""
+    its allocator family or resource kind."""
+    kind = next((x for x in entry.extra if x.startswith(("kind=", "resource="))), "") if entry.extra else ""
     if entry.frames_text is not None:
         return (kind, entry.frames_text)
     return (kind, *((f.function, f.module, f.file, f.line, f.inlined) for f in entry.frames))
@@ -58,6 +58,8 @@ class Trend:
     touched: int | None = None         # mappings: bytes ever touched, as last said (touched=)
     touched_at: int = -1               # the report that said it
     cut: int = 0                       # the depth its stack was cut at (cut=), 0 if whole
+    resource: str = ""                 # a resource other than memory (resource=fd): its kind; its
+                                       # "bytes" are weights and its "blocks" how many are held
     # filled in by rank():
     live_bytes: int = 0
     live_blocks: int = 0
@@ -93,6 +95,13 @@ class Analysis:
     scan: object = None                # lost.ScanResult of the latest report with a scan
     scan_seq: int | None = None        # that report's seq
     layer: object = None               # alloc_layer.Layer: the functions attributions pass over
+    # Resources other than memory (file descriptors: "fd"), apart from the
+    # memory above: kind -> [weight, count] held at the last report, for
+    # every kind the reports say was tracked; their stacks and suspects.
+    resources: dict = field(default_factory=dict)
+    resource_trends: list = field(default_factory=list)
+    resource_suspects: list = field(default_factory=list)
+    fds_untracked: bool = False        # the reports say descriptors were not tracked (fds=no)
 
 
 def latest_scan(series):
@@ -136,6 +145,8 @@ def trends_of(series, scanned_at=None):
                         t.allocations = (t.allocations or 0) + int(value)
                     elif name == "kind":
                         t.kind = value
+                    elif name == "resource":
+                        t.kind, t.resource = "resource", value
                     elif name == "touched":  # an amount as of report i: the latest counts
                         t.touched = int(value) + (t.touched or 0 if t.touched_at == i else 0)
                         t.touched_at = i
@@ -160,14 +171,14 @@ def regroup(trends, by, executable, layer=None):
         if own is None:
             key = ("?",)
         elif by == "function":
-            key = (t.kind, own.function or own.module)
+            key = (t.kind, t.resource, own.function or own.module)
         else:
-            key = (t.kind, own.function, own.file, own.line)
+            key = (t.kind, t.resource, own.function, own.file, own.line)
         g = groups.get(key)
         if g is None:
             g = groups[key] = Trend(key, frames[:1] if by == "function" else frames,
                                     list(t.deltas), list(t.block_deltas), t.samples,
-                                    allocations=t.allocations, kind=t.kind, cut=t.cut,
+                                    allocations=t.allocations, kind=t.kind, cut=t.cut, resource=t.resource,
                                     touched=t.touched, lost=dict(t.lost), since=dict(t.since))
             continue
         for seq, blocks in t.since.items():
@@ -223,7 +234,20 @@ def analyse(series, group_by="stack", alloc_fns=None, fold=True):
         if seconds:
             t.rate = t.growth_bytes / seconds
         _judge(t)
-        add_live(a, t)
+        if t.resource:
+            _resource_words(t)
+            held = a.resources.setdefault(t.resource, [0, 0])
+            held[0] += t.live_bytes
+            held[1] += t.live_blocks
+        else:
+            add_live(a, t)
+    a.resource_trends = [t for t in trends if t.resource]
+    a.trends = trends = [t for t in trends if not t.resource]
+    for name in tracked_resources(series):  # looked at, even with nothing held
+        a.resources.setdefault(name, [0, 0])
+    a.fds_untracked = any(r.header.get("fds", "").startswith("not tracked") for r in reports)
+    a.resource_trends.sort(key=lambda t: (t.resource, -t.live_blocks))
+    a.resource_suspects = sorted((t for t in a.resource_trends if t.suspect), key=lambda t: -t.score)
     a.trends.sort(key=lambda t: -t.live_bytes)  # stable: first seen first among equals
     # One scale for both kinds of evidence (see _judge): a large steady
     # grower outranks a small block lost once at start-up, and a large lost
@@ -254,6 +278,42 @@ def analyse(series, group_by="stack", alloc_fns=None, fold=True):
     if not series.complete:
         a.notes.extend(series.problems)
     return a
+
+
+def tracked_resources(series):
+    """The resource kinds the process's reports say were tracked (their
+    `resource-live NAME` header lines), in the order first said."""
+    names = {}
+    for r in series.reports:
+        for key in r.header:
+            if key.startswith("resource-live "):
+                names.setdefault(key[len("resource-live "):], None)
+    return list(names)
+
+
+def resource_noun(name, n=1):
+    """What one of a resource kind is called: descriptors for "fd"."""
+    if name == "fd":
+        return "descriptor" if n == 1 else "descriptors"
+    return name
+
+
+def _resource_words(t):
+    """A resource suspect's verdict in its own units: how many are held,
+    how often they were acquired (_judge_growth's words are bytes')."""
+    if not t.suspect:
+        return
+    weighed = t.resource != "fd" and t.live_bytes != t.live_blocks
+    words = [f"grows in {t.grew} of {count(t.intervals, 'interval')}"]
+    if weighed:
+        words.append(f"weighing {t.live_bytes:,}")
+    if t.allocations is not None:
+        words.append(f"acquired {count(t.allocations, 'time')}")
+    if t.survival is not None and t.survival < 0.995:
+        words.append(f"keeps {t.survival:.0%} of them")
+    words.append("never released" if t.shrank == 0 and (t.survival is None or t.survival >= 0.995)
+                 else "never fewer" if t.shrank == 0 else f"fewer in {t.shrank}")
+    t.verdict = ", ".join(words)
 
 
 def growth_since(a, seq):

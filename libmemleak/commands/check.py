@@ -1,5 +1,5 @@
 """`libmemleak check PATH... [--max-live BYTES] [--max-growth BYTES]
-[--max-leaks N] [--max-definitely-lost BYTES]`: a CI gate over the reports of a test run.  Exit status 0
+[--max-leaks N] [--max-definitely-lost BYTES] [--max-held KIND=N]`: a CI gate over the reports of a test run.  Exit status 0
 when every limit holds, 1 (and the offending stacks on stdout) when one is
 passed, 2 on bad input, 3 when the reports say the tracer could not see the
 heap (no verdict) -- usable in a Makefile, ctest or a CI step."""
@@ -19,7 +19,8 @@ def add_parser(sub):
                                    "live bytes at its end than --max-live, a stack that grew more "
                                    "than --max-growth while it ran, more leak suspects than "
                                    "--max-leaks, or more definitely lost bytes at its latest scan "
-                                   "than --max-definitely-lost.  Exit 0 when every limit holds, 2 on bad input, "
+                                   "than --max-definitely-lost, or more resources of a kind held at "
+                                   "its end than --max-held (fd=N: file descriptors).  Exit 0 when every limit holds, 2 on bad input, "
                                    "3 when the reports say part of the heap was not seen.")
     p.add_argument("paths", metavar="PATH", nargs="+")
     p.add_argument("--max-live", type=int, metavar="BYTES",
@@ -31,9 +32,21 @@ def add_parser(sub):
                    help="definitely lost bytes a process may have at its latest scan (run the "
                         "tests with MEMLEAK_CONFIG=scan=exit or libmemleak run --scan-at-exit); "
                         "a process without a scan fails it")
+    p.add_argument("--max-held", action="append", type=_kind_limit, metavar="KIND=N", default=[],
+                   help="resources of KIND a process may hold at its last report: fd=N for file "
+                        "descriptors, or a kind the program names (memleak_resource_acquire); "
+                        "repeatable.  A process whose reports did not track KIND fails it")
     add_layer_options(p)
     add_suppressions_option(p)
     p.set_defaults(func=run)
+
+
+def _kind_limit(text):
+    import argparse
+    kind, sep, number = text.partition("=")
+    if not sep or not kind or not number.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: give KIND=N, as fd=100")
+    return kind, int(number)
 
 
 def _show(t, executable, layer=None):
@@ -41,11 +54,29 @@ def _show(t, executable, layer=None):
     return " <- ".join(frame_text(f) for f in frames)
 
 
+def _held_over(name, a, kind, limit, executable):
+    """Says (and returns True) when the process held more of `kind` at its
+    end than `limit`, or its reports did not track it."""
+    noun = "file descriptors" if kind == "fd" else f"resources {kind}"
+    if kind not in a.resources:
+        why = " (MEMLEAK_CONFIG fds=no)" if kind == "fd" and a.fds_untracked else ""
+        print(f"{name}: {noun} were not tracked{why}, so --max-held {kind}={limit} cannot hold")
+        return True
+    held = a.resources[kind][1]
+    if held <= limit:
+        return False
+    print(f"{name}: {held:,} {noun} held at its end, over --max-held {kind}={limit}")
+    for t in sorted((t for t in a.resource_trends if t.resource == kind), key=lambda t: -t.live_blocks)[:5]:
+        if t.live_blocks > 0:
+            print(f"  {t.live_blocks:>6,} held  {_show(t, executable, a.layer)}")
+    return True
+
+
 def run(args):
     if (args.max_live is None and args.max_growth is None and args.max_leaks is None
-            and args.max_definitely_lost is None):
+            and args.max_definitely_lost is None and not args.max_held):
         print("libmemleak: check: give at least one limit (--max-live, --max-growth, --max-leaks, "
-              "--max-definitely-lost)", file=sys.stderr)
+              "--max-definitely-lost, --max-held)", file=sys.stderr)
         return EXIT_BAD_INPUT
     rules = load_suppressions("check", args.suppressions)
     layer = layer_args("check", args)
@@ -87,6 +118,8 @@ def run(args):
                       f"{human_bytes(args.max_definitely_lost)}")
                 for t in [t for t in a.suspects if t.lost.get("definitely-lost")][:5]:
                     print(f"  {t.verdict}: {_show(t, s.executable, a.layer)}")
+        for kind, limit in args.max_held:
+            failed |= _held_over(name, a, kind, limit, s.executable)
     if any(not s.complete for s in series):
         return EXIT_BAD_INPUT  # a gap in the reports: the totals judged would be wrong
     if say_blind("check", series):

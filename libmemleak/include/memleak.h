@@ -40,6 +40,12 @@
  *                                     or no longer (on=0, the same p, size)
  *   memleak_recording(on)             this thread's allocations recorded, or
  *                                     not (nesting); MEMLEAK_NOT_RECORDED in C++
+ *
+ * Resources other than memory (file descriptors are built in, as "fd"):
+ *   memleak_resource_acquire(kind, id, weight)  resource `id` of the named
+ *                                     kind is held, at the caller's stack
+ *   memleak_resource_release(kind, id)          ... and let go
+ *   memleak_resource_live(kind, &counts)        weight and count held now
  */
 #ifndef MEMLEAK_H
 #define MEMLEAK_H
@@ -313,6 +319,34 @@ static inline void memleak_recording(int on)
     const struct memleak__api_v1 *api = memleak__api(0);
     if (api && memleak__has(api, recording))
         api->recording(on);
+}
+
+/* ---- resources other than memory ---- */
+
+/* Resource `id` of the kind named `kind` (a GPU buffer by its handle, a
+ * connection by its address: up to 31 bytes of name, 32 kinds in all, "fd"
+ * being file descriptors) is held from here, with `weight` (its bytes, or
+ * 1): reports count it per stack in a section of its own, with the same
+ * deltas as memory, and `report` ranks what grows.  Acquiring an id that
+ * is held ends the old one first.  Macros, so that the stack is the
+ * caller's; a lock and a backtrace each (microseconds), nothing without
+ * the tracer. */
+#define memleak_resource_acquire(kind, id, weight)                                                    \
+    memleak__call(resource_acquire, ((const char *)(kind), (uint64_t)(id), (uint64_t)(weight)))
+#define memleak_resource_release(kind, id) memleak__call(resource_release, ((const char *)(kind), (uint64_t)(id)))
+
+/* The weight and number of resources of `kind` held now, in *out: 0; -1
+ * and zeros without the tracer.  Sums the stacks' counters, like
+ * memleak_live. */
+static inline int memleak_resource_live(const char *kind, struct memleak_counts *out)
+{
+    const struct memleak__api_v1 *api = memleak__api(0);
+    if (!api || !memleak__has(api, resource_live)) {
+        if (out)
+            out->bytes = out->blocks = 0;
+        return -1;
+    }
+    return api->resource_live(kind, out);
 }
 
 #ifdef __cplusplus

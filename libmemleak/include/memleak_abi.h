@@ -51,6 +51,9 @@ struct memleak__api_v1 {
     void (*ignore_object)(const void *p);
     void (*root_region)(const void *p, size_t size, int add);
     void (*recording)(int on);
+    void (*resource_acquire)(const char *kind, uint64_t id, uint64_t weight);
+    void (*resource_release)(const char *kind, uint64_t id);
+    int (*resource_live)(const char *kind, struct memleak_counts *out);
 };
 
 /* A pool's flags, valgrind's (VALGRIND_MEMPOOL_AUTO_FREE, _METAPOOL). */

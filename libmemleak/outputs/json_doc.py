@@ -37,6 +37,19 @@ def trend_dict(t, rank=None):
     return d
 
 
+def resource_dict(t, rank=None):
+    """A stack of a resource other than memory: how many it holds and
+    their weight, its trend in counts."""
+    d = {"held": t.live_blocks, "weight": t.live_bytes, "growth": sum(t.block_deltas[1:]),
+         "intervals_grown": t.grew, "intervals_shrunk": t.shrank, "intervals": t.intervals,
+         "trend": t.block_deltas, "frames": [frame_dict(f) for f in t.frames]}
+    if t.allocations is not None:
+        d["acquisitions"] = t.allocations
+    if rank is not None:
+        d = {"rank": rank, "verdict": t.verdict, "score": round(t.score, 3), **d}
+    return d
+
+
 def document(analyses, problems):
     return {"processes": [{
         "program": a.series.program, "executable": a.series.executable, "pid": a.series.pid,
@@ -52,6 +65,13 @@ def document(analyses, problems):
             **{name.replace("-", "_"): {"bytes": b, "blocks": k} for name, (b, k) in a.scan.totals.items()}},
         "suspects": [trend_dict(t, i) for i, t in enumerate(a.suspects, 1)],
         "stacks": [trend_dict(t) for t in a.trends],
+        "fds_tracked": not a.fds_untracked,
+        "resources": {name: {
+            "weight": weight, "held": held,
+            "suspects": [resource_dict(t, i) for i, t in
+                         enumerate((t for t in a.resource_suspects if t.resource == name), 1)],
+            "stacks": [resource_dict(t) for t in a.resource_trends if t.resource == name],
+        } for name, (weight, held) in a.resources.items()},
     } for a in analyses], "problems": problems}
 
 

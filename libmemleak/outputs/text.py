@@ -4,14 +4,15 @@ compact trend."""
 
 from libmemleak.analysis import mappings
 from libmemleak.analysis.names import cut_of, frame_lines
-from libmemleak.analysis.trends import count, human_bytes
+from libmemleak.analysis.trends import count, human_bytes, resource_noun
 
 TREND_POINTS = 8
 
 
-def compact_trend(deltas):
+def compact_trend(deltas, bytes_=True):
     shown = deltas[-TREND_POINTS:]
-    text = " ".join(human_bytes(d, sign=True).replace(" ", "") if d else "0" for d in shown)
+    text = " ".join((human_bytes(d, sign=True).replace(" ", "") if bytes_ else f"{d:+d}") if d else "0"
+                    for d in shown)
     return ("... " if len(deltas) > len(shown) else "") + text
 
 
@@ -45,24 +46,61 @@ def write(out, analyses, problems, top=10, full_names=False, all_stacks=False, f
             out.write(f"  scan (report {a.scan_seq}): {', '.join(parts)}\n")
         for note in a.notes:
             out.write(f"  note: {note}\n")
-        rows = a.trends if all_stacks else a.suspects
-        if not rows:
-            seen = " among the allocations libmemleak saw (NOT SEEN above)" if s.blind else ""
-            out.write(f"  no leak suspects{seen}: no stack grew steadily while it ran\n\n")
-            continue
-        title = "stacks, by live bytes" if all_stacks else "leak suspects, most likely first"
-        out.write(f"  {title}:\n")
-        for rank, t in enumerate(rows[:top], 1):
-            verdict = t.verdict or "not a suspect"
-            out.write(f"  #{rank} {live_words(t)} -- {verdict}\n")
-            out.write(f"     trend: {compact_trend(t.deltas)}\n")
-            for line in frame_lines(t.frames, s.executable, frames, full=full_names, cut=t.cut, layer=a.layer):
-                out.write(f"       {line}\n")
-        if len(rows) > top:
-            out.write(f"  ({len(rows) - top} more: --top N)\n")
+        _write_rows(out, a, a.trends if all_stacks else a.suspects, all_stacks, top, full_names, frames)
+        _write_resources(out, a, all_stacks, top, full_names, frames)
         out.write("\n")
     for problem in problems:
         out.write(f"note: {problem}\n")
+
+
+def _write_rows(out, a, rows, all_stacks, top, full_names, frames, noun=None):
+    """The ranked stacks (memory's, or one resource kind's: noun names its units)."""
+    s = a.series
+    if not rows:
+        if noun is None:
+            seen = " among the allocations libmemleak saw (NOT SEEN above)" if s.blind else ""
+            out.write(f"  no leak suspects{seen}: no stack grew steadily while it ran\n")
+        return
+    if noun:
+        title = f"{noun} stacks, by how many they hold" if all_stacks else f"{noun} leak suspects, most likely first"
+    else:
+        title = "stacks, by live bytes" if all_stacks else "leak suspects, most likely first"
+    out.write(f"  {title}:\n")
+    for rank, t in enumerate(rows[:top], 1):
+        verdict = t.verdict or "not a suspect"
+        held = f"{t.live_blocks:,} held" if noun else live_words(t)
+        out.write(f"  #{rank} {held} -- {verdict}\n")
+        out.write(f"     trend: {compact_trend(t.block_deltas if noun else t.deltas, bytes_=not noun)}\n")
+        for line in frame_lines(t.frames, s.executable, frames, full=full_names, cut=t.cut, layer=a.layer):
+            out.write(f"       {line}\n")
+    if len(rows) > top:
+        out.write(f"  ({len(rows) - top} more: --top N)\n")
+
+
+def _write_resources(out, a, all_stacks, top, full_names, frames):
+    """Resources other than memory, a section each: how many are held at
+    the end, and the stacks that keep acquiring them."""
+    if a.fds_untracked:
+        out.write("  file descriptors: not tracked (MEMLEAK_CONFIG fds=no)\n")
+    for name, (weight, held) in a.resources.items():
+        trends = [t for t in a.resource_trends if t.resource == name]
+        suspects = [t for t in a.resource_suspects if t.resource == name]
+        noun = resource_noun(name, 1)
+        title = "file descriptors" if name == "fd" else f"resource {name}"
+        weighed = f", weighing {weight:,}" if name != "fd" and weight != held else ""
+        out.write(f"  {title}: {held:,} held at the last report{weighed}\n")
+        rows = trends if all_stacks else suspects
+        if not rows and held > 0 and trends:  # no steady grower: who holds them
+            rows = sorted(trends, key=lambda t: -t.live_blocks)[:3]
+            rows = [t for t in rows if t.live_blocks > 0]
+            if rows:
+                out.write(f"  no {noun} leak suspects; held by:\n")
+                for t in rows:
+                    line = next(iter(frame_lines(t.frames, a.series.executable, 1, full=full_names,
+                                                 layer=a.layer)), "?")
+                    out.write(f"    {t.live_blocks:,} held  {line}\n")
+            continue
+        _write_rows(out, a, rows, all_stacks, top, full_names, frames, noun=noun)
 
 
 def render_scan(result, pid, top=10, full_names=False, executable=None):

@@ -9,7 +9,7 @@
 #include "control.h"
 
 struct mlk_config mlk_config = {.collect_at_load = 1, .depth = 16, .signal = SIGUSR1, .exit_timeout_ms = 60000,
-                                .route = 1};
+                                .route = 1, .fds = 1};
 
 static int parse_uint(const char *s, size_t n, uint64_t *out)
 {
@@ -93,7 +93,8 @@ static const char *value_wanted(const char *key, size_t n)
                  {"scan_heuristics", "': needs all, none, valgrind or names joined by + (stdstring+newarray)"},
                  {"listen", "': needs HOST:PORT (listen=0.0.0.0:7070)"},
                  {"alloc_fns", "': needs a regular expression (alloc_fns=^my_alloc|^pool_get$)"},
-                 {"route", "': needs yes or no"}};
+                 {"route", "': needs yes or no"},
+                 {"fds", "': needs yes or no"}};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (strlen(known[i].name) == n && strncmp(key, known[i].name, n) == 0)
             return known[i].wants;
@@ -194,6 +195,11 @@ void mlk_config_parse(const char *cfg, const char *cwd)
                 mlk_config.route = VALUE("yes");
             else
                 bad_option(p, n, "': route is yes or no; using yes");
+        } else if (KEY("fds") && val) {
+            if (VALUE("no") || VALUE("yes"))
+                mlk_config.fds = VALUE("yes");
+            else
+                bad_option(p, n, "': fds is yes or no; using yes");
         } else if (KEY("signal") && val) {
             int sig = parse_signal(val, vn);
             if (sig < 0 || sig == SIGKILL || sig == SIGSTOP)
@@ -257,7 +263,7 @@ void mlk_config_parse(const char *cfg, const char *cwd)
             bad_option(p, n, "': unknown option (known: mtraceinit, depth=N, dir=PATH, "
                              "signal=NAME, unwind=fast|libgcc, sample=BYTES, "
                              "track=trailers|table, exit_timeout=SECONDS, scan=exit, "
-                             "scan_heuristics=all|none|valgrind|NAME+NAME, listen=HOST:PORT, route=yes|no, alloc_fns=REGEX)");
+                             "scan_heuristics=all|none|valgrind|NAME+NAME, listen=HOST:PORT, route=yes|no, fds=yes|no, alloc_fns=REGEX)");
         }
 #undef KEY
 #undef VALUE

@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "control.h"
+#include "resources/resources.h"
 #include "route/route.h"
 
 volatile int mlk_collecting;
@@ -220,6 +221,7 @@ int mlk_start_collecting(void)
             return -1;
         }
         mlk_note_allocator();
+        mlk_resources_segment_made(mlk_config.fds);
         mlk_modules_scan();
         mlk_unwind_init();
         /* The reporter also answers this signal when the program blocks it
@@ -296,6 +298,7 @@ static void fork_prepare(void)
     mlk_stacks_lock_for_fork(1);
     mlk_addrs_lock_for_fork(1);
     mlk_custom_lock_for_fork(1);
+    mlk_resources_lock_for_fork(1);
     mlk_lsan_lock_for_fork(1);
     mlk_trailers_lock_for_fork(1);
     if (mlk_ever_collected)
@@ -307,6 +310,7 @@ static void fork_parent(void)
     mlk_segment_fork_parent();
     mlk_trailers_lock_for_fork(0);
     mlk_lsan_lock_for_fork(0);
+    mlk_resources_lock_for_fork(0);
     mlk_custom_lock_for_fork(0);
     mlk_addrs_lock_for_fork(0);
     mlk_stacks_lock_for_fork(0);
@@ -337,6 +341,7 @@ static void fork_child(void)
         arm_lazy_spawn();
     mlk_trailers_fork_child();
     mlk_lsan_lock_for_fork(0);
+    mlk_resources_lock_for_fork(0);
     mlk_custom_lock_for_fork(0);
     mlk_addrs_lock_for_fork(0);
     mlk_stacks_lock_for_fork(0);

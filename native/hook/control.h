@@ -24,6 +24,7 @@ struct mlk_config {
     char listen[256];    /* listen=HOST:PORT: the reporter serves remote shells there */
     char alloc_fns[256]; /* alloc_fns=REGEX: the program's allocation layer, for the analysis */
     int route;           /* route=no: leave a program's own allocator alone (route/route.h) */
+    int fds;             /* fds=no: file descriptors not tracked (resources/fds.c) */
 };
 MLK_HIDDEN extern struct mlk_config mlk_config;
 MLK_HIDDEN void mlk_config_parse(const char *cfg, const char *cwd);

@@ -1,6 +1,5 @@
-/* The hooks that are not about memory: glibc's <mcheck.h> API, exec
- * (the image is replaced), and the descriptor calls that could take the
- * segment's descriptor away (hooks.h has what the hooks share). */
+/* The hooks that are not about memory: glibc's <mcheck.h> API and exec
+ * (the image is replaced); hooks.h has what the hooks share. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -12,6 +11,7 @@
 #include <unistd.h>
 
 #include "hooks.h"
+#include "resources/resources.h"
 
 /* ---- glibc's <mcheck.h> API: the program controls reporting ------------- */
 
@@ -64,8 +64,10 @@ static void exec_mark(int pending)
             return -1;                                                                             \
         }                                                                                          \
         exec_mark(1);                                                                              \
+        mlk_fds_exec_begins();                                                                     \
         int r = next args;                                                                         \
         int saved = errno;                                                                         \
+        mlk_fds_exec_returned();                                                                   \
         exec_mark(0);                                                                              \
         errno = saved;                                                                             \
         return r;                                                                                  \
@@ -122,44 +124,5 @@ EXPORT int execle(const char *path, const char *arg, ...)
     return ok < 0 ? -1 : execve(path, argv, envp);
 }
 
-/* ---- our descriptor: programs that close or reuse every fd ----------------
- * Daemons close every descriptor; that would take the segment's memfd, and a
- * reporter started later could not be handed it.  So before the program
- * closes or overwrites our descriptor, it is moved out of the way; when a
- * whole range up to the top is closed, a reporter is started first instead
- * (it holds the segment from then on). */
-
-static void protect_segment_fd(int lo, int hi)
-{
-    if (mlk_seg_fd < lo || mlk_seg_fd > hi || mlk_in_hook)
-        return;
-    BEGIN_HOOK();
-    mlk_segment_fd_threatened(lo, hi);
-    END_HOOK();
-}
-
-#define FD_HOOK(ret, name, params, args, lo, hi)                                                   \
-    EXPORT ret name params                                                                         \
-    {                                                                                              \
-        static ret (*next) params;                                                                 \
-        if (!LAZY_NEXT(next, #name)) {                                                             \
-            errno = ENOSYS;                                                                        \
-            return (ret)-1;                                                                        \
-        }                                                                                          \
-        protect_segment_fd(lo, hi);                                                                \
-        return next args;                                                                          \
-    }
-
-FD_HOOK(int, close, (int fd), (fd), fd, fd)
-FD_HOOK(int, dup2, (int oldfd, int newfd), (oldfd, newfd), newfd, newfd)
-FD_HOOK(int, dup3, (int oldfd, int newfd, int flags), (oldfd, newfd, flags), newfd, newfd)
-FD_HOOK(int, close_range, (unsigned first, unsigned last, int flags), (first, last, flags),
-        (int)(first > 0x7fffffffu ? 0x7fffffff : first), (int)(last > 0x7fffffffu ? 0x7fffffff : last))
-
-EXPORT void closefrom(int lowfd)
-{
-    static void (*next)(int);
-    protect_segment_fd(lowfd < 0 ? 0 : lowfd, 0x7fffffff);
-    if (LAZY_NEXT(next, "closefrom"))
-        next(lowfd);
-}
+/* The descriptor calls (close, dup2, ...) are resources/fds.c's: they keep
+ * the books of descriptors and protect the segment's own. */

@@ -302,7 +302,13 @@ struct mlk_rc_texts {
     int64_t keys;           /* entries of key_first, key_lines and key_kind */
     const int32_t *since_seq; /* the report seq of each since[] bucket (0: unused), or NULL */
     int32_t depth;          /* the configured depth: what cut= says */
+    /* What an entry of each kind says of it, KIND_TEXT_WIDTH bytes a kind
+     * (NUL-ended; "" for the built-in words below): " resource=fd" for the
+     * resource kinds, whose names the reporter knows.  Or NULL. */
+    const char *kind_text;
 };
+#define KIND_TEXT_KINDS 64
+#define KIND_TEXT_WIDTH 48
 
 /* In key_kind: the key's stack was cut at the configured depth. */
 #define CUT_KIND 0x40
@@ -353,7 +359,7 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
         const struct mlk_rc_row *row = &rows[r];
         int64_t first = row->key >= 0 && row->key < t->keys ? t->key_first[row->key] : -1;
         int32_t lines = first < 0 ? 0 : t->key_lines[row->key];
-        int64_t need = 112 + 240 + 240 + 32; /* four signed numbers, the kind, "cut=", "touched=", "samples=", "allocs=",
+        int64_t need = 112 + 240 + 240 + 32 + KIND_TEXT_WIDTH; /* four signed numbers, the kind, "cut=", "touched=", "samples=", "allocs=",
                                          * four categories' "name=bytes/blocks", "since=" with
                                          * eight "seq:blocks", a newline */
         for (int32_t k = 0; k < lines; k++) {
@@ -376,9 +382,12 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
             p += put_count(p, t->depth);
             kind &= ~CUT_KIND;
         }
-        if (kind > 0 && kind < KIND_FIELDS && kind_field[kind]) {
-            size_t n = strlen(kind_field[kind]);
-            memcpy(p, kind_field[kind], n);
+        const char *said = kind > 0 && kind < KIND_FIELDS ? kind_field[kind] : NULL;
+        if (t->kind_text && kind > 0 && kind < KIND_TEXT_KINDS && t->kind_text[kind * KIND_TEXT_WIDTH])
+            said = t->kind_text + kind * KIND_TEXT_WIDTH;
+        if (said) {
+            size_t n = strnlen(said, KIND_TEXT_WIDTH - 1);
+            memcpy(p, said, n);
             p += n;
         }
         if (row->touched >= 0 && (kind == MLK_KIND_MMAP || kind == MLK_KIND_SHARED)) {
@@ -431,6 +440,25 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
     }
     *next = r;
     return len;
+}
+
+/* Moves the rows of resource keys (key_kind, less CUT_KIND, at least
+ * `first_resource_kind`) after all the others, each group in its order:
+ * a report's resources are a section of their own, after memory's
+ * (docs/memlog.md).  scratch: room for n rows.  */
+EXPORT void mlk_rc_resources_last(struct mlk_rc_row *rows, int64_t n, const int8_t *key_kind, int64_t nkeys,
+                                  int first_resource_kind, struct mlk_rc_row *scratch)
+{
+    int64_t memory = 0, later = 0;
+    for (int64_t r = 0; r < n; r++) {
+        int64_t key = rows[r].key;
+        int kind = key >= 0 && key < nkeys ? key_kind[key] & ~CUT_KIND : 0;
+        if (kind >= first_resource_kind)
+            scratch[later++] = rows[r];
+        else
+            rows[memory++] = rows[r];
+    }
+    memcpy(rows + memory, scratch, (size_t)later * sizeof *rows);
 }
 
 /* Record that a report now covers these columns: reported := live, for the

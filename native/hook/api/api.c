@@ -11,6 +11,7 @@
 
 #include "../../../libmemleak/include/memleak_abi.h" /* the table's one definition */
 #include "../mlk.h"
+#include "../resources/resources.h"
 #include "custom.h"
 #include "lsan.h"
 
@@ -66,22 +67,19 @@ static int api_report(const char *label, char *path, size_t path_len)
     return done ? 0 : -1;
 }
 
-/* The bytes and blocks live now in every stack of the process (what a
- * report's live-bytes says): 0, or -1 when nothing is collected.  Reads
- * each stack's counters: about a millisecond per 10,000 stacks. */
-static int api_live(struct memleak_counts *out)
+/* Sums the live counters of the stacks whose kind is in [lo, hi]. */
+static void sum_live(int lo, int hi, struct memleak_counts *out)
 {
     struct mlk_header *h = mlk_seg;
-    if (out)
-        out->bytes = out->blocks = 0;
-    if (!h || !out || !mlk_ever_collected)
-        return -1;
     uint64_t n = __atomic_load_n(&h->stacks_used, __ATOMIC_ACQUIRE);
     if (n > h->stacks_cap)
         n = h->stacks_cap;
     const struct mlk_stack *stacks = mlk_stacks();
     int64_t bytes = 0, blocks = 0;
-    for (uint64_t i = 0; i < n; i++)
+    for (uint64_t i = 0; i < n; i++) {
+        int kind = stacks[i].kind;
+        if (kind < lo || kind > hi || __atomic_load_n(&stacks[i].state, __ATOMIC_ACQUIRE) != MLK_STACK_READY)
+            continue;
         for (int s = 0; s < MLK_COUNTER_STRIPES; s++) {
             const struct mlk_counters *c = &stacks[i].counters[s];
             bytes += (int64_t)__atomic_load_n(&c->alloc_bytes, __ATOMIC_RELAXED) -
@@ -89,8 +87,73 @@ static int api_live(struct memleak_counts *out)
             blocks += (int64_t)__atomic_load_n(&c->alloc_count, __ATOMIC_RELAXED) -
                       __atomic_load_n(&c->freed_count, __ATOMIC_RELAXED);
         }
+    }
     out->bytes = bytes;
     out->blocks = blocks;
+}
+
+/* The bytes and blocks live now (what a report's live-bytes says: heap
+ * blocks and mappings, not the program's own blocks inside them, not
+ * resources): 0, or -1 when nothing is collected.  Reads each stack's
+ * counters: about a millisecond per 10,000 stacks. */
+static int api_live(struct memleak_counts *out)
+{
+    if (out)
+        out->bytes = out->blocks = 0;
+    if (!mlk_seg || !out || !mlk_ever_collected)
+        return -1;
+    sum_live(0, MLK_KIND_CUSTOM - 1, out);
+    return 0;
+}
+
+/* ---- resources other than memory (resources/table.c) ---- */
+
+/* The kind's index, or -1 when not traced. */
+static int resource_kind(const char *kind)
+{
+    if (!mlk_seg || !kind || !mlk_ever_collected)
+        return -1;
+    int was = mlk_in_hook;
+    mlk_in_hook = 1;
+    int r = mlk_resource_kind(kind);
+    mlk_in_hook = was;
+    return r;
+}
+
+static void api_resource_acquire(const char *kind, uint64_t id, uint64_t weight)
+{
+    int r = resource_kind(kind);
+    if (r < 0)
+        return;
+    int was = mlk_in_hook;
+    mlk_in_hook = 1;
+    uint32_t stack = mlk_collecting && !mlk_thread_not_recording
+                         ? mlk_current_stack(MLK_KIND_RESOURCE + r) : MLK_NO_STACK;
+    mlk_resource_acquire(r, id, weight, stack);
+    mlk_in_hook = was;
+}
+
+static void api_resource_release(const char *kind, uint64_t id)
+{
+    int r = resource_kind(kind);
+    if (r < 0)
+        return;
+    int was = mlk_in_hook;
+    mlk_in_hook = 1;
+    mlk_resource_release(r, id);
+    mlk_in_hook = was;
+}
+
+/* The weight and count of `kind` held now ("fd": descriptors): 0, or -1
+ * (zeros) when not traced. */
+static int api_resource_live(const char *kind, struct memleak_counts *out)
+{
+    if (out)
+        out->bytes = out->blocks = 0;
+    int r = resource_kind(kind);
+    if (r < 0 || !out)
+        return -1;
+    sum_live(MLK_KIND_RESOURCE + r, MLK_KIND_RESOURCE + r, out);
     return 0;
 }
 
@@ -157,6 +220,9 @@ EXPORT const struct memleak__api_v1 mlk_api_v1 = {
     mlk_ignore_object,
     mlk_root_region,
     mlk_thread_recording,
+    api_resource_acquire,
+    api_resource_release,
+    api_resource_live,
 };
 
 /* ---- LeakSanitizer's interface (sanitizer/lsan_interface.h), for code that

@@ -38,6 +38,13 @@ static const char *const routed_names[] = {
     "mmap", "mmap64", "mprotect", "dlopen", "dlclose", "mtrace", "muntrace",
     "execve", "execv", "execvp", "execvpe", "fexecve", "execveat", "execl", "execlp", "execle",
     "close", "dup2", "dup3", "close_range", "closefrom",
+    /* descriptors (resources/fds.c) */
+    "open", "open64", "openat", "openat64", "__open_2", "__open64_2", "__openat_2", "__openat64_2",
+    "creat", "creat64", "socket", "accept", "accept4", "dup", "eventfd", "timerfd_create", "epoll_create",
+    "epoll_create1", "inotify_init", "inotify_init1", "memfd_create", "mkstemp", "mkstemp64", "mkostemp",
+    "mkostemp64", "mkstemps", "mkostemps", "posix_openpt", "shm_open", "signalfd", "pipe", "pipe2",
+    "socketpair", "fcntl", "fcntl64", "recvmsg", "recvmmsg", "fopen", "fopen64", "tmpfile", "tmpfile64",
+    "popen", "freopen", "freopen64", "fclose", "pclose", "opendir", "closedir",
     "sigaction", "signal", "sysv_signal", "bsd_signal", "sigset",
 };
 #define NROUTED (sizeof routed_names / sizeof routed_names[0])
