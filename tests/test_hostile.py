@@ -74,11 +74,17 @@ def test_a_forged_address_table_does_not_break_the_scan(tmp_path):
         assert p.stdout.readline() == "forged\n"  # run execs: p.pid is the program's
         for _ in range(2):
             scan = cli("scan", p.pid, cwd=tmp_path, timeout=300)
-            assert scan.returncode == 0, scan.stderr
+            if scan.returncode:
+                p.kill()
+                raise AssertionError(scan.stderr + p.stderr.read())
             report = memlog.read(scan.stdout.splitlines()[0])
             assert report.header["reason"] == "scan"
             # the forged table of mappings: bounded work, said to be cut short
             assert report.header["mappings-touched"].startswith("partial: more than 16 GiB"), report.header
+            # the forged resource kinds: 32 at most, each name one harmless word
+            kinds = [k for k in report.header if k.startswith("resource-live ")]
+            assert 0 < len(kinds) <= 32 and report.header["pid"] == str(p.pid)
+            assert all(re.fullmatch(r"resource-live [A-Za-z0-9._+@%~-]{1,31}", k) for k in kinds), kinds
         p.stdin.write("\n")
         p.stdin.close()
         assert p.wait(timeout=120) == 0, p.stderr.read()

@@ -336,8 +336,8 @@ static inline void memleak_recording(int on)
 #define memleak_resource_release(kind, id) memleak__call(resource_release, ((const char *)(kind), (uint64_t)(id)))
 
 /* The weight and number of resources of `kind` held now, in *out: 0; -1
- * and zeros without the tracer.  Sums the stacks' counters, like
- * memleak_live. */
+ * and zeros without the tracer or when no such kind was named ("fd" under
+ * MEMLEAK_CONFIG fds=no).  Sums the stacks' counters, like memleak_live. */
 static inline int memleak_resource_live(const char *kind, struct memleak_counts *out)
 {
     const struct memleak__api_v1 *api = memleak__api(0);

@@ -39,6 +39,19 @@ static void die(const char *what)
 
 static int leaked_sockets, leaked_logs;
 
+/* The kernel's word: how many descriptors the process has open. */
+static int open_now(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        die("/proc/self/fd");
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1; /* the directory's own */
+}
+
 static int listen_on_loopback(struct sockaddr_in *addr)
 {
     int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -162,6 +175,7 @@ __attribute__((noinline)) static void tidy_work(void)
 int main(int argc, char **argv)
 {
     int rounds = argc > 1 ? atoi(argv[1]) : 8;
+    int before = open_now();
     struct sockaddr_in addr;
     int listener = listen_on_loopback(&addr);
     for (int round = 0; round < rounds; round++) {
@@ -183,6 +197,7 @@ int main(int argc, char **argv)
     struct memleak_counts held;
     int traced = memleak_resource_live("fd", &held) == 0;
     printf("leaked: %d sockets, %d logs\n", leaked_sockets, leaked_logs);
+    printf("kernel: %d more open\n", open_now() - before);
     printf("held: %d %lld %lld\n", traced ? 0 : -1, (long long)held.blocks, (long long)held.bytes);
     return 0;
 }

@@ -19,8 +19,12 @@
  *                     block spanning a whole mapping.  What it told the
  *                     check (lsan_table): 2^40 ignored pointers at the top
  *                     of the address space, 2^32 root regions of which the
- *                     4,096 read are each the whole address space.  Prints
- *                     "forged", waits for a line. */
+ *                     4,096 read are each the whole address space.  Its
+ *                     resource kinds: 2^32 claimed, their names garbage
+ *                     without an end (a newline, a header line, bytes
+ *                     beyond ASCII), and two stacks' kinds rewritten, one
+ *                     to a resource kind never named, one to no kind at
+ *                     all.  Prints "forged", waits for a line. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,6 +147,14 @@ static int forge_table(void)
     lsan_table[2] = (uint64_t)roots;
     lsan_table[3] = 1ull << 32;
     h->lsan_table = (uint64_t)lsan_table;
+    h->resource_kinds = 0xffffffffu;
+    for (size_t i = 0; i < sizeof h->resource_names; i++)
+        h->resource_names[i] = (char)("\n# pid: 1 resource-live x: \xff\x1b"[i % 27]);
+    struct mlk_stack *stacks = (struct mlk_stack *)((char *)h + h->stacks_off);
+    if (h->stacks_used >= 2) {
+        stacks[0].kind = MLK_KIND_RESOURCE + MLK_RESOURCE_KINDS - 1;
+        stacks[1].kind = 255;
+    }
     printf("forged\n");
     fflush(stdout);
     char line[8];

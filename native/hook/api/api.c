@@ -108,21 +108,21 @@ static int api_live(struct memleak_counts *out)
 
 /* ---- resources other than memory (resources/table.c) ---- */
 
-/* The kind's index, or -1 when not traced. */
-static int resource_kind(const char *kind)
+/* The kind's index (named now if new and `create`), or -1 when not traced. */
+static int resource_kind(const char *kind, int create)
 {
     if (!mlk_seg || !kind || !mlk_ever_collected)
         return -1;
     int was = mlk_in_hook;
     mlk_in_hook = 1;
-    int r = mlk_resource_kind(kind);
+    int r = mlk_resource_kind(kind, create);
     mlk_in_hook = was;
     return r;
 }
 
 static void api_resource_acquire(const char *kind, uint64_t id, uint64_t weight)
 {
-    int r = resource_kind(kind);
+    int r = resource_kind(kind, 1);
     if (r < 0)
         return;
     int was = mlk_in_hook;
@@ -135,7 +135,7 @@ static void api_resource_acquire(const char *kind, uint64_t id, uint64_t weight)
 
 static void api_resource_release(const char *kind, uint64_t id)
 {
-    int r = resource_kind(kind);
+    int r = resource_kind(kind, 0);
     if (r < 0)
         return;
     int was = mlk_in_hook;
@@ -145,12 +145,12 @@ static void api_resource_release(const char *kind, uint64_t id)
 }
 
 /* The weight and count of `kind` held now ("fd": descriptors): 0, or -1
- * (zeros) when not traced. */
+ * (zeros) when not traced or no such kind was ever named. */
 static int api_resource_live(const char *kind, struct memleak_counts *out)
 {
     if (out)
         out->bytes = out->blocks = 0;
-    int r = resource_kind(kind);
+    int r = resource_kind(kind, 0);
     if (r < 0 || !out)
         return -1;
     sum_live(MLK_KIND_RESOURCE + r, MLK_KIND_RESOURCE + r, out);

@@ -11,9 +11,10 @@
 #define MLK_FD_KIND 0 /* file descriptors: the first kind named, when tracked */
 
 /* The index of the resource kind named `name` (at most
- * MLK_RESOURCE_NAME_MAX - 1 bytes of it count), named now if new; -1 when
- * the tracer has no segment or every kind is taken. */
-MLK_HIDDEN int mlk_resource_kind(const char *name);
+ * MLK_RESOURCE_NAME_MAX - 1 bytes of it count), named now if new and
+ * `create`; -1 when the tracer has no segment, no such kind, or every kind
+ * is taken. */
+MLK_HIDDEN int mlk_resource_kind(const char *name, int create);
 
 /* Resource `id` of kind `kind` is held, with `weight`, from `stack`
  * (MLK_NO_STACK: held but in no entry).  One already held under that id

@@ -73,7 +73,7 @@ static int find_kind(const char *name, uint32_t n)
     return -1;
 }
 
-int mlk_resource_kind(const char *name)
+int mlk_resource_kind(const char *name, int create)
 {
     struct mlk_header *h = mlk_seg;
     if (!h || !name)
@@ -82,7 +82,7 @@ int mlk_resource_kind(const char *name)
     if (n > MLK_RESOURCE_KINDS)
         return -1;
     int r = find_kind(name, n);
-    if (r >= 0)
+    if (r >= 0 || !create)
         return r;
     mlk_lock(&lock);
     n = h->resource_kinds;
@@ -107,7 +107,7 @@ void mlk_resources_segment_made(int track_fds)
 {
     mlk_seg->fds_tracked = track_fds ? 1 : 0;
     if (track_fds && mlk_seg->resource_kinds == 0)
-        mlk_resource_kind("fd"); /* kind 0 (MLK_FD_KIND) */
+        mlk_resource_kind("fd", 1); /* kind 0 (MLK_FD_KIND) */
 }
 
 /* ---- the table ---- */
