@@ -5,7 +5,12 @@ versions of bench/run.py's cc1 and sqlite3 workloads, and on a C++
 program linked with a static tcmalloc, whose allocator entry points are
 routed (bench/routed_workload.cc), beside the same program on glibc's
 malloc (alloc-glibc): nearly all it does is allocate, so its ratios are
-the tracer's cost per allocation, not a program's.
+the tracer's cost per allocation, not a program's.  And what tracing
+file descriptors costs (fds: bench/programs/fdloop.c opens and closes
+descriptors and allocates nearly nothing), with descriptors tracked and
+with MEMLEAK_CONFIG fds=no; its table gives the instructions added per
+descriptor call (the calls' own kernel time, which callgrind does not
+count, is most of their cost bare).
 
 Wall-clock ratios on a shared machine move by 20-40% from run to run;
 these counts move by well under 1%, so they are what a change to the hot
@@ -40,6 +45,8 @@ sys.path.insert(0, HERE)
 from libmemleak import preload_path  # noqa: E402
 from run import SAMPLE_BYTES, gen_c, gen_sqlite  # noqa: E402
 
+FD_ROUNDS = 20000     # fdloop.c: 5 descriptors opened and closed a round
+FD_CALLS = 10         # descriptor calls a round: 5 that make one, 5 that end one
 CC1_FUNCTIONS = 120   # of bench/run.py's 1,500: about a minute under callgrind
 SQLITE_ROWS = 8000    # of its 150,000
 LAST_LEVEL = "524288,8,64"
@@ -64,6 +71,12 @@ def routed_program(out, static_tcmalloc=True):
     return prog
 
 
+def fd_program(out):
+    prog = os.path.join(out, "fdloop")
+    subprocess.run(["gcc", "-O2", os.path.join(HERE, "programs", "fdloop.c"), "-o", prog], check=True)
+    return prog
+
+
 def workloads(out, only=None):
     cc1 = subprocess.run(["gcc", "-print-prog-name=cc1"], capture_output=True, text=True).stdout.strip()
     found = {
@@ -73,6 +86,7 @@ def workloads(out, only=None):
         "tcmalloc-static": lambda: ((lambda p: [p, str(ROUTED_ROUNDS)] if p else None)(routed_program(out)),
                                     None),
         "alloc-glibc": lambda: ([routed_program(out, False), str(ROUTED_ROUNDS)], None),
+        "fds": lambda: ([fd_program(out), str(FD_ROUNDS)], None),
     }
     return {name: make() for name, make in found.items() if not only or name in only}
 
@@ -113,7 +127,7 @@ def measure(argv, stdin_path, env):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", nargs="+", choices=["cc1", "sqlite3", "tcmalloc-static", "alloc-glibc"],
+    ap.add_argument("--only", nargs="+", choices=["cc1", "sqlite3", "tcmalloc-static", "alloc-glibc", "fds"],
                     help="these workloads only")
     ap.add_argument("--lib", default=None, help="the libmtrace.so to measure (default: this checkout's)")
     ap.add_argument("--no-sampled", action="store_true", help=f"skip sampling mode (sample={SAMPLE_BYTES})")
@@ -130,12 +144,14 @@ def main():
     if not args.no_sampled:
         tools.append(("libmemleak-sampled", f"mtraceinit,sample={SAMPLE_BYTES}"))
     rows = []
+    bare_ir = 0
     for name, (argv, stdin_path) in workloads(out, args.only).items():
         if argv is None:
             print(f"{name}: skipped ({TCMALLOC_STATIC} is not installed: libgoogle-perftools-dev)")
             continue
         base = None
-        for tool, config in tools:
+        extra = [("libmemleak-fds=no", "mtraceinit,fds=no")] if name == "fds" else []
+        for tool, config in tools + extra:
             env = dict(os.environ)
             env.pop("LD_PRELOAD", None)
             env.pop("MEMLEAK_CONFIG", None)
@@ -146,7 +162,11 @@ def main():
                 env["MEMLEAK_CONFIG"] = f"{config},dir={reports}"
             m = measure(argv, stdin_path, env)
             base = base or m["est"]
+            bare_ir = bare_ir if tool != "bare" else m["Ir"]
             rows.append((name, tool, m, m["est"] / base))
+            if name == "fds" and tool != "bare":
+                print(f"fds: {(m['Ir'] - bare_ir) / (FD_ROUNDS * FD_CALLS):.0f} instructions added per "
+                      f"descriptor call ({tool})", flush=True)
             print(f"{name:8} {tool:19} Ir {m['Ir'] / 1e6:9.1f}M  L1 misses {m['L1'] / 1e6:7.2f}M  "
                   f"LL misses {m['LL'] / 1e6:6.2f}M  est {m['est'] / 1e6:9.1f}M  {m['est'] / base:5.3f}x",
                   flush=True)
