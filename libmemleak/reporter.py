@@ -27,6 +27,7 @@ from libmemleak.memlog import (Frame, header_text, render, render_frames, report
 from libmemleak.analysis.names import frame_text
 from libmemleak.live import proc_dir
 from libmemleak.report_core import CUT_KIND, TextStore
+from libmemleak.layout import CONST
 from libmemleak.segment import (KIND_NAMES, RESOURCE_BASE, RESOURCE_PREFIX, Segment, SegmentError, futex_wait,
                                 futex_wake)
 from libmemleak.symbols import Symbolizer
@@ -518,6 +519,7 @@ class Reporter:
             lines.append(("blind", self.seg.string(self.h.blind_off, min(self.h.blind_len, 1024))))
         if self.h.routed_len:  # the program's own allocator, routed to the hook
             lines.append(("routed", self.seg.string(self.h.routed_off, min(self.h.routed_len, 1024))))
+        lines += default_suppression_lines(self.seg)
         if self.h.alloc_fns_len:  # its allocation layer, as its user named it
             lines.append(("alloc-fns", self.seg.string(self.h.alloc_fns_off, min(self.h.alloc_fns_len, 255))))
         lines += [
@@ -600,6 +602,22 @@ class Reporter:
                 seen.add(m.path)
                 lines.append((f"build-id {m.path}", m.build_id))
         return lines
+
+
+DEFAULT_SUPPRESSIONS_SHOWN = 64  # lines of a program's own suppressions a report carries
+
+
+def default_suppression_lines(seg):
+    """The program's __lsan_default_suppressions, a header line per rule
+    (`default-suppression N: leak:PATTERN`), comments and blank lines left
+    out: the analysis applies them as LSan would (docs/memlog.md)."""
+    h = seg.header
+    if not h.default_suppressions_len:
+        return []
+    text = seg.string(h.default_suppressions_off, min(h.default_suppressions_len,
+                                                      CONST["MLK_DEFAULT_SUPPRESSIONS_MAX"]))
+    rules = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+    return [(f"default-suppression {i}", rule[:512]) for i, rule in enumerate(rules[:DEFAULT_SUPPRESSIONS_SHOWN], 1)]
 
 
 def resource_lines(snap, sums):

@@ -61,6 +61,7 @@
 #define MLK_KIND_RESOURCE 16
 #define MLK_RESOURCE_KINDS 32
 #define MLK_RESOURCE_NAME_MAX 32
+#define MLK_DEFAULT_SUPPRESSIONS_MAX 8192
 
 /* struct mlk_header.tracking */
 #define MLK_TRACK_TABLE 0
@@ -346,6 +347,12 @@ struct mlk_header {
     uint32_t fds_tracked;
     uint64_t resources_dropped;
     char resource_names[1024];  /* MLK_RESOURCE_KINDS * MLK_RESOURCE_NAME_MAX */
+    /* What the program's __lsan_default_suppressions() returned (LSan's
+     * syntax, lines), in strings (0/0: it defines none), read as
+     * collection starts: the reports carry it and the analysis applies it
+     * as LSan would.  Cut at MLK_DEFAULT_SUPPRESSIONS_MAX bytes. */
+    uint32_t default_suppressions_off;
+    uint32_t default_suppressions_len;
 };
 
 /* Objects never to be called lost -- pointers into them, sorted -- and

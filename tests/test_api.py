@@ -214,3 +214,26 @@ def test_blocks_announced_after_an_attach_are_seen(tmp_path):
     finally:
         p.kill()
         p.wait()
+
+
+@pytest.mark.parametrize("exported", [False, True], ids=["symtab", "rdynamic"])
+def test_the_programs_own_lsan_suppressions_are_applied(tmp_path, exported):
+    """__lsan_default_suppressions, defined in the executable as test suites
+    do -- found in its full symbol table, or exported with -rdynamic --
+    is carried by the reports and applied by report and check, as LSan
+    applies it (its other sanitizers' lines passed over)."""
+    prog = compile_program("suppressed.c", *(["-rdynamic"] if exported else []),
+                           name="suppressed_rdynamic" if exported else None)
+    out = cli("run", "-q", "--scan-at-exit", prog, cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout == "done\n", out.stderr
+    [name] = [n for n in os.listdir(tmp_path) if n.endswith(".memlog")]
+    report = memlog.read(str(tmp_path / name))
+    assert report.header["default-suppression 1"] == "leak:expected_leak"
+    assert report.header["default-suppression 2"] == "race:not_ours"
+    assert report.header["definitely-lost"] == "1024 2"  # the report itself holds everything
+    text = cli("report", tmp_path).stdout
+    assert "1 stack suppressed by the program's __lsan_default_suppressions (1,000 bytes live)" in text
+    assert "real_leak (suppressed.c:" in text and "expected_leak" not in text
+    assert cli("check", "--max-definitely-lost", "24", tmp_path).returncode == 0
+    over = cli("check", "--max-definitely-lost", "23", tmp_path)
+    assert over.returncode == 1 and "24 B in 1 block definitely lost" in over.stdout

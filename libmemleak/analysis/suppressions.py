@@ -31,6 +31,14 @@ def load(path):
             lines = f.read().splitlines()
     except OSError as e:
         raise InputError(f"{path}: {e.strerror}") from None
+    return parse(lines, path)
+
+
+def parse(lines, where, strict=True):
+    """The rules of suppression lines; with strict, InputError (naming
+    `where` and the line) for a line that is not `leak:PATTERN`, else such
+    lines are passed over (a program's own suppressions may hold other
+    sanitizers' kinds, which LSan passes over too)."""
     rules = []
     for number, line in enumerate(lines, 1):
         line = line.strip()
@@ -38,9 +46,21 @@ def load(path):
             continue
         kind, sep, pattern = line.partition(":")
         if not sep or kind.strip() != "leak" or not pattern.strip():
-            raise InputError(f"{path}:{number}: expected 'leak:PATTERN', got {line[:60]!r}")
+            if not strict:
+                continue
+            raise InputError(f"{where}:{number}: expected 'leak:PATTERN', got {line[:60]!r}")
         rules.append((pattern.strip(), _regex(pattern.strip())))
     return rules
+
+
+def from_reports(series):
+    """The program's own suppressions (its __lsan_default_suppressions, which
+    its reports carry as `default-suppression N` lines): the latest report's."""
+    for r in reversed(series.reports):
+        lines = [v for k, v in r.header.items() if k.startswith("default-suppression ")]
+        if lines:
+            return parse(lines, r.path if hasattr(r, "path") else "report", strict=False)
+    return []
 
 
 def matches(rules, frames):
@@ -51,16 +71,17 @@ def matches(rules, frames):
     return False
 
 
-def apply(analysis, rules):
+def apply(analysis, rules, whose=""):
     """Leave the suppressed stacks out of an analysis (trends, suspects,
-    live totals); a note says how many and how many bytes."""
+    live totals); a note says how many and how many bytes (and whose
+    rules: `whose`)."""
     if not rules:
         return analysis
     kept = [t for t in analysis.trends if not matches(rules, t.frames)]
     gone = len(analysis.trends) - len(kept)
     if gone:
         gone_bytes = sum(t.live_bytes for t in analysis.trends) - sum(t.live_bytes for t in kept)
-        analysis.notes.append(f"{count(gone, 'stack')} suppressed "
+        analysis.notes.append(f"{count(gone, 'stack')} suppressed{whose} "
                               f"({gone_bytes:,} bytes live)")
     analysis.trends = kept
     keep = {id(t) for t in kept}

@@ -277,6 +277,10 @@ def analyse(series, group_by="stack", alloc_fns=None, fold=True):
                        f"runs ({ways_to_ask(series)})")
     if not series.complete:
         a.notes.extend(series.problems)
+    from libmemleak.analysis import suppressions  # it builds on this module
+    own = suppressions.from_reports(series)
+    if own:  # the program's own word, as LSan takes it
+        a = suppressions.apply(a, own, " by the program's __lsan_default_suppressions")
     return a
 
 

@@ -170,6 +170,9 @@ extern MLK_HIDDEN volatile uint64_t mlk_ignored_count;
 MLK_HIDDEN void mlk_ignored_forget(uint64_t start, uint64_t end);
 extern __thread int mlk_thread_not_recording __attribute__((tls_model("initial-exec")));
 MLK_HIDDEN void mlk_lsan_lock_for_fork(int acquire);
+/* The program's __lsan_default_suppressions(), if it has one, into the
+ * segment (as collection first starts). */
+MLK_HIDDEN void mlk_lsan_read_default_suppressions(void);
 /* Anonymous mappings: an interval map, since munmap may cut any part. */
 MLK_HIDDEN int mlk_region_insert(uint64_t start, uint64_t len, uint32_t stack);
 /* Forget [start, start+len): accounts the removed bytes and pieces. */

@@ -149,3 +149,4 @@ void mlk_lsan_lock_for_fork(int acquire)
     else
         mlk_unlock(&lock);
 }
+
