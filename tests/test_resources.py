@@ -113,6 +113,13 @@ def test_a_server_leaking_sockets_and_files_from_two_sites(tmp_path):
     assert [s["frames"][0]["function"] for s in fd["suspects"]] == ["serve_client", "open_request_log"]
     assert all(s["kind"] != "resource" for s in doc["stacks"])
 
+    # diff compares memory only: the accept site holds no memory
+    names = sorted((n for n in os.listdir(tmp_path) if n.endswith(".memlog")),
+                   key=lambda n: int(n[:-len(".memlog")].split("-")[2]))
+    compared = cli("diff", tmp_path / names[0], tmp_path / names[-1])
+    assert compared.returncode == 0 and "open_request_log" in compared.stdout
+    assert "serve_client" not in compared.stdout
+
     # check holds a process to a number of descriptors
     over = cli("check", "--max-held", "fd=11", tmp_path)
     assert over.returncode == 1 and "12 file descriptors held at its end, over --max-held fd=11" in over.stdout

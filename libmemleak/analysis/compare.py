@@ -75,6 +75,8 @@ def live_state(path):
                          "what was live is not known exactly")
         for r in reports:
             for e in r.entries:
+                if any(x.startswith("resource=") for x in e.extra):
+                    continue  # descriptors and named resources: not memory, not compared here
                 key = match_key(e.frames)
                 slot = state.setdefault(key, [e.frames, 0, 0])
                 slot[1] += e.bytes
