@@ -195,6 +195,7 @@ def test_kinds_the_program_names(tmp_path):
     assert last.header["resource-live fd"] == "0 0"
     text = cli("report", tmp_path).stdout
     assert "resource gpu-buffer: 3 held at the last report, weighing 3,145,728" in text
+    assert "file descriptors" not in text  # it opened none while traced
     assert "gpu-buffer leak suspects" in text and "upload_texture (gpubuffers.c:" in text
     assert cli("check", "--max-held", "gpu-buffer=2", tmp_path).returncode == 1
     assert cli("check", "--max-held", "gpu-buffer=3", "--max-held", "connection=0", tmp_path).returncode == 0

@@ -84,6 +84,8 @@ def _write_resources(out, a, all_stacks, top, full_names, frames):
         out.write("  file descriptors: not tracked (MEMLEAK_CONFIG fds=no)\n")
     for name, (weight, held) in a.resources.items():
         trends = [t for t in a.resource_trends if t.resource == name]
+        if name == "fd" and not trends:
+            continue  # none opened while it was traced: nothing to say (the reports say they were tracked)
         suspects = [t for t in a.resource_suspects if t.resource == name]
         noun = resource_noun(name, 1)
         title = "file descriptors" if name == "fd" else f"resource {name}"
