@@ -28,8 +28,7 @@ from libmemleak.analysis.names import frame_text
 from libmemleak.live import proc_dir
 from libmemleak.report_core import CUT_KIND, TextStore
 from libmemleak.layout import CONST
-from libmemleak.segment import (KIND_NAMES, RESOURCE_BASE, RESOURCE_PREFIX, Segment, SegmentError, futex_wait,
-                                futex_wake)
+from libmemleak.segment import RESOURCE_BASE, Segment, SegmentError, futex_wait, futex_wake
 from libmemleak.symbols import Symbolizer
 from libmemleak.trust import pid_of_pidfd, vouched_directory
 
@@ -47,7 +46,6 @@ REASON_FIELDS = (("exit", "exit_requests", "seen_exit"),
                  ("call", "api_requests", "seen_api"),  # memleak_report: its label named
                  ("signal", "signal_requests", "seen_signal"),
                  ("snapshot", "snapshot_requests", "seen_snapshot"))
-KIND_CODES = {name: code for code, name in KIND_NAMES.items()}
 FINAL_REASONS = ("exit", "death", "muntrace", "detach")  # no report of this process follows
 ENDS_REPORTER = ("exit", "detach")  # this reporter's work is done
 SELF_LIBRARY = "libmtrace.so"
@@ -456,13 +454,7 @@ class Reporter:
         """What the key's entries say of it: its allocator family
         (MLK_KIND_*) or resource kind (MLK_KIND_RESOURCE + its index), and
         CUT_KIND if its stack was cut at the depth."""
-        kind = self.keys.kind(key_id)
-        code = KIND_CODES.get(kind)
-        if code is None and kind.startswith(RESOURCE_PREFIX):
-            names = self.seg.resource_names()
-            name = kind[len(RESOURCE_PREFIX):]
-            code = RESOURCE_BASE + names.index(name) if name in names else 0
-        return (code or 0) | (CUT_KIND if self.keys.cut(key_id) else 0)
+        return self.seg.kind_code(self.keys.kind(key_id)) | (CUT_KIND if self.keys.cut(key_id) else 0)
 
     def resource_words(self):
         """Resource kind code -> what its entries say: " resource=NAME"."""

@@ -19,6 +19,7 @@ from libmemleak.memlog import report_name, resource_name, safe_name
 KIND_NAMES = {CONST["MLK_KIND_MALLOC"]: "malloc", CONST["MLK_KIND_NEW"]: "new",
               CONST["MLK_KIND_MMAP"]: "mmap", CONST["MLK_KIND_SHARED"]: "shared",
               CONST["MLK_KIND_CUSTOM"]: "custom"}
+_KIND_CODES = {name: code for code, name in KIND_NAMES.items()}
 RESOURCE_BASE = CONST["MLK_KIND_RESOURCE"]
 RESOURCE_KINDS = CONST["MLK_RESOURCE_KINDS"]
 RESOURCE_NAME_MAX = CONST["MLK_RESOURCE_NAME_MAX"]
@@ -357,6 +358,16 @@ class Segment:
             r = kind - RESOURCE_BASE
             return RESOURCE_PREFIX + (names[r] if r < len(names) else f"kind{r}")
         return KIND_NAMES.get(kind, f"kind{kind}")
+
+    def kind_code(self, name):
+        """The stack kind kind_name() calls `name` (0, malloc's, for a name
+        it never gives)."""
+        code = _KIND_CODES.get(name)
+        if code is None and name.startswith(RESOURCE_PREFIX):
+            names = self.resource_names()
+            r = name[len(RESOURCE_PREFIX):]
+            code = RESOURCE_BASE + names.index(r) if r in names else None
+        return code or 0
 
     def stack_ok(self, i):
         return i < self._next_id and bool(self._ok[i])

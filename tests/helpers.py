@@ -53,6 +53,8 @@ def compile_program(source, *flags, name=None):
 CLI_ENV = dict(os.environ, PYTHONPATH=os.path.dirname(PACKAGE_DIR))
 for _name in ("LD_PRELOAD", "MEMLEAK_CONFIG", "MEMLEAK_ROOT_PID", "MEMLEAK_KEEPER"):
     CLI_ENV.pop(_name, None)
+# A program's environment without the tracer, nor this checkout on its path.
+BARE_ENV = {k: v for k, v in CLI_ENV.items() if k != "PYTHONPATH"}
 
 
 def cli_argv(*args):
@@ -100,14 +102,30 @@ def child_pids_with_reports(directory, prog, parent_pid, timeout=20):
 
 
 def reports_of(directory, prog, pid):
-    """All reports of one process, in seq order (checks seq has no gaps)."""
-    out, seq = [], 1
-    while os.path.exists(report_path(directory, prog, pid, seq)):
-        out.append(memlog.read(report_path(directory, prog, pid, seq)))
-        seq += 1
-    names = [n for n in os.listdir(directory) if n.startswith(f"{prog}-{pid}-") and n.endswith(".memlog")]
-    assert len(names) == len(out), f"gap in report numbers: {sorted(names)}"
-    return out
+    """All reports of one process, labelled ones (prog-PID-SEQ-LABEL) too,
+    in seq order (checks seq has no gaps)."""
+    prefix = f"{prog}-{pid}-"
+    names = [n for n in os.listdir(directory) if n.startswith(prefix) and n.endswith(".memlog")]
+    by_seq = sorted((int(n[len(prefix):-len(".memlog")].split("-")[0]), n) for n in names)
+    assert [seq for seq, _ in by_seq] == list(range(1, len(names) + 1)), f"gap in report numbers: {sorted(names)}"
+    return [memlog.read(os.path.join(directory, n)) for _, n in by_seq]
+
+
+def only_pid(directory, prog):
+    """The pid of the one process of `prog` with reports in `directory`."""
+    pids = {int(n[len(prog) + 1:].split("-")[0]) for n in os.listdir(directory)
+            if n.startswith(prog + "-") and n.endswith(".memlog")}
+    assert len(pids) == 1, pids
+    return pids.pop()
+
+
+def memleak_include():
+    """The -I flag `libmemleak cflags` prints (memleak.h's directory)."""
+    flags = cli("cflags")
+    assert flags.returncode == 0, flags.stderr
+    include = flags.stdout.strip()
+    assert include.startswith("-I") and os.path.exists(os.path.join(include[2:], "memleak.h")), include
+    return include
 
 
 def wait_for_reports(directory, prog, pid, count, timeout=REPORT_TIMEOUT):

@@ -9,23 +9,38 @@ import subprocess
 
 import pytest
 
-from helpers import CLI_ENV, by_site, cli, compile_program
+from helpers import BARE_ENV, by_site, cli, compile_program, memleak_include
 from libmemleak import memlog
 
-BARE_ENV = {k: v for k, v in CLI_ENV.items() if k != "PYTHONPATH"}
 
 
 def built(tmp_path, compiler="gcc", name="apicalls"):
     """apicalls.c compiled against the header `libmemleak cflags` names."""
-    flags = cli("cflags")
-    assert flags.returncode == 0, flags.stderr
-    include = flags.stdout.strip()
-    assert include.startswith("-I") and os.path.exists(os.path.join(include[2:], "memleak.h"))
+    include = memleak_include()
     out = str(tmp_path / name)
     source = os.path.join(os.path.dirname(__file__), "programs", "apicalls.c")
     language = ["-x", "c++"] if compiler == "g++" else []
     subprocess.run([compiler, "-g", "-O0", include, *language, source, "-o", out], check=True)
     return out
+
+
+def attached_then_released(argv, cwd):
+    """A program started bare that says "ready" and waits for a line: the
+    tracer attached to it, then the line sent (the caller waits for it
+    and kills it if anything fails)."""
+    from test_attach import expect, start_bare
+    p = start_bare(argv, cwd)
+    try:
+        expect(p, "ready\n")
+        out = cli("attach", "-q", p.pid, cwd=cwd)
+        assert out.returncode == 0, out.stderr
+        p.stdin.write(b"\n")
+        p.stdin.close()
+    except BaseException:
+        p.kill()
+        p.wait()
+        raise
+    return p
 
 
 def said(stdout):
@@ -94,15 +109,9 @@ def test_the_header_is_cxx_too(tmp_path):
 def test_the_header_finds_an_attached_tracer(tmp_path):
     """Attached, the tracer was loaded by dlopen, in no global scope: the
     header finds it by its soname."""
-    from test_attach import expect, start_bare
     prog = built(tmp_path)
-    p = start_bare([prog, "wait"], tmp_path)
+    p = attached_then_released([prog, "wait"], tmp_path)
     try:
-        expect(p, "ready\n")
-        out = cli("attach", "-q", p.pid, cwd=tmp_path)
-        assert out.returncode == 0, out.stderr
-        p.stdin.write(b"\n")
-        p.stdin.close()
         stdout = p.stdout.read().decode()
         assert p.wait(timeout=60) == 0
         got = said(stdout)
@@ -138,7 +147,7 @@ def test_a_region_checked_for_leaks_and_lsans_interface(tmp_path):
     no LSan."""
     import shutil
     from test_scan import valgrind
-    prog = compile_program("scopecheck.c", cli("cflags").stdout.strip())
+    prog = compile_program("scopecheck.c", memleak_include())
     out = cli("run", "-q", prog, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout == ("scope left: 0 272 5\nscope lost: 0 144 3\ndefinitely: 0 144 3\n"
@@ -176,7 +185,7 @@ def test_a_program_tells_the_check_what_to_ignore_where_its_roots_are_and_what_n
     references: the check's categories per site follow what it was told;
     allocations made while recording was off are in no entry."""
     from test_scan import scanned_sites
-    prog = compile_program("told.c", cli("cflags").stdout.strip())
+    prog = compile_program("told.c", memleak_include())
     out = cli("run", "-q", prog, mode, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout == "check: 0 definitely 230 4 reachable 184 4\n"
@@ -195,15 +204,9 @@ def test_blocks_announced_after_an_attach_are_seen(tmp_path):
     whose only calls are frequent ones (a pool's blocks), still finds it:
     the frequent calls look again every 65,536 -- the block it announces
     after that is in the attached process's final report."""
-    from test_attach import expect, start_bare
-    prog = compile_program("told.c", cli("cflags").stdout.strip())
-    p = start_bare([prog, "late"], tmp_path)
+    prog = compile_program("told.c", memleak_include())
+    p = attached_then_released([prog, "late"], tmp_path)
     try:
-        expect(p, "ready\n")
-        out = cli("attach", "-q", p.pid, cwd=tmp_path)
-        assert out.returncode == 0, out.stderr
-        p.stdin.write(b"\n")
-        p.stdin.close()
         assert p.wait(timeout=120) == 0
         final = sorted((memlog.read(str(x)) for x in tmp_path.glob(f"told-{p.pid}-*.memlog")),
                        key=lambda r: int(r.header["seq"]))[-1]

@@ -13,11 +13,10 @@ import time
 
 import pytest
 
-from helpers import CLI_ENV, by_site, cli, compile_program, reports_of, wait_for_file
+from helpers import BARE_ENV, CLI_ENV, by_site, cli, compile_program, reports_of, wait_for_file
 from libmemleak import memlog
 from libmemleak.analysis.lost import before_attach_split, categories_of
 
-BARE_ENV = {k: v for k, v in CLI_ENV.items() if k != "PYTHONPATH"}
 
 
 def start_bare(argv, cwd, env=None):

@@ -11,8 +11,7 @@ import subprocess
 
 import pytest
 
-from helpers import CLI_ENV, cli, compile_program
-from test_api import BARE_ENV
+from helpers import BARE_ENV, CLI_ENV, cli, compile_program
 from test_scan import run_scan_at_exit, scanned_sites, site_of, valgrind
 
 needs_valgrind = pytest.mark.skipif(not shutil.which("valgrind") or

@@ -8,18 +8,9 @@ import json
 import os
 import subprocess
 
-import pytest
 
-from helpers import CLI_ENV, cli, cli_argv, compile_program, report_path, wait_for_file
-from libmemleak import memlog
-
-BARE_ENV = {k: v for k, v in CLI_ENV.items() if k != "PYTHONPATH"}
-
-
-def include_flag():
-    flags = cli("cflags")
-    assert flags.returncode == 0, flags.stderr
-    return flags.stdout.strip()
+from helpers import (BARE_ENV, CLI_ENV, cli, cli_argv, compile_program, memleak_include,
+                     only_pid, report_path, reports_of, wait_for_file)
 
 
 def resource_sites(report, kind="fd"):
@@ -52,28 +43,13 @@ def run_traced(prog, *args, cwd, config=None):
     return out
 
 
-def reports_of(directory, prog, pid):
-    """One process's reports, labelled ones too, in seq order, without gaps."""
-    names = [n for n in os.listdir(directory) if n.startswith(f"{prog}-{pid}-") and n.endswith(".memlog")]
-    by_seq = sorted(names, key=lambda n: int(n[:-len(".memlog")].split("-")[2]))
-    assert [int(n[:-len(".memlog")].split("-")[2]) for n in by_seq] == list(range(1, len(names) + 1)), names
-    return [memlog.read(os.path.join(directory, n)) for n in by_seq]
-
-
-def pid_of(directory, prog):
-    names = [n for n in os.listdir(directory) if n.startswith(prog + "-") and n.endswith(".memlog")]
-    pids = {int(n.split("-")[1]) for n in names}
-    assert len(pids) == 1, names
-    return pids.pop()
-
-
 def test_a_server_leaking_sockets_and_files_from_two_sites(tmp_path):
-    prog = compile_program("fdserver.c", include_flag())
+    prog = compile_program("fdserver.c", memleak_include())
     out = run_traced(prog, "8", cwd=tmp_path)
     lines = out.stdout.splitlines()
     # what it leaked, what the kernel says is open, what the tracer says is held
     assert lines == ["leaked: 8 sockets, 4 logs", "kernel: 12 more open", "held: 0 12 12"], out.stdout
-    reports = reports_of(tmp_path, "fdserver", pid_of(tmp_path, "fdserver"))
+    reports = reports_of(tmp_path, "fdserver", only_pid(tmp_path, "fdserver"))
     assert [r.header.get("label") for r in reports] == [f"round{i}" for i in range(8)] + [None]
     # each round's report: exactly that round's leaks, at their sites
     for i, r in enumerate(reports[:8]):
@@ -122,7 +98,7 @@ def test_a_server_leaking_sockets_and_files_from_two_sites(tmp_path):
 
     # check holds a process to a number of descriptors
     over = cli("check", "--max-held", "fd=11", tmp_path)
-    assert over.returncode == 1 and "12 file descriptors held at its end, over --max-held fd=11" in over.stdout
+    assert over.returncode == 1 and "file descriptors: 12 held at its end, over --max-held fd=11" in over.stdout
     assert "serve_client (fdserver.c:" in over.stdout
     assert cli("check", "--max-held", "fd=12", tmp_path).returncode == 0
     bad = cli("check", "--max-held", "fd", tmp_path)
@@ -130,7 +106,7 @@ def test_a_server_leaking_sockets_and_files_from_two_sites(tmp_path):
 
 
 def test_without_the_tracer_the_server_runs_the_same(tmp_path):
-    prog = compile_program("fdserver.c", include_flag())
+    prog = compile_program("fdserver.c", memleak_include())
     bare = subprocess.run([prog, "4"], cwd=tmp_path, capture_output=True, text=True, env=BARE_ENV, timeout=60)
     assert bare.returncode == 0 and bare.stderr == ""
     assert bare.stdout == "leaked: 4 sockets, 2 logs\nkernel: 6 more open\nheld: -1 0 0\n"
@@ -138,23 +114,23 @@ def test_without_the_tracer_the_server_runs_the_same(tmp_path):
 
 
 def test_descriptors_can_be_left_untracked(tmp_path):
-    prog = compile_program("fdserver.c", include_flag())
+    prog = compile_program("fdserver.c", memleak_include())
     out = run_traced(prog, "2", cwd=tmp_path, config="fds=no")
     assert out.stdout.splitlines()[-1] == "held: -1 0 0"  # no kind "fd" to ask about
-    reports = reports_of(tmp_path, "fdserver", pid_of(tmp_path, "fdserver"))
+    reports = reports_of(tmp_path, "fdserver", only_pid(tmp_path, "fdserver"))
     assert all(r.header["fds"] == "not tracked (MEMLEAK_CONFIG fds=no)" for r in reports)
     assert not summed(reports)
     text = cli("report", tmp_path).stdout
     assert "file descriptors: not tracked (MEMLEAK_CONFIG fds=no)" in text
     gate = cli("check", "--max-held", "fd=100", tmp_path)
-    assert gate.returncode == 1 and "file descriptors were not tracked (MEMLEAK_CONFIG fds=no)" in gate.stdout
+    assert gate.returncode == 1 and "file descriptors not tracked (MEMLEAK_CONFIG fds=no)" in gate.stdout
 
 
 def test_threads_opening_and_closing_at_once_leave_exact_counts(tmp_path):
     prog = compile_program("fdchurn.c")
     out = run_traced(prog, "threads", cwd=tmp_path)
     assert out.stdout == "kept 24\n"
-    (report,) = reports_of(tmp_path, "fdchurn", pid_of(tmp_path, "fdchurn"))
+    (report,) = reports_of(tmp_path, "fdchurn", only_pid(tmp_path, "fdchurn"))
     # 8 x 2,000 opened and closed by open, fopen, dup and close, all at once
     assert resource_sites(report) == {"keep_three": (24, 24)}
     assert report.header["resource-live fd"] == "24 24"
@@ -164,7 +140,7 @@ def test_a_failed_exec_keeps_close_on_exec_descriptors_counted(tmp_path):
     prog = compile_program("fdchurn.c")
     out = run_traced(prog, "exec", cwd=tmp_path)
     assert out.stdout == "exec failed\n"
-    (report,) = reports_of(tmp_path, "fdchurn", pid_of(tmp_path, "fdchurn"))
+    (report,) = reports_of(tmp_path, "fdchurn", only_pid(tmp_path, "fdchurn"))
     assert resource_sites(report) == {"opened_for_exec": (2, 2)}
 
 
@@ -184,11 +160,11 @@ def test_a_forked_child_closes_its_own_copies(tmp_path):
 
 
 def test_kinds_the_program_names(tmp_path):
-    prog = compile_program("gpubuffers.c", include_flag())
+    prog = compile_program("gpubuffers.c", memleak_include())
     out = run_traced(prog, "6", cwd=tmp_path)
     # three 1 MiB textures kept; scratch buffers and connections given back
     assert out.stdout == "gpu-buffer: 0 3145728 3\nconnection: 0 0\n"
-    reports = reports_of(tmp_path, "gpubuffers", pid_of(tmp_path, "gpubuffers"))
+    reports = reports_of(tmp_path, "gpubuffers", only_pid(tmp_path, "gpubuffers"))
     assert summed(reports, "gpu-buffer") == {"upload_texture": (3 << 20, 3)}
     assert summed(reports, "connection") == {}
     last = reports[-1]
@@ -215,3 +191,4 @@ def test_a_report_file_forging_resource_fields_reads_without_a_traceback(tmp_pat
         assert "Traceback" not in out.stderr, out.stderr
         assert out.returncode in (0, 1), out
     assert "resource gpu: 5 held" in cli("report", tmp_path).stdout
+

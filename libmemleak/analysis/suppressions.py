@@ -59,7 +59,7 @@ def from_reports(series):
     for r in reversed(series.reports):
         lines = [v for k, v in r.header.items() if k.startswith("default-suppression ")]
         if lines:
-            return parse(lines, r.path if hasattr(r, "path") else "report", strict=False)
+            return parse(lines, "report", strict=False)
     return []
 
 
@@ -86,18 +86,14 @@ def apply(analysis, rules, whose=""):
     analysis.trends = kept
     keep = {id(t) for t in kept}
     analysis.suspects = [t for t in analysis.suspects if id(t) in keep]
-    analysis.live_bytes = analysis.live_blocks = analysis.custom_bytes = analysis.custom_blocks = 0
-    for t in kept:
-        trends.add_live(analysis, t)
     # The same rules hold for resources (a descriptor a library keeps open on purpose).
     analysis.resource_trends = [t for t in analysis.resource_trends if not matches(rules, t.frames)]
-    keep = {id(t) for t in analysis.resource_trends}
+    keep |= {id(t) for t in analysis.resource_trends}
     analysis.resource_suspects = [t for t in analysis.resource_suspects if id(t) in keep]
-    analysis.resources = {name: [0, 0] for name in analysis.resources}
-    for t in analysis.resource_trends:
-        held = analysis.resources.setdefault(t.resource, [0, 0])
-        held[0] += t.live_bytes
-        held[1] += t.live_blocks
+    analysis.live_bytes = analysis.live_blocks = analysis.custom_bytes = analysis.custom_blocks = 0
+    analysis.resources = {name: [0, 0] for name in analysis.resources}  # the kinds tracked stay said
+    for t in kept + analysis.resource_trends:
+        trends.add_live(analysis, t)
     if analysis.scan:  # a suppressed stack's lost blocks are not lost to check or report
         analysis.scan = analysis.scan.without(lambda entry: matches(rules, entry.frames))
     return analysis

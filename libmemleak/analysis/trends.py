@@ -27,8 +27,13 @@ TEARDOWN = "exit"
 
 def add_live(a, t):
     """Counts trend t into analysis a's totals: the allocator's view, with
-    the program's own blocks (kind custom), which lie inside its blocks, apart."""
-    if t.kind == "custom":
+    the program's own blocks (kind custom), which lie inside its blocks,
+    and resources other than memory (by kind: weight, count held) apart."""
+    if t.resource:
+        held = a.resources.setdefault(t.resource, [0, 0])
+        held[0] += t.live_bytes
+        held[1] += t.live_blocks
+    elif t.kind == "custom":
         a.custom_bytes += t.live_bytes
         a.custom_blocks += t.live_blocks
     else:
@@ -234,13 +239,7 @@ def analyse(series, group_by="stack", alloc_fns=None, fold=True):
         if seconds:
             t.rate = t.growth_bytes / seconds
         _judge(t)
-        if t.resource:
-            _resource_words(t)
-            held = a.resources.setdefault(t.resource, [0, 0])
-            held[0] += t.live_bytes
-            held[1] += t.live_blocks
-        else:
-            add_live(a, t)
+        add_live(a, t)
     a.resource_trends = [t for t in trends if t.resource]
     a.trends = trends = [t for t in trends if not t.resource]
     for name in tracked_resources(series):  # looked at, even with nothing held
@@ -295,18 +294,19 @@ def tracked_resources(series):
     return list(names)
 
 
-def resource_noun(name, n=1):
-    """What one of a resource kind is called: descriptors for "fd"."""
-    if name == "fd":
-        return "descriptor" if n == 1 else "descriptors"
-    return name
+def resource_noun(name):
+    """What one of a resource kind is called: "descriptor" for "fd"."""
+    return "descriptor" if name == "fd" else name
+
+
+def resource_title(name):
+    """A resource kind as a section or a limit names it."""
+    return "file descriptors" if name == "fd" else f"resource {name}"
 
 
 def _resource_words(t):
-    """A resource suspect's verdict in its own units: how many are held,
-    how often they were acquired (_judge_growth's words are bytes')."""
-    if not t.suspect:
-        return
+    """A growing resource stack's verdict in its own units: how many are
+    held, how often they were acquired."""
     weighed = t.resource != "fd" and t.live_bytes != t.live_blocks
     words = [f"grows in {t.grew} of {count(t.intervals, 'interval')}"]
     if weighed:
@@ -347,7 +347,8 @@ def growth_since(a, seq):
 
 def _judge(t):
     """Suspect or not, its score and verdict."""
-    _judge_growth(t)
+    if _judge_growth(t):
+        (_resource_words if t.resource else _growth_words)(t)
     definite, blocks = t.lost.get("definitely-lost", (0, 0))
     if blocks:
         t.suspect = True
@@ -365,11 +366,12 @@ def _judge(t):
 
 
 def _judge_growth(t):
+    """Whether t's growth makes it a suspect (and its score then)."""
     # Two intervals of growth at least: one is a burst, or start-up.
     if t.intervals < 2 or t.running_live_bytes <= 0 or t.growth_bytes <= 0:
-        return
+        return False
     if t.grew < 2 or t.recent_grew == 0:
-        return
+        return False
     steadiness = t.grew / t.intervals
     never_freed = t.shrank == 0
     # A leaked block survives: a leaking stack keeps what it allocates, where
@@ -378,7 +380,7 @@ def _judge_growth(t):
     # Unknown (sampled reports): taken as kept.
     survival = 1.0 if t.survival is None else t.survival
     if steadiness < 0.5 and not (never_freed and survival >= 0.5):
-        return  # up and down, or now and then while recycling: churn, not a leak
+        return False  # up and down, or now and then while recycling: churn, not a leak
     if survival < 0.01 and steadiness < 0.75:
         # It keeps almost nothing of what it allocates: its live count is
         # what is in flight when the report is taken, a random level, which
@@ -386,11 +388,17 @@ def _judge_growth(t):
         # churn thread: 4 of 7 under load).  A slow leak hidden in such
         # churn goes up in nearly every interval; random levels seldom do
         # (6 rises in 7: 0.6% of orders).
-        return
+        return False
     recent = t.recent_grew / max(1, t.intervals - t.intervals // 2)
     t.suspect = True
     t.score = ((1.0 if never_freed else 0.5) * (0.25 + 0.75 * steadiness)
                * (0.25 + 0.75 * recent) * (0.2 + 0.8 * survival) * math.log2(2 + t.growth_bytes))
+    return True
+
+
+def _growth_words(t):
+    """A growing memory stack's verdict in words."""
+    never_freed = t.shrank == 0
     words = [f"grows in {t.grew} of {count(t.intervals, 'interval')}"]
     if t.rate is not None:
         words.append(f"{human_bytes(t.rate, sign=True)}/s")

@@ -7,7 +7,7 @@ heap (no verdict) -- usable in a Makefile, ctest or a CI step."""
 import sys
 
 from libmemleak.analysis.names import frame_text, shown_frames
-from libmemleak.analysis.trends import analyse, count, human_bytes
+from libmemleak.analysis.trends import analyse, count, human_bytes, resource_title
 from libmemleak.analysis import suppressions
 from libmemleak.commands import (EXIT_BAD_INPUT, EXIT_NOT_SEEN, add_layer_options, add_suppressions_option,
                                  layer_args, load_suppressions, read_reports, say_blind)
@@ -57,15 +57,15 @@ def _show(t, executable, layer=None):
 def _held_over(name, a, kind, limit, executable):
     """Says (and returns True) when the process held more of `kind` at its
     end than `limit`, or its reports did not track it."""
-    noun = "file descriptors" if kind == "fd" else f"resources {kind}"
+    title = resource_title(kind)
     if kind not in a.resources:
         why = " (MEMLEAK_CONFIG fds=no)" if kind == "fd" and a.fds_untracked else ""
-        print(f"{name}: {noun} were not tracked{why}, so --max-held {kind}={limit} cannot hold")
+        print(f"{name}: {title} not tracked{why}, so --max-held {kind}={limit} cannot hold")
         return True
     held = a.resources[kind][1]
     if held <= limit:
         return False
-    print(f"{name}: {held:,} {noun} held at its end, over --max-held {kind}={limit}")
+    print(f"{name}: {title}: {held:,} held at its end, over --max-held {kind}={limit}")
     for t in sorted((t for t in a.resource_trends if t.resource == kind), key=lambda t: -t.live_blocks)[:5]:
         if t.live_blocks > 0:
             print(f"  {t.live_blocks:>6,} held  {_show(t, executable, a.layer)}")

@@ -4,7 +4,7 @@ compact trend."""
 
 from libmemleak.analysis import mappings
 from libmemleak.analysis.names import cut_of, frame_lines
-from libmemleak.analysis.trends import count, human_bytes, resource_noun
+from libmemleak.analysis.trends import count, human_bytes, resource_noun, resource_title
 
 TREND_POINTS = 8
 
@@ -87,8 +87,7 @@ def _write_resources(out, a, all_stacks, top, full_names, frames):
         if name == "fd" and not trends:
             continue  # none opened while it was traced: nothing to say (the reports say they were tracked)
         suspects = [t for t in a.resource_suspects if t.resource == name]
-        noun = resource_noun(name, 1)
-        title = "file descriptors" if name == "fd" else f"resource {name}"
+        noun, title = resource_noun(name), resource_title(name)
         weighed = f", weighing {weight:,}" if name != "fd" and weight != held else ""
         out.write(f"  {title}: {held:,} held at the last report{weighed}\n")
         rows = trends if all_stacks else suspects

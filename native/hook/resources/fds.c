@@ -236,12 +236,13 @@ EXPORT int recvmmsg(int s, struct mmsghdr *msgs, unsigned n, int flags, struct t
 
 /* ---- streams and directories: their descriptor is held by the object ---- */
 
+/* A stream's or directory's descriptor: asked for only once collection
+ * has begun (opened and closing check the rest). */
+#define FD_OF(object, fn) ((object) && mlk_ever_collected ? fn(object) : -1)
+
 static inline __attribute__((always_inline)) FILE *stream_opened(FILE *f)
 {
-    if (f && keeping()) {
-        int fd = fileno(f); /* -1 for a stream without one (fmemopen) */
-        opened(fd);
-    }
+    opened(FD_OF(f, fileno));
     return f;
 }
 
@@ -271,8 +272,7 @@ OPENS_STREAM(popen, (const char *command, const char *mode), (command, mode))
             errno = ENOSYS;                                                                        \
             return NULL;                                                                           \
         }                                                                                          \
-        if (stream && keeping())                                                                   \
-            closing(fileno(stream));                                                               \
+        closing(FD_OF(stream, fileno));                                                            \
         return stream_opened(next(path, mode, stream));                                            \
     }
 REOPENS_STREAM(freopen)
@@ -282,8 +282,7 @@ REOPENS_STREAM(freopen64)
     EXPORT int name(FILE *stream)                                                                  \
     {                                                                                              \
         NEXT(int, #name, (FILE *))                                                                 \
-        if (stream && keeping())                                                                   \
-            closing(fileno(stream));                                                               \
+        closing(FD_OF(stream, fileno));                                                            \
         return next(stream);                                                                       \
     }
 CLOSES_STREAM(fclose)
@@ -297,8 +296,7 @@ EXPORT DIR *opendir(const char *path)
         return NULL;
     }
     DIR *d = next(path);
-    if (d && keeping())
-        opened(dirfd(d));
+    opened(FD_OF(d, dirfd));
     return d;
 }
 
@@ -306,8 +304,7 @@ EXPORT int closedir(DIR *d)
 {
     NEXT(int, "closedir", (DIR *))
     __asm__("" : "+r"(d)); /* glibc declares d nonnull; a program may still pass NULL (EINVAL there) */
-    if (d && keeping())
-        closing(dirfd(d));
+    closing(FD_OF(d, dirfd));
     return next(d);
 }
 
@@ -385,3 +382,4 @@ void mlk_fds_exec_returned(void)
     mlk_fds_exec_failed();
     END_HOOK();
 }
+
