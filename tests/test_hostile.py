@@ -85,6 +85,13 @@ def test_a_forged_address_table_does_not_break_the_scan(tmp_path):
             kinds = [k for k in report.header if k.startswith("resource-live ")]
             assert 0 < len(kinds) <= 32 and report.header["pid"] == str(p.pid)
             assert all(re.fullmatch(r"resource-live [A-Za-z0-9._+@%~-]{1,31}", k) for k in kinds), kinds
+            # the forged suppressions: a line each, no control character in any (bytes that
+            # are not UTF-8 pass through as bytes, as in paths), and report reads them
+            rules = [v for k, v in report.header.items() if k.startswith("default-suppression ")]
+            assert "leak:^$" in rules and "leak:?[2J" in rules, rules
+            assert not [v for v in rules if any(ord(c) < 32 or ord(c) == 127 for c in v)], rules
+            shown = cli("report", "--json", tmp_path, cwd=tmp_path)
+            assert shown.returncode in (0, 1) and "Traceback" not in shown.stderr, shown.stderr
         p.stdin.write("\n")
         p.stdin.close()
         assert p.wait(timeout=120) == 0, p.stderr.read()

@@ -24,7 +24,10 @@
  *                     without an end (a newline, a header line, bytes
  *                     beyond ASCII), and two stacks' kinds rewritten, one
  *                     to a resource kind never named, one to no kind at
- *                     all.  Prints "forged", waits for a line. */
+ *                     all.  Its own suppressions: its executable's path
+ *                     rewritten as lines of bytes that are not UTF-8 and
+ *                     escapes, and pointed at.  Prints "forged", waits for
+ *                     a line. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,6 +158,12 @@ static int forge_table(void)
         stacks[0].kind = MLK_KIND_RESOURCE + MLK_RESOURCE_KINDS - 1;
         stacks[1].kind = 255;
     }
+    static const char lines[] = "leak:\xff\xfe*\nleak:\x1b[2J\n\n#\nleak:^$\nrace:\x80\n";
+    char *exe = (char *)h + h->strings_off + h->exe_off;
+    for (uint32_t i = 0; i < h->exe_len; i++)
+        exe[i] = lines[i % (sizeof lines - 1)];
+    h->default_suppressions_off = h->exe_off;
+    h->default_suppressions_len = h->exe_len;
     printf("forged\n");
     fflush(stdout);
     char line[8];
