@@ -618,6 +618,9 @@ def resource_lines(snap, sums):
     change -- even when nothing is held (the reader then knows it was
     looked at)."""
     lines = [] if snap.fds_tracked else [("fds", "not tracked (MEMLEAK_CONFIG fds=no)")]
+    if snap.fds_tracked and snap.fds_before:
+        lines.append(("fds-before-collection", f"{snap.fds_before} descriptors (3 and up) were open when "
+                                               "collection started: opened by no stack here, in no entry"))
     for name, weight, held, change_weight, change_held in sums.resources:
         lines.append((f"resource-live {name}", f"{weight} {held}"))
         lines.append((f"resource-change {name}", f"{change_weight:+d} {change_held:+d}"))

@@ -103,6 +103,7 @@ class Snapshot:
                              # (file descriptors: "fd"): counts and weights, not bytes -- apart
     resource_names: tuple = ()  # every resource kind named in the process, by index
     fds_tracked: bool = True
+    fds_before: int = 0      # descriptors (3 and up) open when collection started: in no entry
 
 
 class _StackView:
@@ -273,7 +274,7 @@ class Segment:
             corrupt_stacks=self._corrupt, sample_bytes=h.sample_bytes,
             tracking=TRACKING_NAMES.get(h.tracking, "unknown"), last_report_ns=h.last_report_ns,
             attached_ns=h.attached_ns, custom=custom, resources=resources, resource_names=tuple(names),
-            fds_tracked=bool(h.fds_tracked), **cols)
+            fds_tracked=bool(h.fds_tracked), fds_before=h.fds_before, **cols)
 
     def resource_names(self):
         """The names of the resource kinds the process named, by index

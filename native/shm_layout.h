@@ -353,6 +353,12 @@ struct mlk_header {
      * as LSan would.  Cut at MLK_DEFAULT_SUPPRESSIONS_MAX bytes. */
     uint32_t default_suppressions_off;
     uint32_t default_suppressions_len;
+    /* Descriptors above 2 the process had open when collection started
+     * (but libmtrace's own): inherited across an exec, opened before an
+     * attach or before mtrace() -- in no entry, so the reports say how
+     * many.  A forked child keeps its parent's count. */
+    uint32_t fds_before;
+    uint32_t reserved_fds;
 };
 
 /* Objects never to be called lost -- pointers into them, sorted -- and

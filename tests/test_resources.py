@@ -192,3 +192,23 @@ def test_a_report_file_forging_resource_fields_reads_without_a_traceback(tmp_pat
         assert out.returncode in (0, 1), out
     assert "resource gpu: 5 held" in cli("report", tmp_path).stdout
 
+
+def test_descriptors_open_before_collection_are_said(tmp_path):
+    """A program started with descriptors it did not open while traced
+    (inherited across an exec: here two pipe ends its starter passed on)
+    holds them in no entry; every report and `report` say how many."""
+    prog = compile_program("fdchurn.c")
+    r, w = os.pipe()
+    try:
+        out = subprocess.run([*cli_argv("run", "-q"), prog, "threads"], cwd=tmp_path, env=CLI_ENV, capture_output=True,
+                             text=True, timeout=180, pass_fds=(r, w))
+    finally:
+        os.close(r)
+        os.close(w)
+    assert out.returncode == 0, out.stderr
+    (report,) = reports_of(tmp_path, "fdchurn", only_pid(tmp_path, "fdchurn"))
+    assert report.header["fds-before-collection"].startswith("2 descriptors (3 and up) were open")
+    assert resource_sites(report) == {"keep_three": (24, 24)}  # they are in no entry
+    text = cli("report", tmp_path).stdout
+    assert "file descriptors: 24 held at the last report (and 2 open before collection started" in text
+    assert json.loads(cli("report", "--json", tmp_path).stdout)["processes"][0]["fds_before_collection"] == 2

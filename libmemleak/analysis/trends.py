@@ -107,6 +107,7 @@ class Analysis:
     resource_trends: list = field(default_factory=list)
     resource_suspects: list = field(default_factory=list)
     fds_untracked: bool = False        # the reports say descriptors were not tracked (fds=no)
+    fds_before: int = 0                # descriptors open before collection started (in no stack)
 
 
 def latest_scan(series):
@@ -245,6 +246,8 @@ def analyse(series, group_by="stack", alloc_fns=None, fold=True):
     for name in tracked_resources(series):  # looked at, even with nothing held
         a.resources.setdefault(name, [0, 0])
     a.fds_untracked = any(r.header.get("fds", "").startswith("not tracked") for r in reports)
+    before = reports[-1].header.get("fds-before-collection", "") if reports else ""
+    a.fds_before = int(before.split()[0]) if before.split() and before.split()[0].isdigit() else 0
     a.resource_trends.sort(key=lambda t: (t.resource, -t.live_blocks))
     a.resource_suspects = sorted((t for t in a.resource_trends if t.suspect), key=lambda t: -t.score)
     a.trends.sort(key=lambda t: -t.live_bytes)  # stable: first seen first among equals

@@ -66,6 +66,7 @@ def document(analyses, problems):
         "suspects": [trend_dict(t, i) for i, t in enumerate(a.suspects, 1)],
         "stacks": [trend_dict(t) for t in a.trends],
         "fds_tracked": not a.fds_untracked,
+        "fds_before_collection": a.fds_before,
         "resources": {name: {
             "weight": weight, "held": held,
             "suspects": [resource_dict(t, i) for i, t in

@@ -84,12 +84,15 @@ def _write_resources(out, a, all_stacks, top, full_names, frames):
         out.write("  file descriptors: not tracked (MEMLEAK_CONFIG fds=no)\n")
     for name, (weight, held) in a.resources.items():
         trends = [t for t in a.resource_trends if t.resource == name]
-        if name == "fd" and not trends:
+        before = a.fds_before if name == "fd" else 0
+        if name == "fd" and not trends and not before:
             continue  # none opened while it was traced: nothing to say (the reports say they were tracked)
         suspects = [t for t in a.resource_suspects if t.resource == name]
         noun, title = resource_noun(name), resource_title(name)
         weighed = f", weighing {weight:,}" if name != "fd" and weight != held else ""
-        out.write(f"  {title}: {held:,} held at the last report{weighed}\n")
+        unseen = (f" (and {before:,} open before collection started, which no stack here opened)"
+                  if before else "")
+        out.write(f"  {title}: {held:,} held at the last report{weighed}{unseen}\n")
         rows = trends if all_stacks else suspects
         if not rows and held > 0 and trends:  # no steady grower: who holds them
             rows = sorted(trends, key=lambda t: -t.live_blocks)[:3]

@@ -29,8 +29,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include "../control.h"
 #include "../hooks.h"
 #include "resources.h"
 
@@ -383,3 +385,35 @@ void mlk_fds_exec_returned(void)
     END_HOOK();
 }
 
+/* ---- what was open before: in no entry, but said ---- */
+
+/* Descriptors above 2 open now, but ours (the segment's, the keeper's
+ * listening socket): those the program
+ * had when collection started (inherited across an exec, opened before an
+ * attach or before mtrace()), which no stack here opened. */
+uint32_t mlk_fds_open_now(void)
+{
+    long dir = mlk_syscall6(SYS_openat, AT_FDCWD, (long)"/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0,
+                            0, 0);
+    if (dir < 0)
+        return 0;
+    uint32_t n = 0;
+    long keeper = mlk_keeper_listener();
+    char buf[4096] __attribute__((aligned(8)));
+    long got;
+    while ((got = mlk_syscall6(SYS_getdents64, dir, (long)buf, sizeof buf, 0, 0, 0)) > 0) {
+        for (long at = 0; at < got;) {
+            const struct { uint64_t ino; int64_t off; uint16_t reclen; uint8_t type; char name[]; } *e =
+                (const void *)(buf + at);
+            long fd = 0;
+            const char *c = e->name;
+            for (; *c >= '0' && *c <= '9' && fd < 1L << 30; c++)
+                fd = fd * 10 + (*c - '0');
+            if (!*c && c != e->name && fd > 2 && fd != dir && fd != mlk_seg_fd && fd != keeper)
+                n++;
+            at += e->reclen ? e->reclen : got;
+        }
+    }
+    mlk_syscall6(SYS_close, dir, 0, 0, 0, 0, 0);
+    return n;
+}

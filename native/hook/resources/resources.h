@@ -36,6 +36,9 @@ MLK_HIDDEN void mlk_fds_exec_failed(void);
 MLK_HIDDEN void mlk_fds_exec_begins(void);
 MLK_HIDDEN void mlk_fds_exec_returned(void);
 
+/* Descriptors above 2 open now but ours (fds.c). */
+MLK_HIDDEN uint32_t mlk_fds_open_now(void);
+
 /* Held across fork like the other tables' locks. */
 MLK_HIDDEN void mlk_resources_lock_for_fork(int acquire);
 /* The segment is made: file descriptors are named kind 0 when tracked. */

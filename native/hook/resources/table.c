@@ -106,8 +106,10 @@ int mlk_resource_kind(const char *name, int create)
 void mlk_resources_segment_made(int track_fds)
 {
     mlk_seg->fds_tracked = track_fds ? 1 : 0;
-    if (track_fds && mlk_seg->resource_kinds == 0)
+    if (track_fds && mlk_seg->resource_kinds == 0) {
         mlk_resource_kind("fd", 1); /* kind 0 (MLK_FD_KIND) */
+        mlk_seg->fds_before = mlk_fds_open_now();
+    }
 }
 
 /* ---- the table ---- */
