@@ -108,39 +108,32 @@ static int api_live(struct memleak_counts *out)
 
 /* ---- resources other than memory (resources/table.c) ---- */
 
-/* The kind's index (named now if new and `create`), or -1 when not traced. */
-static int resource_kind(const char *kind, int create)
+/* The kind's index (named now if new and `create`), or -1 when not
+ * traced; the caller has its guard up. */
+static int kind_of(const char *kind, int create)
 {
-    if (!mlk_seg || !kind || !mlk_ever_collected)
-        return -1;
-    int was = mlk_in_hook;
-    mlk_in_hook = 1;
-    int r = mlk_resource_kind(kind, create);
-    mlk_in_hook = was;
-    return r;
+    return mlk_seg && kind && mlk_ever_collected ? mlk_resource_kind(kind, create) : -1;
 }
 
 static void api_resource_acquire(const char *kind, uint64_t id, uint64_t weight)
 {
-    int r = resource_kind(kind, 1);
-    if (r < 0)
-        return;
     int was = mlk_in_hook;
     mlk_in_hook = 1;
-    uint32_t stack = mlk_collecting && !mlk_thread_not_recording
-                         ? mlk_current_stack(MLK_KIND_RESOURCE + r) : MLK_NO_STACK;
-    mlk_resource_acquire(r, id, weight, stack);
+    int r = kind_of(kind, 1);
+    if (r >= 0)
+        mlk_resource_acquire(r, id, weight,
+                             mlk_collecting && !mlk_thread_not_recording ? mlk_current_stack(MLK_KIND_RESOURCE + r)
+                                                                         : MLK_NO_STACK);
     mlk_in_hook = was;
 }
 
 static void api_resource_release(const char *kind, uint64_t id)
 {
-    int r = resource_kind(kind, 0);
-    if (r < 0)
-        return;
     int was = mlk_in_hook;
     mlk_in_hook = 1;
-    mlk_resource_release(r, id);
+    int r = kind_of(kind, 0);
+    if (r >= 0)
+        mlk_resource_release(r, id);
     mlk_in_hook = was;
 }
 
@@ -150,7 +143,10 @@ static int api_resource_live(const char *kind, struct memleak_counts *out)
 {
     if (out)
         out->bytes = out->blocks = 0;
-    int r = resource_kind(kind, 0);
+    int was = mlk_in_hook;
+    mlk_in_hook = 1;
+    int r = kind_of(kind, 0);
+    mlk_in_hook = was;
     if (r < 0 || !out)
         return -1;
     sum_live(MLK_KIND_RESOURCE + r, MLK_KIND_RESOURCE + r, out);
