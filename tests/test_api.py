@@ -99,6 +99,34 @@ def test_an_assert_on_a_savepoint_says_what_was_added_and_aborts(tmp_path):
     assert "not reached" not in out.stdout
 
 
+THREAD_COUNTS_BARE = ("thread since: -1 0 0\nprocess since: -1 0 0\n"
+                      "handing over: -1 allocated 0 0 freed 0 0\nworker since, after: -1 0 0\n"
+                      "noise live: -1 0 0\n")
+
+
+def test_a_thread_counts_its_own_allocations_apart_from_the_others(tmp_path):
+    """memleak_thread / memleak_thread_save: the worker's savepoint sees its
+    own 3 x 100 leaked (its churn given back) while another thread makes
+    1000 x 1000 meanwhile, which the process's savepoint counts; a block it
+    hands over stays in its count (jemalloc's thread.allocated/deallocated
+    model) and the other thread's free comes off that thread's.  Its
+    assert aborts naming the 800 bytes; bare, every count is -1 and zeros
+    and the assert passes."""
+    prog = compile_program("threadcounts.c", memleak_include())
+    out = cli("run", "-q", prog, cwd=tmp_path)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert out.stdout == ("thread since: 0 300 3\nprocess since: 0 1000300 1003\n"
+                          "handing over: 0 allocated 500 1 freed 0 0\nworker since, after: 0 800 4\n"
+                          "noise live: 0 999500 999\n")
+    asserted = cli("run", "-q", prog, "assert", cwd=tmp_path)
+    assert asserted.returncode in (-6, 134), (asserted.returncode, asserted.stderr)
+    assert re.search(r"threadcounts\.c:\d+: libmemleak: 800 bytes in 4 blocks live since the savepoint\n",
+                     asserted.stderr), asserted.stderr
+    for argv in ([prog], [prog, "assert"]):
+        bare = subprocess.run(argv, capture_output=True, text=True, env=BARE_ENV, timeout=60)
+        assert (bare.returncode, bare.stdout, bare.stderr) == (0, THREAD_COUNTS_BARE, "")
+
+
 def test_the_header_is_cxx_too(tmp_path):
     prog = built(tmp_path, "g++", "apicalls_cxx")
     out = cli("run", "-q", prog, cwd=tmp_path)

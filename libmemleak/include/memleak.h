@@ -10,7 +10,11 @@
  *   memleak_report(label, path, len)  write a report now, labelled; returns
  *                                     when it is on disk, its path in `path`
  *   memleak_live(&counts)             bytes and blocks live now
+ *   memleak_thread(&tc)               what the calling thread allocated and
+ *                                     freed since it began
+ *   memleak_thread_live(&counts)      ... the first minus the second
  *   memleak_save(&sp)                 a savepoint: what is live now
+ *   memleak_thread_save(&sp)          a savepoint of the calling thread's
  *   memleak_since(&sp, &counts)       live now minus live at the savepoint
  *   MEMLEAK_ASSERT_NOTHING_ADDED(sp)  abort, saying what, if more is live
  *                                     than at the savepoint
@@ -63,10 +67,12 @@ extern "C" {
 #endif
 
 /* A savepoint: what was live when it was taken.  `traced` is 0 when the
- * tracer was absent or not collecting then (comparisons then say 0). */
+ * tracer was absent or not collecting then (comparisons then say 0);
+ * `thread` is 1 for the calling thread's (memleak_thread_save). */
 struct memleak_savepoint {
     struct memleak_counts live;
     int traced;
+    int thread;
 };
 
 /* The table has `field` (a tracer at least as new as the field). */
@@ -143,22 +149,63 @@ static inline int memleak_live(struct memleak_counts *out)
     return api->live(out);
 }
 
+/* What the calling thread allocated and freed since it began (freed:
+ * blocks it freed, whichever thread had allocated them; custom blocks and
+ * resources apart, as in memleak_live): 0; -1 and zeros without the tracer
+ * or before it collected anything.  A few loads: cheap enough for every
+ * request of a server. */
+static inline int memleak_thread(struct memleak_thread_counts *out)
+{
+    const struct memleak__api_v1 *api = memleak__api(0);
+    if (!api || !memleak__has(api, thread_counts)) {
+        struct memleak_thread_counts none = {{0, 0}, {0, 0}};
+        *out = none;
+        return -1;
+    }
+    return api->thread_counts(out);
+}
+
+/* What the calling thread added to the live memory: allocated minus freed.
+ * Equal to the live bytes and blocks of its allocations while the blocks
+ * it makes are freed on it (a block handed to another thread and freed
+ * there stays in this count and comes off that thread's). */
+static inline int memleak_thread_live(struct memleak_counts *out)
+{
+    struct memleak_thread_counts t;
+    int r = memleak_thread(&t);
+    out->bytes = t.allocated.bytes - t.freed.bytes;
+    out->blocks = t.allocated.blocks - t.freed.blocks;
+    return r;
+}
+
 /* Take a savepoint: 0, or -1 without the tracer (the savepoint then
- * compares as nothing added). */
+ * compares as nothing added).  Process-wide: every thread's allocations
+ * and frees since count. */
 static inline int memleak_save(struct memleak_savepoint *sp)
 {
+    sp->thread = 0;
     sp->traced = memleak_live(&sp->live) == 0;
     return sp->traced ? 0 : -1;
 }
 
+/* A savepoint of the calling thread's own allocations and frees
+ * (memleak_thread_live): what other threads do meanwhile does not count.
+ * Compare it on the same thread. */
+static inline int memleak_thread_save(struct memleak_savepoint *sp)
+{
+    sp->thread = 1;
+    sp->traced = memleak_thread_live(&sp->live) == 0;
+    return sp->traced ? 0 : -1;
+}
+
 /* What is live now beyond what was at savepoint `sp` (negative: less), in
- * *added: 0; -1 and zeros when either side was not traced.  Process-wide:
- * every thread's allocations and frees since the savepoint count. */
+ * *added: 0; -1 and zeros when either side was not traced.  For a thread's
+ * savepoint, what this thread added since. */
 static inline int memleak_since(const struct memleak_savepoint *sp, struct memleak_counts *added)
 {
     struct memleak_counts now;
     added->bytes = added->blocks = 0;
-    if (!sp->traced || memleak_live(&now) != 0)
+    if (!sp->traced || (sp->thread ? memleak_thread_live(&now) : memleak_live(&now)) != 0)
         return -1;
     added->bytes = now.bytes - sp->live.bytes;
     added->blocks = now.blocks - sp->live.blocks;

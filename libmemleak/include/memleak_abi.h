@@ -18,6 +18,14 @@ struct memleak_counts {
     int64_t blocks;
 };
 
+/* The calling thread's memory since it began (jemalloc's
+ * thread.allocated and thread.deallocated): what it allocated, and what it
+ * freed -- whichever thread had allocated that. */
+struct memleak_thread_counts {
+    struct memleak_counts allocated;
+    struct memleak_counts freed;
+};
+
 /* What a leak check found: valgrind's categories (docs/scan.md). */
 struct memleak_leaks {
     struct memleak_counts definitely; /* nothing points to them */
@@ -54,6 +62,7 @@ struct memleak__api_v1 {
     void (*resource_acquire)(const char *kind, uint64_t id, uint64_t weight);
     void (*resource_release)(const char *kind, uint64_t id);
     int (*resource_live)(const char *kind, struct memleak_counts *out);
+    int (*thread_counts)(struct memleak_thread_counts *out);
 };
 
 /* A pool's flags, valgrind's (VALGRIND_MEMPOOL_AUTO_FREE, _METAPOOL). */

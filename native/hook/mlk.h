@@ -139,9 +139,17 @@ extern MLK_HIDDEN int mlk_unwind_mode;
 /* cut: the walk stopped at the configured depth with frames left (the
  * stack's first interning says so for good: MLK_STACK_CUT). */
 MLK_HIDDEN uint32_t mlk_stack_intern(const uint64_t *ips, int depth, int kind, uint32_t unload_epoch, int cut);
+/* Of the process's memory (heap blocks, mappings): the stack's counters
+ * and the calling thread's totals (memleak_thread). */
 MLK_HIDDEN void mlk_stack_count_alloc(uint32_t id, uint64_t bytes); /* one new block */
 /* Change live bytes/blocks only (frees, partial unmaps, region splits). */
 MLK_HIDDEN void mlk_stack_account(uint32_t id, int64_t bytes, int64_t blocks);
+/* The same for what is not the process's memory -- custom blocks (inside
+ * heap blocks already counted), resources: the stack's counters only. */
+MLK_HIDDEN void mlk_stack_count_alloc_other(uint32_t id, uint64_t bytes);
+MLK_HIDDEN void mlk_stack_account_other(uint32_t id, int64_t bytes, int64_t blocks);
+/* The calling thread's memory totals since it began: allocated, freed. */
+MLK_HIDDEN void mlk_thread_totals(int64_t out[4]);
 MLK_HIDDEN void mlk_stacks_lock_for_fork(int acquire);
 
 /* ---- addrs.c: live block -> (stack, size), private to the process ------ */

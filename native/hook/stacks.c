@@ -322,7 +322,16 @@ static inline struct mlk_counters *counters_of(uint32_t id, unsigned *s)
     return &mlk_stacks()[id].counters[*s - 1];
 }
 
-void mlk_stack_count_alloc(uint32_t id, uint64_t bytes)
+/* The calling thread's memory totals (memleak_thread, jemalloc's
+ * thread.allocated / thread.deallocated): what it allocated and what it
+ * freed, whoever allocated that.  Per thread because a block's trailer has
+ * no room for the thread that made it, and an exact per-thread live count
+ * would put an atomic on another thread's line at every cross-thread free.
+ * Plain adds: only this thread writes them (a signal handler's free inside
+ * one of its hooks can lose one event). */
+static __thread int64_t thread_totals[4] __attribute__((tls_model("initial-exec")));
+
+static inline void count_alloc(uint32_t id, uint64_t bytes)
 {
     unsigned s;
     struct mlk_counters *c = counters_of(id, &s);
@@ -330,7 +339,7 @@ void mlk_stack_count_alloc(uint32_t id, uint64_t bytes)
     bump(s, &c->alloc_bytes, bytes);
 }
 
-void mlk_stack_account(uint32_t id, int64_t bytes, int64_t blocks)
+static inline void account(uint32_t id, int64_t bytes, int64_t blocks)
 {
     unsigned s;
     struct mlk_counters *c = counters_of(id, &s);
@@ -338,6 +347,30 @@ void mlk_stack_account(uint32_t id, int64_t bytes, int64_t blocks)
         bump(s, (uint64_t *)&c->freed_bytes, (uint64_t)-bytes);
     if (blocks)
         bump(s, (uint64_t *)&c->freed_count, (uint64_t)-blocks);
+}
+
+void mlk_stack_count_alloc(uint32_t id, uint64_t bytes)
+{
+    count_alloc(id, bytes);
+    thread_totals[0] += (int64_t)bytes;
+    thread_totals[1]++;
+}
+
+void mlk_stack_account(uint32_t id, int64_t bytes, int64_t blocks)
+{
+    account(id, bytes, blocks);
+    thread_totals[2] -= bytes;
+    thread_totals[3] -= blocks;
+}
+
+void mlk_stack_count_alloc_other(uint32_t id, uint64_t bytes) { count_alloc(id, bytes); }
+
+void mlk_stack_account_other(uint32_t id, int64_t bytes, int64_t blocks) { account(id, bytes, blocks); }
+
+void mlk_thread_totals(int64_t out[4])
+{
+    for (int i = 0; i < 4; i++)
+        out[i] = thread_totals[i];
 }
 
 void mlk_stacks_lock_for_fork(int acquire)

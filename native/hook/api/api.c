@@ -106,6 +106,21 @@ static int api_live(struct memleak_counts *out)
     return 0;
 }
 
+/* The calling thread's totals (stacks.c keeps them): 0, or -1 (zeros)
+ * when nothing is collected.  A few loads. */
+static int api_thread_counts(struct memleak_thread_counts *out)
+{
+    if (!out)
+        return -1;
+    memset(out, 0, sizeof *out);
+    if (!mlk_seg || !mlk_ever_collected)
+        return -1;
+    int64_t t[4];
+    mlk_thread_totals(t);
+    *out = (struct memleak_thread_counts){{t[0], t[1]}, {t[2], t[3]}};
+    return 0;
+}
+
 /* ---- resources other than memory (resources/table.c) ---- */
 
 /* The kind's index (named now if new and `create`), or -1 when not
@@ -219,6 +234,7 @@ EXPORT const struct memleak__api_v1 mlk_api_v1 = {
     api_resource_acquire,
     api_resource_release,
     api_resource_live,
+    api_thread_counts,
 };
 
 /* ---- LeakSanitizer's interface (sanitizer/lsan_interface.h), for code that

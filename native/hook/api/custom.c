@@ -152,7 +152,7 @@ static void insert(uint64_t addr, uint64_t size, uint32_t stack, uint32_t pool)
     buckets[h] = i;
     __atomic_store_n(&n->addr, addr, __ATOMIC_RELEASE); /* complete: the scan may take it */
     if (stack != MLK_NO_STACK)
-        mlk_stack_count_alloc(stack, size);
+        mlk_stack_count_alloc_other(stack, size);
 }
 
 /* Ends the block: uncounted, out of its bucket and its pool's list. */
@@ -160,7 +160,7 @@ static void drop(struct node *n)
 {
     uint32_t i = (uint32_t)(n - table.nodes) + 1;
     if (n->stack != MLK_NO_STACK)
-        mlk_stack_account(n->stack, -(int64_t)n->size, -1);
+        mlk_stack_account_other(n->stack, -(int64_t)n->size, -1);
     for (uint32_t *at = &buckets[hash_of(n->addr, nodes_cap)]; *at; at = &table.nodes[*at - 1].hash_next)
         if (*at == i) {
             *at = n->hash_next;
@@ -190,7 +190,7 @@ static void rekey(struct node *n, uint64_t addr, uint64_t size)
     if (moved)
         moved->stack = stack;
     if (stack != MLK_NO_STACK)
-        mlk_stack_account(stack, moved ? (int64_t)size - (int64_t)old : -(int64_t)old, moved ? 0 : -1);
+        mlk_stack_account_other(stack, moved ? (int64_t)size - (int64_t)old : -(int64_t)old, moved ? 0 : -1);
 }
 
 /* ---- pools ---- */
@@ -326,7 +326,7 @@ void mlk_custom_resize(const void *addr, size_t old_size, size_t new_size)
         struct node *n = find((uint64_t)addr);
         if (n) {
             if (n->stack != MLK_NO_STACK)
-                mlk_stack_account(n->stack, (int64_t)new_size - (int64_t)n->size, 0);
+                mlk_stack_account_other(n->stack, (int64_t)new_size - (int64_t)n->size, 0);
             n->size = new_size;
         }
     });

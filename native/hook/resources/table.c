@@ -180,7 +180,7 @@ static void remove_slot(struct slot *s)
 static void uncount(const struct slot *s)
 {
     if (s->state == HELD && s->stack != MLK_NO_STACK)
-        mlk_stack_account(s->stack, -(int64_t)s->weight, -1);
+        mlk_stack_account_other(s->stack, -(int64_t)s->weight, -1);
 }
 
 void mlk_resource_acquire(int kind, uint64_t id, uint64_t weight, uint32_t stack)
@@ -200,7 +200,7 @@ void mlk_resource_acquire(int kind, uint64_t id, uint64_t weight, uint32_t stack
     if (s) {
         *s = (struct slot){id, weight, stack, (uint16_t)kind, HELD};
         if (stack != MLK_NO_STACK)
-            mlk_stack_count_alloc(stack, weight);
+            mlk_stack_count_alloc_other(stack, weight);
     }
     mlk_unlock(&lock);
     if (!s)
@@ -277,7 +277,7 @@ void mlk_fds_exec_failed(void)
             continue;
         s->state = HELD;
         if (s->stack != MLK_NO_STACK)
-            mlk_stack_account(s->stack, (int64_t)s->weight, 1);
+            mlk_stack_account_other(s->stack, (int64_t)s->weight, 1);
     }
     mlk_unlock(&lock);
 }
