@@ -292,7 +292,22 @@ _Static_assert(sizeof(struct mlk_counters) == 64 && offsetof(struct mlk_stack, c
  * then still count on lines of their own.  (The reporter reads each counter
  * word whole either way.)  Ownership is not handed on when the owner exits:
  * the simple rule is the safe one. */
-static __thread unsigned stripe_plus_one __attribute__((tls_model("initial-exec")));
+/* The thread's stripe, and its memory totals (memleak_thread, jemalloc's
+ * thread.allocated / thread.deallocated): what it allocated and what it
+ * freed, whoever allocated that.  Per thread because a block's trailer has
+ * no room for the thread that made it, and an exact per-thread live count
+ * would put an atomic on another thread's line at every cross-thread free.
+ * Plain adds: only this thread writes them (a signal handler's free inside
+ * one of its hooks can lose one event).  One variable, so that one TLS
+ * offset serves both. */
+static __thread struct {
+    unsigned stripe_plus_one;
+    /* allocated bytes, freed bytes, allocated blocks, freed blocks: an
+     * event's two adds not side by side, which gcc would make five vector
+     * instructions instead of two adds */
+    int64_t totals[4];
+} mine __attribute__((tls_model("initial-exec")));
+#define stripe_plus_one mine.stripe_plus_one
 static unsigned threads_counting;
 
 static inline unsigned stripe_of_thread(void)
@@ -322,15 +337,6 @@ static inline struct mlk_counters *counters_of(uint32_t id, unsigned *s)
     return &mlk_stacks()[id].counters[*s - 1];
 }
 
-/* The calling thread's memory totals (memleak_thread, jemalloc's
- * thread.allocated / thread.deallocated): what it allocated and what it
- * freed, whoever allocated that.  Per thread because a block's trailer has
- * no room for the thread that made it, and an exact per-thread live count
- * would put an atomic on another thread's line at every cross-thread free.
- * Plain adds: only this thread writes them (a signal handler's free inside
- * one of its hooks can lose one event). */
-static __thread int64_t thread_totals[4] __attribute__((tls_model("initial-exec")));
-
 static inline void count_alloc(uint32_t id, uint64_t bytes)
 {
     unsigned s;
@@ -352,15 +358,15 @@ static inline void account(uint32_t id, int64_t bytes, int64_t blocks)
 void mlk_stack_count_alloc(uint32_t id, uint64_t bytes)
 {
     count_alloc(id, bytes);
-    thread_totals[0] += (int64_t)bytes;
-    thread_totals[1]++;
+    mine.totals[0] += (int64_t)bytes;
+    mine.totals[2]++;
 }
 
 void mlk_stack_account(uint32_t id, int64_t bytes, int64_t blocks)
 {
     account(id, bytes, blocks);
-    thread_totals[2] -= bytes;
-    thread_totals[3] -= blocks;
+    mine.totals[1] -= bytes;
+    mine.totals[3] -= blocks;
 }
 
 void mlk_stack_count_alloc_other(uint32_t id, uint64_t bytes) { count_alloc(id, bytes); }
@@ -369,8 +375,10 @@ void mlk_stack_account_other(uint32_t id, int64_t bytes, int64_t blocks) { accou
 
 void mlk_thread_totals(int64_t out[4])
 {
-    for (int i = 0; i < 4; i++)
-        out[i] = thread_totals[i];
+    out[0] = mine.totals[0]; /* allocated bytes, blocks; freed bytes, blocks */
+    out[1] = mine.totals[2];
+    out[2] = mine.totals[1];
+    out[3] = mine.totals[3];
 }
 
 void mlk_stacks_lock_for_fork(int acquire)
