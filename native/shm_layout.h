@@ -20,7 +20,7 @@
  */
 
 #define MLK_MAGIC 0x314b4c4d454d4c4b
-#define MLK_LAYOUT_VERSION 14
+#define MLK_LAYOUT_VERSION 15
 #define MLK_API_LABEL_MAX 64
 #define MLK_LAST_REPORT_MAX 512
 #define MLK_MAX_DEPTH 64
@@ -47,6 +47,9 @@
  * valgrind's MALLOCLIKE_BLOCK and MEMPOOL_*: native/hook/api/custom.c):
  * inside blocks of the other kinds, so never added to them in totals. */
 #define MLK_KIND_CUSTOM 4
+/* The stack of a call that misused the allocator (a double free's, a
+ * mismatched delete's: struct mlk_misuse.at_stack): it never counts a block. */
+#define MLK_KIND_FREE_SITE 5
 /* The custom blocks' table (struct mlk_header.custom_table): nodes of
  * MLK_CUSTOM_NODE_BYTES, each {address (0: unused), size (u64), stack (u32)}
  * first. */
@@ -137,6 +140,44 @@ struct mlk_module {
     uint32_t build_id_len;
     uint32_t reserved;
     uint8_t build_id[32];   /* MLK_BUILD_ID_MAX */
+};
+
+/* Misuse of the allocator (native/hook/misuse.c): one record per kind of
+ * misuse, call, site and allocation stack, counted.  The kinds: */
+#define MLK_MISUSE_MAX 256
+#define MLK_MISUSE_DOUBLE_FREE 1   /* a block freed again (valgrind: Invalid free()) */
+#define MLK_MISUSE_INVALID_FREE 2  /* a pointer never allocated: `where` says what it is */
+#define MLK_MISUSE_MISMATCH 3      /* freed by another family's call (Mismatched free() / delete / delete []) */
+#define MLK_MISUSE_SIZE 4          /* sized delete's size is not the block's (Mismatched new/delete size value) */
+/* struct mlk_misuse.call: what freed it (the first three equal the
+ * family, MLK_FAMILY_* of native/trailer_format.h, each expects). */
+#define MLK_CALL_FREE 0
+#define MLK_CALL_DELETE 1
+#define MLK_CALL_DELETE_ARRAY 2
+#define MLK_CALL_REALLOC 3
+/* struct mlk_misuse.where, of an invalid free's pointer */
+#define MLK_WHERE_STACK 1          /* on the calling thread's stack */
+#define MLK_WHERE_GLOBAL 2         /* in a loaded module's data */
+#define MLK_WHERE_NOT_A_BLOCK 3    /* not where glibc's chunk header could be (glibc's free: invalid pointer) */
+/* struct mlk_header.misuse_mode (MEMLEAK_CONFIG misuse=) */
+#define MLK_MISUSE_OFF 0
+#define MLK_MISUSE_REPORT 1        /* recorded; the call goes on as it would bare */
+#define MLK_MISUSE_HOLD 2          /* recorded; a bad free does not reach the allocator */
+/* struct mlk_misuse.state */
+#define MLK_MISUSE_READY 2
+
+struct mlk_misuse {
+    uint32_t state;         /* MLK_MISUSE_READY once the fields below are final */
+    uint16_t kind;          /* MLK_MISUSE_* */
+    uint8_t call;           /* MLK_CALL_* */
+    uint8_t family;         /* MLK_FAMILY_* of the block; 255: not known */
+    uint32_t at_stack;      /* the misusing call's stack (kind MLK_KIND_FREE_SITE) */
+    uint32_t alloc_stack;   /* the block's allocation stack; UINT32_MAX: not known */
+    uint32_t where;         /* MLK_WHERE_* (invalid frees) */
+    uint32_t reserved;
+    uint64_t size;          /* the block's size as allocated (0: not known) */
+    uint64_t given;         /* sized delete: the size given; invalid free: the address */
+    uint64_t count;         /* times it happened (atomic) */
 };
 
 struct mlk_header {
@@ -359,6 +400,14 @@ struct mlk_header {
      * many.  A forked child keeps its parent's count. */
     uint32_t fds_before;
     uint32_t reserved_fds;
+    /* Misuse of the allocator: the mode, records used (at most
+     * MLK_MISUSE_MAX), every misuse seen and those not recorded because
+     * the table was full. */
+    uint32_t misuse_mode;
+    uint32_t misuse_used;
+    uint64_t misuse_total;
+    uint64_t misuse_dropped;
+    struct mlk_misuse misuse[256]; /* MLK_MISUSE_MAX */
 };
 
 /* Objects never to be called lost -- pointers into them, sorted -- and

@@ -2,13 +2,18 @@
  * (native/hook/trailers.c, struct mlk_trailer in mlk.h), read from the stopped
  * program by the reachability scan (native/reporter/scan.c).  A trailer is
  * a block's last 16 usable bytes, two words:
- *   meta  = size << MLK_TRAILER_STACK_BITS | stack id, for a counted block;
+ *   meta  = size << MLK_TRAILER_STACK_BITS | family << MLK_TRAILER_FAMILY_SHIFT
+ *           | stack id, for a counted block (family: the call that made it,
+ *           MLK_FAMILY_*; stack ids are below 2^22, MLK_STACKS_CAP);
  *           for a block not counted, the stack bits are all set
  *           (MLK_TRAILER_UNCOUNTED) and
  *             bit 63 set (MLK_TRAILER_OURS_META): libmtrace's own block;
  *             bit 62 set (MLK_TRAILER_SIZED): bits 24..61 hold its size;
  *             neither: its size is not kept;
- *   check = the block's address XOR the process's key. */
+ *   check = the block's address XOR the process's key; once freed, that
+ *           XOR MLK_TRAILER_FREED (meta kept), so that a second free of
+ *           it is known for one -- as long as the allocator has not
+ *           handed the memory out again. */
 #ifndef MLK_TRAILER_FORMAT_H
 #define MLK_TRAILER_FORMAT_H
 
@@ -18,5 +23,11 @@
 #define MLK_TRAILER_SIZED (1ull << 62)
 #define MLK_TRAILER_SIZE_BITS 38 /* of an uncounted block's kept size */
 #define MLK_TRAILER_SIZE_MASK ((1ull << MLK_TRAILER_SIZE_BITS) - 1)
+#define MLK_TRAILER_ID_MASK ((1u << 22) - 1)
+#define MLK_TRAILER_FAMILY_SHIFT 22
+#define MLK_FAMILY_MALLOC 0    /* malloc, calloc, realloc, memalign...: free() */
+#define MLK_FAMILY_NEW 1       /* operator new: delete */
+#define MLK_FAMILY_NEW_ARRAY 2 /* operator new[]: delete[] */
+#define MLK_TRAILER_FREED 0x6d6c6b6672656564ull
 
 #endif

@@ -9,7 +9,7 @@
 #include "control.h"
 
 struct mlk_config mlk_config = {.collect_at_load = 1, .depth = 16, .signal = SIGUSR1, .exit_timeout_ms = 60000,
-                                .route = 1, .fds = 1};
+                                .route = 1, .fds = 1, .misuse = MLK_MISUSE_REPORT};
 
 static int parse_uint(const char *s, size_t n, uint64_t *out)
 {
@@ -94,7 +94,8 @@ static const char *value_wanted(const char *key, size_t n)
                  {"listen", "': needs HOST:PORT (listen=0.0.0.0:7070)"},
                  {"alloc_fns", "': needs a regular expression (alloc_fns=^my_alloc|^pool_get$)"},
                  {"route", "': needs yes or no"},
-                 {"fds", "': needs yes or no"}};
+                 {"fds", "': needs yes or no"},
+                 {"misuse", "': needs report, hold or no"}};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (strlen(known[i].name) == n && strncmp(key, known[i].name, n) == 0)
             return known[i].wants;
@@ -200,6 +201,15 @@ void mlk_config_parse(const char *cfg, const char *cwd)
                 mlk_config.fds = VALUE("yes");
             else
                 bad_option(p, n, "': fds is yes or no; using yes");
+        } else if (KEY("misuse") && val) {
+            if (VALUE("report"))
+                mlk_config.misuse = MLK_MISUSE_REPORT;
+            else if (VALUE("hold"))
+                mlk_config.misuse = MLK_MISUSE_HOLD;
+            else if (VALUE("no"))
+                mlk_config.misuse = MLK_MISUSE_OFF;
+            else
+                bad_option(p, n, "': misuse is report, hold or no; using report");
         } else if (KEY("signal") && val) {
             int sig = parse_signal(val, vn);
             if (sig < 0 || sig == SIGKILL || sig == SIGSTOP)
@@ -263,7 +273,7 @@ void mlk_config_parse(const char *cfg, const char *cwd)
             bad_option(p, n, "': unknown option (known: mtraceinit, depth=N, dir=PATH, "
                              "signal=NAME, unwind=fast|libgcc, sample=BYTES, "
                              "track=trailers|table, exit_timeout=SECONDS, scan=exit, "
-                             "scan_heuristics=all|none|valgrind|NAME+NAME, listen=HOST:PORT, route=yes|no, fds=yes|no, alloc_fns=REGEX)");
+                             "scan_heuristics=all|none|valgrind|NAME+NAME, listen=HOST:PORT, route=yes|no, fds=yes|no, misuse=report|hold|no, alloc_fns=REGEX)");
         }
 #undef KEY
 #undef VALUE

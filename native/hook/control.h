@@ -25,6 +25,7 @@ struct mlk_config {
     char alloc_fns[256]; /* alloc_fns=REGEX: the program's allocation layer, for the analysis */
     int route;           /* route=no: leave a program's own allocator alone (route/route.h) */
     int fds;             /* fds=no: file descriptors not tracked (resources/fds.c) */
+    int misuse;          /* misuse=: MLK_MISUSE_REPORT, _HOLD or _OFF (misuse.c) */
 };
 MLK_HIDDEN extern struct mlk_config mlk_config;
 MLK_HIDDEN void mlk_config_parse(const char *cfg, const char *cwd);

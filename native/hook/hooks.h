@@ -79,11 +79,11 @@ static inline int *thread_errno(void)
 #define TRAILING() (RECORDING() && mlk_trailer_key)
 #define TRAILABLE(size) ((size) <= (size_t)PTRDIFF_MAX - MLK_TRAILER_SIZE)
 
-static inline __attribute__((always_inline)) void trailed(void *p, size_t size, int kind)
+static inline __attribute__((always_inline)) void trailed(void *p, size_t size, int kind, int family)
 {
     BEGIN_HOOK();
     MLK_WALK_FROM_HERE();
-    mlk_record_trailed(p, mlk_real.malloc_usable_size(p), size, kind);
+    mlk_record_trailed(p, mlk_real.malloc_usable_size(p), size, kind, family);
     END_HOOK();
 }
 
@@ -92,7 +92,8 @@ static inline struct mlk_trailer *trailer(void *p)
 {
     if (MLK_LIKELY(!mlk_trailer_key))
         return NULL;
-    return mlk_trailer_of(p, mlk_real.malloc_usable_size(p));
+    size_t usable = MLK_LIKELY(mlk_glibc_heap) ? mlk_glibc_usable(p) : mlk_real.malloc_usable_size(p);
+    return usable >= MLK_TRAILER_SIZE ? mlk_trailer_of(p, usable) : NULL;
 }
 
 /* Before collection starts from load (mlk_early_trailers): a block with
@@ -114,23 +115,43 @@ static inline __attribute__((always_inline)) void after_alloc(void *p, size_t si
     }
 }
 
-static inline void before_free(void *p)
+/* Forgets a block without a trailer before its real free (by `call`,
+ * MLK_CALL_*): 0 when that free must not happen -- a double or invalid
+ * free held back (misuse=hold). */
+static inline __attribute__((always_inline)) int before_free(void *p, int call)
 {
     if (p && !mlk_in_hook && mlk_ever_collected && mlk_maybe_recorded(p)) {
         BEGIN_HOOK();
-        mlk_record_free(p);
+        int known = mlk_record_free(p);
         END_HOOK();
+        if (known)
+            return 1;
     }
+    if (MLK_UNLIKELY(mlk_trailer_key != 0) && p && !mlk_in_hook) {
+        MLK_WALK_FROM_HERE();
+        return !mlk_misuse_untrailed(p, call);
+    }
+    return 1;
 }
 
 /* A block with a trailer is forgotten by its trailer alone, before the
- * real free (nothing else can reach it after). */
-static inline int free_trailed(void *p)
+ * real free (nothing else can reach it after).  The trailer says which
+ * family made it and its size: a free by another family's call, or a
+ * sized delete of another size (`given`; MLK_NO_SIZE for none), is
+ * recorded as misuse -- and the free goes on, as it would bare. */
+static inline __attribute__((always_inline)) int free_trailed(void *p, int call, size_t given)
 {
     struct mlk_trailer *t = trailer(p);
     if (!t)
         return 0;
-    mlk_trailer_uncount(mlk_trailer_take(t));
+    uint64_t meta = mlk_trailer_take(t);
+    uint32_t family = ((uint32_t)meta >> MLK_TRAILER_FAMILY_SHIFT) & 3;
+    if (MLK_UNLIKELY(family != (uint32_t)(call == MLK_CALL_REALLOC ? MLK_FAMILY_MALLOC : call) ||
+                     (given != MLK_NO_SIZE && given != meta >> MLK_TRAILER_STACK_BITS))) {
+        MLK_WALK_FROM_HERE();
+        mlk_misuse_trailed(p, meta, call, given);
+    }
+    mlk_trailer_uncount(meta);
     mlk_real.free(p);
     return 1;
 }

@@ -50,7 +50,7 @@ static void *fallback_new(size_t size)
     return p;
 }
 
-#define NEW_HOOK(mangled, kind, fast, params, args)                                                      \
+#define NEW_HOOK(mangled, kind, family, fast, params, args)                                                      \
     EXPORT void *mangled params                                                                    \
     {                                                                                              \
         static new_fn next;                                                                        \
@@ -61,7 +61,7 @@ static void *fallback_new(size_t size)
              * new below runs the new-handler loop or throws. */           \
             void *p = mlk_real.malloc(size + MLK_TRAILER_SIZE);                                        \
             if (MLK_LIKELY(p != NULL)) {                                                           \
-                trailed(p, size, kind);                                                            \
+                trailed(p, size, kind, family);                                                    \
                 return p;                                                                          \
             }                                                                                      \
         }                                                                                          \
@@ -87,32 +87,36 @@ static void *fallback_new(size_t size)
 
 typedef struct nothrow_t nothrow_t;
 /* align_val_t is an enum of size_t: passed as a size_t. */
-NEW_HOOK(_Znwm, MLK_KIND_NEW, 1, (size_t size), (size))
-NEW_HOOK(_Znam, MLK_KIND_NEW, 1, (size_t size), (size))
-NEW_HOOK(_ZnwmRKSt9nothrow_t, MLK_KIND_NEW, 1, (size_t size, const nothrow_t *nt), (size, nt))
-NEW_HOOK(_ZnamRKSt9nothrow_t, MLK_KIND_NEW, 1, (size_t size, const nothrow_t *nt), (size, nt))
-NEW_HOOK(_ZnwmSt11align_val_t, MLK_KIND_NEW, 0, (size_t size, size_t al), (size, al))
-NEW_HOOK(_ZnamSt11align_val_t, MLK_KIND_NEW, 0, (size_t size, size_t al), (size, al))
-NEW_HOOK(_ZnwmSt11align_val_tRKSt9nothrow_t, MLK_KIND_NEW, 0, (size_t size, size_t al, const nothrow_t *nt),
+NEW_HOOK(_Znwm, MLK_KIND_NEW, MLK_FAMILY_NEW, 1, (size_t size), (size))
+NEW_HOOK(_Znam, MLK_KIND_NEW, MLK_FAMILY_NEW_ARRAY, 1, (size_t size), (size))
+NEW_HOOK(_ZnwmRKSt9nothrow_t, MLK_KIND_NEW, MLK_FAMILY_NEW, 1, (size_t size, const nothrow_t *nt), (size, nt))
+NEW_HOOK(_ZnamRKSt9nothrow_t, MLK_KIND_NEW, MLK_FAMILY_NEW_ARRAY, 1, (size_t size, const nothrow_t *nt), (size, nt))
+NEW_HOOK(_ZnwmSt11align_val_t, MLK_KIND_NEW, MLK_FAMILY_NEW, 0, (size_t size, size_t al), (size, al))
+NEW_HOOK(_ZnamSt11align_val_t, MLK_KIND_NEW, MLK_FAMILY_NEW_ARRAY, 0, (size_t size, size_t al), (size, al))
+NEW_HOOK(_ZnwmSt11align_val_tRKSt9nothrow_t, MLK_KIND_NEW, MLK_FAMILY_NEW, 0, (size_t size, size_t al, const nothrow_t *nt),
          (size, al, nt))
-NEW_HOOK(_ZnamSt11align_val_tRKSt9nothrow_t, MLK_KIND_NEW, 0, (size_t size, size_t al, const nothrow_t *nt),
+NEW_HOOK(_ZnamSt11align_val_tRKSt9nothrow_t, MLK_KIND_NEW, MLK_FAMILY_NEW_ARRAY, 0, (size_t size, size_t al, const nothrow_t *nt),
          (size, al, nt))
 
-#define DELETE_HOOK(mangled, params, args)                                                         \
+/* call: MLK_CALL_DELETE or _DELETE_ARRAY; size: the sized forms' size,
+ * else MLK_NO_SIZE (both for misuse.c: a block of another family, or of
+ * another size, is recorded). */
+#define DELETE_HOOK(mangled, call, size, params, args)                                             \
     EXPORT void mangled params                                                                     \
     {                                                                                              \
         static delete_fn next;                                                                     \
-        if (!p || mlk_is_boot(p))                                                                      \
+        if (!p || mlk_is_boot(p))                                                                  \
             return;                                                                                \
         if (!READY())                                                                              \
             return;                                                                                \
-        if (free_trailed(p)) /* the runtime's delete would only call free */                    \
+        if (free_trailed(p, call, size)) /* the runtime's delete would only call free */           \
             return;                                                                                \
         if (MLK_UNLIKELY(!next))                                                                   \
             next = (delete_fn)next_symbol(#mangled);                                               \
-        before_free(p);                                                                            \
+        if (!before_free(p, call))                                                                 \
+            return; /* a double or invalid delete, held back (misuse=hold) */                      \
         if (!next) {                                                                               \
-            mlk_real.free(p);                                                                          \
+            mlk_real.free(p);                                                                      \
         } else if (mlk_in_hook) {                                                                  \
             next args;                                                                             \
         } else {                                                                                   \
@@ -122,16 +126,21 @@ NEW_HOOK(_ZnamSt11align_val_tRKSt9nothrow_t, MLK_KIND_NEW, 0, (size_t size, size
         }                                                                                          \
     }
 
-DELETE_HOOK(_ZdlPv, (void *p), (p))
-DELETE_HOOK(_ZdaPv, (void *p), (p))
-DELETE_HOOK(_ZdlPvm, (void *p, size_t n), (p, n))
-DELETE_HOOK(_ZdaPvm, (void *p, size_t n), (p, n))
-DELETE_HOOK(_ZdlPvRKSt9nothrow_t, (void *p, const nothrow_t *nt), (p, nt))
-DELETE_HOOK(_ZdaPvRKSt9nothrow_t, (void *p, const nothrow_t *nt), (p, nt))
-DELETE_HOOK(_ZdlPvSt11align_val_t, (void *p, size_t al), (p, al))
-DELETE_HOOK(_ZdaPvSt11align_val_t, (void *p, size_t al), (p, al))
-DELETE_HOOK(_ZdlPvmSt11align_val_t, (void *p, size_t n, size_t al), (p, n, al))
-DELETE_HOOK(_ZdaPvmSt11align_val_t, (void *p, size_t n, size_t al), (p, n, al))
-DELETE_HOOK(_ZdlPvSt11align_val_tRKSt9nothrow_t, (void *p, size_t al, const nothrow_t *nt), (p, al, nt))
-DELETE_HOOK(_ZdaPvSt11align_val_tRKSt9nothrow_t, (void *p, size_t al, const nothrow_t *nt), (p, al, nt))
-
+#define D MLK_CALL_DELETE
+#define DA MLK_CALL_DELETE_ARRAY
+#define NONE MLK_NO_SIZE
+DELETE_HOOK(_ZdlPv, D, NONE, (void *p), (p))
+DELETE_HOOK(_ZdaPv, DA, NONE, (void *p), (p))
+DELETE_HOOK(_ZdlPvm, D, n, (void *p, size_t n), (p, n))
+DELETE_HOOK(_ZdaPvm, DA, n, (void *p, size_t n), (p, n))
+DELETE_HOOK(_ZdlPvRKSt9nothrow_t, D, NONE, (void *p, const nothrow_t *nt), (p, nt))
+DELETE_HOOK(_ZdaPvRKSt9nothrow_t, DA, NONE, (void *p, const nothrow_t *nt), (p, nt))
+DELETE_HOOK(_ZdlPvSt11align_val_t, D, NONE, (void *p, size_t al), (p, al))
+DELETE_HOOK(_ZdaPvSt11align_val_t, DA, NONE, (void *p, size_t al), (p, al))
+DELETE_HOOK(_ZdlPvmSt11align_val_t, D, n, (void *p, size_t n, size_t al), (p, n, al))
+DELETE_HOOK(_ZdaPvmSt11align_val_t, DA, n, (void *p, size_t n, size_t al), (p, n, al))
+DELETE_HOOK(_ZdlPvSt11align_val_tRKSt9nothrow_t, D, NONE, (void *p, size_t al, const nothrow_t *nt), (p, al, nt))
+DELETE_HOOK(_ZdaPvSt11align_val_tRKSt9nothrow_t, DA, NONE, (void *p, size_t al, const nothrow_t *nt), (p, al, nt))
+#undef D
+#undef DA
+#undef NONE

@@ -165,6 +165,8 @@ void mlk_note_allocator(void)
 }
 
 
+int mlk_glibc_heap;
+
 int mlk_trailers_possible(void)
 {
     /* The trailer's place comes from the allocator's own malloc_usable_size:
@@ -173,8 +175,14 @@ int mlk_trailers_possible(void)
      * reporter's environment being built with it.) */
     mlk_ensure_real();
     Dl_info a, b;
-    return mlk_real.malloc && mlk_real.malloc_usable_size && dladdr(real_home((void *)mlk_real.malloc), &a) &&
-           dladdr(real_home((void *)mlk_real.malloc_usable_size), &b) && a.dli_fbase == b.dli_fbase;
+    int possible = mlk_real.malloc && mlk_real.malloc_usable_size && dladdr(real_home((void *)mlk_real.malloc), &a) &&
+                   dladdr(real_home((void *)mlk_real.malloc_usable_size), &b) && a.dli_fbase == b.dli_fbase;
+    if (possible && a.dli_fname) {
+        size_t n = strlen(a.dli_fname);
+        mlk_glibc_heap = n >= 9 && strcmp(a.dli_fname + n - 9, "libc.so.6") == 0 &&
+                         (n == 9 || a.dli_fname[n - 10] == '/');
+    }
+    return possible;
 }
 
 /* ---- malloc family ------------------------------------------------------ */
@@ -186,7 +194,7 @@ EXPORT void *malloc(size_t size)
     if (TRAILING() && TRAILABLE(size)) {
         void *p = mlk_real.malloc(size + MLK_TRAILER_SIZE);
         if (p)
-            trailed(p, size, MLK_KIND_MALLOC);
+            trailed(p, size, MLK_KIND_MALLOC, MLK_FAMILY_MALLOC);
         return p;
     }
     if (EARLY(size))
@@ -238,10 +246,10 @@ EXPORT void free(void *p)
         return;
     if (!READY())
         return; /* cannot happen: only boot pointers exist before resolution */
-    if (free_trailed(p))
+    if (free_trailed(p, MLK_CALL_FREE, MLK_NO_SIZE))
         return;
-    before_free(p);
-    mlk_real.free(p);
+    if (before_free(p, MLK_CALL_FREE))
+        mlk_real.free(p);
 }
 
 /* C23's sized frees (glibc 2.41) and the old cfree: each is free here.
@@ -287,7 +295,7 @@ EXPORT void *calloc(size_t n, size_t size)
     if (TRAILING() && !__builtin_mul_overflow(n, size, &total) && TRAILABLE(total)) {
         void *p = mlk_real.calloc(1, total + MLK_TRAILER_SIZE);
         if (p)
-            trailed(p, total, MLK_KIND_MALLOC);
+            trailed(p, total, MLK_KIND_MALLOC, MLK_FAMILY_MALLOC);
         return p;
     }
     if (EARLY(0) && !__builtin_mul_overflow(n, size, &total) && TRAILABLE(total))
@@ -322,10 +330,21 @@ static void *realloc_impl(void *old, size_t size)
         int had = 0;
         if (t) {
             taken = mlk_trailer_take(t);
+            if (MLK_UNLIKELY((((uint32_t)taken >> MLK_TRAILER_FAMILY_SHIFT) & 3) != MLK_FAMILY_MALLOC)) {
+                MLK_WALK_FROM_HERE();
+                mlk_misuse_trailed(old, taken, MLK_CALL_REALLOC, MLK_NO_SIZE); /* new'd, realloc'd */
+            }
         } else if (!mlk_in_hook && mlk_ever_collected && mlk_maybe_recorded(old)) {
             BEGIN_HOOK();
             had = mlk_record_take(old, &stack, &old_size);
             END_HOOK();
+        }
+        if (!t && !had && MLK_UNLIKELY(mlk_trailer_key != 0) && !mlk_in_hook) {
+            MLK_WALK_FROM_HERE();
+            if (mlk_misuse_untrailed(old, MLK_CALL_REALLOC)) {
+                errno = ENOMEM; /* a freed or invalid block, held back (misuse=hold): as valgrind, NULL */
+                return NULL;
+            }
         }
         p = mlk_real.realloc(old, size + extra);
         if (!p && size != 0) {
@@ -343,7 +362,7 @@ static void *realloc_impl(void *old, size_t size)
     }
     if (p) {
         if (trailing)
-            trailed(p, size, MLK_KIND_MALLOC);
+            trailed(p, size, MLK_KIND_MALLOC, MLK_FAMILY_MALLOC);
         else if (early)
             mlk_trailer_write_uncounted(p, mlk_real.malloc_usable_size(p), size, mlk_in_hook);
         else
@@ -385,7 +404,7 @@ EXPORT int posix_memalign(void **out, size_t align, size_t size)
     if (TRAILING() && TRAILABLE(size)) {
         int r = mlk_real.posix_memalign(out, align, size + MLK_TRAILER_SIZE);
         if (r == 0)
-            trailed(*out, size, MLK_KIND_MALLOC);
+            trailed(*out, size, MLK_KIND_MALLOC, MLK_FAMILY_MALLOC);
         return r;
     }
     int r = mlk_real.posix_memalign(out, align, size);
@@ -402,7 +421,7 @@ EXPORT int posix_memalign(void **out, size_t align, size_t size)
         if (TRAILING() && TRAILABLE(size)) {                                                       \
             void *p = mlk_real.trailed_call;                                                           \
             if (p)                                                                                 \
-                trailed(p, size_expr, MLK_KIND_MALLOC);                                            \
+                trailed(p, size_expr, MLK_KIND_MALLOC, MLK_FAMILY_MALLOC);                                            \
             return p;                                                                              \
         }                                                                                          \
         void *p = mlk_real.call;                                                                       \

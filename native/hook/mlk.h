@@ -225,6 +225,27 @@ static inline struct mlk_trailer *mlk_trailer_of(void *p, size_t usable)
     struct mlk_trailer *t = mlk_trailer_at(p, usable);
     return t->check == ((uint64_t)p ^ mlk_trailer_key) ? t : NULL;
 }
+/* The real malloc is glibc's (interpose.c, with mlk_trailers_possible):
+ * a pointer about to be freed is then read as glibc's free reads it. */
+extern MLK_HIDDEN int mlk_glibc_heap;
+/* The usable size of glibc chunk p from its header alone -- the checks
+ * glibc's free makes before it reads anything else (alignment, a size
+ * that wraps or is too small, an mmapped chunk not on page boundaries),
+ * and 0 when they fail: a pointer glibc would call invalid is never read
+ * further.  Unlike glibc's malloc_usable_size, it does not read the next
+ * chunk, and a freed chunk keeps its size (so its trailer, marked freed,
+ * can be found: misuse.c). */
+static inline size_t mlk_glibc_usable(const void *p)
+{
+    uint64_t a = (uint64_t)p, field = ((const uint64_t *)p)[-1], size = field & ~7ull;
+    if (MLK_UNLIKELY(((a | size) & 15) || size < 32 || a - 16 > -size))
+        return 0;
+    if (MLK_UNLIKELY(field & 2)) { /* IS_MMAPPED: prev_size is the offset from the mapping's start */
+        uint64_t before = ((const uint64_t *)p)[-2];
+        return ((a - 16 - before) | (before + size)) & 4095 ? 0 : size - 16;
+    }
+    return size - 8;
+}
 MLK_HIDDEN void mlk_trailers_enable(void);
 MLK_HIDDEN int mlk_trailers_in_use(void);   /* collection records blocks with trailers */
 /* Blocks made before collection starts from load get an uncounted trailer
@@ -235,7 +256,7 @@ MLK_HIDDEN void mlk_trailer_write_uncounted(void *p, size_t usable, size_t size,
 MLK_HIDDEN int mlk_trailers_possible(void);  /* interpose.c: the allocator allows them */
 /* Writes p's trailer and counts the block for `stack` (MLK_NO_STACK: not
  * counted); 0 if it could not be counted. */
-MLK_HIDDEN int mlk_trailer_write(void *p, size_t usable, uint64_t size, uint32_t stack);
+MLK_HIDDEN int mlk_trailer_write(void *p, size_t usable, uint64_t size, uint32_t stack, int family);
 /* Unmarks the block (its trailer no longer says "ours") and returns what
  * mlk_trailer_uncount needs; restore re-marks it (a realloc that failed). */
 MLK_HIDDEN uint64_t mlk_trailer_take(struct mlk_trailer *t);
@@ -248,8 +269,18 @@ MLK_HIDDEN void mlk_trailers_fork_child(void);            /* after fork, in the 
 MLK_HIDDEN void mlk_record_alloc(void *p, size_t size, int kind);
 MLK_HIDDEN uint32_t mlk_current_stack(int kind); /* the caller's stack id, or MLK_NO_STACK */
 /* The same for a block 16 bytes longer than `size`: its trailer records it. */
-MLK_HIDDEN void mlk_record_trailed(void *p, size_t usable, size_t size, int kind);
-MLK_HIDDEN void mlk_record_free(void *p);
+/* ---- misuse.c: misuse of the allocator, recorded for the reports ----- */
+#define MLK_NO_SIZE SIZE_MAX /* a free that gives no size */
+/* The free of a block with a trailer (taken: its meta word) by `call`
+ * (MLK_CALL_*), `given` its sized delete's size: a mismatch is recorded. */
+MLK_HIDDEN void mlk_misuse_trailed(void *p, uint64_t meta, int call, size_t given);
+/* The free of a pointer with no trailer and in no table: a double free or
+ * an invalid one is recorded; 1 when the free must not go on (misuse=hold). */
+MLK_HIDDEN int mlk_misuse_untrailed(void *p, int call);
+
+/* family: MLK_FAMILY_*, the call that made it (what must free it) */
+MLK_HIDDEN void mlk_record_trailed(void *p, size_t usable, size_t size, int kind, int family);
+MLK_HIDDEN int mlk_record_free(void *p); /* 1: it was recorded */
 /* realloc: forget p's block but return its stack and size (1 if tracked) ... */
 MLK_HIDDEN int mlk_record_take(void *p, uint32_t *stack, uint64_t *size);
 /* ... and put it back unchanged when the real realloc fails. */

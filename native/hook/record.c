@@ -63,7 +63,7 @@ void mlk_record_alloc(void *p, size_t size, int kind)
         dropped_block();
 }
 
-void mlk_record_trailed(void *p, size_t usable, size_t size, int kind)
+void mlk_record_trailed(void *p, size_t usable, size_t size, int kind, int family)
 {
     /* The trailer is written even without a stack: it is what tells the
      * free that the block is ours. */
@@ -74,7 +74,7 @@ void mlk_record_trailed(void *p, size_t usable, size_t size, int kind)
         return;
     }
     uint32_t id = current_stack(kind);
-    if (!mlk_trailer_write(p, usable, size, id) && id != MLK_NO_STACK)
+    if (!mlk_trailer_write(p, usable, size, id, family) && id != MLK_NO_STACK)
         dropped_block(); /* a size or stack id beyond what a trailer holds */
 }
 
@@ -98,11 +98,11 @@ int mlk_record_take(void *p, uint32_t *stack, uint64_t *size)
     return 0;
 }
 
-void mlk_record_free(void *p)
+int mlk_record_free(void *p)
 {
     uint32_t stack;
     uint64_t size;
-    mlk_record_take(p, &stack, &size);
+    return mlk_record_take(p, &stack, &size);
 }
 
 void mlk_record_put_back(void *p, uint32_t stack, uint64_t size)

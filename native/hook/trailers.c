@@ -201,11 +201,14 @@ void mlk_trailer_write_uncounted(void *p, size_t usable, size_t size, int ours)
     t->check = (uint64_t)p ^ mlk_trailer_key;
 }
 
-int mlk_trailer_write(void *p, size_t usable, uint64_t size, uint32_t stack)
+_Static_assert(MLK_STACKS_CAP - 1 <= MLK_TRAILER_ID_MASK, "a stack id leaves the family's bits alone");
+
+int mlk_trailer_write(void *p, size_t usable, uint64_t size, uint32_t stack, int family)
 {
     struct mlk_trailer *t = mlk_trailer_at(p, usable);
     int counted = stack < UNCOUNTED && size < MAX_COUNTED_SIZE;
-    t->meta = counted ? size << TRAILER_STACK_BITS | stack : UNCOUNTED;
+    t->meta = counted ? size << TRAILER_STACK_BITS | (uint64_t)family << MLK_TRAILER_FAMILY_SHIFT | stack
+                      : UNCOUNTED;
     t->check = (uint64_t)p ^ mlk_trailer_key;
     if (counted) {
         uint32_t *busy = update_begin();
@@ -220,7 +223,9 @@ uint64_t mlk_trailer_take(struct mlk_trailer *t)
     uint64_t meta = t->meta;
     if (MLK_UNLIKELY(mlk_ignored_count)) /* the block ends: pointers into it are no longer ignored */
         mlk_ignored_forget(t->check ^ mlk_trailer_key, (uint64_t)t + MLK_TRAILER_SIZE);
-    t->check = 0; /* the memory may become anyone's block, at the same address */
+    /* No longer "ours" (the memory may become anyone's block, at the same
+     * address), but "ours, freed": a second free of it says so (misuse.c). */
+    t->check ^= MLK_TRAILER_FREED;
     return meta;
 }
 
@@ -232,6 +237,8 @@ void mlk_trailer_restore(void *p, struct mlk_trailer *t)
 void mlk_trailer_uncount(uint64_t meta)
 {
     uint32_t stack = (uint32_t)(meta & UNCOUNTED);
+    if (stack != UNCOUNTED)
+        stack &= MLK_TRAILER_ID_MASK;
     /* Not ever_collected: a forked child that could not get a segment of
      * its own, which must not touch the parent's. */
     if (stack == UNCOUNTED || MLK_UNLIKELY(!mlk_ever_collected))
