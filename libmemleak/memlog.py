@@ -32,9 +32,36 @@ class Entry:
 
 
 @dataclass
+class Misuse:
+    """A misuse of the allocator, as a report lists it (misuse=KIND
+    entries): how many more times it happened since the previous report,
+    the misusing call's frames and the block's allocation frames."""
+    kind: str                       # MISUSE_WORDS' keys: double-free, invalid-free, mismatch, size-mismatch
+    call: str                       # free, delete, delete[], realloc
+    times: int                      # more since the previous report
+    frames: tuple                   # the misusing call's stack, innermost first
+    alloc_frames: tuple = ()        # the block's allocation stack (empty: not known)
+    block: str = ""                 # the family that made the block: malloc, new, new[] ("": not known)
+    size: int | None = None         # the block's size as allocated
+    given: int | None = None        # a sized delete's size
+    where: str = ""                 # an invalid free's pointer: stack, global, not-a-block
+    address: str = ""               # ... its address (0x...)
+
+
+# What valgrind says of each misuse (memcheck's words), for people.
+MISUSE_WORDS = {
+    "double-free": "Invalid free() / delete / delete[] / realloc()",
+    "invalid-free": "Invalid free() / delete / delete[] / realloc()",
+    "mismatch": "Mismatched free() / delete / delete []",
+    "size-mismatch": "Mismatched new/delete size value",
+}
+
+
+@dataclass
 class Report:
     header: dict                    # key -> value (strings), in file order
     entries: list
+    misuse: list = field(default_factory=list)  # of Misuse, in file order
 
 
 # What a program name in a file name may hold: the traced program writes the
@@ -223,7 +250,7 @@ def parse(text, source="<report>", cache=None):
     """The Report in `text`.  cache: a dict kept across calls (the files of
     one process share most frame lines), mapping frame text to frames."""
     cache = {} if cache is None else cache
-    header, entries = {}, []
+    header, entries, misuse = {}, [], []
     pos = 0
     for m in _PIECE.finditer(text):
         if m.start() != pos:
@@ -255,15 +282,53 @@ def parse(text, source="<report>", cache=None):
             known = cache[block] = (tuple(_frame_of(line[1:], cache)
                                           for line in block.split("\n") if line),
                                     block.rstrip("\n"))
-        entries.append(Entry(nbytes, blocks, known[0], fields[2 if blocks is not None else 1:],
-                             known[1]))
+        extra = fields[2 if blocks is not None else 1:]
+        if extra and extra[0].startswith("misuse="):
+            misuse.append(_misuse_of(extra, known[0]))
+            continue
+        entries.append(Entry(nbytes, blocks, known[0], extra, known[1]))
     if pos != len(text):
         line = text.count("\n", 0, pos) + 1
         bad = text[pos:text.find("\n", pos) if "\n" in text[pos:] else len(text)]
         if bad.startswith("\t"):
             raise MemlogError(f"{source}:{line}: frame line before any entry")
         raise MemlogError(f"{source}:{line}: expected an entry like '+1024 +2', got {bad[:60]!r}")
-    return Report(header, entries)
+    return Report(header, entries, misuse)
+
+
+def _misuse_of(fields, frames):
+    """A misuse entry's fields (name=value) and frames as a Misuse: the
+    last alloc-frames=N frames are the allocation's.  Values it cannot read
+    are left out (a file is the traced program's word)."""
+    got = dict(f.partition("=")[::2] for f in fields)
+
+    def number(name):
+        try:
+            return int(got.get(name, ""))
+        except ValueError:
+            return None
+    n = max(0, min(number("alloc-frames") or 0, len(frames)))
+    return Misuse(got.get("misuse", ""), got.get("call", ""), number("times") or 0,
+                  tuple(frames[:len(frames) - n]), tuple(frames[len(frames) - n:]), got.get("block", ""),
+                  number("size"), number("given"), got.get("where", ""), got.get("address", ""))
+
+
+def misuse_fields(m):
+    """A Misuse's first line, after the entry's '+0 +0'."""
+    fields = [f"misuse={m.kind}", f"call={m.call}", f"times={m.times:+d}"]
+    if m.block:
+        fields.append(f"block={m.block}")
+    if m.size is not None:
+        fields.append(f"size={m.size}")
+    if m.given is not None:
+        fields.append(f"given={m.given}")
+    if m.where:
+        fields.append(f"where={m.where}")
+    if m.address:
+        fields.append(f"address={m.address}")
+    if m.alloc_frames:
+        fields.append(f"alloc-frames={len(m.alloc_frames)}")
+    return fields
 
 
 def _frame_of(text, cache):

@@ -338,6 +338,15 @@ class TextStore:
             first = self._key_of_text.setdefault((kind, *line_ids), key_id)
             self.canon[key_id] = first if first != key_id else -1
 
+    def key_text(self, key_id):
+        """The frame lines of a key that has them, one string each."""
+        first, n = self.key_first[key_id], self.key_lines[key_id]
+        lines = []
+        for line_id in self.pool[first:first + n]:
+            text = bytes(self.arena[self.line_off[line_id]:self.line_off[line_id + 1]])
+            lines += text.decode("utf-8", "surrogateescape").rstrip("\n").split("\n") if text else []
+        return lines
+
     def begin_temporary(self):
         self._mark = (len(self.arena), len(self.line_off), len(self.pool))
 

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from libmemleak import PACKAGE_DIR, __version__, reachability, report_core, standby
+from libmemleak import PACKAGE_DIR, __version__, misuse, reachability, report_core, standby
 from libmemleak.diff import FrameResolver, KeyTable, diff_snapshot, totals
 from libmemleak.keeper import Keeper
 from libmemleak.memlog import (Frame, header_text, render, render_frames, report_name,
@@ -355,6 +355,8 @@ class Reporter:
                                scan.per_stack_age if scan else None,
                                (touched.per_stack, self.touched_before) if touched else None)
         sums = totals(snap)
+        misused = misuse.changed(misuse.records(self.h, self.seg.stack_ok))
+        misuse_keys = {sid: self.resolver.key_id(snap.stacks, sid) for sid in misuse.stacks_of(misused)}
         texts = self.texts
         texts.grow_keys(len(self.keys.keys))
         self.symbolizer.deadline = time.monotonic() + self.budget
@@ -363,7 +365,8 @@ class Reporter:
             # Symbolize first (the header says whether that was complete),
             # then C writes the entries from the text store as the file is
             # written: a report of a million stacks never exists whole.
-            partial = self.symbolize_keys(deltas.rows.textless(texts.key_first))
+            partial = self.symbolize_keys(list(deltas.rows.textless(texts.key_first)) +
+                                          [k for k in set(misuse_keys.values()) if not texts.has(k)])
             seq = self.h.report_seq + 1
             label = self.label_of(reason)
             header = render(self.header_lines(snap, sums, seq, reason, scan, touched, label), ())
@@ -376,12 +379,14 @@ class Reporter:
                 deltas.rows.merge_same_text(texts.canon, self.resolver.scratch)
                 if snap.resources:  # their own section, after memory's
                     deltas.rows.resources_last(texts.key_kind, RESOURCE_BASE)
+                # misuse entries last (before the body holds the store's buffers)
+                misuse_text = misuse.entries_text(misused, lambda sid: texts.key_text(misuse_keys[sid]))
                 body = texts.render(deltas.rows, since_seq=scan.bucket_seq if scan else None,
                                     depth=snap.depth, kind_words=self.resource_words())
                 try:
                     path = write_report(directory or self.directory,
                                         report_name(self.name, self.pid, seq, label),
-                                        itertools.chain([header], body))
+                                        itertools.chain([header], body, [misuse_text]))
                 finally:
                     body.close()
             finally:
@@ -389,6 +394,7 @@ class Reporter:
         finally:
             self.symbolizer.deadline = None
         self.seg.commit_baseline(snap)
+        misuse.commit(self.h, misused)
         self.seg.set_last_report(path)  # for memleak_report, which says it
         if scan:  # for memleak_leak_check, which returns its totals
             self.seg.set_check_totals(scan.bytes, scan.blocks, seq)
@@ -559,6 +565,7 @@ class Reporter:
         elif self.h.exit_hwm_kb:  # what it said of itself as it exited
             lines += [("vm-rss", f"{self.h.exit_rss_kb} kB"), ("vm-hwm", f"{self.h.exit_hwm_kb} kB")]
         lines += mapping_lines(touched, self.touched_refused)
+        lines += misuse.header_lines(self.h, snap.tracking, snap.sample_bytes)
         # Which process wrote it: a descendant's own reporter, or the keeper
         # (the root's reporter), which writes most descendants' last reports.
         lines.append(("reporter-pid", os.getpid()))

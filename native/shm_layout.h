@@ -145,10 +145,14 @@ struct mlk_module {
 /* Misuse of the allocator (native/hook/misuse.c): one record per kind of
  * misuse, call, site and allocation stack, counted.  The kinds: */
 #define MLK_MISUSE_MAX 256
-#define MLK_MISUSE_DOUBLE_FREE 1   /* a block freed again (valgrind: Invalid free()) */
-#define MLK_MISUSE_INVALID_FREE 2  /* a pointer never allocated: `where` says what it is */
-#define MLK_MISUSE_MISMATCH 3      /* freed by another family's call (Mismatched free() / delete / delete []) */
-#define MLK_MISUSE_SIZE 4          /* sized delete's size is not the block's (Mismatched new/delete size value) */
+/* a block freed again (valgrind: Invalid free()) */
+#define MLK_MISUSE_DOUBLE_FREE 1
+/* a pointer never allocated: `where` says what it is */
+#define MLK_MISUSE_INVALID_FREE 2
+/* freed by another family's call (Mismatched free() / delete / delete []) */
+#define MLK_MISUSE_MISMATCH 3
+/* sized delete's size is not the block's (Mismatched new/delete size value) */
+#define MLK_MISUSE_SIZE 4
 /* struct mlk_misuse.call: what freed it (the first three equal the
  * family, MLK_FAMILY_* of native/trailer_format.h, each expects). */
 #define MLK_CALL_FREE 0
@@ -156,13 +160,18 @@ struct mlk_module {
 #define MLK_CALL_DELETE_ARRAY 2
 #define MLK_CALL_REALLOC 3
 /* struct mlk_misuse.where, of an invalid free's pointer */
-#define MLK_WHERE_STACK 1          /* on the calling thread's stack */
-#define MLK_WHERE_GLOBAL 2         /* in a loaded module's data */
-#define MLK_WHERE_NOT_A_BLOCK 3    /* not where glibc's chunk header could be (glibc's free: invalid pointer) */
+/* on the calling thread's stack */
+#define MLK_WHERE_STACK 1
+/* in a loaded module's data */
+#define MLK_WHERE_GLOBAL 2
+/* not where glibc's chunk header could be (glibc's free: invalid pointer) */
+#define MLK_WHERE_NOT_A_BLOCK 3
 /* struct mlk_header.misuse_mode (MEMLEAK_CONFIG misuse=) */
 #define MLK_MISUSE_OFF 0
-#define MLK_MISUSE_REPORT 1        /* recorded; the call goes on as it would bare */
-#define MLK_MISUSE_HOLD 2          /* recorded; a bad free does not reach the allocator */
+/* recorded; the call goes on as it would bare */
+#define MLK_MISUSE_REPORT 1
+/* recorded; a bad free does not reach the allocator */
+#define MLK_MISUSE_HOLD 2
 /* struct mlk_misuse.state */
 #define MLK_MISUSE_READY 2
 
@@ -178,6 +187,7 @@ struct mlk_misuse {
     uint64_t size;          /* the block's size as allocated (0: not known) */
     uint64_t given;         /* sized delete: the size given; invalid free: the address */
     uint64_t count;         /* times it happened (atomic) */
+    uint64_t reported;      /* reporter: count as of its last report */
 };
 
 struct mlk_header {

@@ -1,0 +1,102 @@
+"""Misuse of the allocator as the hook records it in the segment
+(native/hook/misuse.c, struct mlk_misuse), read as hostile input -- the
+traced program can write any of it -- and written into a report as its
+misuse= entries and header lines (docs/memlog.md)."""
+
+from typing import NamedTuple
+
+from libmemleak.layout import CONST
+from libmemleak.memlog import Misuse, misuse_fields
+
+KINDS = {CONST["MLK_MISUSE_DOUBLE_FREE"]: "double-free", CONST["MLK_MISUSE_INVALID_FREE"]: "invalid-free",
+         CONST["MLK_MISUSE_MISMATCH"]: "mismatch", CONST["MLK_MISUSE_SIZE"]: "size-mismatch"}
+CALLS = {CONST["MLK_CALL_FREE"]: "free", CONST["MLK_CALL_DELETE"]: "delete",
+         CONST["MLK_CALL_DELETE_ARRAY"]: "delete[]", CONST["MLK_CALL_REALLOC"]: "realloc"}
+# A block's family has the code of the call that should free it.
+FAMILIES = {CONST["MLK_CALL_FREE"]: "malloc", CONST["MLK_CALL_DELETE"]: "new",
+            CONST["MLK_CALL_DELETE_ARRAY"]: "new[]"}
+WHERES = {CONST["MLK_WHERE_STACK"]: "stack", CONST["MLK_WHERE_GLOBAL"]: "global",
+          CONST["MLK_WHERE_NOT_A_BLOCK"]: "not-a-block"}
+MODES = {CONST["MLK_MISUSE_OFF"]: "no", CONST["MLK_MISUSE_REPORT"]: "report", CONST["MLK_MISUSE_HOLD"]: "hold"}
+NO_STACK = 0xFFFFFFFF
+
+
+class Record(NamedTuple):
+    """One record of the segment's misuse table, checked."""
+    index: int
+    kind: str
+    call: str
+    block: str              # "" when not known
+    at_stack: int
+    alloc_stack: int | None
+    size: int | None
+    given: int | None
+    where: str
+    address: str
+    count: int
+    reported: int           # count as of the previous report
+
+
+def records(header, stack_ok):
+    """The misuse table's complete records whose words and stacks check
+    out (stack_ok(id): a published stack); the rest are left out."""
+    out = []
+    for i in range(min(header.misuse_used, CONST["MLK_MISUSE_MAX"])):
+        m = header.misuse[i]
+        kind, call = KINDS.get(m.kind), CALLS.get(m.call)
+        if m.state != CONST["MLK_MISUSE_READY"] or kind is None or call is None or not stack_ok(m.at_stack):
+            continue
+        alloc = m.alloc_stack if m.alloc_stack != NO_STACK and stack_ok(m.alloc_stack) else None
+        count = min(m.count, 1 << 62)
+        out.append(Record(i, kind, call, FAMILIES.get(m.family, ""), m.at_stack, alloc,
+                          m.size or None, m.given if kind == "size-mismatch" else None,
+                          WHERES.get(m.where, "") if kind == "invalid-free" else "",
+                          f"{m.given:#x}" if kind == "invalid-free" and m.given else "",
+                          count, m.reported if m.reported <= count else 0))
+    return out
+
+
+def changed(recs):
+    """The records that happened since the previous report."""
+    return [r for r in recs if r.count != r.reported]
+
+
+def stacks_of(recs):
+    """Every stack id the records name."""
+    return {s for r in recs for s in (r.at_stack, r.alloc_stack) if s is not None}
+
+
+def entries_text(recs, lines_of):
+    """The records' misuse= entries (after '+0 +0': nothing live changes),
+    lines_of(stack id) giving a stack's frame lines."""
+    out = []
+    for r in recs:
+        frames = tuple(lines_of(r.at_stack))
+        alloc = tuple(lines_of(r.alloc_stack)) if r.alloc_stack is not None else ()
+        m = Misuse(r.kind, r.call, r.count - r.reported, frames, alloc, r.block, r.size, r.given,
+                   r.where, r.address)
+        out.append(" ".join(["+0 +0", *misuse_fields(m)]))
+        out.extend("\t" + line if not line.startswith("\t") else line for line in frames + alloc)
+    return "\n".join(out) + "\n" if out else ""
+
+
+def header_lines(header, tracking, sampled):
+    """What every report says of misuse: checked or not, and why not; how
+    many were seen since collection started."""
+    mode = MODES.get(header.misuse_mode, "report")
+    if mode == "no":
+        return [("misuse", "not checked (MEMLEAK_CONFIG misuse=no)")]
+    if tracking != "trailers" or sampled:
+        return [("misuse", "not checked (it reads the blocks' trailers: not with sample= or track=table)")]
+    lines = [("misuse", f"{min(header.misuse_total, 1 << 62)} seen since collection started"
+                        + (" (misuse=hold: bad frees kept from the allocator)" if mode == "hold" else ""))]
+    if header.misuse_dropped:
+        lines.append(("misuse-dropped", f"{min(header.misuse_dropped, 1 << 62)} not in any entry: "
+                                        f"more than {CONST['MLK_MISUSE_MAX']} different misuses"))
+    return lines
+
+
+def commit(header, recs):
+    """The records are in a report now: the next one says what follows."""
+    for r in recs:
+        header.misuse[r.index].reported = r.count
