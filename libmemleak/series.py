@@ -27,6 +27,7 @@ class Report:
     time: float | None       # seconds since the epoch, None if the header lacks it
     header: dict
     entries: list            # memlog.Entry
+    misuse: list = field(default_factory=list)  # memlog.Misuse
 
 
 @dataclass
@@ -142,7 +143,7 @@ def read_series(paths, progress=None):
         if series is None:
             series = by_process[key] = Series(program, executable, pid)
         series.reports.append(Report(path, seq, h.get("reason", "?"), _time(h.get("time")), h,
-                                     parsed.entries))
+                                     parsed.entries, parsed.misuse))
     if not by_process:
         where = ", ".join(paths)
         raise InputError(f"no report could be read in {where}" + (f" ({problems[0]})" if problems else ""))

@@ -108,6 +108,10 @@ class Analysis:
     resource_suspects: list = field(default_factory=list)
     fds_untracked: bool = False        # the reports say descriptors were not tracked (fds=no)
     fds_before: int = 0                # descriptors open before collection started (in no stack)
+    # Misuse of the allocator (analysis/misuse.py): each distinct one, most
+    # frequent first; why it was not checked, if it was not.
+    misuse: list = field(default_factory=list)
+    misuse_unchecked: str | None = None
 
 
 def latest_scan(series):
@@ -248,6 +252,8 @@ def analyse(series, group_by="stack", alloc_fns=None, fold=True):
     a.fds_untracked = any(r.header.get("fds", "").startswith("not tracked") for r in reports)
     before = reports[-1].header.get("fds-before-collection", "") if reports else ""
     a.fds_before = int(before.split()[0]) if before.split() and before.split()[0].isdigit() else 0
+    from libmemleak.analysis import misuse  # noqa: it reads the reports' misuse entries only
+    a.misuse, a.misuse_unchecked = misuse.of_series(series), misuse.not_checked(series)
     a.resource_trends.sort(key=lambda t: (t.resource, -t.live_blocks))
     a.resource_suspects = sorted((t for t in a.resource_trends if t.suspect), key=lambda t: -t.score)
     a.trends.sort(key=lambda t: -t.live_bytes)  # stable: first seen first among equals

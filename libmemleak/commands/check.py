@@ -1,5 +1,6 @@
 """`libmemleak check PATH... [--max-live BYTES] [--max-growth BYTES]
-[--max-leaks N] [--max-definitely-lost BYTES] [--max-held KIND=N]`: a CI gate over the reports of a test run.  Exit status 0
+[--max-leaks N] [--max-definitely-lost BYTES] [--max-held KIND=N]
+[--max-misuse N]`: a CI gate over the reports of a test run.  Exit status 0
 when every limit holds, 1 (and the offending stacks on stdout) when one is
 passed, 2 on bad input, 3 when the reports say the tracer could not see the
 heap (no verdict) -- usable in a Makefile, ctest or a CI step."""
@@ -20,7 +21,9 @@ def add_parser(sub):
                                    "than --max-growth while it ran, more leak suspects than "
                                    "--max-leaks, or more definitely lost bytes at its latest scan "
                                    "than --max-definitely-lost, or more resources of a kind held at "
-                                   "its end than --max-held (fd=N: file descriptors).  Exit 0 when every limit holds, 2 on bad input, "
+                                   "its end than --max-held (fd=N: file descriptors), or more misuses of "
+                                   "the allocator (double or invalid frees, mismatched deletes) than "
+                                   "--max-misuse.  Exit 0 when every limit holds, 2 on bad input, "
                                    "3 when the reports say part of the heap was not seen.")
     p.add_argument("paths", metavar="PATH", nargs="+")
     p.add_argument("--max-live", type=int, metavar="BYTES",
@@ -36,6 +39,10 @@ def add_parser(sub):
                    help="resources of KIND a process may hold at its last report: fd=N for file "
                         "descriptors, or a kind the program names (memleak_resource_acquire); "
                         "repeatable.  A process whose reports did not track KIND fails it")
+    p.add_argument("--max-misuse", type=int, metavar="N",
+                   help="misuses of the allocator a process may make (double and invalid frees, "
+                        "mismatched free/delete/delete[], sized deletes of another size): 0 in CI.  "
+                        "A process whose reports did not check them fails it")
     add_layer_options(p)
     add_suppressions_option(p)
     p.set_defaults(func=run)
@@ -72,11 +79,28 @@ def _held_over(name, a, kind, limit, executable):
     return True
 
 
+def _misuse_over(name, a, limit, executable):
+    """Says (and returns True) when the process misused the allocator more
+    than `limit` times, or its reports did not check."""
+    if a.misuse_unchecked:
+        print(f"{name}: misuse of the allocator not checked ({a.misuse_unchecked}), so --max-misuse "
+              f"{limit} cannot hold")
+        return True
+    times = sum(m.times for m in a.misuse)
+    if times <= limit:
+        return False
+    print(f"{name}: {count(times, 'misuse')} of the allocator, over --max-misuse {limit}")
+    for m in a.misuse[:5]:
+        frames, _, _ = shown_frames(m.frames, executable, keep=3, layer=a.layer)
+        print(f"  {m.title()} ({count(m.times, 'time')}): {' <- '.join(frame_text(f) for f in frames)}")
+    return True
+
+
 def run(args):
     if (args.max_live is None and args.max_growth is None and args.max_leaks is None
-            and args.max_definitely_lost is None and not args.max_held):
+            and args.max_definitely_lost is None and not args.max_held and args.max_misuse is None):
         print("libmemleak: check: give at least one limit (--max-live, --max-growth, --max-leaks, "
-              "--max-definitely-lost, --max-held)", file=sys.stderr)
+              "--max-definitely-lost, --max-held, --max-misuse)", file=sys.stderr)
         return EXIT_BAD_INPUT
     rules = load_suppressions("check", args.suppressions)
     layer = layer_args("check", args)
@@ -120,6 +144,8 @@ def run(args):
                     print(f"  {t.verdict}: {_show(t, s.executable, a.layer)}")
         for kind, limit in args.max_held:
             failed |= _held_over(name, a, kind, limit, s.executable)
+        if args.max_misuse is not None:
+            failed |= _misuse_over(name, a, args.max_misuse, s.executable)
     if any(not s.complete for s in series):
         return EXIT_BAD_INPUT  # a gap in the reports: the totals judged would be wrong
     if say_blind("check", series):

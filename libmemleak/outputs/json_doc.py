@@ -73,7 +73,21 @@ def document(analyses, problems):
                          enumerate((t for t in a.resource_suspects if t.resource == name), 1)],
             "stacks": [resource_dict(t) for t in a.resource_trends if t.resource == name],
         } for name, (weight, held) in a.resources.items()},
+        "misuse_checked": a.misuse_unchecked is None,
+        "misuse": [misuse_dict(m) for m in a.misuse],
     } for a in analyses], "problems": problems}
+
+
+def misuse_dict(m):
+    """A misuse of the allocator: valgrind's words, how many times, both stacks."""
+    d = {"kind": m.kind, "call": m.call, "what": m.title(), "times": m.times,
+         "frames": [frame_dict(f) for f in m.frames],
+         "allocation_frames": [frame_dict(f) for f in m.alloc_frames]}
+    for name in ("block", "size", "given", "where", "address"):
+        value = getattr(m, name)
+        if value not in (None, ""):
+            d[name] = value
+    return d
 
 
 def write(out, analyses, problems):

@@ -46,6 +46,7 @@ def write(out, analyses, problems, top=10, full_names=False, all_stacks=False, f
             out.write(f"  scan (report {a.scan_seq}): {', '.join(parts)}\n")
         for note in a.notes:
             out.write(f"  note: {note}\n")
+        _write_misuse(out, a, top, full_names, frames)  # bugs that crash, before what leaks
         _write_rows(out, a, a.trends if all_stacks else a.suspects, all_stacks, top, full_names, frames)
         _write_resources(out, a, all_stacks, top, full_names, frames)
         out.write("\n")
@@ -105,6 +106,29 @@ def _write_resources(out, a, all_stacks, top, full_names, frames):
                     out.write(f"    {t.live_blocks:,} held  {line}\n")
             continue
         _write_rows(out, a, rows, all_stacks, top, full_names, frames, noun=noun)
+
+
+def _write_misuse(out, a, top, full_names, frames):
+    """Misuse of the allocator, valgrind's words first, with the misusing
+    call's stack and the block's allocation stack."""
+    if a.misuse_unchecked:
+        out.write(f"  allocator misuse: not checked ({a.misuse_unchecked})\n")
+        return
+    if not a.misuse:
+        return
+    total = sum(m.times for m in a.misuse)
+    out.write(f"  allocator misuse: {count(total, 'time')} at {count(len(a.misuse), 'site')}:\n")
+    executable = a.series.executable
+    for m in a.misuse[:top]:
+        out.write(f"  {m.title()} -- {m.detail()}, {count(m.times, 'time')}\n")
+        for line in frame_lines(m.frames, executable, frames, full=full_names, layer=a.layer):
+            out.write(f"       {line}\n")
+        if m.alloc_frames:
+            out.write("     the block was allocated at:\n")
+            for line in frame_lines(m.alloc_frames, executable, frames, full=full_names, layer=a.layer):
+                out.write(f"       {line}\n")
+    if len(a.misuse) > top:
+        out.write(f"  ({len(a.misuse) - top} more: --top N)\n")
 
 
 def render_scan(result, pid, top=10, full_names=False, executable=None):

@@ -1,0 +1,63 @@
+"""Misuse of the allocator across a process's reports (their misuse=
+entries): each distinct misuse -- kind, call, both stacks -- with how many
+times it happened, and valgrind's words for it."""
+
+from dataclasses import dataclass
+
+from libmemleak.memlog import MISUSE_WORDS
+
+WHERE_WORDS = {"stack": "on the thread's stack", "global": "in a module's data (a global or static)",
+               "not-a-block": "not the start of any heap block"}
+
+
+@dataclass
+class MisuseSite:
+    kind: str
+    call: str
+    frames: tuple
+    alloc_frames: tuple
+    block: str
+    times: int = 0
+    size: int | None = None
+    given: int | None = None
+    where: str = ""
+    address: str = ""
+
+    def title(self):
+        """valgrind's first line for it (memcheck's words)."""
+        words = MISUSE_WORDS.get(self.kind, self.kind)
+        return f"{words}: {self.given}" if self.kind == "size-mismatch" and self.given is not None else words
+
+    def detail(self):
+        """What it was, in a few words."""
+        call = f"{self.call}()" if self.call in ("free", "realloc") else self.call
+        made = {"malloc": "malloc'd", "new": "made by new", "new[]": "made by new[]"}.get(self.block, "")
+        size = f"{self.size:,}-byte " if self.size else ""
+        if self.kind == "double-free":
+            return f"{call} of a {size}block already freed" + (f" ({made})" if made else "")
+        if self.kind == "invalid-free":
+            where = WHERE_WORDS.get(self.where, "never allocated")
+            return f"{call} of {self.address or 'a pointer'}, {where}"
+        if self.kind == "size-mismatch":
+            return f"sized {call} of {self.given:,} bytes for a {size}block {made}".rstrip()
+        return f"{call} of a {size}block {made}".rstrip()
+
+
+def of_series(series):
+    """The process's misuses, most frequent first."""
+    by_key = {}
+    for report in series.reports:
+        for m in report.misuse:
+            key = (m.kind, m.call, m.block, m.frames, m.alloc_frames, m.given, m.where)
+            site = by_key.get(key)
+            if site is None:
+                site = by_key[key] = MisuseSite(m.kind, m.call, m.frames, m.alloc_frames, m.block,
+                                                size=m.size, given=m.given, where=m.where, address=m.address)
+            site.times += max(0, m.times)
+    return sorted(by_key.values(), key=lambda s: -s.times)
+
+
+def not_checked(series):
+    """Why the reports say misuse was not checked, or None."""
+    last = series.reports[-1].header.get("misuse", "") if series.reports else ""
+    return last[len("not checked "):].strip("()") if last.startswith("not checked") else None
