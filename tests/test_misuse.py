@@ -1,0 +1,156 @@
+"""Misuse of the allocator (#31): tests/programs/misuse.cc makes each kind
+at a site function of its own, under the real library.  The reports name
+each with valgrind's words, exact counts and both stacks; a program that
+glibc aborts bare aborts the same under the tracer and its death report
+names why; misuse=hold keeps it alive; valgrind, run on the same program,
+finds the same kinds at the same sites."""
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from helpers import BARE_ENV, CLI_ENV, cli, cli_argv, compile_program, reports_of
+
+# (kind, call, misusing site, allocating site or None) -> times
+MISMATCHES = {
+    ("mismatch", "delete", "site_delete_malloced", "site_malloc_for_delete"): 3,
+    ("mismatch", "free", "site_free_newed", "site_new_for_free"): 2,
+    ("mismatch", "delete", "site_delete_array_as_one", "site_new_array"): 1,
+    ("mismatch", "delete[]", "site_delete_one_as_array", "site_new_one"): 1,
+    ("size-mismatch", "delete", "site_delete_as_base", "site_new_derived"): 1,
+}
+SURVIVED = {
+    ("double-free", "free", "site_second_free", "site_alloc_twice_freed"): 1,
+    ("invalid-free", "free", "site_free_local", None): 1,
+    ("invalid-free", "free", "site_free_global", None): 1,
+    ("double-free", "realloc", "site_realloc_freed", "site_alloc_realloced_freed"): 1,
+}
+
+
+def site(frames):
+    return next((f.function.split("(")[0] for f in frames if f.function and f.function.startswith("site_")),
+                None)
+
+
+def misuses(report):
+    """(kind, call, site, allocating site) -> times of a report's misuse entries."""
+    got = {}
+    for m in report.misuse:
+        key = (m.kind, m.call, site(m.frames), site(m.alloc_frames))
+        got[key] = got.get(key, 0) + m.times
+    return got
+
+
+def run(tmp_path, *args, config=None):
+    prog = compile_program("misuse.cc")
+    options = ["--config", config] if config else []
+    p = subprocess.Popen(cli_argv("run", "-q", *options, prog, *args), cwd=tmp_path, env=CLI_ENV,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = p.communicate(timeout=120)
+    final = reports_of(str(tmp_path), "misuse", p.pid)[-1]
+    return p.returncode, out, err, final
+
+
+def bare(*args):
+    prog = compile_program("misuse.cc")
+    return subprocess.run([prog, *args], capture_output=True, text=True, env=BARE_ENV, timeout=60)
+
+
+def test_mismatched_frees_and_sized_deletes_are_counted_with_both_stacks(tmp_path):
+    rc, out, err, final = run(tmp_path, "mismatch")
+    alone = bare("mismatch")
+    assert (rc, out, err) == (alone.returncode, alone.stdout, "")  # as it runs bare
+    assert final.header["reason"] == "exit"
+    assert misuses(final) == MISMATCHES
+    assert final.header["misuse"] == "8 seen since collection started"
+    sized = next(m for m in final.misuse if m.kind == "size-mismatch")
+    assert (sized.size, sized.given, sized.block) == (48, 8, "new")  # a Derived deleted as a Base
+    malloced = next(m for m in final.misuse if m.call == "delete" and m.block == "malloc")
+    assert malloced.size == 24
+    # report says them with valgrind's words; check fails on them
+    text = cli("report", tmp_path)
+    assert text.returncode == 0, text.stderr
+    assert "allocator misuse: 8 times at 5 sites" in text.stdout
+    assert ("Mismatched free() / delete / delete [] -- delete of a 24-byte block malloc'd, 3 times"
+            in text.stdout)
+    assert "Mismatched new/delete size value: 8 -- sized delete of 8 bytes for a 48-byte block" in text.stdout
+    gate = cli("check", "--max-misuse", "0", tmp_path)
+    assert gate.returncode == 1 and "8 misuses of the allocator, over --max-misuse 0" in gate.stdout
+    assert cli("check", "--max-misuse", "8", tmp_path).returncode == 0
+
+
+@pytest.mark.parametrize("what, kind, at, made", [
+    ("double", "double-free", "site_second_free", "site_alloc_twice_freed"),
+    ("invalid", "invalid-free", "site_free_local", None),
+])
+def test_where_glibc_aborts_bare_it_aborts_traced_and_the_death_report_names_why(tmp_path, what, kind, at, made):
+    rc, out, err, final = run(tmp_path, what)
+    alone = bare(what)
+    assert alone.returncode in (-6, 134) and rc in (-6, 134)  # glibc's abort, under the tracer too
+    assert out == alone.stdout
+    glibc_says = alone.stderr.strip().splitlines()[0]  # "free(): double free detected in tcache 2"
+    assert glibc_says in err
+    assert final.header["reason"] == "death"
+    assert misuses(final) == {(kind, "free", at, made): 1}
+    if kind == "invalid-free":
+        assert final.misuse[0].where == "stack"
+
+
+def test_misuse_hold_keeps_a_program_alive_that_glibc_would_abort(tmp_path):
+    rc, out, err, final = run(tmp_path, "survive", config="misuse=hold")
+    alone = bare("survive")
+    assert alone.returncode in (-6, 134)
+    assert rc == 0 and err == ""
+    # the same output as the bare run, and then the rest it lives to print
+    assert out.startswith(alone.stdout) and out.endswith("realloc: NULL\nend\n"), out
+    assert misuses(final) == SURVIVED
+    where = {site(m.frames): m.where for m in final.misuse if m.kind == "invalid-free"}
+    assert where == {"site_free_local": "stack", "site_free_global": "global"}
+    assert "misuse=hold" in final.header["misuse"]
+
+
+def test_misuse_no_checks_nothing_and_says_so(tmp_path):
+    rc, out, err, final = run(tmp_path, "mismatch", config="misuse=no")
+    assert rc == 0 and final.misuse == []
+    assert final.header["misuse"] == "not checked (MEMLEAK_CONFIG misuse=no)"
+    gate = cli("check", "--max-misuse", "0", tmp_path)
+    assert gate.returncode == 1 and "not checked" in gate.stdout
+
+
+VALGRIND_ERROR = re.compile(r"^==\d+== (Invalid free\(\) / delete / delete\[\] / realloc\(\)|"
+                            r"Mismatched free\(\) / delete / delete \[\])$")
+VALGRIND_SITE = re.compile(r"^==\d+==    (?:at|by) 0x[0-9A-F]+: (site_\w+)")
+
+WORDS = {"double-free": "Invalid free() / delete / delete[] / realloc()",
+         "invalid-free": "Invalid free() / delete / delete[] / realloc()",
+         "mismatch": "Mismatched free() / delete / delete []"}
+
+
+def valgrind_errors(argv):
+    """(valgrind's words, the first site_ frame) of each error it reports."""
+    out = subprocess.run(["valgrind", "--num-callers=12", *argv], capture_output=True, text=True,
+                         timeout=300).stderr
+    errors, words = [], None
+    for line in out.splitlines():
+        m = VALGRIND_ERROR.match(line)
+        if m:
+            words = m.group(1)
+            continue
+        m = VALGRIND_SITE.match(line)
+        if m and words:
+            errors.append((words, m.group(1)))
+            words = None
+    return sorted(errors)
+
+
+@pytest.mark.skipif(not shutil.which("valgrind"), reason="valgrind is the oracle (Debian: valgrind)")
+def test_valgrind_finds_the_same_kinds_at_the_same_sites(tmp_path):
+    """valgrind 3.19 has no sized-delete check (3.22 added one): that one is ours alone."""
+    prog = compile_program("misuse.cc")
+    for what, ours in (("mismatch", MISMATCHES), ("survive", SURVIVED)):
+        expected = sorted((WORDS[kind], at) for (kind, _, at, _), times in ours.items()
+                          if kind in WORDS for _ in range(times))
+        # valgrind reports each error once per site (later ones are counted, not shown)
+        assert sorted(set(valgrind_errors([prog, what]))) == sorted(set(expected)), what
