@@ -72,6 +72,7 @@ def test_a_forged_address_table_does_not_break_the_scan(tmp_path):
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert p.stdout.readline() == "forged\n"  # run execs: p.pid is the program's
+        first = True
         for _ in range(2):
             scan = cli("scan", p.pid, cwd=tmp_path, timeout=300)
             if scan.returncode:
@@ -90,6 +91,11 @@ def test_a_forged_address_table_does_not_break_the_scan(tmp_path):
             rules = [v for k, v in report.header.items() if k.startswith("default-suppression ")]
             assert "leak:^$" in rules and "leak:?[2J" in rules, rules
             assert not [v for v in rules if any(ord(c) < 32 or ord(c) == 127 for c in v)], rules
+            # the forged misuse records: only the plausible one, in the first report only
+            assert [(m.kind, m.call, m.times) for m in report.misuse] == (
+                [("double-free", "free", 5)] if first else []), report.misuse
+            assert int(report.header["misuse"].split()[0]) <= 1 << 62
+            first = False
             shown = cli("report", "--json", tmp_path, cwd=tmp_path)
             assert shown.returncode in (0, 1) and "Traceback" not in shown.stderr, shown.stderr
         p.stdin.write("\n")

@@ -26,7 +26,10 @@
  *                     to a resource kind never named, one to no kind at
  *                     all.  Its own suppressions: its executable's path
  *                     rewritten as lines of bytes that are not UTF-8 and
- *                     escapes, and pointed at.  Prints "forged", waits for
+ *                     escapes, and pointed at.  Its misuse records: 2^32
+ *                     claimed, garbage kinds, calls and stacks, counts at
+ *                     2^64 - 1 and baselines above them, and one plausible
+ *                     double free counted 5.  Prints "forged", waits for
  *                     a line. */
 #include <stdint.h>
 #include <stdio.h>
@@ -164,6 +167,30 @@ static int forge_table(void)
         exe[i] = lines[i % (sizeof lines - 1)];
     h->default_suppressions_off = h->exe_off;
     h->default_suppressions_len = h->exe_len;
+    for (int i = 0; i < MLK_MISUSE_MAX; i++) {
+        struct mlk_misuse *m = &h->misuse[i];
+        m->state = i % 3 ? MLK_MISUSE_READY : 0xdead;
+        m->kind = (uint16_t)(i * 7919);
+        m->call = (uint8_t)(i * 31);
+        m->family = (uint8_t)i;
+        m->at_stack = i % 2 ? 0xfffffff0u - (uint32_t)i : (uint32_t)(h->stacks_used + (uint64_t)i);
+        m->alloc_stack = 0x7fffffffu + (uint32_t)i;
+        m->where = 0xffffffffu;
+        m->size = ~0ull;
+        m->given = ~0ull - (uint64_t)i;
+        m->count = ~0ull;
+        m->reported = ~0ull - 1;
+    }
+    struct mlk_misuse *plausible = &h->misuse[1];
+    plausible->kind = MLK_MISUSE_DOUBLE_FREE;
+    plausible->call = MLK_CALL_FREE;
+    plausible->at_stack = 0;
+    plausible->alloc_stack = h->stacks_used > 1 ? 1 : 0;
+    plausible->count = 5;
+    plausible->reported = 0;
+    h->misuse_used = 0xffffffffu;
+    h->misuse_total = ~0ull;
+    h->misuse_dropped = ~0ull;
     printf("forged\n");
     fflush(stdout);
     char line[8];
