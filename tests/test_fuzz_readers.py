@@ -47,7 +47,11 @@ FUZZER = textwrap.dedent('''
              b" kind=shared touched=99999999999999999999999", b"+4096 +1 kind=mmap touched=-7\\n",
              b" touched=1" + b"9" * 5000, b"# alloc-fns: (a+)+$\\n", b"# alloc-fns: ^site|x$\\n",
              b"# reachable-through-header: 16 x y \\xff\\n", b"# anonymous-mappings: 1 bytes in\\n",
-             b"# reason: call\\n# label: \\x1b[2J../x\\n", b"# label: " + b"L" * 5000 + b"\\n"]
+             b"# reason: call\\n# label: \\x1b[2J../x\\n", b"# label: " + b"L" * 5000 + b"\\n",
+             b"+0 +0 misuse=double-free call=free times=+1 alloc-frames=99999\\n",
+             b" misuse=size-mismatch given=x size=-1 alloc-frames=-3",
+             b"+0 +0 misuse=\\x1b[2J call=\\xff times=+99999999999999999999 given=" + b"9" * 5000 + b"\\n",
+             b"+0 +0 misuse=size-mismatch call=delete times=-4\\n\\tf\\t(/x)\\n"]
 
     def mutate(data):
         data = bytearray(data)

@@ -38,7 +38,7 @@ class MisuseSite:
         if self.kind == "invalid-free":
             where = WHERE_WORDS.get(self.where, "never allocated")
             return f"{call} of {self.address or 'a pointer'}, {where}"
-        if self.kind == "size-mismatch":
+        if self.kind == "size-mismatch" and self.given is not None:
             return f"sized {call} of {self.given:,} bytes for a {size}block {made}".rstrip()
         return f"{call} of a {size}block {made}".rstrip()
 
