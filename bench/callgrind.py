@@ -10,7 +10,9 @@ file descriptors costs (fds: bench/programs/fdloop.c opens and closes
 descriptors and allocates nearly nothing), with descriptors tracked and
 with MEMLEAK_CONFIG fds=no; its table gives the instructions added per
 descriptor call (the calls' own kernel time, which callgrind does not
-count, is most of their cost bare).
+count, is most of their cost bare).  alloc-glibc also runs with
+MEMLEAK_CONFIG misuse=no and misuse=hold: what checking for misuse of the
+allocator costs, and that holding bad frees back costs nothing more.
 
 Wall-clock ratios on a shared machine move by 20-40% from run to run;
 these counts move by well under 1%, so they are what a change to the hot
@@ -150,7 +152,11 @@ def main():
             print(f"{name}: skipped ({TCMALLOC_STATIC} is not installed: libgoogle-perftools-dev)")
             continue
         base = None
-        extra = [("libmemleak-fds=no", "mtraceinit,fds=no")] if name == "fds" else []
+        # What the misuse checks cost (docs/misuse.md): off, and holding
+        # bad frees back, on the workload that does nothing but allocate.
+        extra = ([("libmemleak-fds=no", "mtraceinit,fds=no")] if name == "fds" else
+                 [("libmemleak-misuse=no", "mtraceinit,misuse=no"),
+                  ("libmemleak-misuse=hold", "mtraceinit,misuse=hold")] if name == "alloc-glibc" else [])
         for tool, config in tools + extra:
             env = dict(os.environ)
             env.pop("LD_PRELOAD", None)
