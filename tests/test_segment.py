@@ -19,6 +19,9 @@ def memfd_with(data, size=None):
     return fd
 
 
+SEGMENT = (HEADER_SIZE + 4095) // 4096 * 4096 + 4096  # a header and a page after it
+
+
 @pytest.mark.parametrize("data, message", [
     (b"", "too small"),
     (b"\0" * HEADER_SIZE, "bad magic"),
@@ -26,11 +29,11 @@ def memfd_with(data, size=None):
      "layout version 99"),
     (struct.pack("<QIIQ", CONST["MLK_MAGIC"], CONST["MLK_LAYOUT_VERSION"], HEADER_SIZE, 1 << 40)
      + b"\0" * (HEADER_SIZE - 24), "claims more bytes"),
-    (struct.pack("<QIIQQ", CONST["MLK_MAGIC"], CONST["MLK_LAYOUT_VERSION"], HEADER_SIZE, 8192, 8)
+    (struct.pack("<QIIQQ", CONST["MLK_MAGIC"], CONST["MLK_LAYOUT_VERSION"], HEADER_SIZE, SEGMENT, SEGMENT)
      + b"\0" * (HEADER_SIZE - 32), "outside the segment"),
 ])
 def test_invalid_segments_are_refused(data, message):
-    fd = memfd_with(data, 8192 if data else None)
+    fd = memfd_with(data, SEGMENT if data else None)
     try:
         with pytest.raises(SegmentError, match=message):
             Segment.from_fd(fd, writable=False)

@@ -81,7 +81,7 @@ static int watching(void)
 /* The expected family of a call's blocks. */
 static int family_for(int call) { return call == MLK_CALL_REALLOC ? MLK_FAMILY_MALLOC : call; }
 
-void mlk_misuse_trailed(void *p, uint64_t meta, int call, size_t given)
+static void misuse_trailed(void *p, uint64_t meta, int call, size_t given)
 {
     (void)p;
     uint32_t field = (uint32_t)(meta & MLK_TRAILER_UNCOUNTED);
@@ -137,7 +137,7 @@ static int on_this_threads_stack(uint64_t a)
     return a >= stack_lo && a < stack_hi;
 }
 
-int mlk_misuse_untrailed(void *p, int call)
+static int misuse_untrailed(void *p, int call)
 {
     if (mlk_in_hook || !watching() || !mlk_trailer_key || mlk_sample_bytes)
         return 0;
@@ -168,5 +168,22 @@ int mlk_misuse_untrailed(void *p, int call)
     BEGIN_HOOK();
     record(MLK_MISUSE_INVALID_FREE, call, 255, MLK_NO_STACK, 0, a, where);
     END_HOOK();
+    return hold;
+}
+
+/* The hook set where a walk starts from its own frame (MLK_WALK_FROM_HERE)
+ * before calling these: a backtrace uses it once and clears it, and where
+ * no misuse was found none was taken -- cleared here, or a later walk of
+ * this thread would start from a frame long gone. */
+void mlk_misuse_trailed(void *p, uint64_t meta, int call, size_t given)
+{
+    misuse_trailed(p, meta, call, given);
+    mlk_walk_start.sp = 0;
+}
+
+int mlk_misuse_untrailed(void *p, int call)
+{
+    int hold = misuse_untrailed(p, call);
+    mlk_walk_start.sp = 0;
     return hold;
 }
