@@ -88,8 +88,12 @@ def header_lines(header, tracking, sampled):
         return [("misuse", "not checked (MEMLEAK_CONFIG misuse=no)")]
     if tracking != "trailers" or sampled:
         return [("misuse", "not checked (it reads the blocks' trailers: not with sample= or track=table)")]
-    lines = [("misuse", f"{min(header.misuse_total, 1 << 62)} seen since collection started"
-                        + (" (misuse=hold: bad frees kept from the allocator)" if mode == "hold" else ""))]
+    said = [f"{min(header.misuse_total, 1 << 62)} seen since collection started"]
+    if mode == "hold":
+        said.append("(misuse=hold: bad frees kept from the allocator)")
+    if header.routed_len:  # its blocks carry no trailer: their frees are not checked
+        said.append("(not checked: frees of the routed allocator's blocks)")
+    lines = [("misuse", " ".join(said))]
     if header.misuse_dropped:
         lines.append(("misuse-dropped", f"{min(header.misuse_dropped, 1 << 62)} not in any entry: "
                                         f"more than {CONST['MLK_MISUSE_MAX']} different misuses"))
