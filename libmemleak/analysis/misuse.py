@@ -57,6 +57,14 @@ def of_series(series):
     return sorted(by_key.values(), key=lambda s: -s.times)
 
 
+def partly_checked(series):
+    """What the reports say misuse was not checked for, where it was
+    checked for the rest (a routed allocator's frees), or None."""
+    last = series.reports[-1].header.get("misuse", "") if series.reports else ""
+    at = last.find("(not checked: ")
+    return last[at + len("(not checked: "):].rstrip(")") if at >= 0 else None
+
+
 def not_checked(series):
     """Why the reports say misuse was not checked, or None."""
     last = series.reports[-1].header.get("misuse", "") if series.reports else ""

@@ -254,6 +254,9 @@ def analyse(series, group_by="stack", alloc_fns=None, fold=True):
     a.fds_before = int(before.split()[0]) if before.split() and before.split()[0].isdigit() else 0
     from libmemleak.analysis import misuse  # noqa: it reads the reports' misuse entries only
     a.misuse, a.misuse_unchecked = misuse.of_series(series), misuse.not_checked(series)
+    partly = misuse.partly_checked(series)
+    if partly:
+        a.notes.append(f"misuse of the allocator not checked for {partly}")
     a.resource_trends.sort(key=lambda t: (t.resource, -t.live_blocks))
     a.resource_suspects = sorted((t for t in a.resource_trends if t.suspect), key=lambda t: -t.score)
     a.trends.sort(key=lambda t: -t.live_bytes)  # stable: first seen first among equals
