@@ -93,6 +93,9 @@ def header_lines(header, tracking, sampled):
         said.append("(misuse=hold: bad frees kept from the allocator)")
     if header.routed_len:  # its blocks carry no trailer: their frees are not checked
         said.append("(not checked: frees of the routed allocator's blocks)")
+    if header.misuse_no_families:
+        said.append("(not checked: mismatched free/delete/delete[] -- the program defines its own "
+                    "operator new or delete)")
     lines = [("misuse", " ".join(said))]
     if header.misuse_dropped:
         lines.append(("misuse-dropped", f"{min(header.misuse_dropped, 1 << 62)} not in any entry: "

@@ -417,6 +417,12 @@ struct mlk_header {
     uint32_t misuse_used;
     uint64_t misuse_total;
     uint64_t misuse_dropped;
+    /* 1 when the program (or a library) defines its own operator new or
+     * delete: malloc's and new's families then meet in ways that are not
+     * errors (its new calls malloc; the default delete frees it), so
+     * mismatches are not checked (the reports say so). */
+    uint32_t misuse_no_families;
+    uint32_t reserved_misuse;
     struct mlk_misuse misuse[256]; /* MLK_MISUSE_MAX */
 };
 

@@ -154,3 +154,23 @@ def test_valgrind_finds_the_same_kinds_at_the_same_sites(tmp_path):
                           if kind in WORDS for _ in range(times))
         # valgrind reports each error once per site (later ones are counted, not shown)
         assert sorted(set(valgrind_errors([prog, what]))) == sorted(set(expected)), what
+
+
+def test_a_program_with_its_own_operator_new_gets_no_false_mismatches(tmp_path):
+    """ownnew.cc replaces operator new with malloc and keeps libstdc++'s
+    delete (legal C++): its deletes of malloc's blocks are not mismatches.
+    The reports say mismatches were not checked, and double frees still are."""
+    prog = compile_program("ownnew.cc")
+    p = subprocess.run(cli_argv("run", "-q", "--config", "misuse=hold", prog), cwd=tmp_path, env=CLI_ENV,
+                       capture_output=True, text=True, timeout=120)
+    assert (p.returncode, p.stdout, p.stderr) == (0, "done\n", "")
+    [final] = [memlog_read(f) for f in tmp_path.glob("ownnew-*.memlog")]
+    assert misuses(final) == {("double-free", "free", "site_twice", "site_twice"): 1}
+    assert "the program defines its own operator new or delete" in final.header["misuse"]
+    text = cli("report", tmp_path)
+    assert "misuse of the allocator not checked for mismatched free/delete/delete[]" in text.stdout
+
+
+def memlog_read(path):
+    from libmemleak import memlog
+    return memlog.read(str(path))

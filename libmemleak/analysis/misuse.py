@@ -2,6 +2,7 @@
 entries): each distinct misuse -- kind, call, both stacks -- with how many
 times it happened, and valgrind's words for it."""
 
+import re
 from dataclasses import dataclass
 
 from libmemleak.memlog import MISUSE_WORDS
@@ -61,8 +62,8 @@ def partly_checked(series):
     """What the reports say misuse was not checked for, where it was
     checked for the rest (a routed allocator's frees), or None."""
     last = series.reports[-1].header.get("misuse", "") if series.reports else ""
-    at = last.find("(not checked: ")
-    return last[at + len("(not checked: "):].rstrip(")") if at >= 0 else None
+    parts = re.findall(r"\(not checked: ([^()]*)\)", last)
+    return "; ".join(parts) if parts else None
 
 
 def not_checked(series):

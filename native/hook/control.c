@@ -223,6 +223,7 @@ int mlk_start_collecting(void)
         mlk_note_allocator();
         mlk_resources_segment_made(mlk_config.fds);
         mlk_seg->misuse_mode = (uint32_t)mlk_config.misuse;
+        mlk_misuse_segment_made();
         mlk_lsan_read_default_suppressions();
         mlk_modules_scan();
         mlk_unwind_init();

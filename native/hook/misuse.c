@@ -17,6 +17,7 @@
  * block's middle; blocks made without a trailer (sampling, track=table,
  * aligned new, before collection). */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 
@@ -91,8 +92,10 @@ static void misuse_trailed(void *p, uint64_t meta, int call, size_t given)
     uint32_t stack = field & MLK_TRAILER_ID_MASK;
     uint64_t size = meta >> MLK_TRAILER_STACK_BITS;
     BEGIN_HOOK();
-    if (family != family_for(call))
-        record(MLK_MISUSE_MISMATCH, call, family, stack, size, 0, 0);
+    if (family != family_for(call)) {
+        if (!mlk_seg->misuse_no_families)
+            record(MLK_MISUSE_MISMATCH, call, family, stack, size, 0, 0);
+    }
     else if (given != MLK_NO_SIZE && given != size)
         record(MLK_MISUSE_SIZE, call, family, stack, size, given, 0);
     END_HOOK();
@@ -175,6 +178,23 @@ static int misuse_untrailed(void *p, int call)
  * before calling these: a backtrace uses it once and clears it, and where
  * no misuse was found none was taken -- cleared here, or a later walk of
  * this thread would start from a frame long gone. */
+/* Whether every global operator new and delete the program calls is ours
+ * (then a block's family is what made it): asked as collection starts. */
+void mlk_misuse_segment_made(void)
+{
+    static const char *const names[] = {"_Znwm", "_Znam", "_ZdlPv", "_ZdaPv", "_ZdlPvm", "_ZdaPvm"};
+    Dl_info mine, theirs;
+    if (!dladdr((void *)&mlk_misuse_segment_made, &mine))
+        return;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        void *f = dlsym(RTLD_DEFAULT, names[i]);
+        if (f && dladdr(f, &theirs) && theirs.dli_fbase != mine.dli_fbase) {
+            mlk_seg->misuse_no_families = 1;
+            return;
+        }
+    }
+}
+
 void mlk_misuse_trailed(void *p, uint64_t meta, int call, size_t given)
 {
     misuse_trailed(p, meta, call, given);

@@ -277,6 +277,7 @@ MLK_HIDDEN void mlk_misuse_trailed(void *p, uint64_t meta, int call, size_t give
 /* The free of a pointer with no trailer and in no table: a double free or
  * an invalid one is recorded; 1 when the free must not go on (misuse=hold). */
 MLK_HIDDEN int mlk_misuse_untrailed(void *p, int call);
+MLK_HIDDEN void mlk_misuse_segment_made(void); /* the program's own operator new/delete? */
 
 /* family: MLK_FAMILY_*, the call that made it (what must free it) */
 MLK_HIDDEN void mlk_record_trailed(void *p, size_t usable, size_t size, int kind, int family);
