@@ -120,7 +120,8 @@ static int freed_meta(uint64_t meta, size_t usable, uint32_t *stack, uint64_t *s
 /* The calling thread's stack, [lo, hi), asked once per thread (glibc
  * reads /proc/self/maps for the main thread's: under the guard, its own
  * allocations and descriptors pass straight through). */
-static __thread uint64_t stack_lo, stack_hi;
+static __thread uint64_t stack_lo __attribute__((tls_model("initial-exec")));
+static __thread uint64_t stack_hi __attribute__((tls_model("initial-exec")));
 
 static int on_this_threads_stack(uint64_t a)
 {
