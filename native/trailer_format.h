@@ -30,4 +30,19 @@
 #define MLK_FAMILY_NEW_ARRAY 2 /* operator new[]: delete[] */
 #define MLK_TRAILER_FREED 0x6d6c6b6672656564ull
 
+#include <stdint.h>
+
+/* A meta word's stack id (MLK_TRAILER_UNCOUNTED for a block not counted),
+ * and the family of a counted block (3 for one not counted). */
+static inline uint32_t mlk_trailer_stack_of(uint64_t meta)
+{
+    uint32_t field = (uint32_t)(meta & MLK_TRAILER_UNCOUNTED);
+    return field == MLK_TRAILER_UNCOUNTED ? field : field & MLK_TRAILER_ID_MASK;
+}
+
+static inline uint32_t mlk_trailer_family_of(uint64_t meta)
+{
+    return ((uint32_t)meta >> MLK_TRAILER_FAMILY_SHIFT) & 3;
+}
+
 #endif

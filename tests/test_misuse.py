@@ -64,6 +64,8 @@ def test_mismatched_frees_and_sized_deletes_are_counted_with_both_stacks(tmp_pat
     assert (rc, out, err) == (alone.returncode, alone.stdout, "")  # as it runs bare
     assert final.header["reason"] == "exit"
     assert misuses(final) == MISMATCHES
+    # innermost first: the misusing call's own function, no frame of the tracer before it
+    assert all(m.frames[0].function.startswith("site_") for m in final.misuse), final.misuse
     assert final.header["misuse"] == "8 seen since collection started"
     sized = next(m for m in final.misuse if m.kind == "size-mismatch")
     assert (sized.size, sized.given, sized.block) == (48, 8, "new")  # a Derived deleted as a Base
@@ -106,6 +108,7 @@ def test_misuse_hold_keeps_a_program_alive_that_glibc_would_abort(tmp_path):
     # the same output as the bare run, and then the rest it lives to print
     assert out.startswith(alone.stdout) and out.endswith("realloc: NULL\nend\n"), out
     assert misuses(final) == SURVIVED
+    assert all(m.frames[0].function.startswith("site_") for m in final.misuse), final.misuse
     where = {site(m.frames): m.where for m in final.misuse if m.kind == "invalid-free"}
     assert where == {"site_free_local": "stack", "site_free_global": "global"}
     assert "misuse=hold" in final.header["misuse"]

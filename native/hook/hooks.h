@@ -115,6 +115,28 @@ static inline __attribute__((always_inline)) void after_alloc(void *p, size_t si
     }
 }
 
+/* The family whose blocks `call` (MLK_CALL_*) frees. */
+#define FAMILY_FREED_BY(call) ((uint32_t)((call) == MLK_CALL_REALLOC ? MLK_FAMILY_MALLOC : (call)))
+
+/* `call` frees a block whose trailer said `meta` (`given`: a sized
+ * delete's size, else MLK_NO_SIZE): another family's block, or a size
+ * not the block's, is recorded as misuse.  The free goes on either way.
+ * (No walk start is set: a misuse is rare, and the walk skips our frames.) */
+static inline __attribute__((always_inline)) void check_trailed_free(void *p, uint64_t meta, int call,
+                                                                     size_t given)
+{
+    if (MLK_UNLIKELY(mlk_trailer_family_of(meta) != FAMILY_FREED_BY(call) ||
+                     (given != MLK_NO_SIZE && given != meta >> MLK_TRAILER_STACK_BITS)))
+        mlk_misuse_trailed(p, meta, call, given);
+}
+
+/* 1 when `call` of p -- a pointer with no trailer, in no table -- must not
+ * reach the allocator: a double or invalid free, held back (misuse=hold). */
+static inline int held_back(void *p, int call)
+{
+    return MLK_UNLIKELY(mlk_trailer_key != 0) && p && !mlk_in_hook && mlk_misuse_untrailed(p, call);
+}
+
 /* Forgets a block without a trailer before its real free (by `call`,
  * MLK_CALL_*): 0 when that free must not happen -- a double or invalid
  * free held back (misuse=hold). */
@@ -127,11 +149,7 @@ static inline __attribute__((always_inline)) int before_free(void *p, int call)
         if (known)
             return 1;
     }
-    if (MLK_UNLIKELY(mlk_trailer_key != 0) && p && !mlk_in_hook) {
-        MLK_WALK_FROM_HERE();
-        return !mlk_misuse_untrailed(p, call);
-    }
-    return 1;
+    return !held_back(p, call);
 }
 
 /* A block with a trailer is forgotten by its trailer alone, before the
@@ -145,12 +163,7 @@ static inline __attribute__((always_inline)) int free_trailed(void *p, int call,
     if (!t)
         return 0;
     uint64_t meta = mlk_trailer_take(t);
-    uint32_t family = ((uint32_t)meta >> MLK_TRAILER_FAMILY_SHIFT) & 3;
-    if (MLK_UNLIKELY(family != (uint32_t)(call == MLK_CALL_REALLOC ? MLK_FAMILY_MALLOC : call) ||
-                     (given != MLK_NO_SIZE && given != meta >> MLK_TRAILER_STACK_BITS))) {
-        MLK_WALK_FROM_HERE();
-        mlk_misuse_trailed(p, meta, call, given);
-    }
+    check_trailed_free(p, meta, call, given);
     mlk_trailer_uncount(meta);
     mlk_real.free(p);
     return 1;

@@ -330,21 +330,15 @@ static void *realloc_impl(void *old, size_t size)
         int had = 0;
         if (t) {
             taken = mlk_trailer_take(t);
-            if (MLK_UNLIKELY((((uint32_t)taken >> MLK_TRAILER_FAMILY_SHIFT) & 3) != MLK_FAMILY_MALLOC)) {
-                MLK_WALK_FROM_HERE();
-                mlk_misuse_trailed(old, taken, MLK_CALL_REALLOC, MLK_NO_SIZE); /* new'd, realloc'd */
-            }
+            check_trailed_free(old, taken, MLK_CALL_REALLOC, MLK_NO_SIZE); /* a new'd block realloc'd */
         } else if (!mlk_in_hook && mlk_ever_collected && mlk_maybe_recorded(old)) {
             BEGIN_HOOK();
             had = mlk_record_take(old, &stack, &old_size);
             END_HOOK();
         }
-        if (!t && !had && MLK_UNLIKELY(mlk_trailer_key != 0) && !mlk_in_hook) {
-            MLK_WALK_FROM_HERE();
-            if (mlk_misuse_untrailed(old, MLK_CALL_REALLOC)) {
-                errno = ENOMEM; /* a freed or invalid block, held back (misuse=hold): as valgrind, NULL */
-                return NULL;
-            }
+        if (!t && !had && held_back(old, MLK_CALL_REALLOC)) {
+            errno = ENOMEM; /* a freed or invalid block, held back (misuse=hold): as valgrind, NULL */
+            return NULL;
         }
         p = mlk_real.realloc(old, size + extra);
         if (!p && size != 0) {

@@ -79,20 +79,16 @@ static int watching(void)
     return mlk_seg && mlk_collecting && mlk_seg->misuse_mode != MLK_MISUSE_OFF;
 }
 
-/* The expected family of a call's blocks. */
-static int family_for(int call) { return call == MLK_CALL_REALLOC ? MLK_FAMILY_MALLOC : call; }
-
-static void misuse_trailed(void *p, uint64_t meta, int call, size_t given)
+void mlk_misuse_trailed(void *p, uint64_t meta, int call, size_t given)
 {
     (void)p;
-    uint32_t field = (uint32_t)(meta & MLK_TRAILER_UNCOUNTED);
-    if (field == MLK_TRAILER_UNCOUNTED || mlk_in_hook || !watching())
+    uint32_t stack = mlk_trailer_stack_of(meta);
+    if (stack == MLK_TRAILER_UNCOUNTED || mlk_in_hook || !watching())
         return; /* a block not counted keeps no family; our own frees are not the program's */
-    int family = (int)(field >> MLK_TRAILER_FAMILY_SHIFT);
-    uint32_t stack = field & MLK_TRAILER_ID_MASK;
+    uint32_t family = mlk_trailer_family_of(meta);
     uint64_t size = meta >> MLK_TRAILER_STACK_BITS;
     BEGIN_HOOK();
-    if (family != family_for(call)) {
+    if (family != FAMILY_FREED_BY(call)) {
         if (!mlk_seg->misuse_no_families)
             record(MLK_MISUSE_MISMATCH, call, family, stack, size, 0, 0);
     }
@@ -106,11 +102,10 @@ static void misuse_trailed(void *p, uint64_t meta, int call, size_t given)
  * the smallest blocks once they are freed). */
 static int freed_meta(uint64_t meta, size_t usable, uint32_t *stack, uint64_t *size, int *family)
 {
-    uint32_t field = (uint32_t)(meta & MLK_TRAILER_UNCOUNTED);
     uint64_t sz = meta >> MLK_TRAILER_STACK_BITS;
-    uint32_t id = field & MLK_TRAILER_ID_MASK;
-    int fam = (int)(field >> MLK_TRAILER_FAMILY_SHIFT);
-    if (field == MLK_TRAILER_UNCOUNTED || fam > MLK_FAMILY_NEW_ARRAY || id >= mlk_seg->stacks_used ||
+    uint32_t id = mlk_trailer_stack_of(meta);
+    int fam = (int)mlk_trailer_family_of(meta);
+    if (id == MLK_TRAILER_UNCOUNTED || fam > MLK_FAMILY_NEW_ARRAY || id >= mlk_seg->stacks_used ||
         sz + MLK_TRAILER_SIZE > usable || usable - (sz + MLK_TRAILER_SIZE) >= 32)
         return 0;
     *stack = id, *size = sz, *family = fam;
@@ -141,7 +136,7 @@ static int on_this_threads_stack(uint64_t a)
     return a >= stack_lo && a < stack_hi;
 }
 
-static int misuse_untrailed(void *p, int call)
+int mlk_misuse_untrailed(void *p, int call)
 {
     if (mlk_in_hook || !watching() || !mlk_trailer_key || mlk_sample_bytes)
         return 0;
@@ -175,10 +170,6 @@ static int misuse_untrailed(void *p, int call)
     return hold;
 }
 
-/* The hook set where a walk starts from its own frame (MLK_WALK_FROM_HERE)
- * before calling these: a backtrace uses it once and clears it, and where
- * no misuse was found none was taken -- cleared here, or a later walk of
- * this thread would start from a frame long gone. */
 /* Whether every global operator new and delete the program calls is ours
  * (then a block's family is what made it): asked as collection starts. */
 void mlk_misuse_segment_made(void)
@@ -194,17 +185,4 @@ void mlk_misuse_segment_made(void)
             return;
         }
     }
-}
-
-void mlk_misuse_trailed(void *p, uint64_t meta, int call, size_t given)
-{
-    misuse_trailed(p, meta, call, given);
-    mlk_walk_start.sp = 0;
-}
-
-int mlk_misuse_untrailed(void *p, int call)
-{
-    int hold = misuse_untrailed(p, call);
-    mlk_walk_start.sp = 0;
-    return hold;
 }

@@ -236,9 +236,7 @@ void mlk_trailer_restore(void *p, struct mlk_trailer *t)
 
 void mlk_trailer_uncount(uint64_t meta)
 {
-    uint32_t stack = (uint32_t)(meta & UNCOUNTED);
-    if (stack != UNCOUNTED)
-        stack &= MLK_TRAILER_ID_MASK;
+    uint32_t stack = mlk_trailer_stack_of(meta);
     /* Not ever_collected: a forked child that could not get a segment of
      * its own, which must not touch the parent's. */
     if (stack == UNCOUNTED || MLK_UNLIKELY(!mlk_ever_collected))

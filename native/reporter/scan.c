@@ -122,10 +122,8 @@ struct scan {
 
 static void add_block(struct scan *s, uint64_t start, uint64_t trailer, uint64_t meta)
 {
-    uint32_t stack = (uint32_t)(meta & UNCOUNTED);
+    uint32_t stack = mlk_trailer_stack_of(meta);
     uint64_t size = meta >> TRAILER_STACK_BITS;
-    if (stack != UNCOUNTED)
-        stack &= MLK_TRAILER_ID_MASK; /* the family's bits above the id */
     if (meta == MLK_TRAILER_OURS_META)
         stack = OURS;
     if (stack == UNCOUNTED && (meta & MLK_TRAILER_SIZED) && (size & MLK_TRAILER_SIZE_MASK) <= trailer - start)
