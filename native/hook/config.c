@@ -50,6 +50,18 @@ static int parse_signal(const char *s, size_t n)
 
 static int quiet; /* mlk_config_collects_early_with_trailers: a trial parse */
 
+/* The index of value v (n bytes) among `words` (NULL-ended), or -1: an
+ * option that takes one of a few words. */
+static int choice(const char *v, size_t n, const char *const *words)
+{
+    for (int i = 0; words[i]; i++)
+        if (strlen(words[i]) == n && strncmp(v, words[i], n) == 0)
+            return i;
+    return -1;
+}
+
+static const char *const NO_YES[] = {"no", "yes", NULL};
+
 static void bad_option(const char *opt, size_t n, const char *why)
 {
     if (quiet)
@@ -161,6 +173,7 @@ void mlk_config_parse(const char *cfg, const char *cwd)
         const char *val = eq ? skip_blanks(eq + 1, p + n) : NULL;
         size_t vn = eq ? (size_t)(p + n - val) : 0;
         uint64_t num;
+        int c;
 #define KEY(s) (key == sizeof(s) - 1 && strncmp(p, s, key) == 0)
 #define VALUE(s) (vn == sizeof(s) - 1 && strncmp(val, s, vn) == 0)
         if (n == 0) {
@@ -192,22 +205,19 @@ void mlk_config_parse(const char *cfg, const char *cwd)
                 mlk_config.dir[0] = 0;
             }
         } else if (KEY("route") && val) {
-            if (VALUE("no") || VALUE("yes"))
-                mlk_config.route = VALUE("yes");
+            if ((c = choice(val, vn, NO_YES)) >= 0)
+                mlk_config.route = c;
             else
                 bad_option(p, n, "': route is yes or no; using yes");
         } else if (KEY("fds") && val) {
-            if (VALUE("no") || VALUE("yes"))
-                mlk_config.fds = VALUE("yes");
+            if ((c = choice(val, vn, NO_YES)) >= 0)
+                mlk_config.fds = c;
             else
                 bad_option(p, n, "': fds is yes or no; using yes");
         } else if (KEY("misuse") && val) {
-            if (VALUE("report"))
-                mlk_config.misuse = MLK_MISUSE_REPORT;
-            else if (VALUE("hold"))
-                mlk_config.misuse = MLK_MISUSE_HOLD;
-            else if (VALUE("no"))
-                mlk_config.misuse = MLK_MISUSE_OFF;
+            _Static_assert(MLK_MISUSE_OFF == 0 && MLK_MISUSE_REPORT == 1 && MLK_MISUSE_HOLD == 2, "the words' order");
+            if ((c = choice(val, vn, (const char *const[]){"no", "report", "hold", NULL})) >= 0)
+                mlk_config.misuse = c;
             else
                 bad_option(p, n, "': misuse is report, hold or no; using report");
         } else if (KEY("signal") && val) {
@@ -217,8 +227,8 @@ void mlk_config_parse(const char *cfg, const char *cwd)
             else
                 mlk_config.signal = sig;
         } else if (KEY("unwind") && val) {
-            if (VALUE("libgcc") || VALUE("fast"))
-                mlk_unwind_mode = VALUE("libgcc") ? MLK_UNWIND_LIBGCC : MLK_UNWIND_FAST;
+            if ((c = choice(val, vn, (const char *const[]){"fast", "libgcc", NULL})) >= 0)
+                mlk_unwind_mode = c ? MLK_UNWIND_LIBGCC : MLK_UNWIND_FAST;
             else
                 bad_option(p, n, "': unwind is 'fast' or 'libgcc'; using fast");
         } else if (KEY("sample") && val) {
@@ -228,8 +238,8 @@ void mlk_config_parse(const char *cfg, const char *cwd)
                 bad_option(p, n, "': sample takes a mean number of bytes between samples "
                                  "(0 = record every allocation)");
         } else if (KEY("track") && val) {
-            if (VALUE("table") || VALUE("trailers"))
-                mlk_config.track_in_table = VALUE("table");
+            if ((c = choice(val, vn, (const char *const[]){"trailers", "table", NULL})) >= 0)
+                mlk_config.track_in_table = c;
             else
                 bad_option(p, n, "': track is 'trailers' or 'table'; using trailers");
         } else if (KEY("exit_timeout") && val) {
