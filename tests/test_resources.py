@@ -126,21 +126,23 @@ def test_descriptors_can_be_left_untracked(tmp_path):
     assert gate.returncode == 1 and "file descriptors not tracked (MEMLEAK_CONFIG fds=no)" in gate.stdout
 
 
-def test_threads_opening_and_closing_at_once_leave_exact_counts(tmp_path):
-    prog = compile_program("fdchurn.c")
-    out = run_traced(prog, "threads", cwd=tmp_path)
-    assert out.stdout == "kept 24\n"
+def fdchurn_report(tmp_path, mode, says):
+    """fdchurn.c run traced in `mode`: its one report, once it said `says`."""
+    out = run_traced(compile_program("fdchurn.c"), mode, cwd=tmp_path)
+    assert out.stdout == says
     (report,) = reports_of(tmp_path, "fdchurn", only_pid(tmp_path, "fdchurn"))
+    return report
+
+
+def test_threads_opening_and_closing_at_once_leave_exact_counts(tmp_path):
+    report = fdchurn_report(tmp_path, "threads", "kept 24\n")
     # 8 x 2,000 opened and closed by open, fopen, dup and close, all at once
     assert resource_sites(report) == {"keep_three": (24, 24)}
     assert report.header["resource-live fd"] == "24 24"
 
 
 def test_a_failed_exec_keeps_close_on_exec_descriptors_counted(tmp_path):
-    prog = compile_program("fdchurn.c")
-    out = run_traced(prog, "exec", cwd=tmp_path)
-    assert out.stdout == "exec failed\n"
-    (report,) = reports_of(tmp_path, "fdchurn", only_pid(tmp_path, "fdchurn"))
+    report = fdchurn_report(tmp_path, "exec", "exec failed\n")
     assert resource_sites(report) == {"opened_for_exec": (2, 2)}
 
 
