@@ -122,12 +122,11 @@ static inline __attribute__((always_inline)) void after_alloc(void *p, size_t si
  * delete's size, else MLK_NO_SIZE): another family's block, or a size
  * not the block's, is recorded as misuse.  The free goes on either way.
  * (No walk start is set: a misuse is rare, and the walk skips our frames.) */
-static inline __attribute__((always_inline)) void check_trailed_free(void *p, uint64_t meta, int call,
-                                                                     size_t given)
+static inline __attribute__((always_inline)) void check_trailed_free(uint64_t meta, int call, size_t given)
 {
     if (MLK_UNLIKELY(mlk_trailer_family_of(meta) != FAMILY_FREED_BY(call) ||
                      (given != MLK_NO_SIZE && given != meta >> MLK_TRAILER_STACK_BITS)))
-        mlk_misuse_trailed(p, meta, call, given);
+        mlk_misuse_trailed(meta, call, given);
 }
 
 /* 1 when `call` of p -- a pointer with no trailer, in no table -- must not
@@ -163,7 +162,7 @@ static inline __attribute__((always_inline)) int free_trailed(void *p, int call,
     if (!t)
         return 0;
     uint64_t meta = mlk_trailer_take(t);
-    check_trailed_free(p, meta, call, given);
+    check_trailed_free(meta, call, given);
     mlk_trailer_uncount(meta);
     mlk_real.free(p);
     return 1;

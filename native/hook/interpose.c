@@ -330,7 +330,7 @@ static void *realloc_impl(void *old, size_t size)
         int had = 0;
         if (t) {
             taken = mlk_trailer_take(t);
-            check_trailed_free(old, taken, MLK_CALL_REALLOC, MLK_NO_SIZE); /* a new'd block realloc'd */
+            check_trailed_free(taken, MLK_CALL_REALLOC, MLK_NO_SIZE); /* a new'd block realloc'd */
         } else if (!mlk_in_hook && mlk_ever_collected && mlk_maybe_recorded(old)) {
             BEGIN_HOOK();
             had = mlk_record_take(old, &stack, &old_size);

@@ -11,11 +11,11 @@
  * its size); a misuse takes a backtrace and a short locked search.
  *
  * What it cannot see (no shadow memory, no quarantine yet): a second free
- * after the allocator handed the memory out again, or after glibc merged
- * the chunk into a bin (malloc_usable_size then says 0: glibc aborts on
- * its own, "double free or corruption"); a free of a pointer into a
- * block's middle; blocks made without a trailer (sampling, track=table,
- * aligned new, before collection). */
+ * after the allocator handed the memory out again, or merged it with a
+ * neighbour (glibc then aborts on its own, "double free or corruption");
+ * a free of a pointer into a block's middle; blocks made without a
+ * trailer (sampling, track=table, aligned new, before collection, a
+ * routed allocator's). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -51,8 +51,8 @@ static struct mlk_misuse *record_of(struct mlk_header *h, int kind, int call, in
     return m;
 }
 
-/* Records one misuse at the caller's stack; the caller has its guard up
- * and the walk's start set in the exported hook. */
+/* Records one misuse at the caller's stack (the walk skips our frames);
+ * the caller has its guard up. */
 static void record(int kind, int call, int family, uint32_t alloc_stack, uint64_t size, uint64_t given,
                    uint32_t where)
 {
@@ -79,9 +79,8 @@ static int watching(void)
     return mlk_seg && mlk_collecting && mlk_seg->misuse_mode != MLK_MISUSE_OFF;
 }
 
-void mlk_misuse_trailed(void *p, uint64_t meta, int call, size_t given)
+void mlk_misuse_trailed(uint64_t meta, int call, size_t given)
 {
-    (void)p;
     uint32_t stack = mlk_trailer_stack_of(meta);
     if (stack == MLK_TRAILER_UNCOUNTED || mlk_in_hook || !watching())
         return; /* a block not counted keeps no family; our own frees are not the program's */
@@ -91,9 +90,9 @@ void mlk_misuse_trailed(void *p, uint64_t meta, int call, size_t given)
     if (family != FAMILY_FREED_BY(call)) {
         if (!mlk_seg->misuse_no_families)
             record(MLK_MISUSE_MISMATCH, call, family, stack, size, 0, 0);
-    }
-    else if (given != MLK_NO_SIZE && given != size)
+    } else if (given != MLK_NO_SIZE && given != size) {
         record(MLK_MISUSE_SIZE, call, family, stack, size, given, 0);
+    }
     END_HOOK();
 }
 

@@ -273,7 +273,7 @@ MLK_HIDDEN uint32_t mlk_current_stack(int kind); /* the caller's stack id, or ML
 #define MLK_NO_SIZE SIZE_MAX /* a free that gives no size */
 /* The free of a block with a trailer (taken: its meta word) by `call`
  * (MLK_CALL_*), `given` its sized delete's size: a mismatch is recorded. */
-MLK_HIDDEN void mlk_misuse_trailed(void *p, uint64_t meta, int call, size_t given);
+MLK_HIDDEN void mlk_misuse_trailed(uint64_t meta, int call, size_t given);
 /* The free of a pointer with no trailer and in no table: a double free or
  * an invalid one is recorded; 1 when the free must not go on (misuse=hold). */
 MLK_HIDDEN int mlk_misuse_untrailed(void *p, int call);
