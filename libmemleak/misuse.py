@@ -76,7 +76,7 @@ def entries_text(recs, lines_of):
         m = Misuse(r.kind, r.call, r.count - r.reported, frames, alloc, r.block, r.size, r.given,
                    r.where, r.address)
         out.append(" ".join(["+0 +0", *misuse_fields(m)]))
-        out.extend("\t" + line if not line.startswith("\t") else line for line in frames + alloc)
+        out.extend(frames + alloc)  # frame lines, each its tab first
     return "\n".join(out) + "\n" if out else ""
 
 
