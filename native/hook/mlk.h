@@ -257,7 +257,8 @@ MLK_HIDDEN int mlk_trailers_possible(void);  /* interpose.c: the allocator allow
 /* Writes p's trailer and counts the block for `stack` (MLK_NO_STACK: not
  * counted); 0 if it could not be counted. */
 MLK_HIDDEN int mlk_trailer_write(void *p, size_t usable, uint64_t size, uint32_t stack, int family);
-/* Unmarks the block (its trailer no longer says "ours") and returns what
+/* Marks the block freed (its trailer no longer says "ours", but "ours,
+ * freed": misuse.c finds a second free by it) and returns what
  * mlk_trailer_uncount needs; restore re-marks it (a realloc that failed). */
 MLK_HIDDEN uint64_t mlk_trailer_take(struct mlk_trailer *t);
 MLK_HIDDEN void mlk_trailer_restore(void *p, struct mlk_trailer *t);
