@@ -41,6 +41,7 @@ class Totals:
     # Resources other than memory, per kind named: (name, live weight, live
     # count, change in weight, change in count), in the order named.
     resources: tuple = ()
+    live_slack: int | None = None  # bytes the allocator reserved beyond the live blocks' sizes
 
 
 class KeyTable:
@@ -234,7 +235,7 @@ def diff_snapshot(snapshot, resolver=None, scan=None, age=None, touched=None):
     if touched:
         touched = [_per_position(a, ids, 1) for a in touched]
     changes = report_core.Changes(live_bytes, live_blocks, reported_bytes, reported_blocks, samples,
-                                  allocs, scan, age, touched)
+                                  allocs, scan, age, touched, slack_of(snapshot))
     if report_core.positions_are_ids(ids):  # the resolver's own array serves
         resolver.cover(len(ids))
         key_of = resolver.key_of
@@ -246,6 +247,13 @@ def diff_snapshot(snapshot, resolver=None, scan=None, age=None, touched=None):
     report_core.extend_to(resolver.scratch, nkeys)
     rows = changes.merge(key_of, nkeys, resolver.scratch)
     return Deltas(rows, resolver, ids)
+
+
+def slack_of(snapshot):
+    """Each position's live slack, or None where it is not measured: only
+    blocks with a trailer know their usable size (not sampled or
+    table-tracked ones)."""
+    return snapshot.live_slack if snapshot.tracking == "trailers" else None
 
 
 def _per_position(per_id, ids, words=8):
@@ -289,5 +297,7 @@ def totals(snapshot):
         sums[1] += live_blocks[p]
         sums[2] += live_bytes[p] - reported_bytes[p]
         sums[3] += live_blocks[p] - reported_blocks[p]
+    slack = slack_of(snapshot)
     return Totals(live_b, live_k, live_b - rep_b, live_k - rep_k, alloc_count, alloc_bytes, len(snapshot.ids),
-                  custom_b, custom_k, tuple((name, *sums) for name, sums in by_kind.items()))
+                  custom_b, custom_k, tuple((name, *sums) for name, sums in by_kind.items()),
+                  sum(slack) if slack is not None else None)

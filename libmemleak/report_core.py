@@ -20,20 +20,20 @@ ffi = cffi.FFI()
 ffi.include(layout_ffi)
 ffi.cdef("""
 struct mlk_rc_row { int64_t key, pos, bytes, blocks, live_bytes, live_blocks, samples, allocs,
-                    scanned, lost[8], since[8], touched, touched_changed; };
+                    scanned, lost[8], since[8], touched, touched_changed, slack; };
 struct mlk_rc_texts { const char *arena; const int64_t *line_off; const int32_t *pool;
                       const int64_t *key_first; const int32_t *key_lines; const int8_t *key_kind;
                       int64_t keys; const int32_t *since_seq; int32_t depth; const char *kind_text; };
 void mlk_rc_resources_last(struct mlk_rc_row *, int64_t, const int8_t *, int64_t, int, struct mlk_rc_row *);
 void mlk_rc_columns(const struct mlk_stack *, int64_t, const uint8_t *, int64_t *, int64_t *,
-                    int64_t *, int64_t *, int64_t *, int64_t *, int64_t *);
+                    int64_t *, int64_t *, int64_t *, int64_t *, int64_t *, int64_t *);
 int64_t mlk_rc_unkeyed(int64_t, const int64_t *, const int64_t *, const int64_t *,
                        const int64_t *, const int64_t *, const int64_t *, const int64_t *,
                        int64_t *, int64_t);
 int64_t mlk_rc_merge(int64_t, const int64_t *, const int64_t *, const int64_t *, const int64_t *,
                      const int64_t *, int64_t, int64_t *, const int64_t *, const int64_t *,
                      const int64_t *, const int64_t *, const int64_t *, const int64_t *,
-                     const int64_t *, const int64_t *, struct mlk_rc_row *);
+                     const int64_t *, const int64_t *, const int64_t *, struct mlk_rc_row *);
 int64_t mlk_rc_touched(int, uint64_t, const struct mlk_stack *, int64_t, int64_t *, int64_t *, int64_t);
 int64_t mlk_rc_merge_same_text(struct mlk_rc_row *, int64_t, const int64_t *, int64_t, int64_t *,
                                int64_t);
@@ -41,6 +41,7 @@ int64_t mlk_rc_textless(const struct mlk_rc_row *, int64_t, const int64_t *, int
                         int64_t);
 int64_t mlk_rc_render(const struct mlk_rc_row *, int64_t, int64_t, const struct mlk_rc_texts *,
                       char *, int64_t, int64_t *);
+size_t mlk_read_mem(int, uint64_t, void *, size_t);
 uint32_t mlk_rc_post_snapshot(struct mlk_header *);
 uint32_t mlk_rc_post_scan(struct mlk_header *);
 int mlk_rc_claim_reporter(struct mlk_header *, int32_t, int32_t);
@@ -73,7 +74,15 @@ except OSError as e:  # the installation is broken: say which file, not a traceb
 
 ROW_WORDS = ffi.sizeof("struct mlk_rc_row") // 8
 COLUMNS = ("live_bytes", "live_blocks", "alloc_count", "alloc_bytes",
-           "reported_bytes", "reported_blocks", "reported_allocs")
+           "reported_bytes", "reported_blocks", "reported_allocs", "live_slack")
+
+
+def read_words(pid, addr, n):
+    """n 64-bit words of process pid's memory at addr (zeros where it
+    cannot be read: the process is gone, or the page is not mapped)."""
+    buf = ffi.new("uint64_t[]", n)
+    lib.mlk_read_mem(pid, addr, buf, 8 * n)
+    return list(buf)
 
 
 def _q(a):
@@ -135,7 +144,7 @@ class Changes:
     """The changed stacks of a snapshot, column by column (array('q'))."""
 
     def __init__(self, live_bytes, live_blocks, reported_bytes, reported_blocks, samples=None,
-                 allocs=None, scan=None, age=None, touched=None):
+                 allocs=None, scan=None, age=None, touched=None, slack=None):
         """samples: for a sampled snapshot, the recorded (unscaled) live and
         reported blocks, whose difference each row carries; allocs: the
         allocation counts now and at the previous report, likewise; scan:
@@ -143,13 +152,15 @@ class Changes:
         (bytes, blocks of each category), or None; age: likewise, the blocks
         of each position live since each earlier scan (8 buckets); touched:
         the bytes of each position's mappings ever touched, now and at the
-        previous report (a position whose count moved is an entry)."""
+        previous report (a position whose count moved is an entry); slack:
+        each position's live slack, or None where not measured."""
         self.scan = scan
         self.age = age
         self.touched = [_as_q(c) for c in touched] if touched else None
         self.cols = [_as_q(c) for c in (live_bytes, live_blocks, reported_bytes, reported_blocks)]
         self.samples = [_as_q(c) for c in samples] if samples else None
         self.allocs = [_as_q(c) for c in allocs] if allocs else None
+        self.slack = _as_q(slack) if slack is not None else None
         self.n = len(self.cols[0])
 
     def unkeyed(self, key_of):
@@ -170,7 +181,8 @@ class Changes:
             age = _q(self.age) if self.age is not None else ffi.NULL
             touched = list(map(_q, self.touched)) if self.touched else [ffi.NULL, ffi.NULL]
             count = lib.mlk_rc_merge(self.n, *map(_q, self.cols), _q(key_of), nkeys, _q(scratch),
-                                     *samples, *allocs, scan, age, *touched, out)
+                                     *samples, *allocs, scan, age, *touched,
+                                     _q(self.slack) if self.slack is not None else ffi.NULL, out)
         if count < 0:
             raise ValueError("a changed stack has no key")
         del rows[count * ROW_WORDS:]
@@ -193,7 +205,7 @@ class Rows:
         words = array("q")
         for i in range(0, len(base), cls.BASE_WORDS):
             words.extend(base[i:i + cls.BASE_WORDS])
-            words.extend([0] * (ROW_WORDS - cls.BASE_WORDS - 2) + [-1, 0])  # touched not measured
+            words.extend([0] * (ROW_WORDS - cls.BASE_WORDS - 3) + [-1, 0, -1])  # touched, slack not measured
         return cls(words)
 
     def __len__(self):

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from libmemleak import PACKAGE_DIR, __version__, misuse, reachability, report_core, standby
+from libmemleak import PACKAGE_DIR, __version__, memory_use, misuse, reachability, report_core, standby
 from libmemleak.diff import FrameResolver, KeyTable, diff_snapshot, totals
 from libmemleak.keeper import Keeper
 from libmemleak.memlog import (Frame, header_text, render, render_frames, report_name,
@@ -417,6 +417,16 @@ class Reporter:
             return None
         return got
 
+    def memory_lines(self, snap, sums, touched):
+        """Where its resident memory goes (memory_use): the heap blocks'
+        totals are the live ones less its mappings'."""
+        mapped = [touched.by_kind.get(kind, (0, 0, 0)) for kind in ("mmap", "shared")] if touched else []
+        heap_bytes = sums.live_bytes - sum(m[0] for m in mapped)
+        heap_blocks = sums.live_blocks - sum(m[1] for m in mapped)
+        return memory_use.header_lines(memory_use.measure(self.pid, (self.h.own_lo, self.h.own_hi)), heap_bytes, heap_blocks, sums.live_slack,
+                                       glibc=bool(snap.slack_floor) and not self.h.routed_len,
+                                       trailers=snap.tracking == "trailers")
+
     def take_snapshot(self, reason):
         """The segment's snapshot, and the reachability scan asked for
         with this report (None if none was, or it could not be made: said
@@ -535,6 +545,7 @@ class Reporter:
             ("live-blocks", sums.live_blocks),
             *([("custom-live", f"{sums.custom_bytes} {sums.custom_blocks}")]
               if sums.custom_bytes or sums.custom_blocks or snap.custom else []),
+            *slack_lines(snap, sums, bool(self.h.routed_len)),
             ("change-bytes", f"{sums.change_bytes:+d}"),
             ("change-blocks", f"{sums.change_blocks:+d}"),
             ("allocated-bytes", sums.alloc_bytes),
@@ -565,6 +576,8 @@ class Reporter:
         elif self.h.exit_hwm_kb:  # what it said of itself as it exited
             lines += [("vm-rss", f"{self.h.exit_rss_kb} kB"), ("vm-hwm", f"{self.h.exit_hwm_kb} kB")]
         lines += mapping_lines(touched, self.touched_refused)
+        if not self.watch.dead():  # else the pid may already be another process's
+            lines += self.memory_lines(snap, sums, touched)
         lines += misuse.header_lines(self.h, snap.tracking, snap.sample_bytes)
         # Which process wrote it: a descendant's own reporter, or the keeper
         # (the root's reporter), which writes most descendants' last reports.
@@ -617,6 +630,22 @@ def default_suppression_lines(seg):
                                                       CONST["MLK_DEFAULT_SUPPRESSIONS_MAX"]))
     rules = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
     return [(f"default-suppression {i}", rule[:512]) for i, rule in enumerate(rules[:DEFAULT_SUPPRESSIONS_SHOWN], 1)]
+
+
+def slack_lines(snap, sums, routed):
+    """The header's slack -- bytes the allocator reserved beyond what the
+    live blocks asked for -- or why it is not measured, and what it is
+    measured against (docs/memlog.md)."""
+    if sums.live_slack is None:
+        return [("slack", "not measured: blocks are tracked in the table (sampled, track=table, or "
+                          "an allocator without malloc_usable_size), whose usable sizes are not read")]
+    notes = []
+    if not snap.slack_floor:
+        notes.append("as traced: each block's usable size less the trailer (the allocator's smallest "
+                     "block is not known, so its smallest blocks may differ bare)")
+    if routed:
+        notes.append("not measured for the routed allocator's blocks (their usable size is not read)")
+    return [("live-slack", sums.live_slack)] + ([("slack", "; ".join(notes))] if notes else [])
 
 
 def resource_lines(snap, sums):

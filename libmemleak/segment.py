@@ -104,6 +104,8 @@ class Snapshot:
     resource_names: tuple = ()  # every resource kind named in the process, by index
     fds_tracked: bool = True
     fds_before: int = 0      # descriptors (3 and up) open when collection started: in no entry
+    live_slack: object = None  # per position: bytes reserved beyond the blocks' sizes (trailers only)
+    slack_floor: int = 0     # the allocator's smallest usable size, when known (glibc: 24)
 
 
 class _StackView:
@@ -274,7 +276,7 @@ class Segment:
             corrupt_stacks=self._corrupt, sample_bytes=h.sample_bytes,
             tracking=TRACKING_NAMES.get(h.tracking, "unknown"), last_report_ns=h.last_report_ns,
             attached_ns=h.attached_ns, custom=custom, resources=resources, resource_names=tuple(names),
-            fds_tracked=bool(h.fds_tracked), fds_before=h.fds_before, **cols)
+            fds_tracked=bool(h.fds_tracked), fds_before=h.fds_before, slack_floor=h.slack_floor, **cols)
 
     def resource_names(self):
         """The names of the resource kinds the process named, by index

@@ -20,7 +20,7 @@
  */
 
 #define MLK_MAGIC 0x314b4c4d454d4c4b
-#define MLK_LAYOUT_VERSION 15
+#define MLK_LAYOUT_VERSION 16
 #define MLK_API_LABEL_MAX 64
 #define MLK_LAST_REPORT_MAX 512
 #define MLK_MAX_DEPTH 64
@@ -99,7 +99,12 @@ struct mlk_counters {
     uint64_t alloc_bytes;
     int64_t freed_count;    /* blocks freed (a partial unmap that splits a */
     int64_t freed_bytes;    /* mapping in two counts -1: one more block) */
-    uint64_t reserved[4];
+    /* Slack: of blocks with a trailer, the bytes the allocator reserved
+     * beyond the size asked for (native/hook/trailers.c), allocated and
+     * freed; live slack = alloc_slack - freed_slack, summed over stripes. */
+    uint64_t alloc_slack;
+    uint64_t freed_slack;
+    uint64_t reserved[2];
 };
 
 /* One distinct allocation backtrace and what is live from it: 256 bytes, in
@@ -422,7 +427,11 @@ struct mlk_header {
      * errors (its new calls malloc; the default delete frees it), so
      * mismatches are not checked (the reports say so). */
     uint32_t misuse_no_families;
-    uint32_t reserved_misuse;
+    /* Slack (struct mlk_counters.alloc_slack): the smallest block the
+     * allocator makes, which a block's reserved bytes are raised to --
+     * glibc's 24 usable bytes -- or 0 where it is not known (the reports
+     * then say slack is the traced block's share, not the bare one's). */
+    uint32_t slack_floor;
     struct mlk_misuse misuse[256]; /* MLK_MISUSE_MAX */
 };
 

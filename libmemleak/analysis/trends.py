@@ -62,6 +62,8 @@ class Trend:
     kind: str = "malloc"               # allocator family: malloc, new, mmap, shared, custom (kind=)
     touched: int | None = None         # mappings: bytes ever touched, as last said (touched=)
     touched_at: int = -1               # the report that said it
+    slack: int = 0                     # bytes reserved beyond its live blocks' sizes, as last said (slack=)
+    slack_at: int = -1                 # the report that said it
     cut: int = 0                       # the depth its stack was cut at (cut=), 0 if whole
     resource: str = ""                 # a resource other than memory (resource=fd): its kind; its
                                        # "bytes" are weights and its "blocks" how many are held
@@ -112,6 +114,11 @@ class Analysis:
     # frequent first; why it was not checked, if it was not.
     misuse: list = field(default_factory=list)
     misuse_unchecked: str | None = None
+    live_slack: int | None = None      # the last report's live-slack (None: not measured)
+    # Where its resident memory went (analysis/memory.Memory), at the first
+    # and the last report that measured it (None: none did).
+    memory_first: object = None
+    memory_last: object = None
 
 
 def latest_scan(series):
@@ -130,11 +137,14 @@ def trends_of(series, scanned_at=None):
     n = len(series.reports)
     by_key = {}
     for i, report in enumerate(series.reports):
+        slack_said = "live-slack" in report.header  # then an entry without slack= has none
         for entry in report.entries:
             key = stack_key(entry)
             t = by_key.get(key)
             if t is None:
                 t = by_key[key] = Trend(key, entry.frames, [0] * n, [0] * n)
+            if slack_said and t.slack_at != i:  # an amount as of report i, as touched=
+                t.slack, t.slack_at = 0, i
             if i == scanned_at:
                 for name, value in lost.categories_of(entry).items():
                     b, k = t.lost.get(name, (0, 0))
@@ -162,6 +172,8 @@ def trends_of(series, scanned_at=None):
                         t.touched_at = i
                     elif name == "cut":
                         t.cut = max(t.cut, int(value))
+                    elif name == "slack" and slack_said:
+                        t.slack += int(value)
                 except ValueError:
                     pass
     return list(by_key.values())
@@ -189,8 +201,10 @@ def regroup(trends, by, executable, layer=None):
             g = groups[key] = Trend(key, frames[:1] if by == "function" else frames,
                                     list(t.deltas), list(t.block_deltas), t.samples,
                                     allocations=t.allocations, kind=t.kind, cut=t.cut, resource=t.resource,
-                                    touched=t.touched, lost=dict(t.lost), since=dict(t.since))
+                                    touched=t.touched, lost=dict(t.lost), since=dict(t.since),
+                                    slack=t.slack)
             continue
+        g.slack += t.slack
         for seq, blocks in t.since.items():
             g.since[seq] = g.since.get(seq, 0) + blocks
         for name, (b, k) in t.lost.items():
@@ -250,6 +264,10 @@ def analyse(series, group_by="stack", alloc_fns=None, fold=True):
     for name in tracked_resources(series):  # looked at, even with nothing held
         a.resources.setdefault(name, [0, 0])
     a.fds_untracked = any(r.header.get("fds", "").startswith("not tracked") for r in reports)
+    said = reports[-1].header.get("live-slack", "") if reports else ""
+    a.live_slack = int(said) if said.isdigit() else None
+    from libmemleak.analysis import memory  # noqa: it reads the reports' headers only
+    a.memory_first, a.memory_last = memory.first_and_last(series)
     before = reports[-1].header.get("fds-before-collection", "") if reports else ""
     a.fds_before = int(before.split()[0]) if before.split() and before.split()[0].isdigit() else 0
     from libmemleak.analysis import misuse  # noqa: it reads the reports' misuse entries only

@@ -69,12 +69,13 @@ def progress_bar(out=sys.stderr, every=0.2, delay=0.5):
 
 def default_top(processes, out=sys.stdout):
     """On a terminal, as many suspects as fit one screen (each takes seven
-    to nine rows, its verdict wrapping on a narrow one); in a pipe, 10."""
+    to nine rows, its verdict wrapping on a narrow one; a process's summary
+    up to ten, its memory and slack lines included); in a pipe, 10."""
     if not out.isatty():
         return 10
     import shutil
     rows = shutil.get_terminal_size().lines
-    return max(1, (rows - 6 * processes) // (9 * max(1, processes)))
+    return max(1, (rows - 10 * processes) // (9 * max(1, processes)))
 
 
 def _matches(pattern, trend):

@@ -3,7 +3,7 @@
 
 import json
 
-from libmemleak.analysis import mappings
+from libmemleak.analysis import mappings, memory
 
 
 def frame_dict(f):
@@ -25,6 +25,8 @@ def trend_dict(t, rank=None):
         d["allocations"] = t.allocations
     if t.touched is not None:
         d["touched_bytes"] = t.touched
+    if t.slack:
+        d["slack_bytes"] = t.slack
     if t.survival is not None:
         d["survival"] = round(t.survival, 3)
     if t.since:
@@ -73,9 +75,25 @@ def document(analyses, problems):
                          enumerate((t for t in a.resource_suspects if t.resource == name), 1)],
             "stacks": [resource_dict(t) for t in a.resource_trends if t.resource == name],
         } for name, (weight, held) in a.resources.items()},
+        "live_slack": a.live_slack,
+        "memory": memory_dict(a),
         "misuse_checked": a.misuse_unchecked is None,
         "misuse": [misuse_dict(m) for m in a.misuse],
     } for a in analyses], "problems": problems}
+
+
+def memory_dict(a):
+    """Where its resident memory went at the last report that measured it
+    (None: none did), and the growth since the first."""
+    m = a.memory_last
+    if m is None:
+        return None
+    return {"rss": m.rss, "heap_live_bytes": m.live_bytes, "slack": m.slack,
+            "allocator_free": m.allocator_free, "trailers": m.trailers,
+            "parts": {name.replace("-", "_"): {"resident": r, "mapped": size, "mappings": n}
+                      for name, (r, size, n) in m.parts.items()},
+            "arenas": [{"resident": r, "mapped": size} for r, size in m.arenas],
+            "growth": memory.growth_line(a.memory_first, m)}
 
 
 def misuse_dict(m):

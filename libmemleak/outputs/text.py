@@ -2,7 +2,7 @@
 time, and the leak suspects with a verdict in words, readable frames and a
 compact trend."""
 
-from libmemleak.analysis import mappings
+from libmemleak.analysis import mappings, memory
 from libmemleak.analysis.names import cut_of, frame_lines
 from libmemleak.analysis.trends import count, human_bytes, resource_noun, resource_title
 
@@ -40,6 +40,7 @@ def write(out, analyses, problems, top=10, full_names=False, all_stacks=False, f
         mapped = mappings.summary(a)
         if mapped:
             out.write(f"  of which: {mapped}\n")
+        _write_memory(out, a, full_names)
         if a.scan:
             parts = [f"{name.replace('-', ' ')} {human_bytes(b)} in {count(k, 'block')}"
                      for name, (b, k) in a.scan.totals.items()]
@@ -52,6 +53,23 @@ def write(out, analyses, problems, top=10, full_names=False, all_stacks=False, f
         out.write("\n")
     for problem in problems:
         out.write(f"note: {problem}\n")
+
+
+def _write_memory(out, a, full_names):
+    """Where RSS goes when much of it is not in live blocks, what made it
+    grow beyond them, and the stacks whose blocks the allocator rounds up
+    most -- each only when it is worth a line (memory.worth_saying)."""
+    grew = memory.growth_line(a.memory_first, a.memory_last)
+    if a.memory_last and (grew or memory.worth_saying(a.memory_last)):
+        out.write(f"  memory: {memory.breakdown_line(a.memory_last)}\n")
+    if grew:
+        out.write(f"  {grew}\n")
+    if memory.slack_worth_saying(a.live_slack, a.live_bytes):
+        out.write(f"  slack: {human_bytes(a.live_slack)} reserved beyond what the live blocks asked for; most at:\n")
+        for t in memory.slack_stacks(a.trends):
+            line = next(iter(frame_lines(t.frames, a.series.executable, 1, full=full_names, layer=a.layer)), "?")
+            each = f", {t.slack / t.live_blocks:.0f} a block" if t.live_blocks > 0 else ""
+            out.write(f"    {human_bytes(t.slack)} over {count(t.live_blocks, 'block')}{each}  {line}\n")
 
 
 def _write_rows(out, a, rows, all_stacks, top, full_names, frames, noun=None):

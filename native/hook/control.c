@@ -242,6 +242,9 @@ int mlk_start_collecting(void)
     mlk_early_trailers = 0; /* from now on blocks are recorded, or not at all */
     mlk_seg->tracking = mlk_trailers_in_use() ? MLK_TRACK_TRAILERS : MLK_TRACK_TABLE;
     mlk_seg->trailer_key = mlk_trailers_in_use() ? mlk_trailer_key : 0;
+    /* glibc's smallest chunk: 32 bytes, 24 of them usable (trailers.c). */
+    mlk_slack_floor = mlk_glibc_heap ? 24 : 0;
+    mlk_seg->slack_floor = mlk_slack_floor;
     mlk_own_range(&mlk_seg->own_lo, &mlk_seg->own_hi);
     mlk_seg->addr_table = mlk_addr_table();
     mlk_seg->custom_table = mlk_custom_table();

@@ -163,7 +163,7 @@ static inline __attribute__((always_inline)) int free_trailed(void *p, int call,
         return 0;
     uint64_t meta = mlk_trailer_take(t);
     check_trailed_free(meta, call, given);
-    mlk_trailer_uncount(meta);
+    mlk_trailer_uncount(meta, (uint64_t)((char *)t - (char *)p));
     mlk_real.free(p);
     return 1;
 }

@@ -352,7 +352,7 @@ static void *realloc_impl(void *old, size_t size)
             return NULL;
         }
         if (t)
-            mlk_trailer_uncount(taken);
+            mlk_trailer_uncount(taken, (uint64_t)((char *)t - (char *)old));
     }
     if (p) {
         if (trailing)

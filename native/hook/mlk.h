@@ -144,6 +144,10 @@ MLK_HIDDEN uint32_t mlk_stack_intern(const uint64_t *ips, int depth, int kind, u
 MLK_HIDDEN void mlk_stack_count_alloc(uint32_t id, uint64_t bytes); /* one new block */
 /* Change live bytes/blocks only (frees, partial unmaps, region splits). */
 MLK_HIDDEN void mlk_stack_account(uint32_t id, int64_t bytes, int64_t blocks);
+/* A block with a trailer, counted with its slack (bytes reserved beyond
+ * its size), and its free. */
+MLK_HIDDEN void mlk_stack_count_trailed(uint32_t id, uint64_t bytes, uint64_t slack);
+MLK_HIDDEN void mlk_stack_uncount_trailed(uint32_t id, uint64_t bytes, uint64_t slack);
 /* The same for what is not the process's memory -- custom blocks (inside
  * heap blocks already counted), resources: the stack's counters only. */
 MLK_HIDDEN void mlk_stack_count_alloc_other(uint32_t id, uint64_t bytes);
@@ -262,7 +266,10 @@ MLK_HIDDEN int mlk_trailer_write(void *p, size_t usable, uint64_t size, uint32_t
  * mlk_trailer_uncount needs; restore re-marks it (a realloc that failed). */
 MLK_HIDDEN uint64_t mlk_trailer_take(struct mlk_trailer *t);
 MLK_HIDDEN void mlk_trailer_restore(void *p, struct mlk_trailer *t);
-MLK_HIDDEN void mlk_trailer_uncount(uint64_t taken);
+/* Uncounts a block taken (its meta word) whose trailer sat `reserved`
+ * bytes after its start (the trailer's address less the block's). */
+MLK_HIDDEN void mlk_trailer_uncount(uint64_t taken, uint64_t reserved);
+extern MLK_HIDDEN uint32_t mlk_slack_floor; /* the allocator's smallest usable size, if known */
 MLK_HIDDEN void mlk_trailers_lock_for_fork(int acquire);  /* before fork; after, in the parent */
 MLK_HIDDEN void mlk_trailers_fork_child(void);            /* after fork, in the child */
 

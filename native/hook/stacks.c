@@ -369,6 +369,28 @@ void mlk_stack_account(uint32_t id, int64_t bytes, int64_t blocks)
     mine.totals[3] -= blocks;
 }
 
+void mlk_stack_count_trailed(uint32_t id, uint64_t bytes, uint64_t slack)
+{
+    unsigned s;
+    struct mlk_counters *c = counters_of(id, &s);
+    bump(s, &c->alloc_count, 1);
+    bump(s, &c->alloc_bytes, bytes);
+    bump(s, &c->alloc_slack, slack);
+    mine.totals[0] += (int64_t)bytes;
+    mine.totals[2]++;
+}
+
+void mlk_stack_uncount_trailed(uint32_t id, uint64_t bytes, uint64_t slack)
+{
+    unsigned s;
+    struct mlk_counters *c = counters_of(id, &s);
+    bump(s, (uint64_t *)&c->freed_bytes, bytes);
+    bump(s, (uint64_t *)&c->freed_count, 1);
+    bump(s, &c->freed_slack, slack);
+    mine.totals[1] += (int64_t)bytes;
+    mine.totals[3]++;
+}
+
 void mlk_stack_count_alloc_other(uint32_t id, uint64_t bytes) { count_alloc(id, bytes); }
 
 void mlk_stack_account_other(uint32_t id, int64_t bytes, int64_t blocks) { account(id, bytes, blocks); }

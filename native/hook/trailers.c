@@ -203,6 +203,21 @@ void mlk_trailer_write_uncounted(void *p, size_t usable, size_t size, int ours)
 
 _Static_assert(MLK_STACKS_CAP - 1 <= MLK_TRAILER_ID_MASK, "a stack id leaves the family's bits alone");
 
+/* Slack: what the allocator reserved for a block beyond its size.  The
+ * block's own share is its usable size less the trailer -- what the
+ * program would have had bare, since glibc's chunk sizes step by 16 -- but
+ * for the smallest blocks: bare, a block of 1 to 8 bytes still takes
+ * glibc's smallest chunk (24 usable bytes), where with its trailer it fits
+ * in that chunk.  So a block's reserved bytes are raised to the
+ * allocator's smallest (slack_floor: set for glibc, 0 elsewhere). */
+uint32_t mlk_slack_floor;
+
+static inline uint64_t slack_of(uint64_t reserved, uint64_t size)
+{
+    uint64_t floor = mlk_slack_floor;
+    return (reserved > floor ? reserved : floor) - size;
+}
+
 int mlk_trailer_write(void *p, size_t usable, uint64_t size, uint32_t stack, int family)
 {
     struct mlk_trailer *t = mlk_trailer_at(p, usable);
@@ -212,7 +227,7 @@ int mlk_trailer_write(void *p, size_t usable, uint64_t size, uint32_t stack, int
     t->check = (uint64_t)p ^ mlk_trailer_key;
     if (counted) {
         uint32_t *busy = update_begin();
-        mlk_stack_count_alloc(stack, size);
+        mlk_stack_count_trailed(stack, size, slack_of(usable - MLK_TRAILER_SIZE, size));
         update_end(busy);
     }
     return counted;
@@ -234,27 +249,28 @@ void mlk_trailer_restore(void *p, struct mlk_trailer *t)
     t->check = (uint64_t)p ^ mlk_trailer_key;
 }
 
-void mlk_trailer_uncount(uint64_t meta)
+void mlk_trailer_uncount(uint64_t meta, uint64_t reserved)
 {
     uint32_t stack = mlk_trailer_stack_of(meta);
     /* Not ever_collected: a forked child that could not get a segment of
      * its own, which must not touch the parent's. */
     if (stack == UNCOUNTED || MLK_UNLIKELY(!mlk_ever_collected))
         return;
-    int64_t size = (int64_t)(meta >> TRAILER_STACK_BITS);
+    uint64_t size = meta >> TRAILER_STACK_BITS;
+    uint64_t slack = slack_of(reserved, size);
     /* A free inside our own code can only be a signal handler's that
      * interrupted a hook of this thread -- which may hold this thread's
      * lock.  It is counted without the lock (only a fork at that very
      * moment could then copy a half-updated counter). */
     if (mlk_in_hook) {
-        mlk_stack_account(stack, -size, -1);
+        mlk_stack_uncount_trailed(stack, size, slack);
         return;
     }
     /* The guard, so that a signal handler that allocates meanwhile passes
      * straight through instead of waiting for this thread's own lock. */
     mlk_in_hook = 1;
     uint32_t *busy = update_begin();
-    mlk_stack_account(stack, -size, -1);
+    mlk_stack_uncount_trailed(stack, size, slack);
     update_end(busy);
     mlk_in_hook = 0;
 }

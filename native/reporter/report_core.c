@@ -30,25 +30,28 @@ EXPORT void mlk_rc_columns(const struct mlk_stack *stacks, int64_t n, const uint
                            int64_t *live_bytes, int64_t *live_blocks,
                            int64_t *alloc_count, int64_t *alloc_bytes,
                            int64_t *reported_bytes, int64_t *reported_blocks,
-                           int64_t *reported_allocs)
+                           int64_t *reported_allocs, int64_t *live_slack)
 {
     for (int64_t i = 0; i < n; i++) {
         if (!ok[i]) {
             live_bytes[i] = live_blocks[i] = alloc_count[i] = alloc_bytes[i] = 0;
-            reported_bytes[i] = reported_blocks[i] = reported_allocs[i] = 0;
+            reported_bytes[i] = reported_blocks[i] = reported_allocs[i] = live_slack[i] = 0;
             continue;
         }
         const struct mlk_stack *s = &stacks[i];
-        uint64_t freed_count = 0, freed_bytes = 0, count = 0, bytes = 0;
+        uint64_t freed_count = 0, freed_bytes = 0, count = 0, bytes = 0, freed_slack = 0, slack = 0;
         for (int k = 0; k < MLK_COUNTER_STRIPES; k++) {
             freed_count += (uint64_t)__atomic_load_n(&s->counters[k].freed_count, __ATOMIC_RELAXED);
             freed_bytes += (uint64_t)__atomic_load_n(&s->counters[k].freed_bytes, __ATOMIC_RELAXED);
+            freed_slack += __atomic_load_n(&s->counters[k].freed_slack, __ATOMIC_RELAXED);
         }
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
         for (int k = 0; k < MLK_COUNTER_STRIPES; k++) {
             count += __atomic_load_n(&s->counters[k].alloc_count, __ATOMIC_RELAXED);
             bytes += __atomic_load_n(&s->counters[k].alloc_bytes, __ATOMIC_RELAXED);
+            slack += __atomic_load_n(&s->counters[k].alloc_slack, __ATOMIC_RELAXED);
         }
+        live_slack[i] = (int64_t)(slack - freed_slack);
         alloc_count[i] = (int64_t)count;
         alloc_bytes[i] = (int64_t)bytes;
         live_bytes[i] = (int64_t)(bytes - freed_bytes);
@@ -97,6 +100,7 @@ struct mlk_rc_row {
     int64_t since[8];       /* blocks live since each earlier scan (mlk_rc_texts.since_seq) */
     int64_t touched;        /* bytes of its mappings ever touched, now; -1 = not measured */
     int64_t touched_changed; /* 1: that differs from the previous report's */
+    int64_t slack;          /* live slack now, over the merged positions; -1 = not measured */
 };
 
 static int any_scanned(const int64_t *cats)
@@ -150,7 +154,8 @@ EXPORT int64_t mlk_rc_merge(int64_t n, const int64_t *live_bytes, const int64_t 
                             const int64_t *sampled_live, const int64_t *sampled_reported,
                             const int64_t *alloc_count, const int64_t *reported_allocs,
                             const int64_t *scan, const int64_t *age, const int64_t *touched,
-                            const int64_t *touched_before, struct mlk_rc_row *rows)
+                            const int64_t *touched_before, const int64_t *slack,
+                            struct mlk_rc_row *rows)
 {
     int64_t used = 0, bad = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -175,7 +180,8 @@ EXPORT int64_t mlk_rc_merge(int64_t n, const int64_t *live_bytes, const int64_t 
             slot_of_key[key] = used;
             rows[used] = (struct mlk_rc_row){key, i, (int64_t)db, (int64_t)dk,
                                              live_bytes[i], live_blocks[i], ds, da, scan != NULL,
-                                             {0}, {0}, touched ? touched[i] : -1, touch_moved};
+                                             {0}, {0}, touched ? touched[i] : -1, touch_moved,
+                                             slack ? slack[i] : -1};
             if (scan)
                 memcpy(rows[used].lost, &scan[8 * i], sizeof rows[used].lost);
             if (age)
@@ -201,6 +207,8 @@ EXPORT int64_t mlk_rc_merge(int64_t n, const int64_t *live_bytes, const int64_t 
                 r->touched += touched[i];
                 r->touched_changed |= touch_moved;
             }
+            if (slack)
+                r->slack += slack[i];
         }
     }
     int64_t kept = 0;
@@ -359,7 +367,7 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
         const struct mlk_rc_row *row = &rows[r];
         int64_t first = row->key >= 0 && row->key < t->keys ? t->key_first[row->key] : -1;
         int32_t lines = first < 0 ? 0 : t->key_lines[row->key];
-        int64_t need = 112 + 240 + 240 + 32 + KIND_TEXT_WIDTH; /* four signed numbers, the kind, "cut=", "touched=", "samples=", "allocs=",
+        int64_t need = 144 + 240 + 240 + 32 + KIND_TEXT_WIDTH; /* five signed numbers, the kind, "cut=", "touched=", "samples=", "allocs=", "slack=",
                                          * four categories' "name=bytes/blocks", "since=" with
                                          * eight "seq:blocks", a newline */
         for (int32_t k = 0; k < lines; k++) {
@@ -399,6 +407,11 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
             memcpy(p, " allocs=", 8);
             p += 8;
             p += put_signed(p, row->allocs);
+        }
+        if (row->slack > 0) { /* an amount now, not a change; none: 0 (docs/memlog.md) */
+            memcpy(p, " slack=", 7);
+            p += 7;
+            p += put_count(p, row->slack);
         }
         if (row->samples != -1) {
             memcpy(p, " samples=", 9);

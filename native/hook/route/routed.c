@@ -87,6 +87,7 @@ struct routed_entry {
 struct taken {
     struct mlk_trailer *trailer;
     uint64_t trailer_meta;
+    uint64_t reserved; /* of a trailed block: its trailer's offset */
     int had;
     uint32_t stack;
     uint64_t size;
@@ -99,6 +100,7 @@ static void take(void *old, int trailed, struct taken *taken)
         return;
     if (trailed && (taken->trailer = trailer(old))) {
         taken->trailer_meta = mlk_trailer_take(taken->trailer);
+        taken->reserved = (uint64_t)((char *)taken->trailer - (char *)old);
         return;
     }
     if (mlk_ever_collected && mlk_maybe_recorded(old)) {
@@ -123,7 +125,7 @@ static void put_back(void *old, struct taken *taken)
 static void moved(struct taken *taken)
 {
     if (taken->trailer)
-        mlk_trailer_uncount(taken->trailer_meta);
+        mlk_trailer_uncount(taken->trailer_meta, taken->reserved);
 }
 
 #define AS_INDEX(name, id, ...) ID_##id,

@@ -1,0 +1,143 @@
+"""Where a process's memory goes beyond its live blocks, from its reports'
+headers (the reporter's memory_use: docs/memory.md): the allocator's
+slack and the free memory it holds, thread stacks, other mappings -- and,
+over the reports, what made RSS grow when live memory did not."""
+
+from dataclasses import dataclass
+
+from libmemleak.analysis.trends import human_bytes
+
+# The header's parts (memory-NAME: RESIDENT MAPPED COUNT), as people say them.
+PART_WORDS = {
+    "heap": "malloc's heaps",
+    "malloc-mapped": "big blocks in mappings of their own",
+    "thread-stacks": "thread stacks",
+    "anonymous": "other anonymous memory",
+    "shared": "shared memory",
+    "code-data": "code and data",
+    "tracer": "the tracer's own",
+}
+GROWTH_WORTH_SAYING = 1 << 20  # RSS growth below this is noise
+SLACK_WORTH_SAYING = 64 << 10   # ... and slack
+
+
+@dataclass
+class Memory:
+    """One report's memory lines."""
+    rss: int | None                     # vm-rss, bytes
+    parts: dict                         # name -> (resident, mapped, count)
+    arenas: list                        # (resident, mapped) per glibc arena heap, main first
+    live_bytes: int                     # the live heap blocks' (malloc and new; mappings apart)
+    slack: int | None
+    allocator_free: int | None          # resident memory glibc holds free (None: not known)
+    trailers: int = 0                   # the tracer's 16-byte trailers inside the heaps
+
+
+def _numbers(text, n):
+    words = (text or "").split()
+    if len(words) < n or not all(w.isdigit() for w in words[:n]):
+        return None
+    return tuple(int(w) for w in words[:n])
+
+
+def of_report(report):
+    """A report's Memory, or None when it carries no memory lines (older
+    reports, a process gone before it was measured)."""
+    h = report.header
+    parts = {name: _numbers(h.get(f"memory-{name}"), 3) for name in PART_WORDS}
+    if not any(parts.values()):
+        return None
+    parts = {k: v for k, v in parts.items() if v}
+    arenas = []
+    while _numbers(h.get(f"memory-arena {len(arenas)}"), 2):
+        arenas.append(_numbers(h.get(f"memory-arena {len(arenas)}"), 2))
+    rss = _numbers(h.get("vm-rss"), 1)
+    free = _numbers(h.get("memory-allocator-free"), 1)
+    slack = _numbers(h.get("live-slack"), 1)
+    live = _numbers(h.get("memory-heap-live"), 1) or _numbers(h.get("live-bytes"), 1)
+    return Memory(rss[0] * 1024 if rss else None, parts, arenas, live[0] if live else 0,
+                  slack[0] if slack else None, free[0] if free else None,
+                  (_numbers(h.get("memory-trailers"), 1) or (0,))[0])
+
+
+def first_and_last(series):
+    """(first, last) Memory of the running reports that carry one, or Nones."""
+    found = [m for m in (of_report(r) for r in series.reports) if m is not None]
+    if not found:
+        return None, None
+    return found[0], found[-1]
+
+
+def breakdown_line(m):
+    """RSS, split: the live heap, slack, malloc's free memory, then the
+    other parts that hold any of it, largest first."""
+    shown = [f"live blocks {human_bytes(m.live_bytes)}"]
+    if m.slack:
+        shown.append(f"slack {human_bytes(m.slack)}")
+    if m.allocator_free is not None:
+        shown.append(f"malloc's free memory {human_bytes(m.allocator_free)}")
+    if m.trailers:
+        shown.append(f"the tracer's trailers {human_bytes(m.trailers)}")
+    others = sorted(((v[0], name) for name, v in m.parts.items()
+                     if name not in ("heap", "malloc-mapped") and v[0]), reverse=True)
+    shown += [f"{PART_WORDS[name]} {human_bytes(r)}" for r, name in others]
+    rss = f"RSS {human_bytes(m.rss)}: " if m.rss is not None else ""
+    return rss + ", ".join(shown)
+
+
+def growth_line(first, last):
+    """'RSS grew by X but live blocks by Y: ...' naming the parts that grew
+    most, or None when RSS did not outgrow the live blocks."""
+    if first is None or last is None or first is last or first.rss is None or last.rss is None:
+        return None
+    rss, live = last.rss - first.rss, last.live_bytes - first.live_bytes
+    if rss < GROWTH_WORTH_SAYING or rss < 2 * max(live, 0):
+        return None
+    grew = []
+    if first.allocator_free is not None and last.allocator_free is not None:
+        free = last.allocator_free - first.allocator_free
+        if free > 0:
+            arena = _arena_that_grew(first, last)
+            grew.append((free, f"malloc's free memory by {human_bytes(free)}{arena} (freed blocks it keeps: "
+                               "fragmentation, or memory not given back -- malloc_trim)"))
+    if (first.slack or 0) < (last.slack or 0):
+        grew.append((last.slack - first.slack, f"slack by {human_bytes(last.slack - first.slack)}"))
+    for name, words in PART_WORDS.items():
+        if name in ("heap", "malloc-mapped"):
+            continue
+        d = last.parts.get(name, (0, 0, 0))[0] - first.parts.get(name, (0, 0, 0))[0]
+        if d > 0:
+            count = last.parts.get(name, (0, 0, 0))[2] - first.parts.get(name, (0, 0, 0))[2]
+            more = f", {count:+d} mappings" if count and name != "code-data" else ""
+            grew.append((d, f"{words} by {human_bytes(d)}{more}"))
+    grew.sort(reverse=True)
+    said = "; ".join(text for _, text in grew[:3]) or "no part this report measures"
+    return f"RSS grew by {human_bytes(rss)} but live blocks by {human_bytes(live, sign=True)}: {said}"
+
+
+def _arena_that_grew(first, last):
+    best, at = 0, None
+    for i, (r, _) in enumerate(last.arenas):
+        d = r - (first.arenas[i][0] if i < len(first.arenas) else 0)
+        if d > best:
+            best, at = d, i
+    if at is None or len(last.arenas) < 2:
+        return ""
+    return f" (most in {'the main arena' if at == 0 else f'arena heap {at}'})"
+
+
+def worth_saying(m):
+    """A report's split is worth a line of `report` when the allocator
+    holds at least as much free as live, and a MiB of it."""
+    return m.allocator_free is not None and m.allocator_free >= max(GROWTH_WORTH_SAYING, m.live_bytes)
+
+
+def slack_worth_saying(slack, live_bytes):
+    """Slack is worth a section when it is a quarter of the live bytes or
+    more, and 64 KiB."""
+    return bool(slack) and slack >= max(SLACK_WORTH_SAYING, live_bytes // 4)
+
+
+def slack_stacks(trends, n=3):
+    """The stacks whose live blocks have the most slack, largest first."""
+    return sorted((t for t in trends if t.slack > 0), key=lambda t: -t.slack)[:n]

@@ -1,0 +1,185 @@
+"""Where a traced process's resident memory goes, read from outside it:
+its mappings (/proc/PID/smaps) sorted into the allocator's heaps, its big
+blocks in mappings of their own, thread stacks, other anonymous memory,
+shared memory, code and data, and the tracer's own -- so that a report can
+answer "RSS keeps growing, but nothing leaks: why?" (docs/memory.md).
+
+How each is told apart, without the program's help:
+  - glibc's heaps: the main arena's is [heap]; every other arena's heaps
+    are mappings glibc aligns to HEAP_MAX_SIZE (64 MiB on 64-bit), an rw
+    part and, above it, the rest of the 64 MiB reserved PROT_NONE;
+  - a block too big for the heaps is a mapping of its own that starts with
+    a chunk header marked IS_MMAPPED (two words read from the process);
+  - a thread's stack is an rw mapping right above its guard page (a small
+    PROT_NONE mapping), as glibc's pthread_create lays it out; the main
+    thread's is [stack];
+  - libmtrace.so's mappings, its segment (a memfd named libmemleak) and
+    its tables (mapped inside the address range it reserves for them,
+    the segment's own_lo..own_hi) are the tracer's.
+What fits none is "other anonymous": the program's own mmaps (its entries
+say which stacks made them), another allocator's arenas, the loader's.
+
+Everything read here is the program's to change while it runs: a mapping
+that comes or goes between two reads is counted where it was seen, and a
+misread costs one report's split, never a wrong path or an exception."""
+
+from dataclasses import dataclass, field
+
+from libmemleak import report_core
+
+HEAP_MAX_SIZE = 64 << 20       # glibc's arena heap alignment on 64-bit
+GUARD_MAX = 1 << 20            # a thread stack's guard is a page or a few
+IS_MMAPPED = 2
+SMAPS_BYTES_MAX = 64 << 20     # more than any process's smaps: a bigger one is cut
+SELF_LIBRARY = "libmtrace.so"
+# Shared memory that is not a file's data (a file mapped shared and
+# read-only is code and data, as a font or a database file is).
+SHARED_PATHS = ("/memfd:", "/SYSV", "/dev/shm/", "/dev/zero")
+
+# The parts, in the order the header lists them.
+PARTS = ("heap", "malloc-mapped", "thread-stacks", "anonymous", "shared", "code-data", "tracer")
+
+
+@dataclass
+class Part:
+    resident: int = 0     # bytes in memory (Rss)
+    mapped: int = 0       # bytes of address space (Size)
+    count: int = 0        # mappings (the heaps: arenas)
+
+
+@dataclass
+class MemoryUse:
+    parts: dict = field(default_factory=lambda: {name: Part() for name in PARTS})
+    arenas: list = field(default_factory=list)   # glibc arenas' heaps: [resident, mapped], main first
+
+
+@dataclass
+class _Mapping:
+    start: int
+    end: int
+    perms: str
+    path: str
+    rss: int = 0
+
+
+def read_smaps(pid):
+    """The process's mappings with their resident bytes, or a reason (str)
+    why they cannot be read."""
+    try:
+        with open(f"/proc/{pid}/smaps", "rb") as f:
+            data = f.read(SMAPS_BYTES_MAX)
+    except OSError as e:
+        return f"/proc/{pid}/smaps: {e.strerror or e}"
+    out = []
+    for raw in data.split(b"\n"):
+        line = raw.decode("utf-8", "replace")
+        head = line.split(None, 5)
+        if len(head) >= 5 and "-" in head[0] and len(head[1]) == 4:
+            lo, _, hi = head[0].partition("-")
+            try:
+                out.append(_Mapping(int(lo, 16), int(hi, 16), head[1], head[5].strip() if len(head) > 5 else ""))
+            except ValueError:
+                continue
+        elif out and line.startswith("Rss:"):
+            parts = line.split()
+            if len(parts) >= 2 and parts[1].isdigit():
+                out[-1].rss = int(parts[1]) * 1024
+    return out
+
+
+def _anonymous(m):
+    return not m.path or m.path.startswith("[anon")
+
+
+def _is_tracer(m):
+    return m.path.endswith("/" + SELF_LIBRARY) or m.path.startswith("/memfd:libmemleak")
+
+
+def _malloc_mapped(pid, m):
+    """A glibc block in a mapping of its own: its first words are the
+    chunk's prev_size (the chunk's offset into the mapping, 0 but for
+    aligned blocks) and size, marked IS_MMAPPED, ending within the mapping."""
+    offset, size = report_core.read_words(pid, m.start, 2)
+    return bool(size & IS_MMAPPED) and 0 < (size & ~7) and offset % 16 == 0 and \
+        offset + (size & ~7) <= m.end - m.start and offset < m.end - m.start
+
+
+def measure(pid, own=(0, 0)):
+    """The process's MemoryUse, or a reason (str) why it cannot be told.
+    own: the address range the tracer keeps its tables in."""
+    maps = read_smaps(pid)
+    if isinstance(maps, str):
+        return maps
+    use = MemoryUse()
+    arena_of = {}   # a 64 MiB window's start -> index in use.arenas
+    prev = None
+    for m in maps:
+        size, name = m.end - m.start, None
+        if _is_tracer(m) or own[0] <= m.start < own[1]:
+            name = "tracer"
+        elif m.path == "[heap]":  # the main arena's: listed first, as arena 0
+            name = "heap"
+            use.arenas.insert(0, [m.rss, size])
+            arena_of = {w: i + 1 for w, i in arena_of.items()}
+        elif m.path == "[stack]":
+            name = "thread-stacks"
+        elif m.perms[3] == "s" and (_anonymous(m) or "w" in m.perms or m.path.startswith(SHARED_PATHS)):
+            name = "shared"
+        elif not _anonymous(m):
+            name = "code-data"   # files, the vdso
+        else:
+            window = m.start - m.start % HEAP_MAX_SIZE
+            if window in arena_of or (m.start == window and m.perms.startswith("rw") and size <= HEAP_MAX_SIZE):
+                name = "heap"    # an arena's heap: its rw part, then the reserve above it in the window
+                if window not in arena_of:
+                    arena_of[window] = len(use.arenas)
+                    use.arenas.append([0, 0])
+                _add(use.arenas[arena_of[window]], m.rss, size)
+            elif (m.perms.startswith("rw") and prev is not None and prev.end == m.start
+                  and prev.perms.startswith("---") and _anonymous(prev)
+                  # (a guard just above the tracer's reserved range merges with it)
+                  and (prev.end - prev.start <= GUARD_MAX or own[0] <= prev.start < own[1])):
+                name = "thread-stacks"
+            elif m.perms.startswith("rw") and _malloc_mapped(pid, m):
+                name = "malloc-mapped"
+            else:
+                name = "anonymous"
+        part = use.parts[name]
+        part.resident += m.rss
+        part.mapped += size
+        if name != "heap":
+            part.count += 1
+        prev = m
+    use.parts["heap"].count = len(use.arenas)
+    return use
+
+
+def _add(pair, resident, mapped):
+    pair[0] += resident
+    pair[1] += mapped
+
+
+def header_lines(use, heap_live_bytes, heap_live_blocks, slack, glibc, trailers):
+    """The header's memory lines (docs/memlog.md): each part's resident
+    and mapped bytes and mappings, each arena's, and -- for glibc's malloc
+    -- the resident memory of its heaps and big blocks that no live block
+    holds: what it keeps free.  heap_live_*: the live blocks of the malloc
+    family (new included); slack: their slack, or None; trailers: blocks
+    carry the tracer's 16-byte trailers."""
+    if isinstance(use, str):
+        return [("memory", f"not known: {use}")]
+    lines = [(f"memory-{name}", f"{p.resident} {p.mapped} {p.count}") for name, p in use.parts.items()]
+    lines += [(f"memory-arena {i}", f"{r} {m}") for i, (r, m) in enumerate(use.arenas[:64])]
+    lines.append(("memory-heap-live", f"{heap_live_bytes} {heap_live_blocks}"))
+    if not glibc:
+        lines.append(("memory-allocator-free", "not known: the allocator is not glibc's malloc"))
+        return lines
+    # A glibc block takes its usable bytes plus the chunk's 8-byte size word.
+    held = use.parts["heap"].resident + use.parts["malloc-mapped"].resident
+    trailer_bytes = 16 * heap_live_blocks if trailers else 0
+    used = heap_live_bytes + (slack or 0) + 8 * heap_live_blocks + trailer_bytes
+    lines.append(("memory-allocator-free", max(0, held - used)))
+    if trailers:
+        lines.append(("memory-trailers", trailer_bytes))
+    return lines
+

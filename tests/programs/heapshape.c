@@ -1,0 +1,96 @@
+/* What the allocator does with memory beyond the live blocks (#31): slack
+ * and fragmentation, in steps the test drives (a line on stdin each).
+ *   step 1: two threads park (their stacks are mappings of their own);
+ *   step 2: site_tiny makes 100,000 one-byte blocks, site_mixed 10,000 of
+ *           1..1000 bytes, site_fill 100 MB in 100,000 blocks of 1000;
+ *   step 3: site_thin frees 99 of each 100 of site_fill's blocks: glibc
+ *           keeps the freed chunks, which the live ones pin in place.
+ * Bare, it prints each site's slack as glibc's malloc_usable_size says it
+ * (the oracle: under the tracer, malloc_usable_size leaves the trailer out). */
+#include <malloc.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TINY 100000
+#define MIXED 10000
+#define FILL 100000
+
+static void *tiny[TINY], *mixed[MIXED];
+static char *fill[FILL];
+static pthread_mutex_t park = PTHREAD_MUTEX_INITIALIZER;
+
+static void *parked(void *unused)
+{
+    (void)unused;
+    pthread_mutex_lock(&park);
+    pthread_mutex_unlock(&park);
+    return NULL;
+}
+
+__attribute__((noinline)) static size_t site_tiny(void)
+{
+    size_t slack = 0;
+    for (int i = 0; i < TINY; i++) {
+        tiny[i] = malloc(1);
+        slack += malloc_usable_size(tiny[i]) - 1;
+    }
+    return slack;
+}
+
+__attribute__((noinline)) static size_t site_mixed(void)
+{
+    size_t slack = 0;
+    for (int i = 0; i < MIXED; i++) {
+        size_t size = 1 + (size_t)i * 7 % 1000;
+        mixed[i] = malloc(size);
+        slack += malloc_usable_size(mixed[i]) - size;
+    }
+    return slack;
+}
+
+__attribute__((noinline)) static void site_fill(void)
+{
+    for (int i = 0; i < FILL; i++) {
+        fill[i] = malloc(1000);
+        memset(fill[i], 1, 1000);
+    }
+}
+
+__attribute__((noinline)) static void site_thin(void)
+{
+    for (int i = 0; i < FILL; i++)
+        if (i % 100 != 99) {
+            free(fill[i]);
+            fill[i] = NULL;
+        }
+}
+
+static void step(const char *said)
+{
+    char line[16];
+    printf("%s\n", said);
+    fflush(stdout);
+    if (!fgets(line, sizeof line, stdin))
+        exit(1);
+}
+
+int main(void)
+{
+    pthread_t t[2];
+    pthread_mutex_lock(&park);
+    for (int i = 0; i < 2; i++)
+        pthread_create(&t[i], NULL, parked, NULL);
+    step("parked");
+    size_t tiny_slack = site_tiny(), mixed_slack = site_mixed();
+    site_fill();
+    printf("tiny-slack %zu\nmixed-slack %zu\n", tiny_slack, mixed_slack);
+    step("filled");
+    site_thin();
+    step("thinned");
+    pthread_mutex_unlock(&park);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    return 0;
+}

@@ -1,0 +1,100 @@
+"""What the allocator does with memory beyond the live blocks (#31):
+slack per stack, and where resident memory goes.  tests/programs/
+heapshape.c, driven step by step under the real library with real
+SIGUSR1s: 100,000 one-byte blocks and 10,000 of mixed sizes, whose slack
+the bare run's malloc_usable_size gives exactly; 100 MB of which 99% is
+freed in a pattern glibc cannot give back; two parked threads."""
+
+import json
+import os
+import signal
+import subprocess
+
+from helpers import BARE_ENV, CLI_ENV, cli, cli_argv, compile_program, wait_for_reports
+
+MB = 1 << 20
+
+
+def bare_slack():
+    prog = compile_program("heapshape.c", "-pthread")
+    out = subprocess.run([prog], input="\n\n\n", capture_output=True, text=True, env=BARE_ENV,
+                         timeout=60).stdout
+    return {line.split()[0]: int(line.split()[1]) for line in out.splitlines() if "-slack " in line}
+
+
+def site_of(entry):
+    return next((f.function for f in entry.frames if f.function and f.function.startswith("site_")), None)
+
+
+def slack_by_site(report):
+    out = {}
+    for e in report.entries:
+        for x in e.extra:
+            if x.startswith("slack="):
+                out[site_of(e)] = out.get(site_of(e), 0) + int(x[6:])
+    return out
+
+
+def traced_run(tmp_path):
+    """Reports 1-3 taken after each step by SIGUSR1, the 4th at exit."""
+    prog = compile_program("heapshape.c", "-pthread")
+    p = subprocess.Popen(cli_argv("run", "-q", prog), cwd=tmp_path, env=CLI_ENV, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        for seq, said in enumerate(("parked", "filled", "thinned"), 1):
+            while p.stdout.readline().strip() != said:
+                pass
+            os.kill(p.pid, signal.SIGUSR1)
+            wait_for_reports(str(tmp_path), "heapshape", p.pid, seq, timeout=120)
+            p.stdin.write("\n")
+            p.stdin.flush()
+        assert p.wait(timeout=120) == 0
+    finally:
+        p.kill()
+    return p.pid, wait_for_reports(str(tmp_path), "heapshape", p.pid, 4, timeout=120)
+
+
+def numbers(report, key):
+    return [int(w) for w in report.header[key].split()]
+
+
+def test_slack_and_where_rss_goes(tmp_path):
+    expected = bare_slack()
+    assert expected["tiny-slack"] == 100000 * 23  # glibc: a 1-byte block has 24 usable bytes
+    pid, reports = traced_run(tmp_path)
+    parked, filled, thinned, _ = reports
+
+    # Slack per stack, exact: what the bare program's blocks would have had.
+    slack = slack_by_site(filled)
+    assert slack["site_tiny"] == expected["tiny-slack"]
+    assert slack["site_mixed"] == expected["mixed-slack"]
+    assert "site_fill" not in slack  # 1000 bytes fill a 1008-byte chunk's usable bytes exactly
+    assert int(filled.header["live-slack"]) >= sum(slack.values())
+    # ... and a stack's slack is said again when its blocks change.
+    assert slack_by_site(reports[3]).get("site_tiny", expected["tiny-slack"]) == expected["tiny-slack"]
+
+    # Where RSS goes: the heap holds ~100 MB; after the thinning, ~1 MB of
+    # it is live and glibc keeps ~99 MB free (none of it is given back).
+    fill_live = sum(e.bytes for r in reports[:3] for e in r.entries if site_of(e) == "site_fill")
+    assert fill_live == 1000 * 1000
+    heap_resident = numbers(thinned, "memory-heap")[0]
+    free = int(thinned.header["memory-allocator-free"])
+    assert heap_resident > 100 * 10 ** 6
+    assert 97 * 10 ** 6 < free < 101 * 10 ** 6, free
+    assert int(filled.header["memory-allocator-free"]) < 2 * MB  # before: all of it in use
+    # (no mappings of its own: every live byte is a heap block's)
+    assert numbers(thinned, "memory-heap-live") == [int(thinned.header["live-bytes"]),
+                                                    int(thinned.header["live-blocks"])]
+    # Two parked threads: their stacks, and the main thread's.
+    assert numbers(parked, "memory-thread-stacks")[2] == 3
+    assert numbers(thinned, "memory-tracer")[0] > 0
+
+    # `report` answers "RSS grew, nothing leaks: why?", and names the slack.
+    out = cli("report", str(tmp_path)).stdout
+    assert "RSS grew by" in out and "malloc's free memory by" in out, out
+    assert "slack: " in out and "site_tiny" in out, out
+    tiny_line = next(line for line in out.splitlines() if "site_tiny" in line and "a block" in line)
+    assert "23 a block" in tiny_line and "100,000 blocks" in tiny_line
+    doc = json.loads(cli("report", "--json", str(tmp_path)).stdout)["processes"][0]
+    assert doc["live_slack"] == int(reports[-1].header["live-slack"])
+    assert doc["memory"]["allocator_free"] == int(reports[-1].header["memory-allocator-free"])
