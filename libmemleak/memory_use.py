@@ -50,7 +50,7 @@ class Part:
 @dataclass
 class MemoryUse:
     parts: dict = field(default_factory=lambda: {name: Part() for name in PARTS})
-    arenas: list = field(default_factory=list)   # glibc arenas' heaps: [resident, mapped], main first
+    arenas: list = field(default_factory=list)   # glibc's heaps: [resident, mapped]; 0: the main arena's
 
 
 @dataclass
@@ -111,16 +111,16 @@ def measure(pid, own=(0, 0)):
     if isinstance(maps, str):
         return maps
     use = MemoryUse()
+    use.arenas.append([0, 0])  # the main arena's [heap] (none: glibc's malloc used no brk)
     arena_of = {}   # a 64 MiB window's start -> index in use.arenas
     prev = None
     for m in maps:
         size, name = m.end - m.start, None
         if _is_tracer(m) or own[0] <= m.start < own[1]:
             name = "tracer"
-        elif m.path == "[heap]":  # the main arena's: listed first, as arena 0
+        elif m.path == "[heap]":  # the main arena's: arena 0
             name = "heap"
-            use.arenas.insert(0, [m.rss, size])
-            arena_of = {w: i + 1 for w, i in arena_of.items()}
+            _add(use.arenas[0], m.rss, size)
         elif m.path == "[stack]":
             name = "thread-stacks"
         elif m.perms[3] == "s" and (_anonymous(m) or "w" in m.perms or m.path.startswith(SHARED_PATHS)):
@@ -150,7 +150,7 @@ def measure(pid, own=(0, 0)):
         if name != "heap":
             part.count += 1
         prev = m
-    use.parts["heap"].count = len(use.arenas)
+    use.parts["heap"].count = len(use.arenas) - (use.arenas[0] == [0, 0])
     return use
 
 

@@ -51,7 +51,11 @@ FUZZER = textwrap.dedent('''
              b"+0 +0 misuse=double-free call=free times=+1 alloc-frames=99999\\n",
              b" misuse=size-mismatch given=x size=-1 alloc-frames=-3",
              b"+0 +0 misuse=\\x1b[2J call=\\xff times=+99999999999999999999 given=" + b"9" * 5000 + b"\\n",
-             b"+0 +0 misuse=size-mismatch call=delete times=-4\\n\\tf\\t(/x)\\n"]
+             b"+0 +0 misuse=size-mismatch call=delete times=-4\\n\\tf\\t(/x)\\n",
+             b" slack=99999999999999999999999", b" slack=-5", b" slack=x", b"# live-slack: 7\\n",
+             b"# memory-heap: 1 2\\n", b"# memory-arena 0: 9 x\\n# memory-arena 1: 1 1\\n",
+             b"# memory-allocator-free: 99999999999999999999999\\n", b"# memory-heap-live: -1 -1\\n",
+             b"# vm-rss: 5 kB\\n# memory-thread-stacks: 9 9 9\\n# memory-tracer: \\x1b[2J 1 1\\n"]
 
     def mutate(data):
         data = bytearray(data)

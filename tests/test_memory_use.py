@@ -36,7 +36,8 @@ def slack_by_site(report):
 
 
 def traced_run(tmp_path):
-    """Reports 1-3 taken after each step by SIGUSR1, the 4th at exit."""
+    """Reports 1-3 taken after each step by SIGUSR1, the 4th by the shell's
+    `memory` after the last step (its output returned), the 5th at exit."""
     prog = compile_program("heapshape.c", "-pthread")
     p = subprocess.Popen(cli_argv("run", "-q", prog), cwd=tmp_path, env=CLI_ENV, stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, text=True)
@@ -46,12 +47,15 @@ def traced_run(tmp_path):
                 pass
             os.kill(p.pid, signal.SIGUSR1)
             wait_for_reports(str(tmp_path), "heapshape", p.pid, seq, timeout=120)
+            if said == "thinned":
+                shown = cli("shell", str(p.pid), "-c", "memory")
+                assert shown.returncode == 0, shown.stderr
             p.stdin.write("\n")
             p.stdin.flush()
         assert p.wait(timeout=120) == 0
     finally:
         p.kill()
-    return p.pid, wait_for_reports(str(tmp_path), "heapshape", p.pid, 4, timeout=120)
+    return shown.stdout, wait_for_reports(str(tmp_path), "heapshape", p.pid, 5, timeout=120)
 
 
 def numbers(report, key):
@@ -61,8 +65,8 @@ def numbers(report, key):
 def test_slack_and_where_rss_goes(tmp_path):
     expected = bare_slack()
     assert expected["tiny-slack"] == 100000 * 23  # glibc: a 1-byte block has 24 usable bytes
-    pid, reports = traced_run(tmp_path)
-    parked, filled, thinned, _ = reports
+    shell, reports = traced_run(tmp_path)
+    parked, filled, thinned, asked, _ = reports
 
     # Slack per stack, exact: what the bare program's blocks would have had.
     slack = slack_by_site(filled)
@@ -71,7 +75,7 @@ def test_slack_and_where_rss_goes(tmp_path):
     assert "site_fill" not in slack  # 1000 bytes fill a 1008-byte chunk's usable bytes exactly
     assert int(filled.header["live-slack"]) >= sum(slack.values())
     # ... and a stack's slack is said again when its blocks change.
-    assert slack_by_site(reports[3]).get("site_tiny", expected["tiny-slack"]) == expected["tiny-slack"]
+    assert slack_by_site(reports[4]).get("site_tiny", expected["tiny-slack"]) == expected["tiny-slack"]
 
     # Where RSS goes: the heap holds ~100 MB; after the thinning, ~1 MB of
     # it is live and glibc keeps ~99 MB free (none of it is given back).
@@ -88,6 +92,12 @@ def test_slack_and_where_rss_goes(tmp_path):
     # Two parked threads: their stacks, and the main thread's.
     assert numbers(parked, "memory-thread-stacks")[2] == 3
     assert numbers(thinned, "memory-tracer")[0] > 0
+
+    # The shell's `memory`: the same split, live, a line a part.
+    free_line = next(line for line in shell.splitlines() if "malloc holds free" in line)
+    assert "MB" in free_line and 90 < float(free_line.split()[-2]) < 100, shell
+    assert "the main arena's ([heap])" in shell and "thread stacks:" in shell, shell
+    assert int(asked.header["memory-allocator-free"]) > 97 * 10 ** 6
 
     # `report` answers "RSS grew, nothing leaks: why?", and names the slack.
     out = cli("report", str(tmp_path)).stdout

@@ -5,7 +5,7 @@ over the reports, what made RSS grow when live memory did not."""
 
 from dataclasses import dataclass
 
-from libmemleak.analysis.trends import human_bytes
+from libmemleak.analysis.trends import count, human_bytes
 
 # The header's parts (memory-NAME: RESIDENT MAPPED COUNT), as people say them.
 PART_WORDS = {
@@ -124,6 +124,27 @@ def _arena_that_grew(first, last):
     if at is None or len(last.arenas) < 2:
         return ""
     return f" (most in {'the main arena' if at == 0 else f'arena heap {at}'})"
+
+
+def state_lines(m):
+    """The whole split of one report, a line a part (the shell's
+    `memory`): resident and mapped bytes, the heaps one by one."""
+    rss = human_bytes(m.rss) if m.rss is not None else "not known"
+    lines = [f"RSS {rss}",
+             f"live heap blocks {human_bytes(m.live_bytes)}"
+             + (f", slack {human_bytes(m.slack)}" if m.slack is not None else ", slack not measured"),
+             "malloc holds free " + (human_bytes(m.allocator_free) if m.allocator_free is not None
+                                     else "(not known: not glibc's malloc)")]
+    if m.trailers:
+        lines.append(f"the tracer's trailers {human_bytes(m.trailers)}")
+    for name, (resident, mapped, n) in m.parts.items():
+        lines.append(f"{PART_WORDS[name] + ':':<38} {human_bytes(resident):>10} resident "
+                     f"of {human_bytes(mapped):>10} mapped, {count(n, 'heap' if name == 'heap' else 'mapping')}")
+        if name == "heap":
+            for i, (r, size) in enumerate(m.arenas):
+                which = "the main arena's ([heap])" if i == 0 else f"another arena's heap {i}"
+                lines.append(f"  {which + ':':<36} {human_bytes(r):>10} resident of {human_bytes(size):>10} mapped")
+    return lines
 
 
 def worth_saying(m):

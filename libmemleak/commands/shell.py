@@ -12,6 +12,9 @@ user or root may open) and answers from its reports with the analysis
     trend N           suspect N's change in each report
     scan              what is lost: valgrind's categories, per stack
     diff              the biggest changes of the latest report
+    memory            a report now, and where the process's memory is: the
+                      allocator's heaps per arena, what it holds free, slack,
+                      thread stacks, mappings (OpenBSD's mdump -D, from outside)
     watch SECS [K]    a report and `top` every SECS seconds (K times, or until ^C)
     restart           start a new interval: a report now, `diff` then shows only what follows
     stop, start       pause and resume recording new allocations (frees still count)
@@ -31,7 +34,7 @@ import shlex
 import sys
 import time
 
-from libmemleak.analysis import lost
+from libmemleak.analysis import lost, memory
 from libmemleak.analysis.names import frame_lines, frame_text, shown_frames
 from libmemleak.analysis.trends import analyse, count, human_bytes
 from libmemleak.live import LiveError, open_segment, request_report, set_collecting
@@ -41,8 +44,8 @@ from libmemleak.remote import Client, RemoteError, read_secret
 from libmemleak.series import InputError, read_series
 
 EXIT_FAILED, EXIT_USAGE = 1, 2
-COMMANDS = ("report", "top", "show", "trend", "scan", "diff", "watch", "restart", "stop", "start", "help",
-            "quit")
+COMMANDS = ("report", "top", "show", "trend", "scan", "diff", "memory", "watch", "restart", "stop", "start",
+            "help", "quit")
 HISTORY = os.path.join(os.path.expanduser("~"), ".libmemleak_history")
 
 
@@ -190,6 +193,15 @@ class Session:
         self.say(f"report {last.seq} ({last.reason}): {last.header.get('change-bytes', '?')} B, "
                  f"{last.header.get('change-blocks', '?')} blocks since the one before")
         self._changes(last, int(words[0]) if words and words[0].isdigit() else 10)
+
+    def do_memory(self, words):
+        path = self.target.request_report()
+        self.say(path)
+        m = memory.of_report(read_memlog(path))
+        if m is None:
+            raise LiveError("the report does not say where memory is (the process could not be read)")
+        for line in memory.state_lines(m):
+            self.say(f"  {line}")
 
     def _changes(self, report, top):
         """The biggest changes of one report, a line each."""
