@@ -46,6 +46,7 @@ class Misuse:
     given: int | None = None        # a sized delete's size
     where: str = ""                 # an invalid free's pointer: stack, global, not-a-block
     address: str = ""               # ... its address (0x...)
+    freed_frames: tuple = ()        # a double free caught in the quarantine: the first free's stack
 
 
 # What valgrind says of each misuse (memcheck's words), for people.
@@ -298,7 +299,8 @@ def parse(text, source="<report>", cache=None):
 
 def _misuse_of(fields, frames):
     """A misuse entry's fields (name=value) and frames as a Misuse: the
-    last alloc-frames=N frames are the allocation's.  Values it cannot read
+    last freed-frames=F frames are the first free's, the alloc-frames=N
+    before them the allocation's.  Values it cannot read
     are left out (a file is the traced program's word)."""
     got = dict(f.partition("=")[::2] for f in fields)
 
@@ -307,10 +309,13 @@ def _misuse_of(fields, frames):
             return int(got.get(name, ""))
         except ValueError:
             return None
-    n = max(0, min(number("alloc-frames") or 0, len(frames)))
+    f = max(0, min(number("freed-frames") or 0, len(frames)))
+    n = max(0, min(number("alloc-frames") or 0, len(frames) - f))
+    first, alloc_at = len(frames) - f - n, len(frames) - f
     return Misuse(got.get("misuse", ""), got.get("call", ""), number("times") or 0,
-                  tuple(frames[:len(frames) - n]), tuple(frames[len(frames) - n:]), got.get("block", ""),
-                  number("size"), number("given"), got.get("where", ""), got.get("address", ""))
+                  tuple(frames[:first]), tuple(frames[first:alloc_at]), got.get("block", ""),
+                  number("size"), number("given"), got.get("where", ""), got.get("address", ""),
+                  tuple(frames[alloc_at:]))
 
 
 def misuse_fields(m):
@@ -328,6 +333,8 @@ def misuse_fields(m):
         fields.append(f"address={m.address}")
     if m.alloc_frames:
         fields.append(f"alloc-frames={len(m.alloc_frames)}")
+    if m.freed_frames:
+        fields.append(f"freed-frames={len(m.freed_frames)}")
     return fields
 
 

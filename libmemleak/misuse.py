@@ -35,6 +35,7 @@ class Record(NamedTuple):
     address: str
     count: int
     reported: int           # count as of the previous report
+    first_free: int | None = None  # a double free the quarantine caught: the first free's stack
 
 
 def records(header, stack_ok):
@@ -48,11 +49,12 @@ def records(header, stack_ok):
             continue
         alloc = m.alloc_stack if m.alloc_stack != NO_STACK and stack_ok(m.alloc_stack) else None
         count = min(m.count, 1 << 62)
+        first = m.first_free - 1 if kind == "double-free" and m.first_free and stack_ok(m.first_free - 1) else None
         out.append(Record(i, kind, call, FAMILIES.get(m.family, ""), m.at_stack, alloc,
                           m.size or None, m.given if kind == "size-mismatch" else None,
                           WHERES.get(m.where, "") if kind == "invalid-free" else "",
                           f"{m.given:#x}" if kind == "invalid-free" and m.given else "",
-                          count, m.reported if m.reported <= count else 0))
+                          count, m.reported if m.reported <= count else 0, first))
     return out
 
 
@@ -63,7 +65,7 @@ def changed(recs):
 
 def stacks_of(recs):
     """Every stack id the records name."""
-    return {s for r in recs for s in (r.at_stack, r.alloc_stack) if s is not None}
+    return {s for r in recs for s in (r.at_stack, r.alloc_stack, r.first_free) if s is not None}
 
 
 def entries_text(recs, lines_of):
@@ -73,10 +75,11 @@ def entries_text(recs, lines_of):
     for r in recs:
         frames = tuple(lines_of(r.at_stack))
         alloc = tuple(lines_of(r.alloc_stack)) if r.alloc_stack is not None else ()
+        freed = tuple(lines_of(r.first_free)) if r.first_free is not None else ()
         m = Misuse(r.kind, r.call, r.count - r.reported, frames, alloc, r.block, r.size, r.given,
-                   r.where, r.address)
+                   r.where, r.address, freed)
         out.append(" ".join(["+0 +0", *misuse_fields(m)]))
-        out.extend(frames + alloc)  # frame lines, each its tab first
+        out.extend(frames + alloc + freed)  # frame lines, each its tab first
     return "\n".join(out) + "\n" if out else ""
 
 
@@ -97,6 +100,10 @@ def header_lines(header, tracking, sampled):
         said.append("(not checked: mismatched free/delete/delete[] -- the program defines its own "
                     "operator new or delete)")
     lines = [("misuse", " ".join(said))]
+    if header.quarantine_cap:
+        lines.append(("quarantine", f"{min(header.quarantine_held, 1 << 62)} bytes of freed blocks held of "
+                                    f"{min(header.quarantine_cap, 1 << 62)} (quarantine=): a second free of one "
+                                    "is caught with the first free's stack"))
     if header.misuse_dropped:
         lines.append(("misuse-dropped", f"{min(header.misuse_dropped, 1 << 62)} not in any entry: "
                                         f"more than {CONST['MLK_MISUSE_MAX']} different misuses"))

@@ -188,7 +188,7 @@ struct mlk_misuse {
     uint32_t at_stack;      /* the misusing call's stack (kind MLK_KIND_FREE_SITE) */
     uint32_t alloc_stack;   /* the block's allocation stack; UINT32_MAX: not known */
     uint32_t where;         /* MLK_WHERE_* (invalid frees) */
-    uint32_t reserved;
+    uint32_t first_free;    /* a double free caught in the quarantine: the first free's stack + 1 (0: not known) */
     uint64_t size;          /* the block's size as allocated (0: not known) */
     uint64_t given;         /* sized delete: the size given; invalid free: the address */
     uint64_t count;         /* times it happened (atomic) */
@@ -432,6 +432,11 @@ struct mlk_header {
      * glibc's 24 usable bytes -- or 0 where it is not known (the reports
      * then say slack is the traced block's share, not the bare one's). */
     uint32_t slack_floor;
+    /* The quarantine (MEMLEAK_CONFIG quarantine=BYTES, native/hook/misuse.c):
+     * freed blocks held back from the allocator, at most quarantine_cap
+     * bytes (0: none), quarantine_held of them now. */
+    uint64_t quarantine_cap;
+    uint64_t quarantine_held;
     struct mlk_misuse misuse[256]; /* MLK_MISUSE_MAX */
 };
 

@@ -5,6 +5,8 @@ glibc aborts bare aborts the same under the tracer and its death report
 names why; misuse=hold keeps it alive; valgrind, run on the same program,
 finds the same kinds at the same sites."""
 
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -179,3 +181,42 @@ def test_a_program_with_its_own_operator_new_gets_no_false_mismatches(tmp_path):
 def memlog_read(path):
     from libmemleak import memlog
     return memlog.read(str(path))
+
+
+def test_quarantine_catches_a_double_free_after_the_memory_was_reused(tmp_path):
+    """requarantine.c frees a block, allocates (bare: the same memory), and
+    frees the first pointer again: bare, glibc frees the other block and
+    nothing is said.  Without a quarantine the tracer cannot tell either
+    (the memory is another live block's); with quarantine= the block is
+    held, the allocation gets other memory, and the second free is named
+    with all three stacks -- as valgrind, whose own quarantine holds it."""
+    prog = compile_program("requarantine.c")
+    assert subprocess.run([prog], capture_output=True, text=True, env=BARE_ENV, timeout=60).stdout == "reused 1\n"
+
+    def traced(config, where):
+        where.mkdir()
+        p = subprocess.run(cli_argv("run", "-q", "--config", config, prog), cwd=where, env=CLI_ENV,
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        report = reports_of(str(where), "requarantine", int(next(iter(os.listdir(where))).split("-")[1]))[-1]
+        return p.stdout, report
+
+    out, plain = traced("misuse=report", tmp_path / "plain")
+    assert out == "reused 1\n" and not plain.misuse  # what it cannot see without one
+    out, held = traced("quarantine=1048576", tmp_path / "held")
+    assert out == "reused 0\n"  # the freed block was not handed out again
+    assert held.header["quarantine"].startswith("120 bytes of freed blocks held of 1048576")
+    [m] = held.misuse
+    assert (m.kind, m.call, m.times, m.size) == ("double-free", "free", 1, 100)
+    assert (site(m.frames), site(m.alloc_frames), site(m.freed_frames)) == \
+        ("site_second_free", "site_alloc", "site_first_free")
+    shown = cli("report", str(tmp_path / "held")).stdout
+    assert "and first freed at:" in shown and "site_first_free" in shown, shown
+    doc = json.loads(cli("report", "--json", str(tmp_path / "held")).stdout)
+    assert doc["processes"][0]["misuse"][0]["first_free_frames"][0]["function"] == "site_first_free"
+
+    if shutil.which("valgrind"):  # the oracle: its own quarantine holds the block too
+        vg = subprocess.run(["valgrind", "--error-exitcode=0", prog], capture_output=True, text=True,
+                            env=BARE_ENV, timeout=300).stderr
+        invalid = vg[vg.index("Invalid free()"):]
+        assert invalid.index("site_second_free") < invalid.index("site_first_free") < invalid.index("site_alloc")

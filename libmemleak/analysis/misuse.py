@@ -23,6 +23,7 @@ class MisuseSite:
     given: int | None = None
     where: str = ""
     address: str = ""
+    freed_frames: tuple = ()   # a double free the quarantine caught: the first free's stack
 
     def title(self):
         """valgrind's first line for it (memcheck's words)."""
@@ -53,7 +54,9 @@ def of_series(series):
             site = by_key.get(key)
             if site is None:
                 site = by_key[key] = MisuseSite(m.kind, m.call, m.frames, m.alloc_frames, m.block,
-                                                size=m.size, given=m.given, where=m.where, address=m.address)
+                                                size=m.size, given=m.given, where=m.where, address=m.address,
+                                                freed_frames=m.freed_frames)
+            site.freed_frames = site.freed_frames or m.freed_frames
             site.times += max(0, m.times)
     return sorted(by_key.values(), key=lambda s: -s.times)
 

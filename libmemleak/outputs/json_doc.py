@@ -101,6 +101,8 @@ def misuse_dict(m):
     d = {"kind": m.kind, "call": m.call, "what": m.title(), "times": m.times,
          "frames": [frame_dict(f) for f in m.frames],
          "allocation_frames": [frame_dict(f) for f in m.alloc_frames]}
+    if m.freed_frames:
+        d["first_free_frames"] = [frame_dict(f) for f in m.freed_frames]
     for name in ("block", "size", "given", "where", "address"):
         value = getattr(m, name)
         if value not in (None, ""):

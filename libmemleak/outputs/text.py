@@ -145,6 +145,10 @@ def _write_misuse(out, a, top, full_names, frames):
             out.write("     the block was allocated at:\n")
             for line in frame_lines(m.alloc_frames, executable, frames, full=full_names, layer=a.layer):
                 out.write(f"       {line}\n")
+        if m.freed_frames:
+            out.write("     and first freed at:\n")
+            for line in frame_lines(m.freed_frames, executable, frames, full=full_names, layer=a.layer):
+                out.write(f"       {line}\n")
     if len(a.misuse) > top:
         out.write(f"  ({len(a.misuse) - top} more: --top N)\n")
 

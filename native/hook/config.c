@@ -107,7 +107,8 @@ static const char *value_wanted(const char *key, size_t n)
                  {"alloc_fns", "': needs a regular expression (alloc_fns=^my_alloc|^pool_get$)"},
                  {"route", "': needs yes or no"},
                  {"fds", "': needs yes or no"},
-                 {"misuse", "': needs report, hold or no"}};
+                 {"misuse", "': needs report, hold or no"},
+                 {"quarantine", "': needs a number of bytes (quarantine=67108864)"}};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (strlen(known[i].name) == n && strncmp(key, known[i].name, n) == 0)
             return known[i].wants;
@@ -220,6 +221,11 @@ void mlk_config_parse(const char *cfg, const char *cwd)
                 mlk_config.misuse = c;
             else
                 bad_option(p, n, "': misuse is report, hold or no; using report");
+        } else if (KEY("quarantine") && val) {
+            if (parse_uint(val, vn, &num) && num <= (1ull << 40))
+                mlk_config.quarantine = num;
+            else
+                bad_option(p, n, "': quarantine takes a number of bytes of freed blocks to hold back (0 = none)");
         } else if (KEY("signal") && val) {
             int sig = parse_signal(val, vn);
             if (sig < 0 || sig == SIGKILL || sig == SIGSTOP)
@@ -283,7 +289,7 @@ void mlk_config_parse(const char *cfg, const char *cwd)
             bad_option(p, n, "': unknown option (known: mtraceinit, depth=N, dir=PATH, "
                              "signal=NAME, unwind=fast|libgcc, sample=BYTES, "
                              "track=trailers|table, exit_timeout=SECONDS, scan=exit, "
-                             "scan_heuristics=all|none|valgrind|NAME+NAME, listen=HOST:PORT, route=yes|no, fds=yes|no, misuse=report|hold|no, alloc_fns=REGEX)");
+                             "scan_heuristics=all|none|valgrind|NAME+NAME, listen=HOST:PORT, route=yes|no, fds=yes|no, misuse=report|hold|no, quarantine=BYTES, alloc_fns=REGEX)");
         }
 #undef KEY
 #undef VALUE

@@ -242,6 +242,13 @@ int mlk_start_collecting(void)
     mlk_early_trailers = 0; /* from now on blocks are recorded, or not at all */
     mlk_seg->tracking = mlk_trailers_in_use() ? MLK_TRACK_TRAILERS : MLK_TRACK_TABLE;
     mlk_seg->trailer_key = mlk_trailers_in_use() ? mlk_trailer_key : 0;
+    /* The quarantine finds double frees by the trailers' freed mark, and
+     * the misuse checks must be on to hold a held block's second free. */
+    if (mlk_trailers_in_use() && mlk_config.misuse != MLK_MISUSE_OFF)
+        mlk_quarantine_start(mlk_config.quarantine);
+    else if (mlk_config.quarantine)
+        mlk_warn("quarantine= is ignored: it needs blocks with trailers and misuse checks ",
+                 "(not with sample=, track=table or misuse=no)", "");
     /* glibc's smallest chunk: 32 bytes, 24 of them usable (trailers.c). */
     mlk_slack_floor = mlk_glibc_heap ? 24 : 0;
     mlk_seg->slack_floor = mlk_slack_floor;
@@ -307,6 +314,7 @@ static void fork_prepare(void)
     mlk_resources_lock_for_fork(1);
     mlk_lsan_lock_for_fork(1);
     mlk_trailers_lock_for_fork(1);
+    mlk_misuse_lock_for_fork(1);
     if (mlk_ever_collected)
         mlk_segment_fork_prepare();
 }
@@ -314,6 +322,7 @@ static void fork_prepare(void)
 static void fork_parent(void)
 {
     mlk_segment_fork_parent();
+    mlk_misuse_lock_for_fork(0);
     mlk_trailers_lock_for_fork(0);
     mlk_lsan_lock_for_fork(0);
     mlk_resources_lock_for_fork(0);
@@ -345,6 +354,7 @@ static void fork_child(void)
     mlk_lazy_spawn_at = 0;
     if (mlk_collecting && !keeper_holds_us)
         arm_lazy_spawn();
+    mlk_misuse_lock_for_fork(0);
     mlk_trailers_fork_child();
     mlk_lsan_lock_for_fork(0);
     mlk_resources_lock_for_fork(0);

@@ -26,6 +26,7 @@ struct mlk_config {
     int route;           /* route=no: leave a program's own allocator alone (route/route.h) */
     int fds;             /* fds=no: file descriptors not tracked (resources/fds.c) */
     int misuse;          /* misuse=: MLK_MISUSE_REPORT, _HOLD or _OFF (misuse.c) */
+    uint64_t quarantine; /* quarantine=BYTES: freed blocks held back (misuse.c); 0: none */
 };
 MLK_HIDDEN extern struct mlk_config mlk_config;
 MLK_HIDDEN void mlk_config_parse(const char *cfg, const char *cwd);

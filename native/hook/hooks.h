@@ -130,7 +130,8 @@ static inline __attribute__((always_inline)) void check_trailed_free(uint64_t me
 }
 
 /* 1 when `call` of p -- a pointer with no trailer, in no table -- must not
- * reach the allocator: a double or invalid free, held back (misuse=hold). */
+ * reach the allocator: a double or invalid free, held back (misuse=hold),
+ * or a second free of a block the quarantine holds. */
 static inline int held_back(void *p, int call)
 {
     return MLK_UNLIKELY(mlk_trailer_key != 0) && p && !mlk_in_hook && mlk_misuse_untrailed(p, call);
@@ -163,8 +164,12 @@ static inline __attribute__((always_inline)) int free_trailed(void *p, int call,
         return 0;
     uint64_t meta = mlk_trailer_take(t);
     check_trailed_free(meta, call, given);
-    mlk_trailer_uncount(meta, (uint64_t)((char *)t - (char *)p));
-    mlk_real.free(p);
+    uint64_t reserved = (uint64_t)((char *)t - (char *)p);
+    mlk_trailer_uncount(meta, reserved);
+    if (MLK_UNLIKELY(mlk_quarantine_cap) && !mlk_in_hook)
+        mlk_quarantine_put(p, reserved + MLK_TRAILER_SIZE);
+    else
+        mlk_real.free(p);
     return 1;
 }
 

@@ -10,9 +10,11 @@
  * trailer's word, which the free reads anyway (and, for a sized delete, of
  * its size); a misuse takes a backtrace and a short locked search.
  *
- * What it cannot see (no shadow memory, no quarantine yet): a second free
- * after the allocator handed the memory out again, or merged it with a
- * neighbour (glibc then aborts on its own, "double free or corruption");
+ * What it cannot see (no shadow memory): a second free after the
+ * allocator handed the memory out again, or merged it with a neighbour
+ * (glibc then aborts on its own, "double free or corruption") -- unless
+ * the quarantine (quarantine.c) still held the block, which it then names
+ * with the first free's stack;
  * a free of a pointer into a block's middle; blocks made without a
  * trailer (sampling, track=table, aligned new, before collection, a
  * routed allocator's). */
@@ -54,7 +56,7 @@ static struct mlk_misuse *record_of(struct mlk_header *h, int kind, int call, in
 /* Records one misuse at the caller's stack (the walk skips our frames);
  * the caller has its guard up. */
 static void record(int kind, int call, int family, uint32_t alloc_stack, uint64_t size, uint64_t given,
-                   uint32_t where)
+                   uint32_t where, uint32_t first_free)
 {
     struct mlk_header *h = mlk_seg;
     __atomic_add_fetch(&h->misuse_total, 1, __ATOMIC_RELAXED);
@@ -67,6 +69,8 @@ static void record(int kind, int call, int family, uint32_t alloc_stack, uint64_
             m->size = size;
         if (kind == MLK_MISUSE_INVALID_FREE && !m->given)
             m->given = given; /* the first such address */
+        if (!m->first_free && first_free != MLK_NO_STACK)
+            m->first_free = first_free + 1;
         __atomic_add_fetch(&m->count, 1, __ATOMIC_RELAXED);
     } else {
         __atomic_add_fetch(&h->misuse_dropped, 1, __ATOMIC_RELAXED);
@@ -89,9 +93,9 @@ void mlk_misuse_trailed(uint64_t meta, int call, size_t given)
     BEGIN_HOOK();
     if (family != FAMILY_FREED_BY(call)) {
         if (!mlk_seg->misuse_no_families)
-            record(MLK_MISUSE_MISMATCH, call, family, stack, size, 0, 0);
+            record(MLK_MISUSE_MISMATCH, call, family, stack, size, 0, 0, MLK_NO_STACK);
     } else if (given != MLK_NO_SIZE && given != size) {
-        record(MLK_MISUSE_SIZE, call, family, stack, size, given, 0);
+        record(MLK_MISUSE_SIZE, call, family, stack, size, given, 0, MLK_NO_STACK);
     }
     END_HOOK();
 }
@@ -137,25 +141,33 @@ static int on_this_threads_stack(uint64_t a)
 
 int mlk_misuse_untrailed(void *p, int call)
 {
-    if (mlk_in_hook || !watching() || !mlk_trailer_key || mlk_sample_bytes)
+    if (mlk_in_hook || !mlk_trailer_key || mlk_sample_bytes)
         return 0;
-    int hold = mlk_seg->misuse_mode == MLK_MISUSE_HOLD;
+    int watch = watching(), hold = watch && mlk_seg->misuse_mode == MLK_MISUSE_HOLD;
+    if (!watch && !mlk_quarantine_cap)
+        return 0;
     /* The hook already read p's usable size this way (to look for a
      * trailer): reading it again reads nothing new. */
     size_t usable = mlk_glibc_heap ? mlk_glibc_usable(p) : mlk_real.malloc_usable_size(p);
     if (usable >= MLK_TRAILER_SIZE) {
         struct mlk_trailer *t = mlk_trailer_at(p, usable);
         if (t->check == ((uint64_t)p ^ mlk_trailer_key ^ MLK_TRAILER_FREED)) {
-            uint32_t stack = MLK_NO_STACK;
-            uint64_t size = 0;
-            int family = 255;
-            freed_meta(t->meta, usable, &stack, &size, &family);
-            BEGIN_HOOK();
-            record(MLK_MISUSE_DOUBLE_FREE, call, family, stack, size, 0, 0);
-            END_HOOK();
-            return hold;
+            uint32_t first_free = MLK_NO_STACK;
+            int held = mlk_quarantine_cap && mlk_quarantine_holds(p, &first_free);
+            if (watch) {
+                uint32_t stack = MLK_NO_STACK;
+                uint64_t size = 0;
+                int family = 255;
+                freed_meta(t->meta, usable, &stack, &size, &family);
+                BEGIN_HOOK();
+                record(MLK_MISUSE_DOUBLE_FREE, call, family, stack, size, 0, 0, first_free);
+                END_HOOK();
+            }
+            return held || hold; /* a held block is live to the allocator: never passed on */
         }
     }
+    if (!watch)
+        return 0;
     uint64_t a = (uint64_t)p;
     uint32_t where = on_this_threads_stack(a)    ? MLK_WHERE_STACK
                      : mlk_modules_cover(&a, 1)    ? MLK_WHERE_GLOBAL
@@ -164,9 +176,18 @@ int mlk_misuse_untrailed(void *p, int call)
     if (!where)
         return 0; /* another allocator's, or made before collection: not ours to judge */
     BEGIN_HOOK();
-    record(MLK_MISUSE_INVALID_FREE, call, 255, MLK_NO_STACK, 0, a, where);
+    record(MLK_MISUSE_INVALID_FREE, call, 255, MLK_NO_STACK, 0, a, where, MLK_NO_STACK);
     END_HOOK();
     return hold;
+}
+
+void mlk_misuse_lock_for_fork(int acquire)
+{
+    if (acquire)
+        mlk_lock(&lock);
+    else
+        mlk_unlock(&lock);
+    mlk_quarantine_lock_for_fork(acquire);
 }
 
 /* Whether every global operator new and delete the program calls is ours

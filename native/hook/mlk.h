@@ -286,6 +286,16 @@ MLK_HIDDEN void mlk_misuse_trailed(uint64_t meta, int call, size_t given);
  * an invalid one is recorded; 1 when the free must not go on (misuse=hold). */
 MLK_HIDDEN int mlk_misuse_untrailed(void *p, int call);
 MLK_HIDDEN void mlk_misuse_segment_made(void); /* the program's own operator new/delete? */
+MLK_HIDDEN void mlk_misuse_lock_for_fork(int acquire);
+/* ---- quarantine.c: freed blocks held back (quarantine=BYTES) ---------- */
+extern MLK_HIDDEN uint64_t mlk_quarantine_cap; /* 0: no quarantine */
+MLK_HIDDEN void mlk_quarantine_start(uint64_t bytes);
+/* Holds p, a block with a trailer just marked freed (`bytes` usable),
+ * instead of freeing it; gives the oldest back beyond the bound. */
+MLK_HIDDEN void mlk_quarantine_put(void *p, uint64_t bytes);
+/* 1 when p is held, with the stack that freed it. */
+MLK_HIDDEN int mlk_quarantine_holds(void *p, uint32_t *free_stack);
+MLK_HIDDEN void mlk_quarantine_lock_for_fork(int acquire);
 
 /* family: MLK_FAMILY_*, the call that made it (what must free it) */
 MLK_HIDDEN void mlk_record_trailed(void *p, size_t usable, size_t size, int kind, int family);
