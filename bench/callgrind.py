@@ -11,7 +11,7 @@ descriptors and allocates nearly nothing), with descriptors tracked and
 with MEMLEAK_CONFIG fds=no; its table gives the instructions added per
 descriptor call (the calls' own kernel time, which callgrind does not
 count, is most of their cost bare).  alloc-glibc also runs with
-MEMLEAK_CONFIG misuse=no and misuse=hold: what checking for misuse of the
+MEMLEAK_CONFIG misuse=no, misuse=hold and quarantine=64M: what checking for misuse of the
 allocator costs, and that holding bad frees back costs nothing more.
 
 Wall-clock ratios on a shared machine move by 20-40% from run to run;
@@ -156,7 +156,8 @@ def main():
         # bad frees back, on the workload that does nothing but allocate.
         extra = ([("libmemleak-fds=no", "mtraceinit,fds=no")] if name == "fds" else
                  [("libmemleak-misuse=no", "mtraceinit,misuse=no"),
-                  ("libmemleak-misuse=hold", "mtraceinit,misuse=hold")] if name == "alloc-glibc" else [])
+                  ("libmemleak-misuse=hold", "mtraceinit,misuse=hold"),
+                  ("libmemleak-quarantine=64M", "mtraceinit,quarantine=67108864")] if name == "alloc-glibc" else [])
         for tool, config in tools + extra:
             env = dict(os.environ)
             env.pop("LD_PRELOAD", None)
