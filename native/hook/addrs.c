@@ -463,13 +463,7 @@ uint64_t mlk_region_tracked(uint64_t start, uint64_t len, int *kind)
 void mlk_addrs_lock_for_fork(int acquire)
 {
     for (unsigned i = 0; i < SHARDS; i++) {
-        if (acquire)
-            mlk_lock(&shards[i].lock);
-        else
-            mlk_unlock(&shards[i].lock);
+        mlk_lock_across_fork(&shards[i].lock, acquire);
     }
-    if (acquire)
-        mlk_lock(&regions_lock);
-    else
-        mlk_unlock(&regions_lock);
+    mlk_lock_across_fork(&regions_lock, acquire);
 }

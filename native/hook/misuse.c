@@ -183,10 +183,7 @@ int mlk_misuse_untrailed(void *p, int call)
 
 void mlk_misuse_lock_for_fork(int acquire)
 {
-    if (acquire)
-        mlk_lock(&lock);
-    else
-        mlk_unlock(&lock);
+    mlk_lock_across_fork(&lock, acquire);
     mlk_quarantine_lock_for_fork(acquire);
 }
 

@@ -45,6 +45,8 @@ MLK_HIDDEN int mlk_each_mapping(int (*fn)(uint64_t lo, uint64_t hi, void *arg), 
 typedef struct { volatile int held; } mlk_lock_t;
 MLK_HIDDEN void mlk_lock(mlk_lock_t *l);
 MLK_HIDDEN void mlk_unlock(mlk_lock_t *l);
+/* Takes l before a fork (acquire), or lets it go after, in parent and child. */
+MLK_HIDDEN void mlk_lock_across_fork(mlk_lock_t *l, int acquire);
 
 /* ---- segment.c: the shared memory ------------------------------------- */
 #define MLK_STACKS_CAP (1ull << 22)  /* 4M distinct stacks: 1 GiB if all used */

@@ -272,10 +272,7 @@ int mlk_is_allocator_address(uint64_t ip) { return ip >= allocator_lo && ip < al
 
 void mlk_modules_lock_for_fork(int acquire)
 {
-    if (acquire)
-        mlk_lock(&modules_lock);
-    else
-        mlk_unlock(&modules_lock);
+    mlk_lock_across_fork(&modules_lock, acquire);
 }
 
 /* libc loads and unloads some modules itself (NSS, iconv), past the

@@ -90,8 +90,5 @@ int mlk_quarantine_holds(void *p, uint32_t *free_stack)
 
 void mlk_quarantine_lock_for_fork(int acquire)
 {
-    if (acquire)
-        mlk_lock(&lock);
-    else
-        mlk_unlock(&lock);
+    mlk_lock_across_fork(&lock, acquire);
 }

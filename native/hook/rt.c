@@ -236,3 +236,11 @@ void mlk_lock(mlk_lock_t *l)
 }
 
 void mlk_unlock(mlk_lock_t *l) { __atomic_store_n(&l->held, 0, __ATOMIC_RELEASE); }
+
+void mlk_lock_across_fork(mlk_lock_t *l, int acquire)
+{
+    if (acquire)
+        mlk_lock(l);
+    else
+        mlk_unlock(l);
+}

@@ -405,8 +405,5 @@ void mlk_thread_totals(int64_t out[4])
 
 void mlk_stacks_lock_for_fork(int acquire)
 {
-    if (acquire)
-        mlk_lock(&grow_lock);
-    else
-        mlk_unlock(&grow_lock);
+    mlk_lock_across_fork(&grow_lock, acquire);
 }

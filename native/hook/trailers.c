@@ -288,10 +288,7 @@ void mlk_trailers_lock_for_fork(int acquire)
                 __builtin_ia32_pause();
     }
     for (unsigned i = 0; i < THREAD_LOCKS; i++) {
-        if (acquire)
-            mlk_lock(&thread_locks[i].lock);
-        else
-            mlk_unlock(&thread_locks[i].lock);
+        mlk_lock_across_fork(&thread_locks[i].lock, acquire);
     }
     if (!acquire)
         __atomic_store_n(&forking, 0, __ATOMIC_RELEASE);

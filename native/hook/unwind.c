@@ -988,10 +988,7 @@ void mlk_walk_remember_stack(int kind, uint32_t unload_epoch, uint32_t id)
 
 void mlk_unwind_lock_for_fork(int acquire)
 {
-    if (acquire)
-        mlk_lock(&spare_lock);
-    else
-        mlk_unlock(&spare_lock);
+    mlk_lock_across_fork(&spare_lock, acquire);
 }
 
 /* How many of a walk's frames the frame-pointer fallback found: the frames

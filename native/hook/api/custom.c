@@ -429,8 +429,5 @@ int mlk_custom_pool_exists(const void *anchor)
 
 void mlk_custom_lock_for_fork(int acquire)
 {
-    if (acquire)
-        mlk_lock(&lock);
-    else
-        mlk_unlock(&lock);
+    mlk_lock_across_fork(&lock, acquire);
 }

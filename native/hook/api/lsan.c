@@ -144,9 +144,6 @@ void mlk_thread_recording(int on)
 
 void mlk_lsan_lock_for_fork(int acquire)
 {
-    if (acquire)
-        mlk_lock(&lock);
-    else
-        mlk_unlock(&lock);
+    mlk_lock_across_fork(&lock, acquire);
 }
 

@@ -284,8 +284,5 @@ void mlk_fds_exec_failed(void)
 
 void mlk_resources_lock_for_fork(int acquire)
 {
-    if (acquire)
-        mlk_lock(&lock);
-    else
-        mlk_unlock(&lock);
+    mlk_lock_across_fork(&lock, acquire);
 }
