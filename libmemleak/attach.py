@@ -21,7 +21,7 @@ import time
 import cffi
 
 from libmemleak import preload_path
-from libmemleak.live import proc_dir
+from libmemleak.live import maps_entry, proc_dir
 from libmemleak.report_core import _LIBRARY
 
 ffi = cffi.FFI()
@@ -69,14 +69,7 @@ def read_maps(pid):
     except PermissionError:
         raise AttachError(f"process {pid} belongs to another user: not allowed to read it "
                           "(attach as its user or as root)") from None
-    maps = []
-    for line in lines:
-        parts = line.split(None, 5)
-        if len(parts) < 5:
-            continue
-        lo, hi = (int(x, 16) for x in parts[0].split("-"))
-        maps.append((lo, hi, parts[1], int(parts[2], 16), parts[5].strip() if len(parts) > 5 else ""))
-    return maps
+    return [entry for entry in map(maps_entry, lines) if entry is not None]
 
 
 def _base_name(path):

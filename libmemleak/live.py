@@ -48,6 +48,19 @@ def proc_dir(pid):
     return f"/proc/{pid}"
 
 
+def maps_entry(line):
+    """(lo, hi, perms, offset, path) of a line of /proc/PID/maps -- or of
+    a mapping's first line in /proc/PID/smaps -- or None for any other."""
+    parts = line.split(None, 5)
+    if len(parts) < 5 or len(parts[1]) != 4:
+        return None
+    lo, _, hi = parts[0].partition("-")
+    try:
+        return int(lo, 16), int(hi, 16), parts[1], int(parts[2], 16), parts[5].strip() if len(parts) > 5 else ""
+    except ValueError:
+        return None
+
+
 def open_segment(pid):
     """The segment of the traced process `pid`, mapped writable."""
     where = proc_dir(pid)

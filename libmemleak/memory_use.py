@@ -26,6 +26,7 @@ misread costs one report's split, never a wrong path or an exception."""
 from dataclasses import dataclass, field
 
 from libmemleak import report_core
+from libmemleak.live import maps_entry, proc_dir
 
 HEAP_MAX_SIZE = 64 << 20       # glibc's arena heap alignment on 64-bit
 GUARD_MAX = 1 << 20            # a thread stack's guard is a page or a few
@@ -65,25 +66,23 @@ class _Mapping:
 def read_smaps(pid):
     """The process's mappings with their resident bytes, or a reason (str)
     why they cannot be read."""
+    path = f"{proc_dir(pid)}/smaps"  # a live thread's: a main thread gone by pthread_exit has none
     try:
-        with open(f"/proc/{pid}/smaps", "rb") as f:
+        with open(path, "rb") as f:
             data = f.read(SMAPS_BYTES_MAX)
     except OSError as e:
-        return f"/proc/{pid}/smaps: {e.strerror or e}"
+        return f"{path}: {e.strerror or e}"
     out = []
-    for raw in data.split(b"\n"):
-        line = raw.decode("utf-8", "replace")
-        head = line.split(None, 5)
-        if len(head) >= 5 and "-" in head[0] and len(head[1]) == 4:
-            lo, _, hi = head[0].partition("-")
-            try:
-                out.append(_Mapping(int(lo, 16), int(hi, 16), head[1], head[5].strip() if len(head) > 5 else ""))
-            except ValueError:
-                continue
-        elif out and line.startswith("Rss:"):
+    for line in data.decode("utf-8", "replace").split("\n"):
+        if out and line.startswith("Rss:"):
             parts = line.split()
             if len(parts) >= 2 and parts[1].isdigit():
                 out[-1].rss = int(parts[1]) * 1024
+            continue
+        entry = maps_entry(line)
+        if entry is not None:
+            lo, hi, perms, _, where = entry
+            out.append(_Mapping(lo, hi, perms, where))
     return out
 
 
@@ -159,20 +158,21 @@ def _add(pair, resident, mapped):
     pair[1] += mapped
 
 
-def header_lines(use, heap_live_bytes, heap_live_blocks, slack, glibc, trailers):
+def header_lines(use, heap_live_bytes, heap_live_blocks, slack, free_unknown, trailers):
     """The header's memory lines (docs/memlog.md): each part's resident
     and mapped bytes and mappings, each arena's, and -- for glibc's malloc
     -- the resident memory of its heaps and big blocks that no live block
     holds: what it keeps free.  heap_live_*: the live blocks of the malloc
-    family (new included); slack: their slack, or None; trailers: blocks
-    carry the tracer's 16-byte trailers."""
+    family (new included); slack: their slack, or None; free_unknown: why
+    what the allocator holds free cannot be told, or None; trailers:
+    blocks carry the tracer's 16-byte trailers."""
     if isinstance(use, str):
         return [("memory", f"not known: {use}")]
     lines = [(f"memory-{name}", f"{p.resident} {p.mapped} {p.count}") for name, p in use.parts.items()]
     lines += [(f"memory-arena {i}", f"{r} {m}") for i, (r, m) in enumerate(use.arenas[:64])]
     lines.append(("memory-heap-live", f"{heap_live_bytes} {heap_live_blocks}"))
-    if not glibc:
-        lines.append(("memory-allocator-free", "not known: the allocator is not glibc's malloc"))
+    if free_unknown:
+        lines.append(("memory-allocator-free", f"not known: {free_unknown}"))
         return lines
     # A glibc block takes its usable bytes plus the chunk's 8-byte size word.
     held = use.parts["heap"].resident + use.parts["malloc-mapped"].resident

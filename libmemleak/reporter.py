@@ -423,8 +423,14 @@ class Reporter:
         mapped = [touched.by_kind.get(kind, (0, 0, 0)) for kind in ("mmap", "shared")] if touched else []
         heap_bytes = sums.live_bytes - sum(m[0] for m in mapped)
         heap_blocks = sums.live_blocks - sum(m[1] for m in mapped)
-        return memory_use.header_lines(memory_use.measure(self.pid, (self.h.own_lo, self.h.own_hi)), heap_bytes, heap_blocks, sums.live_slack,
-                                       glibc=bool(snap.slack_floor) and not self.h.routed_len,
+        # What is held free is the heaps less the blocks' exact shares:
+        # glibc's (slack_floor is set for it), all of them measured.
+        why = ("the program's allocator is routed: its heaps are not glibc's" if self.h.routed_len
+               else "blocks are tracked in the table (sample=, track=table): their slack is not measured"
+               if sums.live_slack is None
+               else "the allocator is not glibc's malloc" if not snap.slack_floor else None)
+        use = memory_use.measure(self.pid, (self.h.own_lo, self.h.own_hi))
+        return memory_use.header_lines(use, heap_bytes, heap_blocks, sums.live_slack, why,
                                        trailers=snap.tracking == "trailers")
 
     def take_snapshot(self, reason):

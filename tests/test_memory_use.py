@@ -96,7 +96,7 @@ def test_slack_and_where_rss_goes(tmp_path):
     # The shell's `memory`: the same split, live, a line a part.
     free_line = next(line for line in shell.splitlines() if "malloc holds free" in line)
     assert "MB" in free_line and 90 < float(free_line.split()[-2]) < 100, shell
-    assert "the main arena's ([heap])" in shell and "thread stacks:" in shell, shell
+    assert "the main arena's heap ([heap])" in shell and "thread stacks:" in shell, shell
     assert int(asked.header["memory-allocator-free"]) > 97 * 10 ** 6
 
     # `report` answers "RSS grew, nothing leaks: why?", and names the slack.

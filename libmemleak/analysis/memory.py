@@ -6,6 +6,7 @@ over the reports, what made RSS grow when live memory did not."""
 from dataclasses import dataclass
 
 from libmemleak.analysis.trends import count, human_bytes
+from libmemleak.memlog import header_text
 
 # The header's parts (memory-NAME: RESIDENT MAPPED COUNT), as people say them.
 PART_WORDS = {
@@ -31,6 +32,7 @@ class Memory:
     slack: int | None
     allocator_free: int | None          # resident memory glibc holds free (None: not known)
     trailers: int = 0                   # the tracer's 16-byte trailers inside the heaps
+    free_unknown: str = ""              # why allocator_free is not known, as the report says
 
 
 def _numbers(text, n):
@@ -49,19 +51,22 @@ def of_report(report):
         return None
     parts = {k: v for k, v in parts.items() if v}
     arenas = []
-    while _numbers(h.get(f"memory-arena {len(arenas)}"), 2):
-        arenas.append(_numbers(h.get(f"memory-arena {len(arenas)}"), 2))
+    while (arena := _numbers(h.get(f"memory-arena {len(arenas)}"), 2)) is not None:
+        arenas.append(arena)
     rss = _numbers(h.get("vm-rss"), 1)
-    free = _numbers(h.get("memory-allocator-free"), 1)
+    free_said = h.get("memory-allocator-free", "")
+    free = _numbers(free_said, 1)
     slack = _numbers(h.get("live-slack"), 1)
-    live = _numbers(h.get("memory-heap-live"), 1) or _numbers(h.get("live-bytes"), 1)
+    live = _numbers(h.get("memory-heap-live"), 1)
     return Memory(rss[0] * 1024 if rss else None, parts, arenas, live[0] if live else 0,
                   slack[0] if slack else None, free[0] if free else None,
-                  (_numbers(h.get("memory-trailers"), 1) or (0,))[0])
+                  (_numbers(h.get("memory-trailers"), 1) or (0,))[0],
+                  header_text(free_said.removeprefix("not known: ")[:200]) if free is None else "")
 
 
 def first_and_last(series):
-    """(first, last) Memory of the running reports that carry one, or Nones."""
+    """(first, last) Memory of the reports that carry one (those written
+    while the process lived), or Nones."""
     found = [m for m in (of_report(r) for r in series.reports) if m is not None]
     if not found:
         return None, None
@@ -107,8 +112,8 @@ def growth_line(first, last):
             continue
         d = last.parts.get(name, (0, 0, 0))[0] - first.parts.get(name, (0, 0, 0))[0]
         if d > 0:
-            count = last.parts.get(name, (0, 0, 0))[2] - first.parts.get(name, (0, 0, 0))[2]
-            more = f", {count:+d} mappings" if count and name != "code-data" else ""
+            maps = last.parts.get(name, (0, 0, 0))[2] - first.parts.get(name, (0, 0, 0))[2]
+            more = f", {maps:+d} mappings" if maps and name != "code-data" else ""
             grew.append((d, f"{words} by {human_bytes(d)}{more}"))
     grew.sort(reverse=True)
     said = "; ".join(text for _, text in grew[:3]) or "no part this report measures"
@@ -123,7 +128,12 @@ def _arena_that_grew(first, last):
             best, at = d, i
     if at is None or len(last.arenas) < 2:
         return ""
-    return f" (most in {'the main arena' if at == 0 else f'arena heap {at}'})"
+    return f" (most in {heap_name(at)})"
+
+
+def heap_name(i):
+    """glibc's heap i as the reports number them (0: the main arena's)."""
+    return "the main arena's heap ([heap])" if i == 0 else f"another arena's heap {i}"
 
 
 def state_lines(m):
@@ -134,7 +144,7 @@ def state_lines(m):
              f"live heap blocks {human_bytes(m.live_bytes)}"
              + (f", slack {human_bytes(m.slack)}" if m.slack is not None else ", slack not measured"),
              "malloc holds free " + (human_bytes(m.allocator_free) if m.allocator_free is not None
-                                     else "(not known: not glibc's malloc)")]
+                                     else f"(not known: {m.free_unknown or 'not said'})")]
     if m.trailers:
         lines.append(f"the tracer's trailers {human_bytes(m.trailers)}")
     for name, (resident, mapped, n) in m.parts.items():
@@ -142,8 +152,7 @@ def state_lines(m):
                      f"of {human_bytes(mapped):>10} mapped, {count(n, 'heap' if name == 'heap' else 'mapping')}")
         if name == "heap":
             for i, (r, size) in enumerate(m.arenas):
-                which = "the main arena's ([heap])" if i == 0 else f"another arena's heap {i}"
-                lines.append(f"  {which + ':':<36} {human_bytes(r):>10} resident of {human_bytes(size):>10} mapped")
+                lines.append(f"  {heap_name(i) + ':':<36} {human_bytes(r):>10} resident of {human_bytes(size):>10} mapped")
     return lines
 
 
