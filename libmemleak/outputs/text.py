@@ -139,15 +139,12 @@ def _write_misuse(out, a, top, full_names, frames):
     executable = a.series.executable
     for m in a.misuse[:top]:
         out.write(f"  {m.title()} -- {m.detail()}, {count(m.times, 'time')}\n")
-        for line in frame_lines(m.frames, executable, frames, full=full_names, layer=a.layer):
-            out.write(f"       {line}\n")
-        if m.alloc_frames:
-            out.write("     the block was allocated at:\n")
-            for line in frame_lines(m.alloc_frames, executable, frames, full=full_names, layer=a.layer):
-                out.write(f"       {line}\n")
-        if m.freed_frames:
-            out.write("     and first freed at:\n")
-            for line in frame_lines(m.freed_frames, executable, frames, full=full_names, layer=a.layer):
+        # the misusing call's stack, then (when known) the block's allocation's and its first free's
+        for said, stack in (("", m.frames), ("the block was allocated at:", m.alloc_frames),
+                            ("and first freed at:", m.freed_frames)):
+            if said and stack:
+                out.write(f"     {said}\n")
+            for line in frame_lines(stack, executable, frames, full=full_names, layer=a.layer):
                 out.write(f"       {line}\n")
     if len(a.misuse) > top:
         out.write(f"  ({len(a.misuse) - top} more: --top N)\n")
