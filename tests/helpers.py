@@ -89,14 +89,15 @@ def wait_for_file(path, timeout=REPORT_TIMEOUT):
     return path
 
 
-def child_pids_with_reports(directory, prog, parent_pid, timeout=20):
+def child_pids_with_reports(directory, prog, parent_pid, timeout=60, expected=1):
     """Pids of prog's processes other than parent_pid that wrote reports
-    (a forked child writes its last one after it has gone: wait for one)."""
+    (a forked child writes its last one after it has gone: wait for
+    `expected` of them, or the timeout)."""
     deadline = time.monotonic() + timeout
     while True:
         names = [n for n in os.listdir(directory) if n.startswith(f"{prog}-") and n.endswith(".memlog")]
         pids = {int(n.split("-")[-2]) for n in names} - {parent_pid}
-        if pids or time.monotonic() > deadline:
+        if len(pids) >= expected or time.monotonic() > deadline:
             return pids
         time.sleep(0.02)
 

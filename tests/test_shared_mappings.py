@@ -41,7 +41,7 @@ def test_shared_mappings_count_once_and_touched_bytes_are_told(workdir):
     assert fields(shared)["touched"] == str(2 * MIB)
     assert not [e for e in touched.entries if "site_private" in [f.function for f in e.frames[:2]]]
 
-    children = child_pids_with_reports(workdir, os.path.basename(prog), t.pid)
+    children = child_pids_with_reports(workdir, os.path.basename(prog), t.pid, expected=2)
     assert len(children) == 2
     for pid in children:
         (final,) = wait_for_reports(workdir, os.path.basename(prog), pid, 1)
