@@ -36,17 +36,20 @@ class Misuse:
     """A misuse of the allocator, as a report lists it (misuse=KIND
     entries): how many more times it happened since the previous report,
     the misusing call's frames and the block's allocation frames."""
-    kind: str                       # MISUSE_WORDS' keys: double-free, invalid-free, mismatch, size-mismatch
-    call: str                       # free, delete, delete[], realloc
+    kind: str                       # MISUSE_WORDS' keys: double-free, invalid-free, mismatch, size-mismatch, ...
+    call: str                       # free, delete, delete[], aligned-delete, aligned-delete[], realloc
     times: int                      # more since the previous report
     frames: tuple                   # the misusing call's stack, innermost first
     alloc_frames: tuple = ()        # the block's allocation stack (empty: not known)
-    block: str = ""                 # the family that made the block: malloc, new, new[] ("": not known)
+    block: str = ""                 # the family that made the block: malloc, new, new[], aligned-new... ("": not known)
     size: int | None = None         # the block's size as allocated
     given: int | None = None        # a sized delete's size
-    where: str = ""                 # an invalid free's pointer: stack, global, not-a-block
+    where: str = ""                 # an invalid free's pointer: stack, global, not-a-block, interior, pool-chunk...
     address: str = ""               # ... its address (0x...)
     freed_frames: tuple = ()        # a double free caught in the quarantine: the first free's stack
+    offset: int | None = None       # an interior pointer: how far into its block
+    align: int | None = None        # an alignment mismatch: the block's alignment (0: default)
+    given_align: int | None = None  # ... and the one the delete gave (0: none)
 
 
 # What valgrind says of each misuse (memcheck's words), for people.
@@ -55,6 +58,7 @@ MISUSE_WORDS = {
     "invalid-free": "Invalid free() / delete / delete[] / realloc()",
     "mismatch": "Mismatched free() / delete / delete []",
     "size-mismatch": "Mismatched new/delete size value",
+    "align-mismatch": "Mismatched new/delete alignment",
 }
 
 
@@ -315,7 +319,7 @@ def _misuse_of(fields, frames):
     return Misuse(got.get("misuse", ""), got.get("call", ""), number("times") or 0,
                   tuple(frames[:first]), tuple(frames[first:alloc_at]), got.get("block", ""),
                   number("size"), number("given"), got.get("where", ""), got.get("address", ""),
-                  tuple(frames[alloc_at:]))
+                  tuple(frames[alloc_at:]), number("offset"), number("align"), number("given-align"))
 
 
 def misuse_fields(m):
@@ -331,6 +335,12 @@ def misuse_fields(m):
         fields.append(f"where={m.where}")
     if m.address:
         fields.append(f"address={m.address}")
+    if m.offset is not None:
+        fields.append(f"offset={m.offset}")
+    if m.align is not None:
+        fields.append(f"align={m.align}")
+    if m.given_align is not None:
+        fields.append(f"given-align={m.given_align}")
     if m.alloc_frames:
         fields.append(f"alloc-frames={len(m.alloc_frames)}")
     if m.freed_frames:

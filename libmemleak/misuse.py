@@ -9,14 +9,19 @@ from libmemleak.layout import CONST
 from libmemleak.memlog import Misuse, misuse_fields
 
 KINDS = {CONST["MLK_MISUSE_DOUBLE_FREE"]: "double-free", CONST["MLK_MISUSE_INVALID_FREE"]: "invalid-free",
-         CONST["MLK_MISUSE_MISMATCH"]: "mismatch", CONST["MLK_MISUSE_SIZE"]: "size-mismatch"}
+         CONST["MLK_MISUSE_MISMATCH"]: "mismatch", CONST["MLK_MISUSE_SIZE"]: "size-mismatch",
+         CONST["MLK_MISUSE_ALIGN"]: "align-mismatch"}
 CALLS = {CONST["MLK_CALL_FREE"]: "free", CONST["MLK_CALL_DELETE"]: "delete",
-         CONST["MLK_CALL_DELETE_ARRAY"]: "delete[]", CONST["MLK_CALL_REALLOC"]: "realloc"}
+         CONST["MLK_CALL_DELETE_ARRAY"]: "delete[]", CONST["MLK_CALL_DELETE_ALIGNED"]: "aligned-delete",
+         CONST["MLK_CALL_DELETE_ARRAY_ALIGNED"]: "aligned-delete[]", CONST["MLK_CALL_REALLOC"]: "realloc"}
 # A block's family has the code of the call that should free it.
 FAMILIES = {CONST["MLK_CALL_FREE"]: "malloc", CONST["MLK_CALL_DELETE"]: "new",
-            CONST["MLK_CALL_DELETE_ARRAY"]: "new[]"}
+            CONST["MLK_CALL_DELETE_ARRAY"]: "new[]", CONST["MLK_CALL_DELETE_ALIGNED"]: "aligned-new",
+            CONST["MLK_CALL_DELETE_ARRAY_ALIGNED"]: "aligned-new[]", CONST["MLK_BLOCK_CUSTOM"]: "custom"}
 WHERES = {CONST["MLK_WHERE_STACK"]: "stack", CONST["MLK_WHERE_GLOBAL"]: "global",
-          CONST["MLK_WHERE_NOT_A_BLOCK"]: "not-a-block"}
+          CONST["MLK_WHERE_NOT_A_BLOCK"]: "not-a-block", CONST["MLK_WHERE_INTERIOR"]: "interior",
+          CONST["MLK_WHERE_POOL_CHUNK"]: "pool-chunk", CONST["MLK_WHERE_CUSTOM_BLOCK"]: "custom-block"}
+ALIGN_MAX = 1 << 31  # an alignment past this is not one the hook records
 MODES = {CONST["MLK_MISUSE_OFF"]: "no", CONST["MLK_MISUSE_REPORT"]: "report", CONST["MLK_MISUSE_HOLD"]: "hold"}
 NO_STACK = 0xFFFFFFFF
 
@@ -36,6 +41,9 @@ class Record(NamedTuple):
     count: int
     reported: int           # count as of the previous report
     first_free: int | None = None  # a double free the quarantine caught: the first free's stack
+    offset: int | None = None      # an invalid free inside a block: how far in
+    align: int | None = None       # an alignment mismatch: the block's alignment (0: default)
+    given_align: int | None = None  # ... and the delete's (0: an unaligned delete)
 
 
 def records(header, stack_ok):
@@ -50,11 +58,14 @@ def records(header, stack_ok):
         alloc = m.alloc_stack if m.alloc_stack != NO_STACK and stack_ok(m.alloc_stack) else None
         count = min(m.count, 1 << 62)
         first = m.first_free - 1 if kind == "double-free" and m.first_free and stack_ok(m.first_free - 1) else None
+        where = WHERES.get(m.where, "") if kind == "invalid-free" else ""
+        aligns = kind == "align-mismatch" and m.align <= ALIGN_MAX and m.given_align <= ALIGN_MAX
         out.append(Record(i, kind, call, FAMILIES.get(m.family, ""), m.at_stack, alloc,
-                          m.size or None, m.given if kind == "size-mismatch" else None,
-                          WHERES.get(m.where, "") if kind == "invalid-free" else "",
+                          m.size or None, m.given if kind == "size-mismatch" else None, where,
                           f"{m.given:#x}" if kind == "invalid-free" and m.given else "",
-                          count, m.reported if m.reported <= count else 0, first))
+                          count, m.reported if m.reported <= count else 0, first,
+                          min(m.offset, 1 << 62) if where == "interior" else None,
+                          m.align if aligns else None, m.given_align if aligns else None))
     return out
 
 
@@ -77,7 +88,7 @@ def entries_text(recs, lines_of):
         alloc = tuple(lines_of(r.alloc_stack)) if r.alloc_stack is not None else ()
         freed = tuple(lines_of(r.first_free)) if r.first_free is not None else ()
         m = Misuse(r.kind, r.call, r.count - r.reported, frames, alloc, r.block, r.size, r.given,
-                   r.where, r.address, freed)
+                   r.where, r.address, freed, r.offset, r.align, r.given_align)
         out.append(" ".join(["+0 +0", *misuse_fields(m)]))
         out.extend(frames + alloc + freed)  # frame lines, each its tab first
     return "\n".join(out) + "\n" if out else ""

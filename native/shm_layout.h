@@ -20,7 +20,7 @@
  */
 
 #define MLK_MAGIC 0x314b4c4d454d4c4b
-#define MLK_LAYOUT_VERSION 16
+#define MLK_LAYOUT_VERSION 17
 #define MLK_API_LABEL_MAX 64
 #define MLK_LAST_REPORT_MAX 512
 #define MLK_MAX_DEPTH 64
@@ -158,12 +158,17 @@ struct mlk_module {
 #define MLK_MISUSE_MISMATCH 3
 /* sized delete's size is not the block's (Mismatched new/delete size value) */
 #define MLK_MISUSE_SIZE 4
-/* struct mlk_misuse.call: what freed it (the first three equal the
+/* an aligned new's block deleted unaligned, or the other way round, or
+ * with another alignment (Mismatched new/delete alignment) */
+#define MLK_MISUSE_ALIGN 5
+/* struct mlk_misuse.call: what freed it (the first five equal the
  * family, MLK_FAMILY_* of native/trailer_format.h, each expects). */
 #define MLK_CALL_FREE 0
 #define MLK_CALL_DELETE 1
 #define MLK_CALL_DELETE_ARRAY 2
-#define MLK_CALL_REALLOC 3
+#define MLK_CALL_DELETE_ALIGNED 3
+#define MLK_CALL_DELETE_ARRAY_ALIGNED 4
+#define MLK_CALL_REALLOC 5
 /* struct mlk_misuse.where, of an invalid free's pointer */
 /* on the calling thread's stack */
 #define MLK_WHERE_STACK 1
@@ -171,6 +176,15 @@ struct mlk_module {
 #define MLK_WHERE_GLOBAL 2
 /* not where glibc's chunk header could be (glibc's free: invalid pointer) */
 #define MLK_WHERE_NOT_A_BLOCK 3
+/* inside a live block, not at its start (offset: how far in) */
+#define MLK_WHERE_INTERIOR 4
+/* a chunk of one of the program's pools (memleak.h, valgrind's MEMPOOL_ALLOC) */
+#define MLK_WHERE_POOL_CHUNK 5
+/* a malloc-like block of the program's own (MALLOCLIKE_BLOCK): recorded as
+ * a mismatch (valgrind's word), the block's family MLK_BLOCK_CUSTOM */
+#define MLK_WHERE_CUSTOM_BLOCK 6
+/* struct mlk_misuse.family of such a block (beside MLK_FAMILY_*) */
+#define MLK_BLOCK_CUSTOM 6
 /* struct mlk_header.misuse_mode (MEMLEAK_CONFIG misuse=) */
 #define MLK_MISUSE_OFF 0
 /* recorded; the call goes on as it would bare */
@@ -191,6 +205,9 @@ struct mlk_misuse {
     uint32_t first_free;    /* a double free caught in the quarantine: the first free's stack + 1 (0: not known) */
     uint64_t size;          /* the block's size as allocated (0: not known) */
     uint64_t given;         /* sized delete: the size given; invalid free: the address */
+    uint64_t offset;        /* an invalid free inside a block: how far in (where MLK_WHERE_INTERIOR) */
+    uint32_t align;         /* the block's alignment, if an aligned new's (0: default) */
+    uint32_t given_align;   /* the alignment the delete gave (0: none, an unaligned delete) */
     uint64_t count;         /* times it happened (atomic) */
     uint64_t reported;      /* reporter: count as of its last report */
 };

@@ -4,7 +4,11 @@
  * a block's last 16 usable bytes, two words:
  *   meta  = size << MLK_TRAILER_STACK_BITS | family << MLK_TRAILER_FAMILY_SHIFT
  *           | stack id, for a counted block (family: the call that made it,
- *           MLK_FAMILY_*; stack ids are below 2^22, MLK_STACKS_CAP);
+ *           MLK_FAMILY_*, three bits; stack ids are below 2^21,
+ *           MLK_STACKS_CAP); an aligned new's block keeps log2 of its
+ *           alignment in the top six bits (MLK_TRAILER_ALIGN_SHIFT), its
+ *           size in the 34 below (up to 16 GiB: a bigger one is not
+ *           trailed) -- mlk_trailer_size_of reads either;
  *           for a block not counted, the stack bits are all set
  *           (MLK_TRAILER_UNCOUNTED) and
  *             bit 63 set (MLK_TRAILER_OURS_META): libmtrace's own block;
@@ -23,17 +27,24 @@
 #define MLK_TRAILER_SIZED (1ull << 62)
 #define MLK_TRAILER_SIZE_BITS 38 /* of an uncounted block's kept size */
 #define MLK_TRAILER_SIZE_MASK ((1ull << MLK_TRAILER_SIZE_BITS) - 1)
-#define MLK_TRAILER_ID_MASK ((1u << 22) - 1)
-#define MLK_TRAILER_FAMILY_SHIFT 22
+#define MLK_TRAILER_ID_MASK ((1u << 21) - 1)
+#define MLK_TRAILER_FAMILY_SHIFT 21
 #define MLK_FAMILY_MALLOC 0    /* malloc, calloc, realloc, memalign...: free() */
 #define MLK_FAMILY_NEW 1       /* operator new: delete */
 #define MLK_FAMILY_NEW_ARRAY 2 /* operator new[]: delete[] */
+#define MLK_FAMILY_NEW_ALIGNED 3       /* operator new(size, align_val_t): its delete */
+#define MLK_FAMILY_NEW_ARRAY_ALIGNED 4 /* operator new[](size, align_val_t): its delete[] */
+#define MLK_TRAILER_ALIGN_SHIFT 58
+#define MLK_TRAILER_ALIGNED_SIZE_MASK ((1ull << (MLK_TRAILER_ALIGN_SHIFT - MLK_TRAILER_STACK_BITS)) - 1)
+/* What the hook hands mlk_trailer_write as an aligned block's family: the
+ * family with log2 of the alignment above its three bits. */
+#define MLK_FAMILY_WITH_ALIGN(family, log2) ((family) | (log2) << 3)
 #define MLK_TRAILER_FREED 0x6d6c6b6672656564ull
 
 #include <stdint.h>
 
 /* A meta word's stack id (MLK_TRAILER_UNCOUNTED for a block not counted),
- * and the family of a counted block (3 for one not counted). */
+ * and the family of a counted block (7 for one not counted). */
 static inline uint32_t mlk_trailer_stack_of(uint64_t meta)
 {
     uint32_t field = (uint32_t)(meta & MLK_TRAILER_UNCOUNTED);
@@ -42,7 +53,25 @@ static inline uint32_t mlk_trailer_stack_of(uint64_t meta)
 
 static inline uint32_t mlk_trailer_family_of(uint64_t meta)
 {
-    return ((uint32_t)meta >> MLK_TRAILER_FAMILY_SHIFT) & 3;
+    return ((uint32_t)meta >> MLK_TRAILER_FAMILY_SHIFT) & 7;
+}
+
+static inline int mlk_family_is_aligned(uint32_t family)
+{
+    return family - MLK_FAMILY_NEW_ALIGNED <= MLK_FAMILY_NEW_ARRAY_ALIGNED - MLK_FAMILY_NEW_ALIGNED;
+}
+
+/* A counted block's size. */
+static inline uint64_t mlk_trailer_size_of(uint64_t meta)
+{
+    uint64_t size = meta >> MLK_TRAILER_STACK_BITS;
+    return mlk_family_is_aligned(mlk_trailer_family_of(meta)) ? size & MLK_TRAILER_ALIGNED_SIZE_MASK : size;
+}
+
+/* A counted block's alignment: an aligned new's, else 0. */
+static inline uint64_t mlk_trailer_align_of(uint64_t meta)
+{
+    return mlk_family_is_aligned(mlk_trailer_family_of(meta)) ? 1ull << (meta >> MLK_TRAILER_ALIGN_SHIFT) : 0;
 }
 
 #endif

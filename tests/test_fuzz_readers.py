@@ -52,6 +52,9 @@ FUZZER = textwrap.dedent('''
              b" misuse=size-mismatch given=x size=-1 alloc-frames=-3",
              b"+0 +0 misuse=\\x1b[2J call=\\xff times=+99999999999999999999 given=" + b"9" * 5000 + b"\\n",
              b"+0 +0 misuse=size-mismatch call=delete times=-4\\n\\tf\\t(/x)\\n",
+             b"+0 +0 misuse=invalid-free call=free times=+1 where=interior offset=-9 size=x\\n",
+             b"+0 +0 misuse=align-mismatch call=aligned-delete times=+1 align=" + b"9" * 5000 +
+             b" given-align=-1\\n", b" align=x given-align=0x40 offset=99999999999999999999999",
              b" slack=99999999999999999999999", b" slack=-5", b" slack=x", b"# live-slack: 7\\n",
              b"# memory-heap: 1 2\\n", b"# memory-arena 0: 9 x\\n# memory-arena 1: 1 1\\n",
              b"# memory-allocator-free: 99999999999999999999999\\n", b"# memory-heap-live: -1 -1\\n",

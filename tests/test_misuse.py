@@ -27,7 +27,14 @@ SURVIVED = {
     ("double-free", "free", "site_second_free", "site_alloc_twice_freed"): 1,
     ("invalid-free", "free", "site_free_local", None): 1,
     ("invalid-free", "free", "site_free_global", None): 1,
+    ("invalid-free", "free", "site_free_interior", "site_alloc_for_interior"): 2,
     ("double-free", "realloc", "site_realloc_freed", "site_alloc_realloced_freed"): 1,
+}
+ALIGNED = {
+    ("align-mismatch", "delete", "site_delete_unaligned", "site_aligned_new"): 2,
+    ("align-mismatch", "aligned-delete", "site_delete_aligned", "site_plain_new"): 1,
+    ("align-mismatch", "aligned-delete", "site_delete_as_32", "site_aligned_new_64"): 1,
+    ("mismatch", "aligned-delete", "site_delete_array_as_one_aligned", "site_aligned_new_array"): 1,
 }
 
 
@@ -85,11 +92,13 @@ def test_mismatched_frees_and_sized_deletes_are_counted_with_both_stacks(tmp_pat
     assert cli("check", "--max-misuse", "8", tmp_path).returncode == 0
 
 
-@pytest.mark.parametrize("what, kind, at, made", [
-    ("double", "double-free", "site_second_free", "site_alloc_twice_freed"),
-    ("invalid", "invalid-free", "site_free_local", None),
+@pytest.mark.parametrize("what, kind, at, made, where", [
+    ("double", "double-free", "site_second_free", "site_alloc_twice_freed", ""),
+    ("invalid", "invalid-free", "site_free_local", None, "stack"),
+    ("interior", "invalid-free", "site_free_interior", "site_alloc_for_interior", "interior"),
 ])
-def test_where_glibc_aborts_bare_it_aborts_traced_and_the_death_report_names_why(tmp_path, what, kind, at, made):
+def test_where_glibc_aborts_bare_it_aborts_traced_and_the_death_report_names_why(tmp_path, what, kind, at, made,
+                                                                                 where):
     rc, out, err, final = run(tmp_path, what)
     alone = bare(what)
     assert alone.returncode in (-6, 134) and rc in (-6, 134)  # glibc's abort, under the tracer too
@@ -98,8 +107,7 @@ def test_where_glibc_aborts_bare_it_aborts_traced_and_the_death_report_names_why
     assert glibc_says in err
     assert final.header["reason"] == "death"
     assert misuses(final) == {(kind, "free", at, made): 1}
-    if kind == "invalid-free":
-        assert final.misuse[0].where == "stack"
+    assert final.misuse[0].where == where
 
 
 def test_misuse_hold_keeps_a_program_alive_that_glibc_would_abort(tmp_path):
@@ -112,8 +120,38 @@ def test_misuse_hold_keeps_a_program_alive_that_glibc_would_abort(tmp_path):
     assert misuses(final) == SURVIVED
     assert all(m.frames[0].function.startswith("site_") for m in final.misuse), final.misuse
     where = {site(m.frames): m.where for m in final.misuse if m.kind == "invalid-free"}
-    assert where == {"site_free_local": "stack", "site_free_global": "global"}
+    assert where == {"site_free_local": "stack", "site_free_global": "global", "site_free_interior": "interior"}
+    inside = sorted((m.offset, m.size, m.block) for m in final.misuse if m.where == "interior")
+    assert inside == [(8, 100, "malloc"), (16, 100, "malloc")]  # valgrind: "8 bytes inside a block of size 100"
     assert "misuse=hold" in final.header["misuse"]
+    text = cli("report", tmp_path).stdout
+    assert "8 bytes inside a 100-byte block malloc'd" in text, text
+
+
+def test_aligned_new_deleted_unaligned_or_with_another_alignment_is_named(tmp_path):
+    """Aligned new's blocks keep their alignment in the trailer: an
+    unaligned delete of one, an aligned delete of an unaligned new's, or
+    one with another alignment, is valgrind's (3.22+) "Mismatched
+    new/delete alignment"; an alignas(64) class made and deleted right is
+    none of them (its sized aligned delete matches both)."""
+    rc, out, err, final = run(tmp_path, "aligned")
+    alone = bare("aligned")
+    assert (rc, out, err) == (alone.returncode, alone.stdout, "") == (0, alone.stdout, "")
+    assert "aligned: 64-aligned" in out  # its blocks are still aligned under the tracer
+    assert misuses(final) == ALIGNED
+    aligns = {site(m.frames): (m.align, m.given_align, m.size, m.block) for m in final.misuse
+              if m.kind == "align-mismatch"}
+    assert aligns == {"site_delete_unaligned": (64, 0, 100, "aligned-new"),
+                      "site_delete_aligned": (0, 32, 40, "new"),
+                      "site_delete_as_32": (64, 32, 200, "aligned-new")}
+    text = cli("report", tmp_path).stdout
+    assert ("Mismatched new/delete alignment alloc value: 64 dealloc value: default-aligned -- delete of a "
+            "100-byte block made by aligned new, 2 times") in text, text
+    assert "Mismatched new/delete alignment alloc value: default-aligned dealloc value: 32" in text
+    assert "Mismatched new/delete alignment alloc value: 64 dealloc value: 32" in text
+    doc = json.loads(cli("report", "--json", tmp_path).stdout)
+    got = {(m["align"], m["given_align"]) for m in doc["processes"][0]["misuse"] if m["kind"] == "align-mismatch"}
+    assert got == {(64, 0), (0, 32), (64, 32)}
 
 
 def test_misuse_no_checks_nothing_and_says_so(tmp_path):
@@ -152,13 +190,57 @@ def valgrind_errors(argv):
 
 @pytest.mark.skipif(not shutil.which("valgrind"), reason="valgrind is the oracle (Debian: valgrind)")
 def test_valgrind_finds_the_same_kinds_at_the_same_sites(tmp_path):
-    """valgrind 3.19 has no sized-delete check (3.22 added one): that one is ours alone."""
+    """valgrind 3.19 has no sized-delete or alignment checks (3.22 added
+    them): those are ours alone.  Where a free is inside a block, both say
+    how far in and the block's size."""
     prog = compile_program("misuse.cc")
-    for what, ours in (("mismatch", MISMATCHES), ("survive", SURVIVED)):
+    for what, ours in (("mismatch", MISMATCHES), ("survive", SURVIVED), ("aligned", ALIGNED)):
         expected = sorted((WORDS[kind], at) for (kind, _, at, _), times in ours.items()
                           if kind in WORDS for _ in range(times))
         # valgrind reports each error once per site (later ones are counted, not shown)
         assert sorted(set(valgrind_errors([prog, what]))) == sorted(set(expected)), what
+    said = subprocess.run(["valgrind", prog, "survive"], capture_output=True, text=True, timeout=300).stderr
+    assert re.findall(r"is (\d+) bytes inside a block of size (\d+) alloc'd", said) == [("8", "100"), ("16", "100")]
+
+
+def test_free_of_a_pool_chunk_or_of_a_malloc_like_block_is_named(tmp_path):
+    """poolfree.c frees (with free()) a chunk of its annotated pool and a
+    malloc-like block cut from a slab: bare glibc aborts at the first;
+    under misuse=hold both are named with the stack that announced them
+    and the program lives on; valgrind calls them what the report does
+    (an invalid free of a client-defined block, a mismatched free)."""
+    flags = cli("cflags", "--valgrind").stdout.split()
+    ours = compile_program("poolfree.c", *flags, name="poolfree_memleak")
+    alone = subprocess.run([ours], capture_output=True, text=True, env=BARE_ENV, timeout=60)
+    assert alone.returncode in (-6, 134) and alone.stdout == "pool: freeing a chunk\n"
+    p = subprocess.run(cli_argv("run", "-q", "--config", "misuse=hold", ours), cwd=tmp_path, env=CLI_ENV,
+                       capture_output=True, text=True, timeout=120)
+    assert (p.returncode, p.stderr) == (0, "") and p.stdout.endswith("lived on\nend\n"), p.stdout
+    [final] = [memlog_read(f) for f in tmp_path.glob("poolfree_memleak-*.memlog")]
+    assert misuses(final) == {("invalid-free", "free", "site_free_chunk", "site_pool_chunk"): 1,
+                              ("mismatch", "free", "site_free_slab_block", "site_slab_block"): 1}
+    chunk = next(m for m in final.misuse if m.kind == "invalid-free")
+    block = next(m for m in final.misuse if m.kind == "mismatch")
+    assert (chunk.where, chunk.size, block.block, block.size) == ("pool-chunk", 32, "custom", 48)
+    text = cli("report", tmp_path).stdout
+    assert "a 32-byte chunk of the program's own pool (MEMPOOL_ALLOC, memleak.h)" in text, text
+    assert "free() of a 48-byte block of the program's own allocator (MALLOCLIKE_BLOCK" in text
+
+    # Where glibc aborts, the death report names it
+    died = tmp_path / "died"
+    died.mkdir()
+    p = subprocess.run(cli_argv("run", "-q", ours), cwd=died, env=CLI_ENV, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode in (-6, 134) and alone.stderr.strip() in p.stderr
+    [final] = [memlog_read(f) for f in died.glob("poolfree_memleak-*.memlog")]
+    assert final.header["reason"] == "death"
+    assert misuses(final) == {("invalid-free", "free", "site_free_chunk", "site_pool_chunk"): 1}
+
+    if shutil.which("valgrind") and os.path.exists("/usr/include/valgrind/memcheck.h"):
+        real = compile_program("poolfree.c", name="poolfree_valgrind")
+        assert sorted(set(valgrind_errors([real]))) == [
+            ("Invalid free() / delete / delete[] / realloc()", "site_free_chunk"),
+            ("Mismatched free() / delete / delete []", "site_free_slab_block")]
 
 
 def test_a_program_with_its_own_operator_new_gets_no_false_mismatches(tmp_path):

@@ -103,7 +103,7 @@ def misuse_dict(m):
          "allocation_frames": [frame_dict(f) for f in m.alloc_frames]}
     if m.freed_frames:
         d["first_free_frames"] = [frame_dict(f) for f in m.freed_frames]
-    for name in ("block", "size", "given", "where", "address"):
+    for name in ("block", "size", "given", "where", "address", "offset", "align", "given_align"):
         value = getattr(m, name)
         if value not in (None, ""):
             d[name] = value

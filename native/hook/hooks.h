@@ -119,14 +119,17 @@ static inline __attribute__((always_inline)) void after_alloc(void *p, size_t si
 #define FAMILY_FREED_BY(call) ((uint32_t)((call) == MLK_CALL_REALLOC ? MLK_FAMILY_MALLOC : (call)))
 
 /* `call` frees a block whose trailer said `meta` (`given`: a sized
- * delete's size, else MLK_NO_SIZE): another family's block, or a size
- * not the block's, is recorded as misuse.  The free goes on either way.
+ * delete's size, else MLK_NO_SIZE; `align`: an aligned delete's
+ * alignment, else 0): another family's block, or a size or alignment not
+ * the block's, is recorded as misuse.  The free goes on either way.
  * (No walk start is set: a misuse is rare, and the walk skips our frames.) */
-static inline __attribute__((always_inline)) void check_trailed_free(uint64_t meta, int call, size_t given)
+static inline __attribute__((always_inline)) void check_trailed_free(uint64_t meta, int call, size_t given,
+                                                                     size_t align)
 {
     if (MLK_UNLIKELY(mlk_trailer_family_of(meta) != FAMILY_FREED_BY(call) ||
-                     (given != MLK_NO_SIZE && given != meta >> MLK_TRAILER_STACK_BITS)))
-        mlk_misuse_trailed(meta, call, given);
+                     (given != MLK_NO_SIZE && given != mlk_trailer_size_of(meta)) ||
+                     (align && align != mlk_trailer_align_of(meta))))
+        mlk_misuse_trailed(meta, call, given, align);
 }
 
 /* 1 when `call` of p -- a pointer with no trailer, in no table -- must not
@@ -154,16 +157,17 @@ static inline __attribute__((always_inline)) int before_free(void *p, int call)
 
 /* A block with a trailer is forgotten by its trailer alone, before the
  * real free (nothing else can reach it after).  The trailer says which
- * family made it and its size: a free by another family's call, or a
- * sized delete of another size (`given`; MLK_NO_SIZE for none), is
+ * family made it, its size and alignment: a free by another family's
+ * call, a sized delete of another size (`given`; MLK_NO_SIZE for none),
+ * an aligned delete of another alignment (`align`; 0 for none), is
  * recorded as misuse -- and the free goes on, as it would bare. */
-static inline __attribute__((always_inline)) int free_trailed(void *p, int call, size_t given)
+static inline __attribute__((always_inline)) int free_trailed(void *p, int call, size_t given, size_t align)
 {
     struct mlk_trailer *t = trailer(p);
     if (!t)
         return 0;
     uint64_t meta = mlk_trailer_take(t);
-    check_trailed_free(meta, call, given);
+    check_trailed_free(meta, call, given, align);
     uint64_t reserved = (uint64_t)((char *)t - (char *)p);
     mlk_trailer_uncount(meta, reserved);
     if (MLK_UNLIKELY(mlk_quarantine_cap) && !mlk_in_hook)

@@ -50,23 +50,41 @@ static void *fallback_new(size_t size)
     return p;
 }
 
-#define NEW_HOOK(mangled, kind, family, fast, params, args)                                                      \
+/* A new'd block 16 bytes longer, for its trailer: malloc's, or for an
+ * aligned new (aligned: 1) posix_memalign's at its alignment -- an
+ * alignment that is no power of two, or a block too big for an aligned
+ * trailer's size bits, is left to the C++ runtime (NULL). */
+static inline __attribute__((always_inline)) void *new_trailed(size_t size, int aligned, size_t al)
+{
+    if (!aligned)
+        return mlk_real.malloc(size + MLK_TRAILER_SIZE);
+    void *p;
+    if (!al || (al & (al - 1)) || size > MLK_TRAILER_ALIGNED_SIZE_MASK ||
+        mlk_real.posix_memalign(&p, al < sizeof(void *) ? sizeof(void *) : al, size + MLK_TRAILER_SIZE))
+        return NULL;
+    return p;
+}
+
+/* aligned: 1 for the align_val_t forms, whose alignment is `al` and whose
+ * blocks are of the aligned family (`family`, with log2 of `al`). */
+#define NEW_HOOK(mangled, kind, family, aligned, al, params, args)                                 \
     EXPORT void *mangled params                                                                    \
     {                                                                                              \
         static new_fn next;                                                                        \
         if (!READY())                                                                              \
-            return mlk_boot_alloc(size, 16);                                                           \
-        if (fast && TRAILING() && TRAILABLE(size)) {                                               \
+            return mlk_boot_alloc(size, aligned && (al) > 16 && !((al) & ((al) - 1)) ? (al) : 16);    \
+        if (TRAILING() && TRAILABLE(size)) {                                                       \
             /* Most news: one malloc.  If it fails, the C++ runtime's      \
              * new below runs the new-handler loop or throws. */           \
-            void *p = mlk_real.malloc(size + MLK_TRAILER_SIZE);                                        \
+            void *p = new_trailed(size, aligned, al);                                              \
             if (MLK_LIKELY(p != NULL)) {                                                           \
-                trailed(p, size, kind, family);                                                    \
+                trailed(p, size, kind,                                                             \
+                        aligned ? MLK_FAMILY_WITH_ALIGN(family, __builtin_ctzll(al)) : (family));  \
                 return p;                                                                          \
             }                                                                                      \
         }                                                                                          \
-        if (fast && EARLY(size)) {                                                                 \
-            void *p = mlk_early_malloc(size, 0);                                                       \
+        if (!aligned && EARLY(size)) {                                                             \
+            void *p = mlk_early_malloc(size, 0);                                                   \
             if (MLK_LIKELY(p != NULL))                                                             \
                 return p;                                                                          \
         }                                                                                          \
@@ -87,21 +105,23 @@ static void *fallback_new(size_t size)
 
 typedef struct nothrow_t nothrow_t;
 /* align_val_t is an enum of size_t: passed as a size_t. */
-NEW_HOOK(_Znwm, MLK_KIND_NEW, MLK_FAMILY_NEW, 1, (size_t size), (size))
-NEW_HOOK(_Znam, MLK_KIND_NEW, MLK_FAMILY_NEW_ARRAY, 1, (size_t size), (size))
-NEW_HOOK(_ZnwmRKSt9nothrow_t, MLK_KIND_NEW, MLK_FAMILY_NEW, 1, (size_t size, const nothrow_t *nt), (size, nt))
-NEW_HOOK(_ZnamRKSt9nothrow_t, MLK_KIND_NEW, MLK_FAMILY_NEW_ARRAY, 1, (size_t size, const nothrow_t *nt), (size, nt))
-NEW_HOOK(_ZnwmSt11align_val_t, MLK_KIND_NEW, MLK_FAMILY_NEW, 0, (size_t size, size_t al), (size, al))
-NEW_HOOK(_ZnamSt11align_val_t, MLK_KIND_NEW, MLK_FAMILY_NEW_ARRAY, 0, (size_t size, size_t al), (size, al))
-NEW_HOOK(_ZnwmSt11align_val_tRKSt9nothrow_t, MLK_KIND_NEW, MLK_FAMILY_NEW, 0, (size_t size, size_t al, const nothrow_t *nt),
-         (size, al, nt))
-NEW_HOOK(_ZnamSt11align_val_tRKSt9nothrow_t, MLK_KIND_NEW, MLK_FAMILY_NEW_ARRAY, 0, (size_t size, size_t al, const nothrow_t *nt),
-         (size, al, nt))
+#define K MLK_KIND_NEW
+NEW_HOOK(_Znwm, K, MLK_FAMILY_NEW, 0, 0, (size_t size), (size))
+NEW_HOOK(_Znam, K, MLK_FAMILY_NEW_ARRAY, 0, 0, (size_t size), (size))
+NEW_HOOK(_ZnwmRKSt9nothrow_t, K, MLK_FAMILY_NEW, 0, 0, (size_t size, const nothrow_t *nt), (size, nt))
+NEW_HOOK(_ZnamRKSt9nothrow_t, K, MLK_FAMILY_NEW_ARRAY, 0, 0, (size_t size, const nothrow_t *nt), (size, nt))
+NEW_HOOK(_ZnwmSt11align_val_t, K, MLK_FAMILY_NEW_ALIGNED, 1, al, (size_t size, size_t al), (size, al))
+NEW_HOOK(_ZnamSt11align_val_t, K, MLK_FAMILY_NEW_ARRAY_ALIGNED, 1, al, (size_t size, size_t al), (size, al))
+NEW_HOOK(_ZnwmSt11align_val_tRKSt9nothrow_t, K, MLK_FAMILY_NEW_ALIGNED, 1, al,
+         (size_t size, size_t al, const nothrow_t *nt), (size, al, nt))
+NEW_HOOK(_ZnamSt11align_val_tRKSt9nothrow_t, K, MLK_FAMILY_NEW_ARRAY_ALIGNED, 1, al,
+         (size_t size, size_t al, const nothrow_t *nt), (size, al, nt))
+#undef K
 
-/* call: MLK_CALL_DELETE or _DELETE_ARRAY; size: the sized forms' size,
- * else MLK_NO_SIZE (both for misuse.c: a block of another family, or of
- * another size, is recorded). */
-#define DELETE_HOOK(mangled, call, size, params, args)                                             \
+/* call: MLK_CALL_DELETE*; size: the sized forms' size, else MLK_NO_SIZE;
+ * al: the aligned forms' alignment, else 0 (all for misuse.c: a block of
+ * another family, size or alignment is recorded). */
+#define DELETE_HOOK(mangled, call, size, al, params, args)                                         \
     EXPORT void mangled params                                                                     \
     {                                                                                              \
         static delete_fn next;                                                                     \
@@ -109,7 +129,7 @@ NEW_HOOK(_ZnamSt11align_val_tRKSt9nothrow_t, MLK_KIND_NEW, MLK_FAMILY_NEW_ARRAY,
             return;                                                                                \
         if (!READY())                                                                              \
             return;                                                                                \
-        if (free_trailed(p, call, size)) /* the runtime's delete would only call free */           \
+        if (free_trailed(p, call, size, al)) /* the runtime's delete would only call free */       \
             return;                                                                                \
         if (MLK_UNLIKELY(!next))                                                                   \
             next = (delete_fn)next_symbol(#mangled);                                               \
@@ -128,19 +148,24 @@ NEW_HOOK(_ZnamSt11align_val_tRKSt9nothrow_t, MLK_KIND_NEW, MLK_FAMILY_NEW_ARRAY,
 
 #define D MLK_CALL_DELETE
 #define DA MLK_CALL_DELETE_ARRAY
+#define DL MLK_CALL_DELETE_ALIGNED
+#define DAL MLK_CALL_DELETE_ARRAY_ALIGNED
 #define NONE MLK_NO_SIZE
-DELETE_HOOK(_ZdlPv, D, NONE, (void *p), (p))
-DELETE_HOOK(_ZdaPv, DA, NONE, (void *p), (p))
-DELETE_HOOK(_ZdlPvm, D, n, (void *p, size_t n), (p, n))
-DELETE_HOOK(_ZdaPvm, DA, n, (void *p, size_t n), (p, n))
-DELETE_HOOK(_ZdlPvRKSt9nothrow_t, D, NONE, (void *p, const nothrow_t *nt), (p, nt))
-DELETE_HOOK(_ZdaPvRKSt9nothrow_t, DA, NONE, (void *p, const nothrow_t *nt), (p, nt))
-DELETE_HOOK(_ZdlPvSt11align_val_t, D, NONE, (void *p, size_t al), (p, al))
-DELETE_HOOK(_ZdaPvSt11align_val_t, DA, NONE, (void *p, size_t al), (p, al))
-DELETE_HOOK(_ZdlPvmSt11align_val_t, D, n, (void *p, size_t n, size_t al), (p, n, al))
-DELETE_HOOK(_ZdaPvmSt11align_val_t, DA, n, (void *p, size_t n, size_t al), (p, n, al))
-DELETE_HOOK(_ZdlPvSt11align_val_tRKSt9nothrow_t, D, NONE, (void *p, size_t al, const nothrow_t *nt), (p, al, nt))
-DELETE_HOOK(_ZdaPvSt11align_val_tRKSt9nothrow_t, DA, NONE, (void *p, size_t al, const nothrow_t *nt), (p, al, nt))
+DELETE_HOOK(_ZdlPv, D, NONE, 0, (void *p), (p))
+DELETE_HOOK(_ZdaPv, DA, NONE, 0, (void *p), (p))
+DELETE_HOOK(_ZdlPvm, D, n, 0, (void *p, size_t n), (p, n))
+DELETE_HOOK(_ZdaPvm, DA, n, 0, (void *p, size_t n), (p, n))
+DELETE_HOOK(_ZdlPvRKSt9nothrow_t, D, NONE, 0, (void *p, const nothrow_t *nt), (p, nt))
+DELETE_HOOK(_ZdaPvRKSt9nothrow_t, DA, NONE, 0, (void *p, const nothrow_t *nt), (p, nt))
+DELETE_HOOK(_ZdlPvSt11align_val_t, DL, NONE, al, (void *p, size_t al), (p, al))
+DELETE_HOOK(_ZdaPvSt11align_val_t, DAL, NONE, al, (void *p, size_t al), (p, al))
+DELETE_HOOK(_ZdlPvmSt11align_val_t, DL, n, al, (void *p, size_t n, size_t al), (p, n, al))
+DELETE_HOOK(_ZdaPvmSt11align_val_t, DAL, n, al, (void *p, size_t n, size_t al), (p, n, al))
+DELETE_HOOK(_ZdlPvSt11align_val_tRKSt9nothrow_t, DL, NONE, al, (void *p, size_t al, const nothrow_t *nt), (p, al, nt))
+DELETE_HOOK(_ZdaPvSt11align_val_tRKSt9nothrow_t, DAL, NONE, al, (void *p, size_t al, const nothrow_t *nt),
+            (p, al, nt))
 #undef D
 #undef DA
+#undef DL
+#undef DAL
 #undef NONE

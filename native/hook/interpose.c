@@ -246,7 +246,7 @@ EXPORT void free(void *p)
         return;
     if (!READY())
         return; /* cannot happen: only boot pointers exist before resolution */
-    if (free_trailed(p, MLK_CALL_FREE, MLK_NO_SIZE))
+    if (free_trailed(p, MLK_CALL_FREE, MLK_NO_SIZE, 0))
         return;
     if (before_free(p, MLK_CALL_FREE))
         mlk_real.free(p);
@@ -330,7 +330,7 @@ static void *realloc_impl(void *old, size_t size)
         int had = 0;
         if (t) {
             taken = mlk_trailer_take(t);
-            check_trailed_free(taken, MLK_CALL_REALLOC, MLK_NO_SIZE); /* a new'd block realloc'd */
+            check_trailed_free(taken, MLK_CALL_REALLOC, MLK_NO_SIZE, 0); /* a new'd block realloc'd */
         } else if (!mlk_in_hook && mlk_ever_collected && mlk_maybe_recorded(old)) {
             BEGIN_HOOK();
             had = mlk_record_take(old, &stack, &old_size);

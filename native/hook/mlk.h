@@ -49,7 +49,7 @@ MLK_HIDDEN void mlk_unlock(mlk_lock_t *l);
 MLK_HIDDEN void mlk_lock_across_fork(mlk_lock_t *l, int acquire);
 
 /* ---- segment.c: the shared memory ------------------------------------- */
-#define MLK_STACKS_CAP (1ull << 22)  /* 4M distinct stacks: 1 GiB if all used */
+#define MLK_STACKS_CAP (1ull << 21)  /* 2M distinct stacks: 512 MiB if all used (a trailer keeps 21 bits) */
 #define MLK_FRAMES_CAP (1ull << 26)  /* 64M frames: 512 MiB if all used */
 extern MLK_HIDDEN struct mlk_header *mlk_seg;  /* NULL until created */
 extern MLK_HIDDEN int mlk_seg_fd;
@@ -212,7 +212,7 @@ MLK_HIDDEN uint64_t mlk_region_reserved(uint64_t start, uint64_t len);
  * allocated 16 bytes longer).  Packed: an allocator's usable size need not
  * be a multiple of 8. */
 struct mlk_trailer {
-    uint64_t meta;   /* size << 24 | stack id; all ones below bit 24: not counted */
+    uint64_t meta;   /* size << 24 | family | stack id; all ones below bit 24: not counted (trailer_format.h) */
     uint64_t check;  /* block address ^ mlk_trailer_key: "this block has a trailer" */
 } __attribute__((packed));
 #define MLK_TRAILER_SIZE sizeof(struct mlk_trailer)
@@ -234,13 +234,17 @@ static inline struct mlk_trailer *mlk_trailer_of(void *p, size_t usable)
 /* The real malloc is glibc's (interpose.c, with mlk_trailers_possible):
  * a pointer about to be freed is then read as glibc's free reads it. */
 extern MLK_HIDDEN int mlk_glibc_heap;
+extern void *__curbrk; /* glibc's program break (sbrk's), exported by libc */
 /* The usable size of glibc chunk p from its header alone -- the checks
  * glibc's free makes before it reads anything else (alignment, a size
- * that wraps or is too small, an mmapped chunk not on page boundaries),
- * and 0 when they fail: a pointer glibc would call invalid is never read
- * further.  Unlike glibc's malloc_usable_size, it does not read the next
- * chunk, and a freed chunk keeps its size (so its trailer, marked freed,
- * can be found: misuse.c). */
+ * that wraps or is too small, an mmapped chunk not on page boundaries,
+ * a main-arena chunk below the break that would end past it), and 0 when
+ * they fail: a pointer glibc would call invalid is never read further
+ * (the last check is ours: the word before a pointer into a block's
+ * middle is the program's data, and a "size" read from it must not send
+ * the trailer's read off the heap).  Unlike glibc's malloc_usable_size,
+ * it does not read the next chunk, and a freed chunk keeps its size (so
+ * its trailer, marked freed, can be found: misuse.c). */
 static inline size_t mlk_glibc_usable(const void *p)
 {
     uint64_t a = (uint64_t)p, field = ((const uint64_t *)p)[-1], size = field & ~7ull;
@@ -250,6 +254,9 @@ static inline size_t mlk_glibc_usable(const void *p)
         uint64_t before = ((const uint64_t *)p)[-2];
         return ((a - 16 - before) | (before + size)) & 4095 ? 0 : size - 16;
     }
+    uint64_t brk = (uint64_t)__curbrk;
+    if (MLK_UNLIKELY(!(field & 4) && a < brk && a - 16 + size > brk)) /* NON_MAIN_ARENA clear */
+        return 0;
     return size - 8;
 }
 MLK_HIDDEN void mlk_trailers_enable(void);
@@ -282,8 +289,9 @@ MLK_HIDDEN uint32_t mlk_current_stack(int kind); /* the caller's stack id, or ML
 /* ---- misuse.c: misuse of the allocator, recorded for the reports ----- */
 #define MLK_NO_SIZE SIZE_MAX /* a free that gives no size */
 /* The free of a block with a trailer (taken: its meta word) by `call`
- * (MLK_CALL_*), `given` its sized delete's size: a mismatch is recorded. */
-MLK_HIDDEN void mlk_misuse_trailed(uint64_t meta, int call, size_t given);
+ * (MLK_CALL_*), `given` its sized delete's size, `align` its aligned
+ * delete's alignment (0: none): a mismatch is recorded. */
+MLK_HIDDEN void mlk_misuse_trailed(uint64_t meta, int call, size_t given, size_t align);
 /* The free of a pointer with no trailer and in no table: a double free or
  * an invalid one is recorded; 1 when the free must not go on (misuse=hold). */
 MLK_HIDDEN int mlk_misuse_untrailed(void *p, int call);

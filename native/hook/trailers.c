@@ -222,7 +222,10 @@ int mlk_trailer_write(void *p, size_t usable, uint64_t size, uint32_t stack, int
 {
     struct mlk_trailer *t = mlk_trailer_at(p, usable);
     int counted = stack < UNCOUNTED && size < MAX_COUNTED_SIZE;
-    t->meta = counted ? size << TRAILER_STACK_BITS | (uint64_t)family << MLK_TRAILER_FAMILY_SHIFT | stack
+    /* An aligned family carries log2 of its alignment above its bits
+     * (MLK_FAMILY_WITH_ALIGN); its hook keeps its size within their 34. */
+    t->meta = counted ? size << TRAILER_STACK_BITS | (uint64_t)(family & 7) << MLK_TRAILER_FAMILY_SHIFT |
+                            (uint64_t)(family >> 3) << MLK_TRAILER_ALIGN_SHIFT | stack
                       : UNCOUNTED;
     t->check = (uint64_t)p ^ mlk_trailer_key;
     if (counted) {
@@ -256,7 +259,7 @@ void mlk_trailer_uncount(uint64_t meta, uint64_t reserved)
      * its own, which must not touch the parent's. */
     if (stack == UNCOUNTED || MLK_UNLIKELY(!mlk_ever_collected))
         return;
-    uint64_t size = meta >> TRAILER_STACK_BITS;
+    uint64_t size = mlk_trailer_size_of(meta);
     uint64_t slack = slack_of(reserved, size);
     /* A free inside our own code can only be a signal handler's that
      * interrupted a hook of this thread -- which may hold this thread's

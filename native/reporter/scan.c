@@ -123,7 +123,7 @@ struct scan {
 static void add_block(struct scan *s, uint64_t start, uint64_t trailer, uint64_t meta)
 {
     uint32_t stack = mlk_trailer_stack_of(meta);
-    uint64_t size = meta >> TRAILER_STACK_BITS;
+    uint64_t size = stack == UNCOUNTED ? meta >> TRAILER_STACK_BITS : mlk_trailer_size_of(meta);
     if (meta == MLK_TRAILER_OURS_META)
         stack = OURS;
     if (stack == UNCOUNTED && (meta & MLK_TRAILER_SIZED) && (size & MLK_TRAILER_SIZE_MASK) <= trailer - start)

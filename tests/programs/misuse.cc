@@ -9,13 +9,22 @@
 //             tcache 2")
 //   invalid   free() of a local and of a global: glibc aborts ("free():
 //             invalid pointer")
-//   survive   double, invalid and a realloc of a freed block, one after the
-//             other: bare, the first aborts; under misuse=hold it lives on
+//   interior  free() of a pointer 8 bytes into a block: glibc aborts
+//             ("free(): invalid pointer")
+//   aligned   an aligned new's block deleted unaligned (x2), a new'd one
+//             deleted aligned, a 64-aligned one deleted as 32-aligned, an
+//             aligned new[]'s deleted as one, and a class with alignas(64)
+//             made and deleted right (no misuse): glibc lets all pass
+//   survive   double, invalid, interior and a realloc of a freed block,
+//             one after the other: bare, the first aborts; under
+//             misuse=hold it lives on
 // Each step prints a line before it, so a bare run's output stops where
 // glibc aborted.
 #include <cstdio>
 #include <cstdlib>
+#include <cstdint>
 #include <cstring>
+#include <new>
 
 static char global_buffer[64];
 
@@ -59,6 +68,24 @@ __attribute__((noinline)) static char *site_alloc_realloced_freed() { return kee
 __attribute__((noinline)) static void site_free_before_realloc(char *p) { free(keep(p)); }
 __attribute__((noinline)) static char *site_realloc_freed(char *p) { return keep(static_cast<char *>(realloc(p, 400))); }
 
+__attribute__((noinline)) static char *site_alloc_for_interior() { return keep(static_cast<char *>(malloc(100))); }
+__attribute__((noinline)) static void site_free_interior(char *p, int offset) { free(keep(p + offset)); }
+
+struct alignas(64) Wide {
+    char bytes[100];
+};
+static const std::align_val_t A64 = std::align_val_t(64), A32 = std::align_val_t(32);
+__attribute__((noinline)) static void *site_aligned_new() { return keep(operator new(100, A64)); }
+__attribute__((noinline)) static void site_delete_unaligned(void *p) { operator delete(keep(p)); }
+__attribute__((noinline)) static void *site_plain_new() { return keep(operator new(40)); }
+__attribute__((noinline)) static void site_delete_aligned(void *p) { operator delete(keep(p), A32); }
+__attribute__((noinline)) static void *site_aligned_new_64() { return keep(operator new(200, A64)); }
+__attribute__((noinline)) static void site_delete_as_32(void *p) { operator delete(keep(p), A32); }
+__attribute__((noinline)) static void *site_aligned_new_array() { return keep(operator new[](48, A64)); }
+__attribute__((noinline)) static void site_delete_array_as_one_aligned(void *p) { operator delete(keep(p), A64); }
+__attribute__((noinline)) static Wide *site_new_wide() { return keep(new Wide()); }
+__attribute__((noinline)) static void site_delete_wide(Wide *w) { delete keep(w); }
+
 static void say(const char *what)
 {
     printf("%s\n", what);
@@ -95,6 +122,31 @@ static void invalid()
     say("invalid: lived on");
 }
 
+static void interior()
+{
+    char *p = site_alloc_for_interior();
+    memset(p, 'A', 100);
+    say("interior: 8 bytes in");
+    site_free_interior(p, 8);
+    say("interior: 16 bytes in");
+    site_free_interior(p, 16);
+    say("interior: lived on");
+    free(p);
+}
+
+static void aligned()
+{
+    for (int i = 0; i < 2; i++)
+        site_delete_unaligned(site_aligned_new());
+    site_delete_aligned(site_plain_new());
+    site_delete_as_32(site_aligned_new_64());
+    site_delete_array_as_one_aligned(site_aligned_new_array());
+    Wide *w = site_new_wide();
+    printf("aligned: %s\n", reinterpret_cast<uintptr_t>(w) % 64 ? "misaligned" : "64-aligned");
+    site_delete_wide(w);
+    say("aligned: done");
+}
+
 static void realloc_freed()
 {
     char *p = site_alloc_realloced_freed();
@@ -113,9 +165,14 @@ int main(int argc, char **argv)
         twice();
     } else if (!strcmp(what, "invalid")) {
         invalid();
+    } else if (!strcmp(what, "interior")) {
+        interior();
+    } else if (!strcmp(what, "aligned")) {
+        aligned();
     } else if (!strcmp(what, "survive")) {
         twice();
         invalid();
+        interior();
         realloc_freed();
     }
     say("end");

@@ -427,6 +427,21 @@ int mlk_custom_pool_exists(const void *anchor)
     return found;
 }
 
+int mlk_custom_block_at(const void *addr, uint32_t *stack, uint64_t *size)
+{
+    int what = 0;
+    if (!__atomic_load_n(&table.used, __ATOMIC_RELAXED))
+        return 0; /* the program announced none: the common case, without the lock */
+    LOCKED({
+        struct node *n = find((uint64_t)addr);
+        if (n) {
+            what = n->pool ? MLK_WHERE_POOL_CHUNK : MLK_WHERE_CUSTOM_BLOCK;
+            *stack = n->stack, *size = n->size;
+        }
+    });
+    return what;
+}
+
 void mlk_custom_lock_for_fork(int acquire)
 {
     mlk_lock_across_fork(&lock, acquire);

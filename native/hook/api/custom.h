@@ -21,5 +21,8 @@ MLK_HIDDEN void mlk_custom_pool_trim(const void *anchor, const void *addr, size_
 MLK_HIDDEN void mlk_custom_pool_move(const void *from, const void *to);
 MLK_HIDDEN void mlk_custom_pool_change(const void *anchor, const void *from, const void *to, size_t size);
 MLK_HIDDEN int mlk_custom_pool_exists(const void *anchor);
+/* Whether addr starts a live block of the program's own: MLK_WHERE_POOL_CHUNK,
+ * MLK_WHERE_CUSTOM_BLOCK (its stack and size then set), or 0. */
+MLK_HIDDEN int mlk_custom_block_at(const void *addr, uint32_t *stack, uint64_t *size);
 
 #endif
