@@ -2,13 +2,12 @@
  * (native/hook/trailers.c, struct mlk_trailer in mlk.h), read from the stopped
  * program by the reachability scan (native/reporter/scan.c).  A trailer is
  * a block's last 16 usable bytes, two words:
- *   meta  = size << MLK_TRAILER_STACK_BITS | family << MLK_TRAILER_FAMILY_SHIFT
- *           | stack id, for a counted block (family: the call that made it,
- *           MLK_FAMILY_*, three bits; stack ids are below 2^21,
- *           MLK_STACKS_CAP); an aligned new's block keeps log2 of its
- *           alignment in the top six bits (MLK_TRAILER_ALIGN_SHIFT), its
- *           size in the 34 below (up to 16 GiB: a bigger one is not
- *           trailed) -- mlk_trailer_size_of reads either;
+ *   meta  = log2 alignment << MLK_TRAILER_ALIGN_SHIFT | size << MLK_TRAILER_STACK_BITS
+ *           | family << MLK_TRAILER_FAMILY_SHIFT | stack id, for a counted
+ *           block (family: the call that made it, MLK_FAMILY_*, three
+ *           bits; stack ids are below 2^21, MLK_STACKS_CAP; size: 34 bits,
+ *           a block is trailed only below MLK_TRAILED_SIZE_MAX; log2 of an
+ *           aligned new's alignment in the top six bits, else 0);
  *           for a block not counted, the stack bits are all set
  *           (MLK_TRAILER_UNCOUNTED) and
  *             bit 63 set (MLK_TRAILER_OURS_META): libmtrace's own block;
@@ -35,10 +34,12 @@
 #define MLK_FAMILY_NEW_ALIGNED 3       /* operator new(size, align_val_t): its delete */
 #define MLK_FAMILY_NEW_ARRAY_ALIGNED 4 /* operator new[](size, align_val_t): its delete[] */
 #define MLK_TRAILER_ALIGN_SHIFT 58
-#define MLK_TRAILER_ALIGNED_SIZE_MASK ((1ull << (MLK_TRAILER_ALIGN_SHIFT - MLK_TRAILER_STACK_BITS)) - 1)
-/* What the hook hands mlk_trailer_write as an aligned block's family: the
- * family with log2 of the alignment above its three bits. */
-#define MLK_FAMILY_WITH_ALIGN(family, log2) ((family) | (log2) << 3)
+#define MLK_TRAILED_SIZE_MAX (1ull << (MLK_TRAILER_ALIGN_SHIFT - MLK_TRAILER_STACK_BITS)) /* 16 GiB */
+/* A counted block's meta bits besides its size and stack: its family and
+ * log2 of its alignment (0 but for aligned new) -- a constant in most
+ * hooks, so that writing a trailer costs one OR for them. */
+#define MLK_TRAILER_TAG(family, log2) \
+    ((uint64_t)(family) << MLK_TRAILER_FAMILY_SHIFT | (uint64_t)(log2) << MLK_TRAILER_ALIGN_SHIFT)
 #define MLK_TRAILER_FREED 0x6d6c6b6672656564ull
 
 #include <stdint.h>
@@ -64,8 +65,7 @@ static inline int mlk_family_is_aligned(uint32_t family)
 /* A counted block's size. */
 static inline uint64_t mlk_trailer_size_of(uint64_t meta)
 {
-    uint64_t size = meta >> MLK_TRAILER_STACK_BITS;
-    return mlk_family_is_aligned(mlk_trailer_family_of(meta)) ? size & MLK_TRAILER_ALIGNED_SIZE_MASK : size;
+    return (meta >> MLK_TRAILER_STACK_BITS) & (MLK_TRAILED_SIZE_MAX - 1);
 }
 
 /* A counted block's alignment: an aligned new's, else 0. */

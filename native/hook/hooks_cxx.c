@@ -52,14 +52,13 @@ static void *fallback_new(size_t size)
 
 /* A new'd block 16 bytes longer, for its trailer: malloc's, or for an
  * aligned new (aligned: 1) posix_memalign's at its alignment -- an
- * alignment that is no power of two, or a block too big for an aligned
- * trailer's size bits, is left to the C++ runtime (NULL). */
+ * alignment that is no power of two is left to the C++ runtime (NULL). */
 static inline __attribute__((always_inline)) void *new_trailed(size_t size, int aligned, size_t al)
 {
     if (!aligned)
         return mlk_real.malloc(size + MLK_TRAILER_SIZE);
     void *p;
-    if (!al || (al & (al - 1)) || size > MLK_TRAILER_ALIGNED_SIZE_MASK ||
+    if (!al || (al & (al - 1)) ||
         mlk_real.posix_memalign(&p, al < sizeof(void *) ? sizeof(void *) : al, size + MLK_TRAILER_SIZE))
         return NULL;
     return p;
@@ -79,7 +78,7 @@ static inline __attribute__((always_inline)) void *new_trailed(size_t size, int 
             void *p = new_trailed(size, aligned, al);                                              \
             if (MLK_LIKELY(p != NULL)) {                                                           \
                 trailed(p, size, kind,                                                             \
-                        aligned ? MLK_FAMILY_WITH_ALIGN(family, __builtin_ctzll(al)) : (family));  \
+                        MLK_TRAILER_TAG(family, aligned ? __builtin_ctzll(al) : 0));               \
                 return p;                                                                          \
             }                                                                                      \
         }                                                                                          \

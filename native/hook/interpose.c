@@ -194,7 +194,7 @@ EXPORT void *malloc(size_t size)
     if (TRAILING() && TRAILABLE(size)) {
         void *p = mlk_real.malloc(size + MLK_TRAILER_SIZE);
         if (p)
-            trailed(p, size, MLK_KIND_MALLOC, MLK_FAMILY_MALLOC);
+            trailed(p, size, MLK_KIND_MALLOC, MALLOC_TAG);
         return p;
     }
     if (EARLY(size))
@@ -295,7 +295,7 @@ EXPORT void *calloc(size_t n, size_t size)
     if (TRAILING() && !__builtin_mul_overflow(n, size, &total) && TRAILABLE(total)) {
         void *p = mlk_real.calloc(1, total + MLK_TRAILER_SIZE);
         if (p)
-            trailed(p, total, MLK_KIND_MALLOC, MLK_FAMILY_MALLOC);
+            trailed(p, total, MLK_KIND_MALLOC, MALLOC_TAG);
         return p;
     }
     if (EARLY(0) && !__builtin_mul_overflow(n, size, &total) && TRAILABLE(total))
@@ -356,7 +356,7 @@ static void *realloc_impl(void *old, size_t size)
     }
     if (p) {
         if (trailing)
-            trailed(p, size, MLK_KIND_MALLOC, MLK_FAMILY_MALLOC);
+            trailed(p, size, MLK_KIND_MALLOC, MALLOC_TAG);
         else if (early)
             mlk_trailer_write_uncounted(p, mlk_real.malloc_usable_size(p), size, mlk_in_hook);
         else
@@ -398,7 +398,7 @@ EXPORT int posix_memalign(void **out, size_t align, size_t size)
     if (TRAILING() && TRAILABLE(size)) {
         int r = mlk_real.posix_memalign(out, align, size + MLK_TRAILER_SIZE);
         if (r == 0)
-            trailed(*out, size, MLK_KIND_MALLOC, MLK_FAMILY_MALLOC);
+            trailed(*out, size, MLK_KIND_MALLOC, MALLOC_TAG);
         return r;
     }
     int r = mlk_real.posix_memalign(out, align, size);
@@ -415,7 +415,7 @@ EXPORT int posix_memalign(void **out, size_t align, size_t size)
         if (TRAILING() && TRAILABLE(size)) {                                                       \
             void *p = mlk_real.trailed_call;                                                           \
             if (p)                                                                                 \
-                trailed(p, size_expr, MLK_KIND_MALLOC, MLK_FAMILY_MALLOC);                                            \
+                trailed(p, size_expr, MLK_KIND_MALLOC, MALLOC_TAG);                                            \
             return p;                                                                              \
         }                                                                                          \
         void *p = mlk_real.call;                                                                       \

@@ -272,7 +272,7 @@ int mlk_misuse_untrailed(void *p, int call)
         return 0;
     /* The hook already read p's usable size this way (to look for a
      * trailer): reading it again reads nothing new. */
-    size_t usable = mlk_glibc_heap ? mlk_glibc_usable(p) : mlk_real.malloc_usable_size(p);
+    size_t usable = block_usable(p);
     struct seen s = {.call = call, .family = 255, .alloc_stack = MLK_NO_STACK, .first_free = MLK_NO_STACK};
     if (usable >= MLK_TRAILER_SIZE) {
         struct mlk_trailer *t = mlk_trailer_at(p, usable);

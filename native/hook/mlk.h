@@ -212,7 +212,7 @@ MLK_HIDDEN uint64_t mlk_region_reserved(uint64_t start, uint64_t len);
  * allocated 16 bytes longer).  Packed: an allocator's usable size need not
  * be a multiple of 8. */
 struct mlk_trailer {
-    uint64_t meta;   /* size << 24 | family | stack id; all ones below bit 24: not counted (trailer_format.h) */
+    uint64_t meta;   /* alignment, size << 24, family, stack id; all ones below bit 24: not counted (trailer_format.h) */
     uint64_t check;  /* block address ^ mlk_trailer_key: "this block has a trailer" */
 } __attribute__((packed));
 #define MLK_TRAILER_SIZE sizeof(struct mlk_trailer)
@@ -234,29 +234,27 @@ static inline struct mlk_trailer *mlk_trailer_of(void *p, size_t usable)
 /* The real malloc is glibc's (interpose.c, with mlk_trailers_possible):
  * a pointer about to be freed is then read as glibc's free reads it. */
 extern MLK_HIDDEN int mlk_glibc_heap;
-extern void *__curbrk; /* glibc's program break (sbrk's), exported by libc */
 /* The usable size of glibc chunk p from its header alone -- the checks
  * glibc's free makes before it reads anything else (alignment, a size
- * that wraps or is too small, an mmapped chunk not on page boundaries,
- * a main-arena chunk below the break that would end past it), and 0 when
- * they fail: a pointer glibc would call invalid is never read further
- * (the last check is ours: the word before a pointer into a block's
- * middle is the program's data, and a "size" read from it must not send
- * the trailer's read off the heap).  Unlike glibc's malloc_usable_size,
- * it does not read the next chunk, and a freed chunk keeps its size (so
- * its trailer, marked freed, can be found: misuse.c). */
+ * that wraps or is too small, an mmapped chunk not on page boundaries),
+ * and 0 when they fail: a pointer glibc would call invalid is never read
+ * further.  One check is ours: a chunk of 1 TiB or more is none --
+ * the word before a pointer into a block's middle is the program's data
+ * (text, a pointer, a double all read as sizes far past that), and the
+ * trailer's read must not follow it off the heap.  Unlike glibc's
+ * malloc_usable_size, it does not read the next chunk, and a freed chunk
+ * keeps its size (so its trailer, marked freed, can be found: misuse.c). */
+#define MLK_CHUNK_SIZE_MAX (1ull << 40)
 static inline size_t mlk_glibc_usable(const void *p)
 {
     uint64_t a = (uint64_t)p, field = ((const uint64_t *)p)[-1], size = field & ~7ull;
-    if (MLK_UNLIKELY(((a | size) & 15) || size < 32 || a - 16 > -size))
+    /* size < 32 or >= the bound: one unsigned compare */
+    if (MLK_UNLIKELY(((a | size) & 15) || size - 32 >= MLK_CHUNK_SIZE_MAX - 32 || a - 16 > -size))
         return 0;
     if (MLK_UNLIKELY(field & 2)) { /* IS_MMAPPED: prev_size is the offset from the mapping's start */
         uint64_t before = ((const uint64_t *)p)[-2];
         return ((a - 16 - before) | (before + size)) & 4095 ? 0 : size - 16;
     }
-    uint64_t brk = (uint64_t)__curbrk;
-    if (MLK_UNLIKELY(!(field & 4) && a < brk && a - 16 + size > brk)) /* NON_MAIN_ARENA clear */
-        return 0;
     return size - 8;
 }
 MLK_HIDDEN void mlk_trailers_enable(void);
@@ -268,8 +266,9 @@ MLK_HIDDEN void mlk_trailers_decide_early(int allocator_has_usable_size);
 MLK_HIDDEN void mlk_trailer_write_uncounted(void *p, size_t usable, size_t size, int ours);
 MLK_HIDDEN int mlk_trailers_possible(void);  /* interpose.c: the allocator allows them */
 /* Writes p's trailer and counts the block for `stack` (MLK_NO_STACK: not
- * counted); 0 if it could not be counted. */
-MLK_HIDDEN int mlk_trailer_write(void *p, size_t usable, uint64_t size, uint32_t stack, int family);
+ * counted), tag its family and alignment (MLK_TRAILER_TAG); 0 if it could
+ * not be counted. */
+MLK_HIDDEN int mlk_trailer_write(void *p, size_t usable, uint64_t size, uint32_t stack, uint64_t tag);
 /* Marks the block freed (its trailer no longer says "ours", but "ours,
  * freed": misuse.c finds a second free by it) and returns what
  * mlk_trailer_uncount needs; restore re-marks it (a realloc that failed). */
@@ -307,8 +306,8 @@ MLK_HIDDEN void mlk_quarantine_put(void *p, uint64_t bytes);
 MLK_HIDDEN int mlk_quarantine_holds(void *p, uint32_t *free_stack);
 MLK_HIDDEN void mlk_quarantine_lock_for_fork(int acquire);
 
-/* family: MLK_FAMILY_*, the call that made it (what must free it) */
-MLK_HIDDEN void mlk_record_trailed(void *p, size_t usable, size_t size, int kind, int family);
+/* tag: MLK_TRAILER_TAG, the family (the call that made it: what must free it) and alignment */
+MLK_HIDDEN void mlk_record_trailed(void *p, size_t usable, size_t size, int kind, uint64_t tag);
 MLK_HIDDEN int mlk_record_free(void *p); /* 1: it was recorded */
 /* realloc: forget p's block but return its stack and size (1 if tracked) ... */
 MLK_HIDDEN int mlk_record_take(void *p, uint32_t *stack, uint64_t *size);

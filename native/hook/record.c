@@ -63,7 +63,7 @@ void mlk_record_alloc(void *p, size_t size, int kind)
         dropped_block();
 }
 
-void mlk_record_trailed(void *p, size_t usable, size_t size, int kind, int family)
+void mlk_record_trailed(void *p, size_t usable, size_t size, int kind, uint64_t tag)
 {
     /* The trailer is written even without a stack: it is what tells the
      * free that the block is ours. */
@@ -74,7 +74,7 @@ void mlk_record_trailed(void *p, size_t usable, size_t size, int kind, int famil
         return;
     }
     uint32_t id = current_stack(kind);
-    if (!mlk_trailer_write(p, usable, size, id, family) && id != MLK_NO_STACK)
+    if (!mlk_trailer_write(p, usable, size, id, tag) && id != MLK_NO_STACK)
         dropped_block(); /* a size or stack id beyond what a trailer holds */
 }
 

@@ -41,7 +41,7 @@
 
 #define TRAILER_STACK_BITS MLK_TRAILER_STACK_BITS /* the format: trailer_format.h */
 #define UNCOUNTED MLK_TRAILER_UNCOUNTED
-#define MAX_COUNTED_SIZE (1ull << (64 - TRAILER_STACK_BITS))
+#define MAX_COUNTED_SIZE MLK_TRAILED_SIZE_MAX
 #define THREAD_LOCKS 64
 #define FLAG_SLOTS 512
 
@@ -218,15 +218,11 @@ static inline uint64_t slack_of(uint64_t reserved, uint64_t size)
     return (reserved > floor ? reserved : floor) - size;
 }
 
-int mlk_trailer_write(void *p, size_t usable, uint64_t size, uint32_t stack, int family)
+int mlk_trailer_write(void *p, size_t usable, uint64_t size, uint32_t stack, uint64_t tag)
 {
     struct mlk_trailer *t = mlk_trailer_at(p, usable);
     int counted = stack < UNCOUNTED && size < MAX_COUNTED_SIZE;
-    /* An aligned family carries log2 of its alignment above its bits
-     * (MLK_FAMILY_WITH_ALIGN); its hook keeps its size within their 34. */
-    t->meta = counted ? size << TRAILER_STACK_BITS | (uint64_t)(family & 7) << MLK_TRAILER_FAMILY_SHIFT |
-                            (uint64_t)(family >> 3) << MLK_TRAILER_ALIGN_SHIFT | stack
-                      : UNCOUNTED;
+    t->meta = counted ? size << TRAILER_STACK_BITS | tag | stack : UNCOUNTED;
     t->check = (uint64_t)p ^ mlk_trailer_key;
     if (counted) {
         uint32_t *busy = update_begin();
