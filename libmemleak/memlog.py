@@ -52,6 +52,10 @@ class Misuse:
     given_align: int | None = None  # ... and the one the delete gave (0: none)
 
 
+# How a report's `quarantine` header begins when quarantine= was asked for
+# and could not start.
+QUARANTINE_REFUSED = "not started"
+
 # What valgrind says of each misuse (memcheck's words), for people.
 MISUSE_WORDS = {
     "double-free": "Invalid free() / delete / delete[] / realloc()",

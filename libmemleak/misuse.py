@@ -6,7 +6,7 @@ misuse= entries and header lines (docs/memlog.md)."""
 from typing import NamedTuple
 
 from libmemleak.layout import CONST
-from libmemleak.memlog import Misuse, misuse_fields
+from libmemleak.memlog import QUARANTINE_REFUSED, Misuse, misuse_fields
 
 KINDS = {CONST["MLK_MISUSE_DOUBLE_FREE"]: "double-free", CONST["MLK_MISUSE_INVALID_FREE"]: "invalid-free",
          CONST["MLK_MISUSE_MISMATCH"]: "mismatch", CONST["MLK_MISUSE_SIZE"]: "size-mismatch",
@@ -96,12 +96,17 @@ def entries_text(recs, lines_of):
 
 def header_lines(header, tracking, sampled):
     """What every report says of misuse: checked or not, and why not; how
-    many were seen since collection started."""
+    many were seen since collection started; the quarantine's state."""
     mode = MODES.get(header.misuse_mode, "report")
+    refused = []
+    if header.quarantine_refused:
+        refused = [("quarantine", f"{QUARANTINE_REFUSED}: quarantine={min(header.quarantine_refused, 1 << 62)} "
+                                  "was asked for, but it needs blocks with trailers and misuse checks (not with "
+                                  "sample=, track=table or misuse=no): double frees after reuse are not caught")]
     if mode == "no":
-        return [("misuse", "not checked (MEMLEAK_CONFIG misuse=no)")]
+        return [("misuse", "not checked (MEMLEAK_CONFIG misuse=no)")] + refused
     if tracking != "trailers" or sampled:
-        return [("misuse", "not checked (it reads the blocks' trailers: not with sample= or track=table)")]
+        return [("misuse", "not checked (it reads the blocks' trailers: not with sample= or track=table)")] + refused
     said = [f"{min(header.misuse_total, 1 << 62)} seen since collection started"]
     if mode == "hold":
         said.append("(misuse=hold: bad frees kept from the allocator)")

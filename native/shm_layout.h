@@ -454,6 +454,9 @@ struct mlk_header {
      * bytes (0: none), quarantine_held of them now. */
     uint64_t quarantine_cap;
     uint64_t quarantine_held;
+    /* quarantine= asked for but not started (no trailers, or misuse=no):
+     * the bytes asked for, so that every report says so. */
+    uint64_t quarantine_refused;
     struct mlk_misuse misuse[256]; /* MLK_MISUSE_MAX */
 };
 

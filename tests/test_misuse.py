@@ -155,11 +155,17 @@ def test_aligned_new_deleted_unaligned_or_with_another_alignment_is_named(tmp_pa
 
 
 def test_misuse_no_checks_nothing_and_says_so(tmp_path):
-    rc, out, err, final = run(tmp_path, "mismatch", config="misuse=no")
+    """A quarantine asked for cannot start without the checks: every report,
+    `report` and `check` say so (not only the warning on stderr)."""
+    rc, out, err, final = run(tmp_path, "mismatch", config="misuse=no,quarantine=1048576")
     assert rc == 0 and final.misuse == []
     assert final.header["misuse"] == "not checked (MEMLEAK_CONFIG misuse=no)"
+    assert final.header["quarantine"].startswith("not started: quarantine=1048576 was asked for")
+    assert "quarantine= is ignored" in err
     gate = cli("check", "--max-misuse", "0", tmp_path)
     assert gate.returncode == 1 and "not checked" in gate.stdout
+    assert "note: quarantine not started" in gate.stdout
+    assert "quarantine: not started" in cli("report", tmp_path).stdout
 
 
 VALGRIND_ERROR = re.compile(r"^==\d+== (Invalid free\(\) / delete / delete\[\] / realloc\(\)|"

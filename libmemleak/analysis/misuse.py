@@ -5,7 +5,7 @@ times it happened, and valgrind's words for it."""
 import re
 from dataclasses import dataclass
 
-from libmemleak.memlog import MISUSE_WORDS
+from libmemleak.memlog import MISUSE_WORDS, QUARANTINE_REFUSED
 
 WHERE_WORDS = {"stack": "on the thread's stack", "global": "in a module's data (a global or static)",
                "not-a-block": "not the start of any heap block",
@@ -89,6 +89,12 @@ def partly_checked(series):
     last = series.reports[-1].header.get("misuse", "") if series.reports else ""
     parts = re.findall(r"\(not checked: ([^()]*)\)", last)
     return "; ".join(parts) if parts else None
+
+
+def quarantine_refused(series):
+    """What the reports say of a quarantine asked for and not started, or None."""
+    last = series.reports[-1].header.get("quarantine", "") if series.reports else ""
+    return last if last.startswith(QUARANTINE_REFUSED) else None
 
 
 def not_checked(series):

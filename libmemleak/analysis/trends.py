@@ -114,6 +114,7 @@ class Analysis:
     # frequent first; why it was not checked, if it was not.
     misuse: list = field(default_factory=list)
     misuse_unchecked: str | None = None
+    quarantine_refused: str | None = None  # quarantine= asked for, not started: why
     live_slack: int | None = None      # the last report's live-slack (None: not measured)
     # Where its resident memory went (analysis/memory.Memory), at the first
     # and the last report that measured it (None: none did).
@@ -272,6 +273,7 @@ def analyse(series, group_by="stack", alloc_fns=None, fold=True):
     a.fds_before = int(before.split()[0]) if before.split() and before.split()[0].isdigit() else 0
     from libmemleak.analysis import misuse  # noqa: it reads the reports' misuse entries only
     a.misuse, a.misuse_unchecked = misuse.of_series(series), misuse.not_checked(series)
+    a.quarantine_refused = misuse.quarantine_refused(series)
     partly = misuse.partly_checked(series)
     if partly:
         a.notes.append(f"misuse of the allocator not checked for {partly}")

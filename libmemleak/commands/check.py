@@ -148,6 +148,8 @@ def run(args):
             failed |= _held_over(name, a, kind, limit, s.executable)
         if args.max_misuse is not None:
             failed |= _misuse_over(name, a, args.max_misuse, s.executable)
+        if a.quarantine_refused:  # asked for and not had: said whatever the limits
+            print(f"{name}: note: quarantine {a.quarantine_refused}")
     if any(not s.complete for s in series):
         return EXIT_BAD_INPUT  # a gap in the reports: the totals judged would be wrong
     if say_blind("check", series):

@@ -129,6 +129,8 @@ def _write_resources(out, a, all_stacks, top, full_names, frames):
 def _write_misuse(out, a, top, full_names, frames):
     """Misuse of the allocator, valgrind's words first, with the misusing
     call's stack and the block's allocation stack."""
+    if a.quarantine_refused:
+        out.write(f"  quarantine: {a.quarantine_refused}\n")
     if a.misuse_unchecked:
         out.write(f"  allocator misuse: not checked ({a.misuse_unchecked})\n")
         return

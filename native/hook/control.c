@@ -246,9 +246,11 @@ int mlk_start_collecting(void)
      * the misuse checks must be on to hold a held block's second free. */
     if (mlk_trailers_in_use() && mlk_config.misuse != MLK_MISUSE_OFF)
         mlk_quarantine_start(mlk_config.quarantine);
-    else if (mlk_config.quarantine)
+    else if (mlk_config.quarantine) {
+        mlk_seg->quarantine_refused = mlk_config.quarantine;
         mlk_warn("quarantine= is ignored: it needs blocks with trailers and misuse checks ",
                  "(not with sample=, track=table or misuse=no)", "");
+    }
     /* glibc's smallest chunk: 32 bytes, 24 of them usable (trailers.c). */
     mlk_slack_floor = mlk_glibc_heap ? 24 : 0;
     mlk_seg->slack_floor = mlk_slack_floor;
