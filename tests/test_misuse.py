@@ -308,3 +308,25 @@ def test_quarantine_catches_a_double_free_after_the_memory_was_reused(tmp_path):
                             env=BARE_ENV, timeout=300).stderr
         invalid = vg[vg.index("Invalid free()"):]
         assert invalid.index("site_second_free") < invalid.index("site_first_free") < invalid.index("site_alloc")
+
+
+def test_quarantine_holds_a_reallocs_old_block_and_names_a_free_of_it(tmp_path):
+    """reallocfree.c frees a block by its pointer from before a realloc:
+    bare, glibc grew it in place and the free freed the live block, nothing
+    said.  Under quarantine= the realloc moves and holds the old block (as
+    valgrind's does): the free is named with the realloc as its first free,
+    and valgrind names the same three sites."""
+    prog = compile_program("reallocfree.c")
+    p = subprocess.run(cli_argv("run", "-q", "--config", "quarantine=1048576", prog), cwd=tmp_path,
+                       env=CLI_ENV, capture_output=True, text=True, timeout=120)
+    assert (p.returncode, p.stderr) == (0, "")
+    assert p.stdout == 'moved 1, kept "kept across the realloc"\nend\n'  # the contents came along
+    [final] = [memlog_read(f) for f in tmp_path.glob("reallocfree-*.memlog")]
+    [m] = final.misuse
+    assert (m.kind, m.call, m.times, m.size) == ("double-free", "free", 1, 100)
+    assert (site(m.frames), site(m.alloc_frames), site(m.freed_frames)) == \
+        ("site_free_old", "site_alloc", "site_grow")
+    if shutil.which("valgrind"):
+        vg = subprocess.run(["valgrind", prog], capture_output=True, text=True, env=BARE_ENV, timeout=300).stderr
+        invalid = vg[vg.index("Invalid free()"):]
+        assert invalid.index("site_free_old") < invalid.index("site_grow") < invalid.index("site_alloc")

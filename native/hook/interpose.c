@@ -305,6 +305,23 @@ EXPORT void *calloc(size_t n, size_t size)
     return p;
 }
 
+/* realloc of a block with a trailer (t, taken) under the quarantine:
+ * always a new block, the old one uncounted and held (valgrind's realloc
+ * always moves too), so that a later free of the old pointer is caught,
+ * the realloc's stack its first free.  `bytes` with the new block's
+ * trailer; NULL, the old block untouched, if there is no memory. */
+static void *realloc_into_quarantine(void *old, struct mlk_trailer *t, uint64_t taken, size_t size, size_t bytes)
+{
+    void *p = mlk_real.malloc(bytes);
+    if (!p)
+        return NULL;
+    uint64_t reserved = (uint64_t)((char *)t - (char *)old); /* the old block's bytes, as realloc copies */
+    memcpy(p, old, reserved < size ? reserved : size);
+    mlk_trailer_uncount(taken, reserved);
+    mlk_quarantine_put(old, reserved + MLK_TRAILER_SIZE);
+    return p;
+}
+
 static void *realloc_impl(void *old, size_t size)
 {
     int trailing = TRAILING() && TRAILABLE(size);
@@ -340,7 +357,9 @@ static void *realloc_impl(void *old, size_t size)
             errno = ENOMEM; /* a freed or invalid block, held back (misuse=hold): as valgrind, NULL */
             return NULL;
         }
-        p = mlk_real.realloc(old, size + extra);
+        int quarantined = t && MLK_UNLIKELY(mlk_quarantine_cap) && size != 0 && !mlk_in_hook;
+        p = quarantined ? realloc_into_quarantine(old, t, taken, size, size + extra)
+                        : mlk_real.realloc(old, size + extra);
         if (!p && size != 0) {
             if (t) {
                 mlk_trailer_restore(old, t);
@@ -351,7 +370,7 @@ static void *realloc_impl(void *old, size_t size)
             }
             return NULL;
         }
-        if (t)
+        if (t && !quarantined)
             mlk_trailer_uncount(taken, (uint64_t)((char *)t - (char *)old));
     }
     if (p) {
