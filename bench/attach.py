@@ -27,7 +27,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from libmemleak.attach import attach, detach  # noqa: E402
+from libmemleak.live.attach import attach, detach  # noqa: E402
 from libmemleak.cli import traced_environment  # noqa: E402
 
 MODES = ("bare", "preload", "attached", "detached")

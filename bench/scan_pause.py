@@ -24,7 +24,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from libmemleak import memlog  # noqa: E402
+from libmemleak.files import memlog  # noqa: E402
 
 ENV = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
 

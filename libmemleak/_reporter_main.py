@@ -15,7 +15,7 @@ def first_failure():
     line, not one per report request (each starts a new reporter)."""
     try:
         import mmap
-        from libmemleak.layout import CONST, HEADER_SIZE, ffi
+        from libmemleak.daemon.layout import CONST, HEADER_SIZE, ffi
         with mmap.mmap(SEGMENT_FD, HEADER_SIZE, mmap.MAP_SHARED,
                        mmap.PROT_READ | mmap.PROT_WRITE) as m:
             buf = ffi.from_buffer(m)
@@ -32,7 +32,7 @@ def first_failure():
 
 
 try:
-    from libmemleak.reporter import main  # noqa: E402
+    from libmemleak.daemon.reporter import main  # noqa: E402
 except Exception as e:  # noqa: BLE001 -- a broken installation: one line on the program's stderr
     if first_failure():
         try:

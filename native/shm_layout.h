@@ -336,7 +336,7 @@ struct mlk_header {
     uint32_t detach_requests;
     uint32_t seen_detach;
     /* MEMLEAK_CONFIG listen=HOST:PORT, in strings (0/0: none): the root's
-     * reporter serves remote shells there (libmemleak/remote.py). */
+     * reporter serves remote shells there (libmemleak/daemon/remote.py). */
     uint32_t listen_off;
     uint32_t listen_len;
     /* What the hook cannot see (native/hook/blind.c: the program's own malloc

@@ -9,7 +9,8 @@ import subprocess
 import sys
 import time
 
-from libmemleak import PACKAGE_DIR, memlog, preload_path
+from libmemleak import PACKAGE_DIR, preload_path
+from libmemleak.files import memlog
 from libmemleak.cli import traced_environment
 
 HERE = os.path.dirname(os.path.abspath(__file__))

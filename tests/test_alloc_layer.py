@@ -110,7 +110,7 @@ def test_blocks_held_through_a_header_are_reachable(tmp_path):
     every pointer the program keeps points 16 bytes in.  valgrind calls all
     39 blocks "possibly lost"; the scan learns the offset per allocation
     site and calls them reachable, saying where and how far in."""
-    from libmemleak import memlog
+    from libmemleak.files import memlog
     prog = compile_program("layered.c", "-O2")
     out = cli("run", "-q", "--config", "scan=exit", prog, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
@@ -141,7 +141,7 @@ def test_alloc_fns_in_the_config_is_carried_by_every_report(tmp_path):
     report says it, and report, export and diff fold it without options.
     What a report says there is the traced program's word: only names and
     anchors joined by | are used, nothing that could backtrack for ever."""
-    from libmemleak import memlog
+    from libmemleak.files import memlog
     prog = compile_program("layered.c", "-O2")
     out = cli("run", "-q", "--config", "alloc_fns=^pool_get$|^nothing_else", prog, cwd=tmp_path)
     assert out.returncode == 0, out.stderr

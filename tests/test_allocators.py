@@ -14,7 +14,8 @@ import subprocess
 import pytest
 
 from helpers import CLI_ENV, by_site, cli, compile_program
-from libmemleak import memlog, preload_path
+from libmemleak import preload_path
+from libmemleak.files import memlog
 
 TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
 TCMALLOC_STATIC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.a"

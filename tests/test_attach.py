@@ -14,7 +14,7 @@ import time
 import pytest
 
 from helpers import BARE_ENV, CLI_ENV, by_site, cli, compile_program, reports_of, wait_for_file
-from libmemleak import memlog
+from libmemleak.files import memlog
 from libmemleak.analysis.lost import before_attach_split, categories_of
 
 
@@ -448,7 +448,7 @@ OWNHEAP = ("ownheap.c", "-O2", "-fno-optimize-sibling-calls")
 
 def entry_bytes(pid, prog, names):
     """The first 16 bytes of each function `names` of executable prog in process pid."""
-    from libmemleak import attach as attach_module
+    from libmemleak.live import attach as attach_module
     _path, base = attach_module.find_module(attach_module.read_maps(pid),
                                             lambda name: name == os.path.basename(prog))
     offsets = attach_module.symbol_offsets(prog, names)
@@ -502,7 +502,7 @@ def test_attach_waits_for_no_thread_inside_the_bytes_it_patches(tmp_path, monkey
     wrecked by the jump written over them: the process refuses ("busy"),
     the attacher lets the threads run and tries again.  Here the first two
     stops report a thread one byte into malloc."""
-    from libmemleak import attach as attach_module
+    from libmemleak.live import attach as attach_module
     prog = compile_program(*OWNHEAP)
     p = start_bare([prog, "first"], tmp_path)
     try:
@@ -585,7 +585,7 @@ def test_attach_to_a_running_chromium_and_detach(tmp_path):
     the attach patches the allocator its executable defines (its shim over
     PartitionAlloc) with them stopped, reports name what it allocates, and
     the detach gives the bytes back -- the browser runs on throughout."""
-    from libmemleak import attach as attach_module
+    from libmemleak.live import attach as attach_module
     page = tmp_path / "grow.html"
     page.write_text(GROWING_PAGE)
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")

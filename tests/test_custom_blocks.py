@@ -70,7 +70,7 @@ def test_the_programs_blocks_are_entries_apart_from_the_totals(tmp_path):
     ours = with_our_headers()
     final, _ = run_scan_at_exit(ours, tmp_path)
     first = sorted(tmp_path.glob("pools_memleak-*-1.memlog"))[0]
-    from libmemleak import memlog
+    from libmemleak.files import memlog
     check = memlog.read(str(first))
     assert check.header["reason"] == "check"
     assert check.header["custom-live"] == "1152 19"
@@ -111,7 +111,7 @@ def test_a_pool_destroyed_frees_its_chunks_and_stacks_net_to_zero(tmp_path):
     ours = with_our_headers()
     out = cli("run", "-q", ours, cwd=tmp_path, env=CLI_ENV)
     assert out.returncode == 0, out.stderr
-    from libmemleak import memlog
+    from libmemleak.files import memlog
     net = {}
     for path in tmp_path.glob("pools_memleak-*.memlog"):
         for e in memlog.read(str(path)).entries:

@@ -11,7 +11,8 @@ import pytest
 
 from helpers import (Traced, add_reports, by_site, child_pids_with_reports, compile_program,
                      env_for, report_path, reports_of, wait_for_file)
-from libmemleak import PACKAGE_DIR, memlog
+from libmemleak import PACKAGE_DIR
+from libmemleak.files import memlog
 
 PAGE = 4096
 

@@ -10,7 +10,7 @@ import pytest
 
 from helpers import (PROGRAMS, Traced, by_site, compile_program, report_path, reporters_of,
                      reports_of, wait_for_file, wait_for_reporter)
-from libmemleak import memlog
+from libmemleak.files import memlog
 
 
 def build_plugin():

@@ -14,7 +14,8 @@ import pytest
 
 from helpers import (CLI_ENV, Traced, by_site, cli, cli_argv, compile_program, reports_of, wait_for_file,
                      wait_for_reporter)
-from libmemleak import PACKAGE_DIR, memlog, preload_path
+from libmemleak import PACKAGE_DIR, preload_path
+from libmemleak.files import memlog
 
 libmemleak = cli_argv  # `libmemleak ARGS` as a user types it
 

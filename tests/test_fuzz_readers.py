@@ -32,7 +32,7 @@ def real_reports(tmp_path_factory):
 FUZZER = textwrap.dedent('''
     import io, os, random, resource, sys, tempfile, traceback
     resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
-    from libmemleak.series import InputError, read_series
+    from libmemleak.files.series import InputError, read_series
     from libmemleak.analysis.trends import analyse
     from libmemleak.commands.export import FORMATS, BINARY
     from libmemleak.outputs import text

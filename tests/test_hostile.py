@@ -13,7 +13,8 @@ import time
 import pytest
 
 from helpers import CLI_ENV, cli, cli_argv, compile_program
-from libmemleak import memlog, remote
+from libmemleak.files import memlog
+from libmemleak.daemon import remote
 from test_remote import read_until_secret
 
 NATIVE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "native")

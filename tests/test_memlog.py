@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from libmemleak import memlog
-from libmemleak.memlog import Entry, MemlogError
+from libmemleak.files import memlog
+from libmemleak.files.memlog import Entry, MemlogError
 from libmemleak.symbols import Frame
 
 ORIGINAL_MTRACE_SAMPLE = (

@@ -267,7 +267,7 @@ def test_a_program_with_its_own_operator_new_gets_no_false_mismatches(tmp_path):
 
 
 def memlog_read(path):
-    from libmemleak import memlog
+    from libmemleak.files import memlog
     return memlog.read(str(path))
 
 

@@ -7,7 +7,7 @@ import time
 
 
 from helpers import env_for
-from libmemleak import memlog
+from libmemleak.files import memlog
 
 
 def run_both(argv, cwd, **kw):

@@ -18,7 +18,7 @@ import urllib.request
 import pytest
 
 from helpers import BENCH_PROGRAMS, CLI_ENV, cli, cli_argv, reports_of, wait_for_reports
-from libmemleak import memlog
+from libmemleak.files import memlog
 
 sys.path.insert(0, os.path.dirname(BENCH_PROGRAMS))
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the server drops privileges: needs root")

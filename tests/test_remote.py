@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from helpers import CLI_ENV, cli, cli_argv, compile_program
-from libmemleak import memlog
+from libmemleak.files import memlog
 
 SECRET_LINE = re.compile(r"listening on (\S+) for remote shells of pid (\d+): libmemleak shell "
                          r"HOST:(\d+) with the secret ([0-9a-f]{64}) \(also in (\S+)\)")

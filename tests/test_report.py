@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from helpers import CLI_ENV, Terminal, Traced, cli, cli_argv, compile_program
-from libmemleak import memlog
+from libmemleak.files import memlog
 
 ROUNDS = 8
 
@@ -72,7 +72,7 @@ def test_json_live_totals_are_the_sum_of_the_reports(slowleaks):
     workdir, pid = slowleaks
     doc = json.loads(report_cmd(workdir, "--json").stdout)
     [proc] = doc["processes"]
-    from libmemleak import memlog
+    from libmemleak.files import memlog
     reports = [memlog.read(os.path.join(workdir, f"slowleaks-{pid}-{seq}.memlog"))
                for seq in range(1, ROUNDS + 2)]
     assert proc["live_bytes"] == sum(int(r.header["change-bytes"]) for r in reports)
@@ -168,7 +168,7 @@ def test_the_reader_survives_damaged_reports(slowleaks, tmp_path):
     """Truncated and corrupted copies of real reports, and foreign files:
     one line each, never a traceback, the rest still read."""
     from hypothesis import given, settings, strategies as st
-    from libmemleak.series import InputError, read_series
+    from libmemleak.files.series import InputError, read_series
     workdir, pid = slowleaks
     original = (workdir / f"slowleaks-{pid}-2.memlog").read_bytes()
 
@@ -783,7 +783,7 @@ def test_churn_that_keeps_nothing_is_not_a_suspect_however_its_level_falls(tmp_p
     reports about half the time (slowleaks' churn thread rose in 4 of 7
     intervals under load and was called a leak).  A slow leak hidden in
     the same churn rises in every interval and still is one."""
-    from libmemleak.memlog import Entry, render
+    from libmemleak.files.memlog import Entry, render
     from libmemleak.symbols import Frame
 
     def frames(site):

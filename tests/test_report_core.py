@@ -3,10 +3,10 @@ texts, checked against what the Python format functions write."""
 
 from array import array
 
-from libmemleak import report_core
-from libmemleak.layout import CONST, ffi
-from libmemleak.memlog import Entry, render
-from libmemleak.report_core import Changes, TextStore
+from libmemleak.daemon import report_core
+from libmemleak.daemon.layout import CONST, ffi
+from libmemleak.files.memlog import Entry, render
+from libmemleak.daemon.report_core import Changes, TextStore
 
 STRIPES = CONST["MLK_COUNTER_STRIPES"]
 

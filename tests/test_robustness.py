@@ -10,7 +10,7 @@ import pytest
 
 from helpers import (BENCH_PROGRAMS, PROGRAMS, Traced, add_reports, by_site, child_pids_with_reports,
                      compile_program, env_for, report_path, reports_of, wait_for_file)
-from libmemleak import memlog
+from libmemleak.files import memlog
 
 
 def test_missing_python_is_one_line_and_the_program_runs_on(workdir):
@@ -200,7 +200,7 @@ def test_full_disk_keeps_the_data_and_the_next_report_has_it(workdir):
     everything -- same sequence number, nothing lost."""
     import shutil
     from helpers import wait_for_reporter
-    from libmemleak.segment import Segment
+    from libmemleak.daemon.segment import Segment
     unshare = shutil.which("unshare")
     if not unshare or subprocess.run([unshare, "-rm", "true"], capture_output=True).returncode:
         pytest.skip("no user and mount namespaces here (unshare -rm)")

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from helpers import CLI_ENV, cli, cli_argv, compile_program, reports_of
-from libmemleak import memlog
+from libmemleak.files import memlog
 from libmemleak.analysis.lost import CATEGORIES, categories_of, header_totals, since_of
 
 HAVE_VALGRIND = shutil.which("valgrind") is not None

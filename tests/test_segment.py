@@ -7,8 +7,8 @@ import struct
 import pytest
 
 from helpers import Traced, compile_program, wait_for_reporter
-from libmemleak.layout import CONST, HEADER_SIZE
-from libmemleak.segment import Segment, SegmentError
+from libmemleak.daemon.layout import CONST, HEADER_SIZE
+from libmemleak.daemon.segment import Segment, SegmentError
 
 
 def memfd_with(data, size=None):
@@ -62,8 +62,8 @@ def test_corrupted_live_segment_still_gives_a_report(workdir):
     report (bad entries counted and skipped), never a traceback."""
     import random
     from helpers import report_path, wait_for_file
-    from libmemleak import memlog
-    from libmemleak.layout import STACK_SIZE
+    from libmemleak.files import memlog
+    from libmemleak.daemon.layout import STACK_SIZE
     prog = compile_program("blocked.c")
     t = Traced([prog], workdir)
     t.expect("blocked")

@@ -11,7 +11,7 @@ import pytest
 
 from helpers import (Traced, by_site, cli, compile_program, reports_of, wait_for_file, wait_for_reporter,
                      wait_for_reports)
-from libmemleak import memlog
+from libmemleak.files import memlog
 
 
 

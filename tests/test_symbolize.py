@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from helpers import PROGRAMS, Traced, report_path
-from libmemleak import memlog
+from libmemleak.files import memlog
 
 SOURCE = os.path.join(PROGRAMS, "symbolize.cc")
 LIB_SOURCE = os.path.join(PROGRAMS, "libshape.c")

@@ -8,7 +8,7 @@ trees).  A frame without a function is matched by its module's name."""
 import os
 from dataclasses import dataclass
 
-from libmemleak.series import read_series, REPORT_NAME
+from libmemleak.files.series import read_series, REPORT_NAME
 
 
 def match_key(frames):

@@ -6,7 +6,7 @@ over the reports, what made RSS grow when live memory did not."""
 from dataclasses import dataclass
 
 from libmemleak.analysis.trends import count, human_bytes
-from libmemleak.memlog import header_text
+from libmemleak.files.memlog import header_text
 
 # The header's parts (memory-NAME: RESIDENT MAPPED COUNT), as people say them.
 PART_WORDS = {

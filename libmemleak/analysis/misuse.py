@@ -5,7 +5,7 @@ times it happened, and valgrind's words for it."""
 import re
 from dataclasses import dataclass
 
-from libmemleak.memlog import MISUSE_WORDS, QUARANTINE_REFUSED
+from libmemleak.files.memlog import MISUSE_WORDS, QUARANTINE_REFUSED
 
 WHERE_WORDS = {"stack": "on the thread's stack", "global": "in a module's data (a global or static)",
                "not-a-block": "not the start of any heap block",

@@ -10,7 +10,7 @@ and the live totals; how many there were is said."""
 
 import re
 
-from libmemleak.series import InputError
+from libmemleak.files.series import InputError
 from libmemleak.analysis import trends
 from libmemleak.analysis.trends import count
 

@@ -5,8 +5,8 @@ parses its options, calls the library and maps errors to exit statuses
 import re
 import sys
 
-from libmemleak.memlog import printable
-from libmemleak.series import InputError, read_series
+from libmemleak.files.memlog import printable
+from libmemleak.files.series import InputError, read_series
 
 EXIT_BAD_INPUT = 2
 MAX_PROBLEMS_SAID = 20  # lines about unreadable input, then one that counts the rest

@@ -1,5 +1,5 @@
 """`libmemleak attach PID` and `libmemleak detach PID`: trace a process
-that is already running, from now on, and stop (libmemleak/attach.py).
+that is already running, from now on, and stop (libmemleak/live/attach.py).
 
 Exit statuses (docs/cli.md): 0 done, 1 the process cannot be attached to or
 detached from (one line says why; it runs on untouched), 2 a usage mistake."""
@@ -56,8 +56,8 @@ def attach_config(config):
 
 
 def run_attach(args):
-    from libmemleak.attach import AttachError, attach, wait_for_reporter  # loads the C side
-    from libmemleak.memlog import header_text
+    from libmemleak.live.attach import AttachError, attach, wait_for_reporter  # loads the C side
+    from libmemleak.files.memlog import header_text
     config, directory = attach_config(args.config)
     if not os.path.isdir(directory) or not os.access(directory, os.W_OK | os.X_OK):
         _say(f"attach: the report directory {directory} is missing or not writable: nothing done")
@@ -94,7 +94,7 @@ def _say_where_it_listens(pid):
     """The reporter prints its remote address and secret on the program's
     stderr (a log, for a daemon): say where the attaching user finds them."""
     import time
-    from libmemleak.remote import secret_path
+    from libmemleak.daemon.remote import secret_path
     path = secret_path(pid)
     for _ in range(100):
         try:
@@ -112,7 +112,7 @@ def _say_where_it_listens(pid):
 
 
 def run_detach(args):
-    from libmemleak.attach import AttachError, detach, last_report_written
+    from libmemleak.live.attach import AttachError, detach, last_report_written
     try:
         tid, kept_ms = detach(args.pid, say=_say)
     except AttachError as e:

@@ -13,7 +13,7 @@ from libmemleak.analysis.names import frame_lines
 from libmemleak.commands import EXIT_BAD_INPUT, add_layer_options, layer_args, positive
 from libmemleak.analysis.trends import count, human_bytes
 from libmemleak.outputs.json_doc import frame_dict
-from libmemleak.series import InputError
+from libmemleak.files.series import InputError
 
 
 def add_parser(sub):

@@ -11,7 +11,7 @@ from libmemleak.outputs import json_doc, text
 from libmemleak.analysis import suppressions
 from libmemleak.commands import (EXIT_BAD_INPUT, add_layer_options, add_suppressions_option, layer_args,
                                  load_suppressions, positive, read_reports, regex_option)
-from libmemleak.series import InputError
+from libmemleak.files.series import InputError
 
 
 def add_parser(sub):

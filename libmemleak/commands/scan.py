@@ -10,9 +10,9 @@ and the stacks that lost memory, definitely lost first."""
 import sys
 
 from libmemleak.analysis import lost
-from libmemleak.live import LiveError, request_report
-from libmemleak.reachability import heuristics_field
-from libmemleak.memlog import MemlogError, read as read_memlog
+from libmemleak.live.client import LiveError, request_report
+from libmemleak.daemon.reachability import heuristics_field
+from libmemleak.files.memlog import MemlogError, read as read_memlog
 from libmemleak.outputs.text import render_scan
 
 EXIT_FAILED, EXIT_USAGE = 1, 2

@@ -1,6 +1,6 @@
 """`libmemleak shell PID`: a prompt on a running traced process (Carlo Wood's
 libmemleak and mtrace-ng give one).  Each command asks the process over
-its control channel (libmemleak/live.py: its own segment, which only its
+its control channel (libmemleak/live/client.py: its own segment, which only its
 user or root may open) and answers from its reports with the analysis
 `libmemleak report` and `scan` use:
 
@@ -23,7 +23,7 @@ user or root may open) and answers from its reports with the analysis
 With readline editing, history (~/.libmemleak_history) and completion on
 a terminal; scriptable with `-c 'report; top 5'` or commands on standard
 input.  `libmemleak shell HOST:PORT` drives a process on another host that
-was started with listen=HOST:PORT (libmemleak/remote.py): the same
+was started with listen=HOST:PORT (libmemleak/daemon/remote.py): the same
 commands, its reports copied into --dir as they are written.  Exit
 status: 0; 1 when a command failed (the process could not be asked), 2
 when one was typed wrong -- the last failure's, the other commands still
@@ -37,11 +37,11 @@ import time
 from libmemleak.analysis import lost, memory
 from libmemleak.analysis.names import frame_lines, frame_text, shown_frames
 from libmemleak.analysis.trends import analyse, count, human_bytes
-from libmemleak.live import LiveError, open_segment, request_report, set_collecting
-from libmemleak.memlog import MemlogError, read as read_memlog, report_names
+from libmemleak.live.client import LiveError, open_segment, request_report, set_collecting
+from libmemleak.files.memlog import MemlogError, read as read_memlog, report_names
 from libmemleak.outputs import text
-from libmemleak.remote import Client, RemoteError, read_secret
-from libmemleak.series import InputError, read_series
+from libmemleak.daemon.remote import Client, RemoteError, read_secret
+from libmemleak.files.series import InputError, read_series
 
 EXIT_FAILED, EXIT_USAGE = 1, 2
 COMMANDS = ("report", "top", "show", "trend", "scan", "diff", "memory", "watch", "restart", "stop", "start",

@@ -1,11 +1,11 @@
 """`libmemleak snapshot PID...`: a report from a running traced process,
 without a signal (memcached shuts down on SIGUSR1; nginx reopens its logs).
 Works for every traced process the caller may read: descendants and
-workers that dropped their privileges included (libmemleak/live.py)."""
+workers that dropped their privileges included (libmemleak/live/client.py)."""
 
 import sys
 
-from libmemleak.live import LiveError, request_report
+from libmemleak.live.client import LiveError, request_report
 
 EXIT_FAILED = 1
 

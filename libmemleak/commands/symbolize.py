@@ -16,9 +16,9 @@ import os
 import sys
 
 from libmemleak.commands import EXIT_BAD_INPUT
-from libmemleak.memlog import MemlogError, read as read_memlog, render, write_report
-from libmemleak.segment import Module
-from libmemleak.series import REPORT_NAME
+from libmemleak.files.memlog import MemlogError, read as read_memlog, render, write_report
+from libmemleak.daemon.segment import Module
+from libmemleak.files.series import REPORT_NAME
 from libmemleak.symbols import Frame, Symbolizer
 
 EXIT_FAILED = 1

@@ -116,7 +116,7 @@ static const char *value_wanted(const char *key, size_t n)
 }
 
 /* scan_heuristics=all|none|valgrind|NAME+NAME...: the header's
- * scan_heuristics (bit n: heuristic n, libmemleak/reachability.py).
+ * scan_heuristics (bit n: heuristic n, libmemleak/daemon/reachability.py).
  * valgrind: its own four, as its `all` (not libmemleak's header one). */
 static int parse_heuristics(const char *v, size_t n, uint32_t *out)
 {
@@ -267,7 +267,7 @@ void mlk_config_parse(const char *cfg, const char *cwd)
                 bad_option(p, n, "': alloc_fns takes a regular expression of at most 255 characters");
             }
         } else if (KEY("listen") && val) {
-            /* HOST:PORT for a remote shell (libmemleak/remote.py checks it
+            /* HOST:PORT for a remote shell (libmemleak/daemon/remote.py checks it
              * further; here only its shape). */
             const char *colon = NULL;
             for (const char *c = val; c < val + vn; c++)

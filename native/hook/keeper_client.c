@@ -1,5 +1,5 @@
 /* The keeper, from the traced process's side (the keeper itself is
- * libmemleak/keeper.py, a thread of the root's reporter). */
+ * libmemleak/daemon/keeper.py, a thread of the root's reporter). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>

@@ -114,7 +114,7 @@ char mlk_reporter_name_arg[256];
  * in its argv): execve copies them while the reporter inherits the
  * program's uid of that moment, so a program that later drops its
  * privileges and rewrites its segment cannot make a more privileged
- * reporter write elsewhere (libmemleak/trust.py). */
+ * reporter write elsewhere (libmemleak/daemon/trust.py). */
 static void copy_arg(char *to, size_t cap, const char *from, size_t n)
 {
     if (n >= cap)

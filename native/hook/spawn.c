@@ -196,7 +196,7 @@ void mlk_spawn_reporter(void)
     if (!mlk_seg || !spawn_envp || !main_script[0])
         return;
     /* Claim the reporter's place from the one that is gone, unless its
-     * standby took it over meanwhile (libmemleak/standby.py): then that one
+     * standby took it over meanwhile (libmemleak/daemon/standby.py): then that one
      * is the reporter. */
     int gone = __atomic_load_n(&mlk_seg->reporter_pid, __ATOMIC_ACQUIRE);
     if (gone > 0 && process_alive(gone))

@@ -1,5 +1,5 @@
 /* Making a running process call a function: what `libmemleak attach` and
- * `detach` stand on (libmemleak/attach.py decides what to call).
+ * `detach` stand on (libmemleak/live/attach.py decides what to call).
  *
  * One thread of the process is borrowed; the others run on.  It is seized
  * (PTRACE_SEIZE + PTRACE_INTERRUPT: no signal the program sees), its

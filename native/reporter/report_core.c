@@ -1,5 +1,5 @@
 /* The reporter's per-stack loops, in C: libmlkreport.so, loaded by the
- * Python reporter through cffi (libmemleak/report_core.py).  Never loaded
+ * Python reporter through cffi (libmemleak/daemon/report_core.py).  Never loaded
  * into a traced program.
  *
  * Why C: a report touches every stack of the segment (to find the changed

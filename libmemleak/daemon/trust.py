@@ -13,7 +13,7 @@ the process was still trusted.  Names are made safe separately
 
 import os
 
-from libmemleak.memlog import safe_name
+from libmemleak.files.memlog import safe_name
 
 
 def _numbers(path, key):

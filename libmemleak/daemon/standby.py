@@ -91,5 +91,5 @@ def _stand_by(r, segment_fd, pidfd, main_script, header):
 def _claim(header, old, new):
     """reporter_pid: old -> new, atomically (the program may be claiming it
     at the same moment)."""
-    from libmemleak.report_core import lib
+    from libmemleak.daemon.report_core import lib
     return bool(lib.mlk_rc_claim_reporter(header, old, new))

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import cffi
 
 from libmemleak import PACKAGE_DIR
-from libmemleak.layout import ffi as layout_ffi
+from libmemleak.daemon.layout import ffi as layout_ffi
 
 ffi = cffi.FFI()
 ffi.include(layout_ffi)

@@ -38,7 +38,7 @@ import threading
 import time
 
 from libmemleak import __version__
-from libmemleak.memlog import report_names
+from libmemleak.files.memlog import report_names
 
 SECRET_BYTES = 32
 REFUSE_PAUSE_SECONDS = 1.0
@@ -137,7 +137,7 @@ class _Lines:
 # -- the server: a thread of the root's reporter ----------------------------------
 
 def secret_path(pid):
-    from libmemleak.reporter import fallback_directory
+    from libmemleak.daemon.reporter import fallback_directory
     return os.path.join(fallback_directory(), f"remote-{pid}.secret")
 
 
@@ -241,7 +241,7 @@ class Server:
             _send(conn, reply)
 
     def _answer(self, request):
-        from libmemleak.live import LiveError, request_on_segment, set_collecting_on_segment
+        from libmemleak.daemon.requests import LiveError, request_on_segment, set_collecting_on_segment
         op = _field(request, "op", str)
         try:
             if op == "report":

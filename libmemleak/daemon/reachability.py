@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass
 
 from libmemleak.analysis.lost import CATEGORIES
-from libmemleak.layout import CONST
-from libmemleak.report_core import ffi, lib, zeros, _q
+from libmemleak.daemon.layout import CONST
+from libmemleak.daemon.report_core import ffi, lib, zeros, _q
 
 # valgrind's --leak-check-heuristics, bit n = heuristic n (native/reporter/heuristics.h),
 # and one of libmemleak's own: a pointer at the offset of an allocator's

@@ -21,8 +21,8 @@ import time
 import cffi
 
 from libmemleak import preload_path
-from libmemleak.live import maps_entry, proc_dir
-from libmemleak.report_core import _LIBRARY
+from libmemleak.daemon.procfs import maps_entry, proc_dir
+from libmemleak.daemon.report_core import _LIBRARY
 
 ffi = cffi.FFI()
 ffi.cdef("""
@@ -306,7 +306,7 @@ def attach(pid, config="", library=None, say=None):
     maps = read_maps(pid)
     libc_path, libc_base = _check_process(pid, maps)
     if loaded_library(maps):
-        from libmemleak.live import open_segment, LiveError
+        from libmemleak.live.client import open_segment, LiveError
         try:
             segment, fd = open_segment(pid)
         except LiveError:
@@ -426,7 +426,7 @@ def wait_for_reporter(pid, timeout=10.0):
     use waiting), None if the time ran out; directory and name are None
     when its segment cannot be read; blind is what the hook cannot see in
     it (its segment's `blind` line), or ""."""
-    from libmemleak.live import open_segment, LiveError
+    from libmemleak.live.client import open_segment, LiveError
     deadline = time.monotonic() + timeout
     where = (None, None, "")
     while True:
@@ -452,7 +452,7 @@ def wait_for_reporter(pid, timeout=10.0):
 def last_report_written(pid, timeout=10.0):
     """After detach: True once the process's last report is written, False
     when it has no reporter to write it (none could start)."""
-    from libmemleak.live import open_segment, LiveError
+    from libmemleak.live.client import open_segment, LiveError
     deadline = time.monotonic() + timeout
     while True:
         try:

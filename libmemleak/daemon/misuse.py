@@ -5,8 +5,8 @@ misuse= entries and header lines (docs/memlog.md)."""
 
 from typing import NamedTuple
 
-from libmemleak.layout import CONST
-from libmemleak.memlog import QUARANTINE_REFUSED, Misuse, misuse_fields
+from libmemleak.daemon.layout import CONST
+from libmemleak.files.memlog import QUARANTINE_REFUSED, Misuse, misuse_fields
 
 KINDS = {CONST["MLK_MISUSE_DOUBLE_FREE"]: "double-free", CONST["MLK_MISUSE_INVALID_FREE"]: "invalid-free",
          CONST["MLK_MISUSE_MISMATCH"]: "mismatch", CONST["MLK_MISUSE_SIZE"]: "size-mismatch",

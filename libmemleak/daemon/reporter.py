@@ -19,18 +19,23 @@ import sys
 import tempfile
 import time
 
-from libmemleak import PACKAGE_DIR, __version__, memory_use, misuse, reachability, report_core, standby
-from libmemleak.diff import FrameResolver, KeyTable, diff_snapshot, totals
-from libmemleak.keeper import Keeper
-from libmemleak.memlog import (Frame, header_text, render, render_frames, report_name,
+from libmemleak import PACKAGE_DIR, __version__
+from libmemleak.daemon import memory_use
+from libmemleak.daemon import misuse
+from libmemleak.daemon import reachability
+from libmemleak.daemon import report_core
+from libmemleak.daemon import standby
+from libmemleak.daemon.diff import FrameResolver, KeyTable, diff_snapshot, totals
+from libmemleak.daemon.keeper import Keeper
+from libmemleak.files.memlog import (Frame, header_text, render, render_frames, report_name,
                                safe_label, safe_name, write_report)
 from libmemleak.analysis.names import frame_text
-from libmemleak.live import proc_dir
-from libmemleak.report_core import CUT_KIND, TextStore
-from libmemleak.layout import CONST
-from libmemleak.segment import RESOURCE_BASE, Segment, SegmentError, futex_wait, futex_wake
+from libmemleak.daemon.procfs import proc_dir
+from libmemleak.daemon.report_core import CUT_KIND, TextStore
+from libmemleak.daemon.layout import CONST
+from libmemleak.daemon.segment import RESOURCE_BASE, Segment, SegmentError, futex_wait, futex_wake
 from libmemleak.symbols import Symbolizer
-from libmemleak.trust import pid_of_pidfd, vouched_directory
+from libmemleak.daemon.trust import pid_of_pidfd, vouched_directory
 
 SEGMENT_FD, PIDFD = 3, 4
 POLL_SECONDS = 0.2
@@ -824,7 +829,7 @@ def _let_go_of_stderr():
 
 
 def _run_reporter(segment, directory, name):
-    from libmemleak import remote
+    from libmemleak.daemon import remote
     server = remote.serve_if_asked(segment, say, directory, name)
     try:
         return _run(segment, directory, name)

@@ -28,11 +28,11 @@ import struct
 import threading
 import time
 
-from libmemleak.memlog import header_text
-from libmemleak.segment import (Segment, SegmentError, header_fields, header_string,
+from libmemleak.files.memlog import header_text
+from libmemleak.daemon.segment import (Segment, SegmentError, header_fields, header_string,
                                 program_name_of)
 from libmemleak.symbols import Symbolizer
-from libmemleak.trust import kernel_name, pid_of_pidfd, vouched_directory
+from libmemleak.daemon.trust import kernel_name, pid_of_pidfd, vouched_directory
 
 KEEPER_FD = 5                 # where the hook library puts the listening socket
 MESSAGE = struct.Struct("=4si")  # tag, pid of the sender
@@ -329,7 +329,7 @@ class Keeper:
 
     def reporter_for(self, ward):
         if ward.reporter is None:
-            from libmemleak.reporter import Reporter  # (it imports us)
+            from libmemleak.daemon.reporter import Reporter  # (it imports us)
             try:
                 segment = Segment.from_fd(ward.segment_fd)
             except (OSError, SegmentError, ValueError) as e:

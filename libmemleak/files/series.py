@@ -13,7 +13,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from libmemleak import memlog
+from libmemleak.files import memlog
 
 REPORT_NAME = re.compile(r"^(?P<prog>.+)-(?P<pid>\d+)-(?P<seq>\d+)(?:-(?P<label>[A-Za-z_][A-Za-z0-9._+@=,%~]*))?"
                          r"\.memlog$")

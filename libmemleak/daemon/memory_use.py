@@ -25,8 +25,8 @@ misread costs one report's split, never a wrong path or an exception."""
 
 from dataclasses import dataclass, field
 
-from libmemleak import report_core
-from libmemleak.live import maps_entry, proc_dir
+from libmemleak.daemon import report_core
+from libmemleak.daemon.procfs import maps_entry, proc_dir
 
 HEAP_MAX_SIZE = 64 << 20       # glibc's arena heap alignment on 64-bit
 GUARD_MAX = 1 << 20            # a thread stack's guard is a page or a few

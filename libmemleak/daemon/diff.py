@@ -11,8 +11,8 @@ from array import array
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from libmemleak import report_core
-from libmemleak.modmap import ModuleMap
+from libmemleak.daemon import report_core
+from libmemleak.daemon.modmap import ModuleMap
 
 
 class StackDelta(NamedTuple):  # a named tuple: thousands are built per report

@@ -12,9 +12,9 @@ import cffi
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from libmemleak import report_core
-from libmemleak.layout import CONST, HEADER_SIZE, MODULE_SIZE, STACK_SIZE, ffi, stack_word
-from libmemleak.memlog import report_name, resource_name, safe_name
+from libmemleak.daemon import report_core
+from libmemleak.daemon.layout import CONST, HEADER_SIZE, MODULE_SIZE, STACK_SIZE, ffi, stack_word
+from libmemleak.files.memlog import report_name, resource_name, safe_name
 
 KIND_NAMES = {CONST["MLK_KIND_MALLOC"]: "malloc", CONST["MLK_KIND_NEW"]: "new",
               CONST["MLK_KIND_MMAP"]: "mmap", CONST["MLK_KIND_SHARED"]: "shared",
