@@ -32,7 +32,7 @@ def first_failure():
 
 
 try:
-    from libmemleak.daemon.reporter import main  # noqa: E402
+    from libmemleak.daemon.reporter_main import main  # noqa: E402
 except Exception as e:  # noqa: BLE001 -- a broken installation: one line on the program's stderr
     if first_failure():
         try:

@@ -13,33 +13,25 @@ import datetime
 import gc
 import itertools
 import os
-import select
 import stat
-import sys
 import tempfile
 import time
 
-from libmemleak import PACKAGE_DIR, __version__
-from libmemleak.daemon import memory_use
-from libmemleak.daemon import misuse
-from libmemleak.daemon import reachability
-from libmemleak.daemon import report_core
-from libmemleak.daemon import standby
-from libmemleak.daemon.diff import FrameResolver, KeyTable, diff_snapshot, totals
-from libmemleak.daemon.keeper import Keeper
-from libmemleak.files.memlog import (Frame, header_text, render, render_frames, report_name,
-                               safe_label, safe_name, write_report)
+from libmemleak import __version__
 from libmemleak.analysis.names import frame_text
-from libmemleak.daemon.procfs import proc_dir
+from libmemleak.daemon import memory_use, misuse, reachability, report_core
+from libmemleak.daemon.diff import FrameResolver, KeyTable, diff_snapshot, totals
+from libmemleak.daemon.header_parts import (default_suppression_lines, mapping_lines, process_status,
+                                            resource_lines, signal_name, slack_lines)
+from libmemleak.daemon.program_watch import ProgramWatch
 from libmemleak.daemon.report_core import CUT_KIND, TextStore
-from libmemleak.daemon.layout import CONST
-from libmemleak.daemon.segment import RESOURCE_BASE, Segment, SegmentError, futex_wait, futex_wake
+from libmemleak.daemon.segment import RESOURCE_BASE, futex_wait, futex_wake
+from libmemleak.daemon.trust import pid_of_pidfd
+from libmemleak.files.memlog import Frame, render, render_frames, report_name, safe_label, write_report
 from libmemleak.symbols import Symbolizer
-from libmemleak.daemon.trust import pid_of_pidfd, vouched_directory
 
 SEGMENT_FD, PIDFD = 3, 4
 POLL_SECONDS = 0.2
-EXEC_CHECK_SECONDS = 1.0
 WARM_SLICE_SECONDS = 0.05   # idle symbolization per wake-up, so requests wait little
 DEFAULT_SYMBOL_BUDGET = 15.0
 REASON_FIELDS = (("exit", "exit_requests", "seen_exit"),
@@ -57,88 +49,12 @@ SELF_LIBRARY = "libmtrace.so"
 NOT_THE_PROGRAMS = -1  # a frame left out of reports: our own hooks'
 
 
-def signal_name(number):
-    """The report signal as a report names it: SIGUSR1; `none` when there
-    is none (signal=none, or the program installed its own handler)."""
-    import signal
-    if not number:
-        return "none"
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
 def say(message):
     """One line on stderr (the program's), prefixed like the hook library's."""
     try:
         os.write(2, f"libmemleak: {message}\n".encode("utf-8", "replace"))
     except OSError:
         pass
-
-
-class ProgramWatch:
-    """Is the traced program still running this image?"""
-
-    def __init__(self, pid, segment_inode, pidfd=PIDFD):
-        self.pid = pid
-        self.inode = segment_inode
-        self.poll = None
-        try:
-            os.fstat(pidfd)
-            self.poll = select.poll()
-            self.poll.register(pidfd, select.POLLIN)
-        except OSError:
-            pass
-        self._next_exec_check = 0.0
-        self._pending_polls = 0
-
-    def dead(self):
-        if self.poll is not None:
-            return bool(self.poll.poll(0))
-        try:
-            with open(f"/proc/{self.pid}/stat", "rb") as f:
-                state = f.read().rpartition(b")")[2].split()[0]
-            return state in (b"Z", b"X")
-        except (OSError, IndexError):
-            return True
-
-    def signal_blocked_pending(self, signal_number):
-        """True, once per occurrence, when `signal_number` has been pending
-        for the whole process for two polls in a row: every thread blocks
-        it, so the program's handler cannot ask for the report."""
-        if not signal_number or signal_number > 64:
-            return False
-        try:
-            with open(f"/proc/{self.pid}/status", "rb") as f:
-                for line in f:
-                    if line.startswith(b"ShdPnd:"):
-                        pending = int(line.split()[1], 16) >> (signal_number - 1) & 1
-                        break
-                else:
-                    return False
-        except (OSError, ValueError, IndexError):
-            return False
-        if not pending:
-            self._pending_polls = 0
-            return False
-        self._pending_polls += 1
-        return self._pending_polls == 2
-
-    def exec_happened(self, urgent=False):
-        """After exec the segment is no longer mapped in the process."""
-        now = time.monotonic()
-        if now < self._next_exec_check and not urgent:
-            return False
-        self._next_exec_check = now + EXEC_CHECK_SECONDS
-        try:
-            # a live thread's view: a main thread that called pthread_exit
-            # has no maps while the others run (no exec happened)
-            with open(f"{proc_dir(self.pid)}/maps", "rb") as f:
-                maps = f.read()
-        except OSError:
-            return False  # gone: dead() tells
-        return f" {self.inode} ".encode() not in maps
 
 
 class Reporter:
@@ -627,101 +543,6 @@ class Reporter:
         return lines
 
 
-DEFAULT_SUPPRESSIONS_SHOWN = 64  # lines of a program's own suppressions a report carries
-
-
-def default_suppression_lines(seg):
-    """The program's __lsan_default_suppressions, a header line per rule
-    (`default-suppression N: leak:PATTERN`), comments and blank lines left
-    out: the analysis applies them as LSan would (docs/memlog.md)."""
-    h = seg.header
-    if not h.default_suppressions_len:
-        return []
-    text = seg.string(h.default_suppressions_off, min(h.default_suppressions_len,
-                                                      CONST["MLK_DEFAULT_SUPPRESSIONS_MAX"]))
-    rules = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
-    return [(f"default-suppression {i}", rule[:512]) for i, rule in enumerate(rules[:DEFAULT_SUPPRESSIONS_SHOWN], 1)]
-
-
-def slack_lines(snap, sums, routed):
-    """The header's slack -- bytes the allocator reserved beyond what the
-    live blocks asked for -- or why it is not measured, and what it is
-    measured against (docs/memlog.md)."""
-    if sums.live_slack is None:
-        return [("slack", "not measured: blocks are tracked in the table (sampled, track=table, or "
-                          "an allocator without malloc_usable_size), whose usable sizes are not read")]
-    notes = []
-    if not snap.slack_floor:
-        notes.append("as traced: each block's usable size less the trailer (the allocator's smallest "
-                     "block is not known, so its smallest blocks may differ bare)")
-    if routed:
-        notes.append("not measured for the routed allocator's blocks (their usable size is not read)")
-    return [("live-slack", sums.live_slack)] + ([("slack", "; ".join(notes))] if notes else [])
-
-
-def resource_lines(snap, sums):
-    """The header's resources other than memory: whether descriptors are
-    tracked, and each kind named -- weight and count held now, and their
-    change -- even when nothing is held (the reader then knows it was
-    looked at)."""
-    lines = [] if snap.fds_tracked else [("fds", "not tracked (MEMLEAK_CONFIG fds=no)")]
-    if snap.fds_tracked and snap.fds_before:
-        lines.append(("fds-before-collection", f"{snap.fds_before} descriptors (3 and up) were open when "
-                                               "collection started: opened by no stack here, in no entry"))
-    for name, weight, held, change_weight, change_held in sums.resources:
-        lines.append((f"resource-live {name}", f"{weight} {held}"))
-        lines.append((f"resource-change {name}", f"{change_weight:+d} {change_held:+d}"))
-    return lines
-
-
-def mapping_lines(touched, refused):
-    """The header's account of anonymous mappings: how much of them was
-    ever touched (a mapping is address space until written), and the
-    shared ones apart -- counted in the process that mapped them, not in
-    the children that inherit them."""
-    if refused:
-        return [("mappings-touched", f"not known: {refused}")]
-    if not touched:
-        return []
-    lines = []
-    for kind, key, what in (("mmap", "anonymous-mappings", "private"),
-                            ("shared", "shared-mappings", "shared (MAP_SHARED)")):
-        mapped, count, used = touched.by_kind.get(kind, (0, 0, 0))
-        if not count:
-            continue
-        text = (f"{mapped} bytes in {count} {what} mapping{'s' if count != 1 else ''}, "
-                f"{used} touched ({mapped - used} mapped but never touched)")
-        if kind == "shared":
-            text += "; counted in this process, which mapped them, not in the children it forks"
-        lines.append((key, text))
-    if touched.partial:
-        lines.append(("mappings-touched", f"partial: more than {report_core.TOUCH_PAGES_MAX * 4096 >> 30} "
-                                          "GiB of mappings; touched counts are low"))
-    return lines
-
-
-def started_with():
-    """(directory, name) the hook library started this reporter with
-    (native/hook/segment.c freeze_reporter_args), or (None, None)."""
-    if len(sys.argv) >= 3 and sys.argv[1]:
-        return sys.argv[1], safe_name(sys.argv[2]) if sys.argv[2] else None
-    return None, None
-
-
-def root_directory(segment):
-    """The directory the segment names, if its process may choose one for
-    us (it runs only as our user); else the fallback directory, said once."""
-    claimed = segment.report_dir()
-    pid = pid_of_pidfd(PIDFD) or segment.header.pid  # the kernel's pid: ours may be a namespace's
-    directory, refused = vouched_directory(claimed, pid, None)
-    if refused:
-        directory = fallback_directory()
-        say(f"pid {pid} does not run as uid {os.geteuid()} alone, so its segment "
-            f"may not choose where reports go (it names {header_text(claimed)!r}); "
-            f"reports go to {directory}")
-    return directory
-
-
 def fallback_directory():
     """Where a final report goes when its directory refuses it:
     /tmp/libmemleak-UID, owner-only, made here if missing; if that name is
@@ -769,89 +590,3 @@ def _float_env(name, default):
         return default
 
 
-def process_status(pid):
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
-            fields = dict(line.split(":", 1) for line in f if ":" in line)
-    except OSError:
-        return []
-    out = []
-    for key, name in (("VmRSS", "vm-rss"), ("VmHWM", "vm-hwm")):
-        if key in fields:
-            out.append((name, fields[key].strip()))
-    return out
-
-
-def main():
-    try:
-        segment = Segment.from_fd(SEGMENT_FD)
-    except (OSError, SegmentError, ValueError) as e:
-        say(f"reporter cannot read the segment: {e}")
-        return 1
-    # Where reports go and what they are called: as the hook library
-    # started us with them, never as the segment says now (trust.py).
-    directory, name = started_with()
-    directory = directory or root_directory(segment)
-    # Before any thread: a killed reporter must not take the last report along.
-    done = standby.start(SEGMENT_FD, PIDFD if _is_open(PIDFD) else None,
-                         os.path.join(PACKAGE_DIR, "_reporter_main.py"), segment.header)
-    keeper = Keeper.inherited(say, directory)  # the root's first reporter keeps its descendants
-    if keeper is not None:
-        keeper.start()
-    try:
-        return _run_reporter(segment, directory, name)
-    finally:
-        done()
-        # The program is gone (or another image runs): hold none of its
-        # descriptors from here on.  Its stderr may be a pipe someone reads
-        # to its end (`prog 2>&1 | tee`, a build tool); a keeper still
-        # waiting for a daemon's descendants would keep that pipe open.
-        _let_go_of_stderr()
-        if keeper is not None:
-            keeper.finish()
-
-
-def _is_open(fd):
-    try:
-        os.fstat(fd)
-        return True
-    except OSError:
-        return False
-
-
-def _let_go_of_stderr():
-    try:
-        null = os.open(os.devnull, os.O_WRONLY)
-    except OSError:
-        return
-    os.dup2(null, 2)
-    os.close(null)
-
-
-def _run_reporter(segment, directory, name):
-    from libmemleak.daemon import remote
-    server = remote.serve_if_asked(segment, say, directory, name)
-    try:
-        return _run(segment, directory, name)
-    finally:
-        if server is not None:
-            server.close()
-
-
-def _run(segment, directory, name):
-    profile = os.environ.get("MEMLEAK_PROFILE_REPORTER")  # a file for cProfile stats
-    if not profile:
-        try:
-            return Reporter(segment, directory, name=name).run()
-        except Exception as e:  # noqa: BLE001 -- one line on the program's stderr, never a traceback
-            if os.environ.get("MEMLEAK_DEBUG"):
-                raise
-            say(f"reporter stopped by an internal error ({type(e).__name__}: {e}); "
-                "the next report request starts a new one")
-            return 1
-    import cProfile
-    profiler = cProfile.Profile()
-    try:
-        return profiler.runcall(Reporter(segment, directory, name=name).run)
-    finally:
-        profiler.dump_stats(f"{profile}.{os.getpid()}")
