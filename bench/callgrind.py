@@ -121,6 +121,8 @@ def measure(argv, stdin_path, env):
         files = [os.path.join(d, f) for f in os.listdir(d) if f.startswith("cg.")]
         if r.returncode != 0 or not files:
             raise RuntimeError(f"{' '.join(argv[:2])}: exit {r.returncode}\n{r.stderr[-2000:]}")
+        if "cannot be preloaded" in r.stderr:  # the loader ignored it: the run measured the bare program
+            raise RuntimeError(f"{' '.join(argv[:2])}: the library was not preloaded\n{r.stderr[-2000:]}")
         t = totals(max(files, key=os.path.getsize))
     l1 = t.get("I1mr", 0) + t.get("D1mr", 0) + t.get("D1mw", 0)
     ll = t.get("ILmr", 0) + t.get("DLmr", 0) + t.get("DLmw", 0)
@@ -139,6 +141,9 @@ def main():
     lib = os.path.abspath(args.lib) if args.lib else preload_path()
     if not os.path.exists(lib):
         sys.exit(f"bench/callgrind.py: {lib} does not exist (pip install . builds it)")
+    with open(lib, "rb") as f:
+        if f.read(4) != b"\x7fELF":  # a copy taken while a build wrote it: every run would be bare
+            sys.exit(f"bench/callgrind.py: {lib} is not a shared object (copied mid-build?)")
     out = os.path.join(HERE, "out")
     os.makedirs(out, exist_ok=True)
     reports = tempfile.mkdtemp(prefix="mlk-callgrind-reports-")

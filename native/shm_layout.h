@@ -454,6 +454,7 @@ struct mlk_header {
      * bytes (0: none), quarantine_held of them now. */
     uint64_t quarantine_cap;
     uint64_t quarantine_held;
+    uint64_t quarantine_blocks; /* how many blocks hold quarantine_held bytes */
     /* quarantine= asked for but not started (no trailers, or misuse=no):
      * the bytes asked for, so that every report says so. */
     uint64_t quarantine_refused;

@@ -294,6 +294,8 @@ def test_quarantine_catches_a_double_free_after_the_memory_was_reused(tmp_path):
     out, held = traced("quarantine=1048576", tmp_path / "held")
     assert out == "reused 0\n"  # the freed block was not handed out again
     assert held.header["quarantine"].startswith("120 bytes of freed blocks held of 1048576")
+    # in use to malloc, freed for the program: its own part of RSS, not malloc's free memory
+    assert held.header["memory-quarantine"] == "128"  # 120 usable bytes and glibc's 8-byte header
     [m] = held.misuse
     assert (m.kind, m.call, m.times, m.size) == ("double-free", "free", 1, 100)
     assert (site(m.frames), site(m.alloc_frames), site(m.freed_frames)) == \

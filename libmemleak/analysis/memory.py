@@ -33,6 +33,7 @@ class Memory:
     allocator_free: int | None          # resident memory glibc holds free (None: not known)
     trailers: int = 0                   # the tracer's 16-byte trailers inside the heaps
     free_unknown: str = ""              # why allocator_free is not known, as the report says
+    quarantine: int = 0                 # freed blocks the quarantine holds (quarantine=)
 
 
 def _numbers(text, n):
@@ -61,7 +62,8 @@ def of_report(report):
     return Memory(rss[0] * 1024 if rss else None, parts, arenas, live[0] if live else 0,
                   slack[0] if slack else None, free[0] if free else None,
                   (_numbers(h.get("memory-trailers"), 1) or (0,))[0],
-                  header_text(free_said.removeprefix("not known: ")[:200]) if free is None else "")
+                  header_text(free_said.removeprefix("not known: ")[:200]) if free is None else "",
+                  (_numbers(h.get("memory-quarantine"), 1) or (0,))[0])
 
 
 def first_and_last(series):
@@ -83,6 +85,8 @@ def breakdown_line(m):
         shown.append(f"malloc's free memory {human_bytes(m.allocator_free)}")
     if m.trailers:
         shown.append(f"the tracer's trailers {human_bytes(m.trailers)}")
+    if m.quarantine:
+        shown.append(f"the quarantine's freed blocks {human_bytes(m.quarantine)}")
     others = sorted(((v[0], name) for name, v in m.parts.items()
                      if name not in ("heap", "malloc-mapped") and v[0]), reverse=True)
     shown += [f"{PART_WORDS[name]} {human_bytes(r)}" for r, name in others]
@@ -147,6 +151,8 @@ def state_lines(m):
                                      else f"(not known: {m.free_unknown or 'not said'})")]
     if m.trailers:
         lines.append(f"the tracer's trailers {human_bytes(m.trailers)}")
+    if m.quarantine:
+        lines.append(f"the quarantine's freed blocks {human_bytes(m.quarantine)} (quarantine=: not free to malloc)")
     for name, (resident, mapped, n) in m.parts.items():
         lines.append(f"{PART_WORDS[name] + ':':<38} {human_bytes(resident):>10} resident "
                      f"of {human_bytes(mapped):>10} mapped, {count(n, 'heap' if name == 'heap' else 'mapping')}")

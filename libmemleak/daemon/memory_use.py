@@ -158,14 +158,16 @@ def _add(pair, resident, mapped):
     pair[1] += mapped
 
 
-def header_lines(use, heap_live_bytes, heap_live_blocks, slack, free_unknown, trailers):
+def header_lines(use, heap_live_bytes, heap_live_blocks, slack, free_unknown, trailers, quarantined=(0, 0)):
     """The header's memory lines (docs/memlog.md): each part's resident
     and mapped bytes and mappings, each arena's, and -- for glibc's malloc
     -- the resident memory of its heaps and big blocks that no live block
     holds: what it keeps free.  heap_live_*: the live blocks of the malloc
     family (new included); slack: their slack, or None; free_unknown: why
     what the allocator holds free cannot be told, or None; trailers:
-    blocks carry the tracer's 16-byte trailers."""
+    blocks carry the tracer's 16-byte trailers; quarantined: (usable
+    bytes, blocks) the quarantine holds -- freed for the program, live to
+    the allocator: neither live blocks nor free memory."""
     if isinstance(use, str):
         return [("memory", f"not known: {use}")]
     lines = [(f"memory-{name}", f"{p.resident} {p.mapped} {p.count}") for name, p in use.parts.items()]
@@ -177,9 +179,12 @@ def header_lines(use, heap_live_bytes, heap_live_blocks, slack, free_unknown, tr
     # A glibc block takes its usable bytes plus the chunk's 8-byte size word.
     held = use.parts["heap"].resident + use.parts["malloc-mapped"].resident
     trailer_bytes = 16 * heap_live_blocks if trailers else 0
-    used = heap_live_bytes + (slack or 0) + 8 * heap_live_blocks + trailer_bytes
+    quarantine_bytes = quarantined[0] + 8 * quarantined[1]
+    used = heap_live_bytes + (slack or 0) + 8 * heap_live_blocks + trailer_bytes + quarantine_bytes
     lines.append(("memory-allocator-free", max(0, held - used)))
     if trailers:
         lines.append(("memory-trailers", trailer_bytes))
+    if quarantine_bytes:
+        lines.append(("memory-quarantine", quarantine_bytes))
     return lines
 

@@ -352,7 +352,8 @@ class Reporter:
                else "the allocator is not glibc's malloc" if not snap.slack_floor else None)
         use = memory_use.measure(self.pid, (self.h.own_lo, self.h.own_hi))
         return memory_use.header_lines(use, heap_bytes, heap_blocks, sums.live_slack, why,
-                                       trailers=snap.tracking == "trailers")
+                                       trailers=snap.tracking == "trailers",
+                                       quarantined=(self.h.quarantine_held, self.h.quarantine_blocks))
 
     def take_snapshot(self, reason):
         """The segment's snapshot, and the reachability scan asked for

@@ -65,8 +65,10 @@ void mlk_quarantine_put(void *p, uint64_t bytes)
         head = (head + 1) % SLOTS;
         count--;
     }
-    if (mlk_seg)
+    if (mlk_seg) {
         __atomic_store_n(&mlk_seg->quarantine_held, held_bytes, __ATOMIC_RELAXED);
+        __atomic_store_n(&mlk_seg->quarantine_blocks, count, __ATOMIC_RELAXED);
+    }
     mlk_unlock(&lock);
     for (int i = 0; i < n; i++)
         mlk_real.free(evict[i]);
