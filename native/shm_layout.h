@@ -455,6 +455,14 @@ struct mlk_header {
     uint64_t quarantine_cap;
     uint64_t quarantine_held;
     uint64_t quarantine_blocks; /* how many blocks hold quarantine_held bytes */
+    /* Reporter: the report it is writing for the requests whose reasons it
+     * took (report_seq + 1) and the first of those reasons (1 + its place
+     * in reporter.py's REASON_FIELDS) -- so that a reporter killed between
+     * taking them and posting done_seq leaves its successor to finish the
+     * request (write that report if it is not written, else only post),
+     * not to write another. */
+    uint32_t answering_seq;
+    uint32_t answering_reason;
     /* quarantine= asked for but not started (no trailers, or misuse=no):
      * the bytes asked for, so that every report says so. */
     uint64_t quarantine_refused;

@@ -304,6 +304,50 @@ def test_a_killed_reporter_and_then_a_killed_program_still_give_the_death_report
     assert len(reports_of(str(workdir), t.prog, t.pid)) == 2
 
 
+@pytest.mark.parametrize("written", [True, False])
+def test_a_reporter_killed_between_its_report_and_done_leaves_the_request_finished_not_doubled(workdir,
+                                                                                              written):
+    """A reporter takes a request's reasons, writes the report, posts
+    done_seq: killed in between (what made the test above fail now and
+    then), its successor found the request pending and no reason, and wrote
+    a second report ("reason: request").  The state it leaves is made here
+    in the segment itself, as the dead reporter leaves it: the reasons
+    taken, the report written or not.  Written: only done_seq is posted, no
+    report; not written: that report is written, with its reason."""
+    from libmemleak.daemon.reporter import REASON_FIELDS
+    from libmemleak.live.client import open_segment
+    prog = compile_program("blocked.c")
+    t = Traced([prog], workdir)
+    t.expect("blocked")
+    t.signal_report(1)
+    segment, fd = open_segment(t.pid)
+    try:
+        h = segment.header
+        signal_reason = 1 + [name for name, _, _ in REASON_FIELDS].index("signal")
+        h.signal_requests += 1
+        h.seen_signal = h.signal_requests            # taken by the reporter that "died"
+        h.answering_reason = signal_reason
+        h.answering_seq = h.report_seq if written else h.report_seq + 1
+        h.request_seq += 1
+        os.kill(wait_for_reporter(t.pid), signal.SIGKILL)  # its successor finds the request
+        deadline = time.monotonic() + 60
+        while h.done_seq != h.request_seq and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert h.done_seq == h.request_seq
+    finally:
+        segment.close()
+        os.close(fd)
+    if not written:
+        report = memlog.read(wait_for_file(report_path(workdir, t.prog, t.pid, 2)))
+        assert report.header["reason"] == "signal"
+    t.proc.kill()
+    t.finish()
+    final = memlog.read(wait_for_file(report_path(workdir, t.prog, t.pid, 3 if not written else 2)))
+    assert final.header["reason"] == "death"
+    time.sleep(0.5)
+    assert len(reports_of(str(workdir), t.prog, t.pid)) == (3 if not written else 2)
+
+
 def test_a_subreapers_replacement_reporter_is_not_among_its_children(workdir):
     """The root made itself a child subreaper after its reporter started.
     That reporter is killed; the next SIGUSR1 starts another, which must not

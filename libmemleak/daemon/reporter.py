@@ -169,18 +169,37 @@ class Reporter:
         as the program exits is made in its exit report)."""
         h = self.h
         found = None
-        for name, asked, seen in REASON_FIELDS:
+        for i, (name, asked, seen) in enumerate(REASON_FIELDS):
             if getattr(h, asked) != getattr(h, seen):
-                found = found or name
+                if found is None:
+                    found, h.answering_reason = name, i + 1
                 setattr(h, seen, getattr(h, asked))
                 self.scan_asked = self.scan_asked or name in ("scan", "check")
+        if found is not None:
+            h.answering_seq = (h.report_seq + 1) & 0xffffffff  # taken: said before the report is written
+        elif h.answering_seq and h.report_seq == h.answering_seq:
+            return None  # the report of these reasons is written (its reporter died before done_seq)
+        elif h.answering_seq and 0 < h.answering_reason <= len(REASON_FIELDS):
+            found = REASON_FIELDS[h.answering_reason - 1][0]  # taken by a reporter that died: write it
+            self.scan_asked = self.scan_asked or found in ("scan", "check")
         if found == "exit" and h.scan_at_exit:
             self.scan_asked = True
         return found or "request"
 
+    def final_written(self):
+        """Whether the report last taken, and written, was a final one (an
+        exit report whose reporter died before it posted done_seq)."""
+        h = self.h
+        return (0 < h.answering_reason <= len(REASON_FIELDS) and h.report_seq == h.answering_seq
+                and REASON_FIELDS[h.answering_reason - 1][0] in FINAL_REASONS)
+
     def handle(self, request):
+        """Answers the pending requests with a report -- unless the report
+        that answers them is written already -- and posts done_seq; the
+        report's reason (None: none written)."""
         reason = self.reason()
-        self.report(reason)
+        if reason is not None:
+            self.report(reason)
         self.h.done_seq = request
         futex_wake(self.seg.field_address("done_seq"))
         return reason
@@ -201,7 +220,8 @@ class Reporter:
             # answered by the death report, which says how the process ended.
             request = h.request_seq
             reason = self.reason()
-            self.report(reason if reason in FINAL_REASONS else "death")
+            if reason is not None or not self.final_written():  # else: done, only not posted
+                self.report(reason if reason in FINAL_REASONS else "death")
             h.done_seq = request
             futex_wake(self.seg.field_address("done_seq"))
         elif h.collecting:
