@@ -30,23 +30,13 @@ def check_traceable(path):
             if st.st_mode & (stat.S_ISUID | stat.S_ISGID):
                 return (f"{path} is setuid/setgid: the dynamic loader ignores LD_PRELOAD for it, "
                         "so it cannot be traced")
+            from libmemleak.symbols.elfcheck import has_interpreter  # pyelftools: only when it runs
             if not has_interpreter(f):
                 return (f"{path} is statically linked: there is no dynamic loader to preload "
                         "the tracer into (rebuild it without -static)")
     except OSError as e:
         return f"{path}: {e.strerror}"
     return None
-
-
-def has_interpreter(f):
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-    try:
-        f.seek(0)
-        elf = ELFFile(f)
-        return any(seg["p_type"] == "PT_INTERP" for seg in elf.iter_segments())
-    except (ELFError, ValueError, KeyError, IndexError, OSError):
-        return True  # unreadable program headers: let the loader decide
 
 
 def traced_environment(env=None):

@@ -124,7 +124,7 @@ def _check_process(pid, maps):
     """The glibc of the process (its path there, its bias), or why not."""
     try:
         with open(f"{proc_dir(pid)}/exe", "rb") as f:
-            from libmemleak.cli import has_interpreter
+            from libmemleak.symbols.elfcheck import has_interpreter
             if not has_interpreter(f):
                 raise AttachError(f"process {pid} is statically linked: there is no dynamic "
                                   "loader in it to load the tracer with (rebuild it without -static)")

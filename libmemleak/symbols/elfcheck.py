@@ -43,3 +43,15 @@ def open_elf(f):
             if section.data_size > MAX_INFLATION * max(header["sh_size"], 1):
                 raise ELFError(f"section {i} claims to inflate to {section.data_size} bytes")
     return elf
+
+
+def has_interpreter(f):
+    """Whether the ELF file open as `f` names a program interpreter (it is
+    dynamically linked: a preload can reach it)."""
+    from elftools.elf.elffile import ELFFile
+    try:
+        f.seek(0)
+        elf = ELFFile(f)
+        return any(seg["p_type"] == "PT_INTERP" for seg in elf.iter_segments())
+    except (ELFError, ValueError, KeyError, IndexError, OSError):
+        return True  # unreadable program headers: let the loader decide
