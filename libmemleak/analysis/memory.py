@@ -75,6 +75,13 @@ def first_and_last(series):
     return found[0], found[-1]
 
 
+def _tracer_shares(m):
+    """What the tracer itself holds inside malloc's heaps: the blocks'
+    trailers, and freed blocks its quarantine keeps from malloc."""
+    return ([f"the tracer's trailers {human_bytes(m.trailers)}"] if m.trailers else []) + \
+        ([f"the quarantine's freed blocks {human_bytes(m.quarantine)}"] if m.quarantine else [])
+
+
 def breakdown_line(m):
     """RSS, split: the live heap, slack, malloc's free memory, then the
     other parts that hold any of it, largest first."""
@@ -83,10 +90,7 @@ def breakdown_line(m):
         shown.append(f"slack {human_bytes(m.slack)}")
     if m.allocator_free is not None:
         shown.append(f"malloc's free memory {human_bytes(m.allocator_free)}")
-    if m.trailers:
-        shown.append(f"the tracer's trailers {human_bytes(m.trailers)}")
-    if m.quarantine:
-        shown.append(f"the quarantine's freed blocks {human_bytes(m.quarantine)}")
+    shown += _tracer_shares(m)
     others = sorted(((v[0], name) for name, v in m.parts.items()
                      if name not in ("heap", "malloc-mapped") and v[0]), reverse=True)
     shown += [f"{PART_WORDS[name]} {human_bytes(r)}" for r, name in others]
@@ -149,10 +153,7 @@ def state_lines(m):
              + (f", slack {human_bytes(m.slack)}" if m.slack is not None else ", slack not measured"),
              "malloc holds free " + (human_bytes(m.allocator_free) if m.allocator_free is not None
                                      else f"(not known: {m.free_unknown or 'not said'})")]
-    if m.trailers:
-        lines.append(f"the tracer's trailers {human_bytes(m.trailers)}")
-    if m.quarantine:
-        lines.append(f"the quarantine's freed blocks {human_bytes(m.quarantine)} (quarantine=: not free to malloc)")
+    lines += _tracer_shares(m)
     for name, (resident, mapped, n) in m.parts.items():
         lines.append(f"{PART_WORDS[name] + ':':<38} {human_bytes(resident):>10} resident "
                      f"of {human_bytes(mapped):>10} mapped, {count(n, 'heap' if name == 'heap' else 'mapping')}")

@@ -373,7 +373,8 @@ class Reporter:
         use = memory_use.measure(self.pid, (self.h.own_lo, self.h.own_hi))
         return memory_use.header_lines(use, heap_bytes, heap_blocks, sums.live_slack, why,
                                        trailers=snap.tracking == "trailers",
-                                       quarantined=(self.h.quarantine_held, self.h.quarantine_blocks))
+                                       quarantined=(min(self.h.quarantine_held, 1 << 62),
+                                                    min(self.h.quarantine_blocks, 1 << 62)))
 
     def take_snapshot(self, reason):
         """The segment's snapshot, and the reachability scan asked for

@@ -327,28 +327,17 @@ def _misuse_of(fields, frames):
 
 
 def misuse_fields(m):
-    """A Misuse's first line, after the entry's '+0 +0'."""
+    """A Misuse's first line, after the entry's '+0 +0': the fields it
+    has (a number that is None, a word that is empty, a frame list that
+    is empty are left out), in the order docs/memlog.md lists them."""
     fields = [f"misuse={m.kind}", f"call={m.call}", f"times={m.times:+d}"]
-    if m.block:
-        fields.append(f"block={m.block}")
-    if m.size is not None:
-        fields.append(f"size={m.size}")
-    if m.given is not None:
-        fields.append(f"given={m.given}")
-    if m.where:
-        fields.append(f"where={m.where}")
-    if m.address:
-        fields.append(f"address={m.address}")
-    if m.offset is not None:
-        fields.append(f"offset={m.offset}")
-    if m.align is not None:
-        fields.append(f"align={m.align}")
-    if m.given_align is not None:
-        fields.append(f"given-align={m.given_align}")
-    if m.alloc_frames:
-        fields.append(f"alloc-frames={len(m.alloc_frames)}")
-    if m.freed_frames:
-        fields.append(f"freed-frames={len(m.freed_frames)}")
+    for name, value in (("block", m.block), ("size", m.size), ("given", m.given), ("where", m.where),
+                        ("address", m.address), ("offset", m.offset), ("align", m.align),
+                        ("given-align", m.given_align),
+                        ("alloc-frames", len(m.alloc_frames) or None),
+                        ("freed-frames", len(m.freed_frames) or None)):
+        if value not in (None, ""):
+            fields.append(f"{name}={value}")
     return fields
 
 
