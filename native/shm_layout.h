@@ -463,8 +463,9 @@ struct mlk_header {
      * not to write another. */
     uint32_t answering_seq;
     uint32_t answering_reason;
-    /* quarantine= asked for but not started (no trailers, or misuse=no):
-     * the bytes asked for, so that every report says so. */
+    /* quarantine= asked for but not started (no trailers, misuse=no, or
+     * its table could not be mapped): the bytes asked for, so that every
+     * report says so. */
     uint64_t quarantine_refused;
     struct mlk_misuse misuse[256]; /* MLK_MISUSE_MAX */
 };

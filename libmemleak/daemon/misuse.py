@@ -98,11 +98,13 @@ def header_lines(header, tracking, sampled):
     """What every report says of misuse: checked or not, and why not; how
     many were seen since collection started; the quarantine's state."""
     mode = MODES.get(header.misuse_mode, "report")
+    checked = mode != "no" and tracking == "trailers" and not sampled
     refused = []
     if header.quarantine_refused:
+        why = ("its table could not be mapped (out of memory)" if checked else
+               "it needs blocks with trailers and misuse checks (not with sample=, track=table or misuse=no)")
         refused = [("quarantine", f"{QUARANTINE_REFUSED}: quarantine={min(header.quarantine_refused, 1 << 62)} "
-                                  "was asked for, but it needs blocks with trailers and misuse checks (not with "
-                                  "sample=, track=table or misuse=no): double frees after reuse are not caught")]
+                                  f"was asked for, but {why}: double frees after reuse are not caught")]
     if mode == "no":
         return [("misuse", "not checked (MEMLEAK_CONFIG misuse=no)")] + refused
     if tracking != "trailers" or sampled:
@@ -115,7 +117,7 @@ def header_lines(header, tracking, sampled):
     if header.misuse_no_families:
         said.append("(not checked: mismatched free/delete/delete[] -- the program defines its own "
                     "operator new or delete)")
-    lines = [("misuse", " ".join(said))]
+    lines = [("misuse", " ".join(said))] + refused
     if header.quarantine_cap:
         lines.append(("quarantine", f"{min(header.quarantine_held, 1 << 62)} bytes of freed blocks held of "
                                     f"{min(header.quarantine_cap, 1 << 62)} (quarantine=): a second free of one "

@@ -36,6 +36,7 @@ void mlk_quarantine_start(uint64_t bytes)
         return;
     ring = mlk_map_anon(SLOTS * sizeof *ring);
     if (!ring) {
+        mlk_seg->quarantine_refused = bytes; /* every report says so, not only this line */
         mlk_warn("cannot map the quarantine's table; freed blocks go straight to the allocator", "", "");
         return;
     }
