@@ -87,6 +87,14 @@ def run_config(args):
         items.append(f"sample={args.sample}")
     if args.scan_at_exit and "scan=exit" not in items:
         items.append("scan=exit")
+    if args.record and args.record_last:
+        return None, "run: --record (every event, to a file) and --record-last (the last ones) exclude each other"
+    if args.record:
+        items.append("record=all")
+    if args.record_cap:
+        items.append(f"record_cap={args.record_cap}")
+    if args.record_last:
+        items += ["record=last", f"record_keep={args.record_last}"]
     if args.wait_for_mtrace:
         if "mtraceinit" in items:
             return None, "run: --wait-for-mtrace and mtraceinit in --config contradict each other"
@@ -242,6 +250,16 @@ def build_parser():
                      help="the exit report carries a reachability scan: each stack's blocks "
                           "split into definitely, indirectly, possibly lost and still reachable, "
                           "as valgrind says them (MEMLEAK_CONFIG scan=exit; docs/scan.md)")
+    run.add_argument("--record", action="store_true",
+                     help="also log every allocation and free, with its time, to PROG-PID.events for "
+                          "`libmemleak replay` (peak, temporary allocations, time windows) "
+                          "(MEMLEAK_CONFIG record=all; docs/events.md)")
+    run.add_argument("--record-cap", metavar="BYTES",
+                     help="--record: stop logging when the file reaches this size (default 1G; K, M, G)")
+    run.add_argument("--record-last", metavar="BYTES|SECONDSs",
+                     help="a flight recorder: keep only the last BYTES (64M) or SECONDS (30s) of the log "
+                          "in memory, and write it with every report and at death "
+                          "(MEMLEAK_CONFIG record=last,record_keep=)")
     run.add_argument("-q", "--quiet", action="store_true",
                      help="say nothing on stderr at start and at the end")
     run.add_argument("command", nargs=argparse.REMAINDER, help="[--] PROGRAM [ARGS...]")
@@ -261,7 +279,7 @@ def build_parser():
     demo = sub.add_parser("demo", help="trace a bundled leaking example and show its reports")
     demo.add_argument("--keep", metavar="DIR", help="build and run in DIR and keep the files")
     demo.set_defaults(func=cmd_demo)
-    from libmemleak.commands import (attach, check, diff, export, report, scan, shell, snapshot,
+    from libmemleak.commands import (attach, check, diff, export, replay, report, scan, shell, snapshot,
                                      symbolize)
     attach.add_parser(sub)
     snapshot.add_parser(sub)
@@ -272,6 +290,7 @@ def build_parser():
     diff.add_parser(sub)
     export.add_parser(sub)
     check.add_parser(sub)
+    replay.add_parser(sub)
     return p
 
 

@@ -15,12 +15,12 @@
  *
  * Layout of the segment (offsets in struct mlk_header):
  *   header | stacks[stacks_cap] | frames[frames_cap] | modules[modules_cap]
- *   | strings[strings_cap]
+ *   | strings[strings_cap] | the event pool (events_pages pages, when recording)
  * The file is sparse (memfd): untouched capacity costs no memory.
  */
 
 #define MLK_MAGIC 0x314b4c4d454d4c4b
-#define MLK_LAYOUT_VERSION 17
+#define MLK_LAYOUT_VERSION 18
 #define MLK_API_LABEL_MAX 64
 #define MLK_LAST_REPORT_MAX 512
 #define MLK_MAX_DEPTH 64
@@ -210,6 +210,47 @@ struct mlk_misuse {
     uint32_t given_align;   /* the alignment the delete gave (0: none, an unaligned delete) */
     uint64_t count;         /* times it happened (atomic) */
     uint64_t reported;      /* reporter: count as of its last report */
+};
+
+/* The event log (MEMLEAK_CONFIG record=, native/hook/events/events.c;
+ * docs/events.md): a pool of events_pages pages at events_off -- first
+ * their headers, then (from events_data_off) MLK_EVENT_PAGE_BYTES of data
+ * each.  A thread claims a FREE page (FILLING, its tid), appends records
+ * and publishes `used` after each one (release); it marks the page FULL
+ * when the next record would not fit, when the page is a second old, or
+ * as the thread ends.  The reporter copies FULL pages out and frees them
+ * (and, once the process is gone, what FILLING pages hold). */
+#define MLK_EVENT_PAGE_BYTES 32768
+#define MLK_EVENT_PAGE_FREE 0
+#define MLK_EVENT_PAGE_FILLING 1
+#define MLK_EVENT_PAGE_FULL 2
+/* A record: a type byte (its low 3 bits; MLK_EVENT_RAW_ADDR set when the
+ * address delta is in bytes, else in 8-byte units), then LEB128 varints:
+ * time since the page's previous record (in ticks of 2^MLK_EVENT_TICK_SHIFT
+ * ns, from the page's first_ns), the address's zigzag delta from the
+ * previous record's, the size, and the stack id + 1 (0: not known). */
+#define MLK_EVENT_ALLOC 1
+#define MLK_EVENT_FREE 2
+#define MLK_EVENT_MAP 3
+#define MLK_EVENT_UNMAP 4
+#define MLK_EVENT_RAW_ADDR 8
+/* An UNMAP's type byte also says, in bits 4-5, 1 + the change in the
+ * stack's mappings (-1: one gone; 0: one cut; +1: one split in two). */
+#define MLK_EVENT_BLOCKS_SHIFT 4
+#define MLK_EVENT_TICK_SHIFT 10
+/* struct mlk_header.record_mode */
+#define MLK_RECORD_OFF 0
+#define MLK_RECORD_ALL 1
+#define MLK_RECORD_LAST 2
+
+struct mlk_event_page {
+    uint32_t state;         /* MLK_EVENT_PAGE_*; the reporter sets FREE */
+    uint32_t used;          /* bytes of records complete (release) */
+    int32_t tid;            /* the thread filling it */
+    uint32_t reserved;
+    uint64_t claim;         /* the order pages were claimed in */
+    uint64_t first_ns;      /* CLOCK_MONOTONIC origin of its times */
+    uint64_t last_ns;       /* CLOCK_MONOTONIC of its last record */
 };
 
 struct mlk_header {
@@ -467,6 +508,21 @@ struct mlk_header {
      * its table could not be mapped): the bytes asked for, so that every
      * report says so. */
     uint64_t quarantine_refused;
+    /* The event log (record=; struct mlk_event_page above).  record_* are
+     * the configuration (the reporter bounds them), events_* the pool. */
+    uint32_t record_mode;       /* MLK_RECORD_* */
+    uint32_t events_pages;      /* pages in the pool; 0: no pool */
+    uint64_t events_off;        /* the page headers */
+    uint64_t events_data_off;   /* the pages' data */
+    uint64_t record_cap;        /* record_cap=: bytes of log file at most (0: the default) */
+    uint64_t record_keep_bytes; /* record=last: keep about this many bytes of log ... */
+    uint64_t record_keep_ns;    /* ... or this long (0: not bounded by time) */
+    uint64_t events_start_ns;   /* CLOCK_MONOTONIC when this process's log began */
+    uint64_t events_claims;     /* pages claimed (atomic) */
+    uint64_t events_lost;       /* records not logged: no page in time, or a signal handler's inside one */
+    uint64_t events_waits;      /* times a thread waited for a free page */
+    uint32_t events_freed;      /* reporter: futex word, bumped when it frees pages */
+    uint32_t events_stop;       /* reporter: the log reached its cap: log no more */
     struct mlk_misuse misuse[256]; /* MLK_MISUSE_MAX */
 };
 

@@ -350,6 +350,11 @@ class TextStore:
             first = self._key_of_text.setdefault((kind, *line_ids), key_id)
             self.canon[key_id] = first if first != key_id else -1
 
+    def line_text(self, line_id):
+        """The text of one line id (a frame's lines, newline-separated)."""
+        text = bytes(self.arena[self.line_off[line_id]:self.line_off[line_id + 1]])
+        return text.decode("utf-8", "surrogateescape").rstrip("\n")
+
     def key_text(self, key_id):
         """The frame lines of a key that has them, one string each."""
         first, n = self.key_first[key_id], self.key_lines[key_id]

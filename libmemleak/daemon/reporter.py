@@ -24,6 +24,7 @@ from libmemleak.daemon.diff import FrameResolver, KeyTable, diff_snapshot, total
 from libmemleak.daemon.header_parts import (default_suppression_lines, mapping_lines, process_status,
                                             resource_lines, signal_name, slack_lines)
 from libmemleak.daemon.program_watch import ProgramWatch
+from libmemleak.daemon.recorder import DRAIN_SECONDS, Recorder
 from libmemleak.daemon.report_core import CUT_KIND, TextStore
 from libmemleak.daemon.segment import RESOURCE_BASE, futex_wait, futex_wake
 from libmemleak.daemon.trust import pid_of_pidfd
@@ -102,6 +103,7 @@ class Reporter:
         # host (the unsymbolized pprof export, go tool pprof with
         # PPROF_BINARY_PATH); the header's build-ids name the files.
         self.symbolize = os.environ.get("MEMLEAK_SYMBOLIZE", "yes").lower() not in ("no", "0", "off")
+        self.recorder = Recorder.of(self)  # the event log (record=), or None
 
     # -- the loop -----------------------------------------------------------
 
@@ -109,29 +111,66 @@ class Reporter:
         h = self.h
         h.reporter_pid = os.getpid()
         request_addr = self.seg.field_address("request_seq")
+        recorder = self.recorder
         try:
             while True:
+                if recorder:
+                    recorder.drain()
                 request = h.request_seq
                 if request != h.done_seq:
-                    if self.handle(request) in ENDS_REPORTER:
+                    reason = self.handle(request)
+                    if reason in ENDS_REPORTER:
                         h.final_done = 1
+                        self.finish_log(reason)
                         return 0
                     continue
                 if self.watch.dead():
                     if not h.exec_pending:  # else its last act was to exec
                         self.final_report()
                         h.final_done = 1
+                    self.finish_log("exec" if h.exec_pending else "death")
                     return 0
                 if self.watch.exec_happened(urgent=bool(h.exec_pending)):
+                    self.finish_log("exec")
                     return 0
                 if h.collecting and self.watch.signal_blocked_pending(h.report_signal):
                     self.report("signal")  # from the segment, as after a death
                     continue
                 if not self.warm():
-                    futex_wait(request_addr, request, POLL_SECONDS)
+                    futex_wait(request_addr, request, DRAIN_SECONDS if recorder else POLL_SECONDS)
         finally:
             if h.reporter_pid == os.getpid():
                 h.reporter_pid = 0
+
+    def finish_log(self, reason):
+        """The event log's end (if not ended with the exit report)."""
+        if self.recorder:
+            self.recorder.finish(reason, dead=self.watch.dead())
+
+    def stack_names(self, ids):
+        """[id, kind, frame lines] of each good stack of `ids`, symbolized
+        as reports name them (for the event log)."""
+        seg, out = self.seg, []
+        self.update_resolver(seg.modules())
+        for i in ids:
+            if not seg.stack_ok(i):
+                continue
+            key_id = self.resolver.key_id(seg.stacks, i)
+            partial = [] if self.texts.has(key_id) else self.symbolize_keys([key_id])
+            if self.texts.has(key_id):
+                lines = self.texts.key_text(key_id)
+            else:
+                lines = []
+                for item in (partial[0][1] if partial else []):
+                    text = item if type(item) is str else self.texts.line_text(item)
+                    lines += text.split("\n") if text else []
+            out.append([i, seg.stacks[i].kind, lines])
+        return out
+
+    def say_once(self, message):
+        if message not in self.warned:
+            self.warned.add(message)
+            say(message)
 
     def warm(self):
         """Symbolize new stacks while idle, a slice at a time, so that a
@@ -200,6 +239,10 @@ class Reporter:
         reason = self.reason()
         if reason is not None:
             self.report(reason)
+        if reason in ENDS_REPORTER and self.recorder:
+            # Before the program goes on: the log ends where its last report
+            # does, complete when `run` returns (and the hook logs no more).
+            self.recorder.finish(reason, dead=False)
         self.h.done_seq = request
         futex_wake(self.seg.field_address("done_seq"))
         return reason
@@ -237,6 +280,8 @@ class Reporter:
                 path = self.cannot_write(reason, e)
             if path:
                 self.written.append(path)
+                if self.recorder and reason not in FINAL_REASONS:
+                    self.recorder.on_report(reason)
                 if reason in FINAL_REASONS and self.announce:
                     say(written_summary(self.written))
         except Exception as e:  # a reporter bug must not surface as a traceback

@@ -437,6 +437,20 @@ class Segment:
             if a != ra:
                 words[i * _W + _W_REP_ALLOCS] = a
 
+    def event_pool(self):
+        """The event pool (record=): (page headers, as a cffi array; the
+        pages' data, a memoryview), or None -- also when the header places
+        it outside the segment (the program wrote it: never trusted)."""
+        h = self.header
+        n, off, data_off = h.events_pages, h.events_off, h.events_data_off
+        page_size = CONST["MLK_EVENT_PAGE_BYTES"]
+        head_bytes = n * ffi.sizeof("struct mlk_event_page")
+        if (not n or off < HEADER_SIZE or off % 8 or off + head_bytes > data_off
+                or data_off + n * page_size > self._size):
+            return None
+        pages = ffi.cast("struct mlk_event_page *", ffi.cast("char *", self._buf) + off)
+        return pages, memoryview(self._map)[data_off:data_off + n * page_size]
+
     def field_address(self, name):
         return int(ffi.cast("uintptr_t", ffi.addressof(self.header, name)))
 

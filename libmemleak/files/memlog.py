@@ -217,6 +217,11 @@ def _unlink_quietly(name, dir_fd):
         pass  # the write error being raised is the one worth reporting
 
 
+def parse_frame(text):
+    """One frame line of an entry (tab-separated, as written) as a Frame."""
+    return _parse_frame(text)
+
+
 def _parse_frame(text):
     parts = text.split("\t")
     if len(parts) == 1:

@@ -185,6 +185,7 @@ int mlk_addr_insert(uint64_t addr, uint32_t stack, uint64_t size, int is_new)
          * Count that free now so the old stack does not leak forever. */
         uint64_t m = s->slots[i].meta;
         mlk_stack_account((uint32_t)(m & ((1u << STACK_BITS) - 1)), -(int64_t)(m >> STACK_BITS), -1);
+        MLK_EVENT(MLK_EVENT_FREE, addr, m >> STACK_BITS, (uint32_t)(m & ((1u << STACK_BITS) - 1)));
     } else {
         s->used++;
         if (mlk_sample_bytes)
@@ -285,10 +286,17 @@ static uint64_t first_after(const struct region_table *t, uint64_t addr)
     return a;
 }
 
-static void account(const struct region_table *t, uint32_t stack, int64_t bytes, int64_t blocks)
+/* A piece of a counted mapping at `at` is gone (bytes < 0), or a mapping
+ * split in two (blocks +1). */
+static void account(const struct region_table *t, uint64_t at, uint32_t stack, int64_t bytes, int64_t blocks)
 {
-    if (t->counted)
-        mlk_stack_account(stack, bytes, blocks);
+    if (!t->counted)
+        return;
+    mlk_stack_account(stack, bytes, blocks);
+    /* (a piece the log says unmapped: its address, length, and what it
+     * did to the count of mappings -- gone, cut, or split in two) */
+    if (bytes)
+        MLK_EVENT(MLK_EVENT_UNMAP | (int)(blocks + 1) << MLK_EVENT_BLOCKS_SHIFT, at, (uint64_t)-bytes, stack);
 }
 
 static void remove_locked(struct region_table *t, uint64_t start, uint64_t end)
@@ -303,7 +311,7 @@ static void remove_locked(struct region_table *t, uint64_t start, uint64_t end)
             /* A hole in the middle: one mapping becomes two. */
             if (!table_reserve(t, t->count + 1)) {
                 /* Cannot split: keep the lower piece only, account the rest. */
-                account(t, r->stack, -(int64_t)(r->end - cut_lo), 0);
+                account(t, cut_lo, r->stack, -(int64_t)(r->end - cut_lo), 0);
                 r->end = cut_lo;
                 i++;
                 continue;
@@ -313,14 +321,14 @@ static void remove_locked(struct region_table *t, uint64_t start, uint64_t end)
             t->count++;
             t->r[i + 1] = (struct region){cut_hi, r->end, r->stack};
             r->end = cut_lo;
-            account(t, r->stack, bytes, +1);
+            account(t, cut_lo, r->stack, bytes, +1);
             i += 2;
         } else if (cut_lo == r->start && cut_hi == r->end) {
-            account(t, r->stack, bytes, -1);
+            account(t, cut_lo, r->stack, bytes, -1);
             memmove(&t->r[i], &t->r[i + 1], (t->count - i - 1) * sizeof *r);
             t->count--;
         } else {
-            account(t, r->stack, bytes, 0);
+            account(t, cut_lo, r->stack, bytes, 0);
             if (cut_lo == r->start)
                 r->start = cut_hi;
             else
@@ -338,8 +346,10 @@ static int insert_locked(struct region_table *t, uint64_t start, uint64_t len, u
     memmove(&t->r[i + 1], &t->r[i], (t->count - i) * sizeof *t->r);
     t->r[i] = (struct region){start, start + len, stack};
     t->count++;
-    if (t->counted)
+    if (t->counted) {
         mlk_stack_count_alloc(stack, len);
+        MLK_EVENT(MLK_EVENT_MAP, start, len, stack);
+    }
     return 1;
 }
 

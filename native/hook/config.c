@@ -25,6 +25,20 @@ static int parse_uint(const char *s, size_t n, uint64_t *out)
     return 1;
 }
 
+/* A number of bytes, with an optional K, M or G (powers of 1024). */
+static int parse_size(const char *s, size_t n, uint64_t *out)
+{
+    unsigned shift = 0;
+    if (n > 1) {
+        char u = s[n - 1];
+        shift = u == 'K' || u == 'k' ? 10 : u == 'M' || u == 'm' ? 20 : u == 'G' || u == 'g' ? 30 : 0;
+    }
+    if (!parse_uint(s, shift ? n - 1 : n, out) || *out > (1ull << 40) >> shift)
+        return 0;
+    *out <<= shift;
+    return 1;
+}
+
 static int parse_signal(const char *s, size_t n)
 {
     static const struct {
@@ -108,7 +122,11 @@ static const char *value_wanted(const char *key, size_t n)
                  {"route", "': needs yes or no"},
                  {"fds", "': needs yes or no"},
                  {"misuse", "': needs report, hold or no"},
-                 {"quarantine", "': needs a number of bytes (quarantine=67108864)"}};
+                 {"quarantine", "': needs a number of bytes (quarantine=67108864)"},
+                 {"record", "': needs all, last or no"},
+                 {"record_cap", "': needs a number of bytes (record_cap=1G)"},
+                 {"record_keep", "': needs bytes or seconds (record_keep=64M, record_keep=30s)"},
+                 {"record_buffer", "': needs a number of bytes (record_buffer=32M)"}};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (strlen(known[i].name) == n && strncmp(key, known[i].name, n) == 0)
             return known[i].wants;
@@ -226,6 +244,32 @@ void mlk_config_parse(const char *cfg, const char *cwd)
                 mlk_config.quarantine = num;
             else
                 bad_option(p, n, "': quarantine takes a number of bytes of freed blocks to hold back (0 = none)");
+        } else if (KEY("record") && val) {
+            _Static_assert(MLK_RECORD_OFF == 0 && MLK_RECORD_ALL == 1 && MLK_RECORD_LAST == 2, "the words' order");
+            if ((c = choice(val, vn, (const char *const[]){"no", "all", "last", NULL})) >= 0)
+                mlk_config.record = c;
+            else
+                bad_option(p, n, "': record is all (every event, to a file), last (the last ones, in "
+                                 "memory) or no; not recording");
+        } else if (KEY("record_cap") && val) {
+            if (parse_size(val, vn, &num) && num >= (1u << 20))
+                mlk_config.record_cap = num;
+            else
+                bad_option(p, n, "': record_cap takes a number of bytes, 1M or more (record_cap=1G)");
+        } else if (KEY("record_keep") && val) {
+            if (vn > 1 && val[vn - 1] == 's' && parse_uint(val, vn - 1, &num) && num >= 1 && num <= 86400 * 365) {
+                mlk_config.record_keep_ns = num * 1000000000ull;
+            } else if (parse_size(val, vn, &num) && num >= (1u << 20)) {
+                mlk_config.record_keep_bytes = num;
+            } else {
+                bad_option(p, n, "': record_keep takes bytes (1M or more: record_keep=64M) or seconds "
+                                 "(record_keep=30s)");
+            }
+        } else if (KEY("record_buffer") && val) {
+            if (parse_size(val, vn, &num) && num >= (1u << 20) && num <= (1ull << 32))
+                mlk_config.record_buffer = num;
+            else
+                bad_option(p, n, "': record_buffer takes a number of bytes, 1M to 4G (record_buffer=32M)");
         } else if (KEY("signal") && val) {
             int sig = parse_signal(val, vn);
             if (sig < 0 || sig == SIGKILL || sig == SIGSTOP)
@@ -289,7 +333,8 @@ void mlk_config_parse(const char *cfg, const char *cwd)
             bad_option(p, n, "': unknown option (known: mtraceinit, depth=N, dir=PATH, "
                              "signal=NAME, unwind=fast|libgcc, sample=BYTES, "
                              "track=trailers|table, exit_timeout=SECONDS, scan=exit, "
-                             "scan_heuristics=all|none|valgrind|NAME+NAME, listen=HOST:PORT, route=yes|no, fds=yes|no, misuse=report|hold|no, quarantine=BYTES, alloc_fns=REGEX)");
+                             "scan_heuristics=all|none|valgrind|NAME+NAME, listen=HOST:PORT, route=yes|no, fds=yes|no, misuse=report|hold|no, quarantine=BYTES, alloc_fns=REGEX, "
+                             "record=all|last|no, record_cap=BYTES, record_keep=BYTES|SECONDSs, record_buffer=BYTES)");
         }
 #undef KEY
 #undef VALUE

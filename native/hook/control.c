@@ -265,6 +265,7 @@ int mlk_start_collecting(void)
     __atomic_store_n(&mlk_seg->paused, 0, __ATOMIC_RELEASE);
     __atomic_store_n(&mlk_seg->collecting, 1, __ATOMIC_RELEASE);
     mlk_ever_collected = 1;
+    mlk_events_start(); /* before the first block is counted: the log holds them all */
     mlk_collecting = 1;
     if (is_root && !mlk_reporter_alive())
         mlk_spawn_reporter();
@@ -349,6 +350,7 @@ static void fork_child(void)
         mlk_seg = NULL;
         mlk_warn("fork: cannot copy the segment; the child is not traced", "", "");
     }
+    mlk_events_fork_child();
     mlk_spawn_fork_child();
     is_root = 0;
     mlk_keeper_fork_child();

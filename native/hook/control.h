@@ -27,6 +27,8 @@ struct mlk_config {
     int fds;             /* fds=no: file descriptors not tracked (resources/fds.c) */
     int misuse;          /* misuse=: MLK_MISUSE_REPORT, _HOLD or _OFF (misuse.c) */
     uint64_t quarantine; /* quarantine=BYTES: freed blocks held back (misuse.c); 0: none */
+    int record;          /* record=: MLK_RECORD_* (events/events.c) */
+    uint64_t record_cap, record_keep_bytes, record_keep_ns, record_buffer; /* 0: the defaults */
 };
 MLK_HIDDEN extern struct mlk_config mlk_config;
 MLK_HIDDEN void mlk_config_parse(const char *cfg, const char *cwd);

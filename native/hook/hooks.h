@@ -184,7 +184,7 @@ static inline __attribute__((always_inline)) int free_trailed(void *p, int call,
     uint64_t meta = mlk_trailer_take(t);
     check_trailed_free(meta, call, given, align);
     uint64_t reserved = (uint64_t)((char *)t - (char *)p);
-    mlk_trailer_uncount(meta, reserved);
+    mlk_trailer_uncount(p, meta, reserved);
     if (MLK_UNLIKELY(mlk_quarantine_cap) && !mlk_in_hook)
         mlk_quarantine_put(p, reserved + MLK_TRAILER_SIZE);
     else

@@ -317,7 +317,7 @@ static void *realloc_into_quarantine(void *old, struct mlk_trailer *t, uint64_t 
         return NULL;
     uint64_t reserved = (uint64_t)((char *)t - (char *)old); /* the old block's bytes, as realloc copies */
     memcpy(p, old, reserved < size ? reserved : size);
-    mlk_trailer_uncount(taken, reserved);
+    mlk_trailer_uncount(old, taken, reserved);
     mlk_quarantine_put(old, reserved + MLK_TRAILER_SIZE);
     return p;
 }
@@ -371,7 +371,7 @@ static void *realloc_impl(void *old, size_t size)
             return NULL;
         }
         if (t && !quarantined)
-            mlk_trailer_uncount(taken, (uint64_t)((char *)t - (char *)old));
+            mlk_trailer_uncount(old, taken, (uint64_t)((char *)t - (char *)old));
     }
     if (p) {
         if (trailing)

@@ -274,9 +274,9 @@ MLK_HIDDEN int mlk_trailer_write(void *p, size_t usable, uint64_t size, uint32_t
  * mlk_trailer_uncount needs; restore re-marks it (a realloc that failed). */
 MLK_HIDDEN uint64_t mlk_trailer_take(struct mlk_trailer *t);
 MLK_HIDDEN void mlk_trailer_restore(void *p, struct mlk_trailer *t);
-/* Uncounts a block taken (its meta word) whose trailer sat `reserved`
+/* Uncounts block p, taken (its meta word), whose trailer sat `reserved`
  * bytes after its start (the trailer's address less the block's). */
-MLK_HIDDEN void mlk_trailer_uncount(uint64_t taken, uint64_t reserved);
+MLK_HIDDEN void mlk_trailer_uncount(void *p, uint64_t taken, uint64_t reserved);
 extern MLK_HIDDEN uint32_t mlk_slack_floor; /* the allocator's smallest usable size, if known */
 MLK_HIDDEN void mlk_trailers_lock_for_fork(int acquire);  /* before fork; after, in the parent */
 MLK_HIDDEN void mlk_trailers_fork_child(void);            /* after fork, in the child */
@@ -359,6 +359,21 @@ static inline int mlk_maybe_recorded(const void *p)
     return !mlk_sample_bytes ||
            __atomic_load_n(&mlk_sampled_filter[mlk_filter_index((uint64_t)p)], __ATOMIC_RELAXED);
 }
+
+/* ---- events/events.c: the event log (record=) ------------------------ */
+extern MLK_HIDDEN int mlk_events_on;
+/* Appends one record (MLK_EVENT_*) to this thread's page of the pool. */
+MLK_HIDDEN void mlk_event(int type, uint64_t addr, uint64_t size, uint32_t stack);
+/* Each change to a stack's counters that the log replays: free in the
+ * default mode but for one load and a branch. */
+#define MLK_EVENT(type, addr, size, stack)                                                         \
+    do {                                                                                           \
+        if (MLK_UNLIKELY(mlk_events_on))                                                           \
+            mlk_event(type, (uint64_t)(addr), (uint64_t)(size), stack);                            \
+    } while (0)
+MLK_HIDDEN uint32_t mlk_events_pages_wanted(void); /* the pool the segment is made with */
+MLK_HIDDEN void mlk_events_start(void);            /* as collection starts */
+MLK_HIDDEN void mlk_events_fork_child(void);
 
 /* ---- control.c and its neighbours (control.h): configuration, triggers, the reporter */
 extern MLK_HIDDEN volatile int mlk_collecting;  /* mirror of mlk_seg->collecting */

@@ -59,7 +59,11 @@ void mlk_record_alloc(void *p, size_t size, int kind)
      * random line of a big table); the backtrace takes long enough to hide it. */
     mlk_addr_prefetch((uint64_t)p);
     uint32_t id = current_stack(kind);
-    if (id != MLK_NO_STACK && !mlk_addr_insert((uint64_t)p, id, size, 1))
+    if (id == MLK_NO_STACK)
+        return;
+    if (mlk_addr_insert((uint64_t)p, id, size, 1))
+        MLK_EVENT(MLK_EVENT_ALLOC, p, size, id);
+    else
         dropped_block();
 }
 
@@ -81,6 +85,7 @@ void mlk_record_trailed(void *p, size_t usable, size_t size, int kind, uint64_t 
 int mlk_record_take(void *p, uint32_t *stack, uint64_t *size)
 {
     if (mlk_addr_remove((uint64_t)p, stack, size)) {
+        MLK_EVENT(MLK_EVENT_FREE, p, *size, *stack);
         if (MLK_UNLIKELY(mlk_ignored_count))
             mlk_ignored_forget((uint64_t)p, (uint64_t)p + (*size ? *size : 1));
         return 1;
@@ -107,7 +112,9 @@ int mlk_record_free(void *p)
 
 void mlk_record_put_back(void *p, uint32_t stack, uint64_t size)
 {
-    if (!mlk_addr_insert((uint64_t)p, stack, size, 0))
+    if (mlk_addr_insert((uint64_t)p, stack, size, 0))
+        MLK_EVENT(MLK_EVENT_ALLOC, p, size, stack);
+    else
         dropped_block();
 }
 

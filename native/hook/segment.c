@@ -140,8 +140,9 @@ static void freeze_reporter_args(const struct mlk_header *h, const char *strings
 
 /* The segment's layout for tables of these capacities; returns its size. */
 static uint64_t lay_out(uint64_t stacks_cap, uint64_t frames_cap, uint64_t *stacks_off, uint64_t *frames_off,
-                        uint64_t *modules_off, uint64_t *strings_off)
+                        uint64_t *modules_off, uint64_t *strings_off, uint64_t *events_off, uint64_t *events_data_off)
 {
+    uint32_t pages = mlk_events_pages_wanted();
     uint64_t off = align_up(sizeof(struct mlk_header), 4096);
     *stacks_off = off;
     off = align_up(off + stacks_cap * sizeof(struct mlk_stack), 4096);
@@ -150,7 +151,11 @@ static uint64_t lay_out(uint64_t stacks_cap, uint64_t frames_cap, uint64_t *stac
     *modules_off = off;
     off = align_up(off + MODULES_CAP * sizeof(struct mlk_module), 4096);
     *strings_off = off;
-    return align_up(off + STRINGS_CAP, 4096);
+    off = align_up(off + STRINGS_CAP, 4096);
+    *events_off = off;
+    off = align_up(off + pages * sizeof(struct mlk_event_page), 4096);
+    *events_data_off = off;
+    return off + (uint64_t)pages * MLK_EVENT_PAGE_BYTES;
 }
 
 /* The whole segment (~1.5 GiB of address space, sparse) is mapped in the
@@ -181,15 +186,18 @@ _Static_assert(PAIR(listen) && PAIR(alloc_fns) && PAIR(blind) && PAIR(routed), "
 int mlk_segment_create(uint32_t depth, const char *dir, const char *listen, const char *alloc_fns)
 {
     uint64_t stacks_cap = MLK_STACKS_CAP, frames_cap = MLK_FRAMES_CAP;
-    uint64_t stacks_off, frames_off, modules_off, strings_off;
-    uint64_t size = lay_out(stacks_cap, frames_cap, &stacks_off, &frames_off, &modules_off, &strings_off);
+    uint64_t stacks_off, frames_off, modules_off, strings_off, events_off, events_data_off;
+#define LAY_OUT() lay_out(stacks_cap, frames_cap, &stacks_off, &frames_off, &modules_off, &strings_off, \
+                          &events_off, &events_data_off)
+    uint64_t size = LAY_OUT();
     struct rlimit as;
     if (mlk_syscall6(SYS_getrlimit, RLIMIT_AS, (long)&as, 0, 0, 0, 0) == 0 && as.rlim_cur != RLIM_INFINITY) {
         while (size > as.rlim_cur / 8 && stacks_cap > MIN_STACKS_CAP) {
             stacks_cap >>= 1;
             frames_cap >>= 1;
-            size = lay_out(stacks_cap, frames_cap, &stacks_off, &frames_off, &modules_off, &strings_off);
+            size = LAY_OUT();
         }
+#undef LAY_OUT
         if (stacks_cap < MLK_STACKS_CAP)
             mlk_segment_as_limit = as.rlim_cur;
     }
@@ -214,6 +222,9 @@ int mlk_segment_create(uint32_t depth, const char *dir, const char *listen, cons
     h->frames_cap = frames_cap;
     h->modules_cap = MODULES_CAP;
     h->strings_cap = STRINGS_CAP;
+    h->events_off = events_off;
+    h->events_data_off = events_data_off;
+    h->events_pages = mlk_events_pages_wanted();
     h->pid = mlk_getpid();
     h->depth = depth;
     h->sample_bytes = mlk_sample_bytes;

@@ -228,6 +228,7 @@ int mlk_trailer_write(void *p, size_t usable, uint64_t size, uint32_t stack, uin
         uint32_t *busy = update_begin();
         mlk_stack_count_trailed(stack, size, slack_of(usable - MLK_TRAILER_SIZE, size));
         update_end(busy);
+        MLK_EVENT(MLK_EVENT_ALLOC, p, size, stack);
     }
     return counted;
 }
@@ -248,7 +249,7 @@ void mlk_trailer_restore(void *p, struct mlk_trailer *t)
     t->check = (uint64_t)p ^ mlk_trailer_key;
 }
 
-void mlk_trailer_uncount(uint64_t meta, uint64_t reserved)
+void mlk_trailer_uncount(void *p, uint64_t meta, uint64_t reserved)
 {
     uint32_t stack = mlk_trailer_stack_of(meta);
     /* Not ever_collected: a forked child that could not get a segment of
@@ -263,6 +264,7 @@ void mlk_trailer_uncount(uint64_t meta, uint64_t reserved)
      * moment could then copy a half-updated counter). */
     if (mlk_in_hook) {
         mlk_stack_uncount_trailed(stack, size, slack);
+        MLK_EVENT(MLK_EVENT_FREE, p, size, stack);
         return;
     }
     /* The guard, so that a signal handler that allocates meanwhile passes
@@ -271,6 +273,7 @@ void mlk_trailer_uncount(uint64_t meta, uint64_t reserved)
     uint32_t *busy = update_begin();
     mlk_stack_uncount_trailed(stack, size, slack);
     update_end(busy);
+    MLK_EVENT(MLK_EVENT_FREE, p, size, stack);
     mlk_in_hook = 0;
 }
 

@@ -125,7 +125,7 @@ static void put_back(void *old, struct taken *taken)
 static void moved(struct taken *taken)
 {
     if (taken->trailer)
-        mlk_trailer_uncount(taken->trailer_meta, taken->reserved);
+        mlk_trailer_uncount((char *)taken->trailer - taken->reserved, taken->trailer_meta, taken->reserved);
 }
 
 #define AS_INDEX(name, id, ...) ID_##id,

@@ -1,0 +1,224 @@
+"""`libmemleak replay FILE`: what an event log (PROG-PID.events, recorded
+with `run --record`) alone can tell -- the moment of the highest live heap
+and what was live then, what was live at any moment, what a time window
+left live, which allocations were temporary, how long each stack's blocks
+live, the live total over time.  Exit status: 0; 2 when the file cannot be
+read (one line)."""
+
+import json
+import re
+import sys
+import time
+
+from libmemleak.analysis import replay as R
+from libmemleak.analysis.names import frame_lines
+from libmemleak.analysis.trends import count, human_bytes
+from libmemleak.commands import EXIT_BAD_INPUT, positive
+from libmemleak.files.events import EventLog, EventsError
+from libmemleak.files.memlog import parse_frame
+
+DEFAULT_TEMPORARY = "1ms"
+USAGE_POINTS = 2000
+
+
+def add_parser(sub):
+    p = sub.add_parser("replay", help="replay an event log: peak, a moment, a window, temporary allocations",
+                       description="Answer from an event log (PROG-PID.events, written with `run --record`): "
+                                   "by default the peak -- the moment the most memory was live, and what "
+                                   "was live then, per stack.  TIME is seconds from the log's start "
+                                   "(12.5, 12.5s, 300ms, 2m) or a clock time (10:02:03).")
+    p.add_argument("file", metavar="FILE")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--peak", action="store_true", help="what was live at the peak (the default)")
+    what.add_argument("--at", metavar="TIME", help="what was live at TIME")
+    what.add_argument("--between", nargs=2, metavar=("T1", "T2"),
+                      help="what was allocated from T1 on and still live at T2 (a leak in a window)")
+    what.add_argument("--temporary", action="store_true",
+                      help="allocations freed soon after they were made (--within), per stack")
+    what.add_argument("--lifetimes", action="store_true", help="how long each stack's blocks lived")
+    what.add_argument("--usage", action="store_true", help="the live total over time")
+    p.add_argument("--within", default=DEFAULT_TEMPORARY, metavar="DURATION",
+                   help=f"--temporary: freed within this long of their allocation ({DEFAULT_TEMPORARY})")
+    p.add_argument("--top", type=positive, default=10, metavar="N", help="stacks shown (10)")
+    p.add_argument("--frames", type=positive, default=4, metavar="N", help="frames shown per stack (4)")
+    p.add_argument("--json", action="store_true", help="the answer as JSON (docs/events.md)")
+    p.set_defaults(func=run)
+
+
+class BadTime(ValueError):
+    pass
+
+
+def parse_duration(text):
+    """ns of '12.5', '12.5s', '300ms', '40us', '2m', '1h'."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ns|us|ms|s|m|h)?\s*", text)
+    if not m:
+        raise BadTime(f"not a time: {text!r} (seconds, or with ns, us, ms, s, m, h)")
+    scale = {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9, None: 1e9, "m": 60e9, "h": 3600e9}[m.group(2)]
+    return int(float(m.group(1)) * scale)
+
+
+def parse_time(text, head, start_ns):
+    """A moment on the log's clock (CLOCK_MONOTONIC ns): seconds from its
+    start, or a clock time of the day it was recorded (local time)."""
+    m = re.fullmatch(r"\s*(\d{1,2}):(\d{2})(?::(\d{2}(?:\.\d*)?))?\s*", text)
+    if not m:
+        return start_ns + parse_duration(text)
+    mono, real = head.get("mono_ns"), head.get("realtime_ns")
+    if not isinstance(mono, int) or not isinstance(real, int):
+        raise BadTime("this log does not say its dates: give seconds from its start")
+    start_real = real - (mono - start_ns)
+    day = time.localtime(start_real / 1e9)
+    seconds = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3) or 0)
+    midnight = time.mktime((day.tm_year, day.tm_mon, day.tm_mday, 0, 0, 0, 0, 0, -1))
+    return start_ns + int((midnight + seconds) * 1e9) - start_real
+
+
+def run(args):
+    try:
+        with EventLog(args.file) as log:
+            return answer(args, log)
+    except (EventsError, BadTime) as e:
+        print(f"libmemleak: replay: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except MemoryError:
+        print("libmemleak: replay: out of memory following the live blocks", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def answer(args, log):
+    for note in notes(log):
+        print(f"libmemleak: replay: {note}", file=sys.stderr)
+    within = parse_duration(args.within)
+    whole = R.replay(log, blocks=args.temporary or args.lifetimes, lifetimes=args.lifetimes,
+                     temporary_ns=within if args.temporary else 0,
+                     series_step_ns=0 if not args.usage else max(1, span(log) // USAGE_POINTS))
+    t = whole.totals
+    base = R.baseline(log, whole)
+    start = log.head.get("start_mono_ns") or t["first_ns"]
+    start = start if isinstance(start, int) else t["first_ns"]
+    doc = {"program": log.head.get("program"), "pid": log.head.get("pid"), "mode": log.head.get("mode"),
+           "records": t["records"], "start_ns": start, "end_ns": t["last_ns"],
+           "baseline_known": base.known, "before_log_bytes": sum(b for b, _ in base.live.values())}
+    if args.at is not None:
+        at = parse_time(args.at, log.head, start)
+        part = R.replay(log, stop_ns=at)
+        doc.update(view="at", at_ns=at, stacks=rows(log, R.live_at(base, part)))
+    elif args.between:
+        lo, hi = (parse_time(x, log.head, start) for x in args.between)
+        if hi < lo:
+            raise BadTime("--between: T2 is before T1")
+        part = R.replay(log, stop_ns=hi, window_from_ns=lo)
+        left = {i: (b, part.columns["window_blocks"].get(i, 0)) for i, b in part.columns["window_bytes"].items()}
+        doc.update(view="between", from_ns=lo, to_ns=hi, stacks=rows(log, left))
+    elif args.temporary:
+        temp = {i: (b, whole.columns["temp_count"].get(i, 0)) for i, b in whole.columns["temp_bytes"].items()}
+        doc.update(view="temporary", within_ns=within, stacks=rows(log, temp, whole.columns["allocs"]))
+    elif args.lifetimes:
+        doc.update(view="lifetimes", tick_ns=1 << log.head.get("tick_shift", 10),
+                   stacks=[dict(r, lifetimes=whole.lifetimes.get(r["id"], []))
+                           for r in rows(log, {i: (whole.columns["alloc_bytes"].get(i, 0), n)
+                                               for i, n in whole.columns["allocs"].items()})])
+    elif args.usage:
+        doc.update(view="usage", usage=[{"ns": a, "live_bytes": b + doc["before_log_bytes"],
+                                         "max_bytes": c + doc["before_log_bytes"]} for a, b, c in whole.series])
+    else:
+        at_peak = R.replay(log, stop_ordinal=t["peak_ordinal"] + 1) if t["peak"] > 0 else None
+        live = R.live_at(base, at_peak) if at_peak else dict(base.live)
+        doc.update(view="peak", peak_ns=t["peak_ns"] if at_peak else start,
+                   peak_bytes=sum(b for b, _ in live.values()), stacks=rows(log, live))
+    if args.json:
+        json.dump(doc, sys.stdout, indent=1)
+        print()
+    else:
+        show(doc, args, start, log.head.get("exe"))
+    return 0
+
+
+def span(log):
+    return max((e.last_ns for e in log.evts), default=0) - min((e.first_ns for e in log.evts), default=0)
+
+
+def notes(log):
+    """What the reader must know of the log itself, one line each."""
+    out = []
+    if log.truncated:
+        out.append(f"{log.path} ends in the middle of a chunk (its writer was stopped): replayed up to there")
+    stat = log.final_stat()
+    if not stat:
+        out.append("the log has no final counters (its reporter was killed): what was live before "
+                   "its first record is not known; amounts are changes since then")
+    else:
+        if stat.get("lost"):
+            out.append(f"{stat['lost']:,} records were not logged (the pool stayed full, or a signal "
+                       "handler freed inside a hook): amounts can be off by those")
+        if stat.get("stopped"):
+            out.append(f"the log stopped early ({stat['stopped']}): nothing after that is in it")
+    if log.head.get("mode") == "last":
+        out.append("a flight-recorder log (record=last): it holds the last part of the run only")
+    return out
+
+
+def rows(log, values, allocs=None):
+    """values: id -> (bytes, count) -> rows, largest first."""
+    out = []
+    for i, (b, n) in sorted(values.items(), key=lambda kv: (-kv[1][0], kv[0])):
+        kind, lines = log.stacks.get(i, ("unknown", []))
+        row = {"id": i, "bytes": b, "blocks": n, "kind": kind, "frames": lines}
+        if allocs is not None:
+            row["allocations"] = allocs.get(i, 0)
+        out.append(row)
+    return out
+
+
+def show(doc, args, start, exe):
+    def when(ns):
+        return f"+{(ns - start) / 1e9:.3f} s"
+    end = doc["end_ns"]
+    print(f"{doc['program']} (pid {doc['pid']}): {count(doc['records'], 'record')} over "
+          f"{max(0, end - start) / 1e9:.3f} s")
+    view = doc["view"]
+    if view == "peak":
+        print(f"peak: {human_bytes(doc['peak_bytes'])} live at {when(doc['peak_ns'])}")
+    elif view == "at":
+        print(f"live at {when(doc['at_ns'])}: {human_bytes(sum(r['bytes'] for r in doc['stacks']))}")
+    elif view == "between":
+        print(f"allocated from {when(doc['from_ns'])} and still live at {when(doc['to_ns'])}: "
+              f"{human_bytes(sum(r['bytes'] for r in doc['stacks']))}")
+    elif view == "temporary":
+        n = sum(r["blocks"] for r in doc["stacks"])
+        print(f"temporary (freed within {doc['within_ns'] / 1e6:g} ms): {count(n, 'allocation')}, "
+              f"{human_bytes(sum(r['bytes'] for r in doc['stacks']))}")
+    elif view == "usage":
+        for p in doc["usage"]:
+            print(f"  {when(p['ns']):>12s}  {human_bytes(p['live_bytes']):>10s}  (max {human_bytes(p['max_bytes'])})")
+        return
+    for r in doc["stacks"][:args.top]:
+        if view == "temporary":
+            head = f"{count(r['blocks'], 'allocation')} of {r['allocations']:,}, {human_bytes(r['bytes'])}"
+        elif view == "lifetimes":
+            head = f"{count(r['blocks'], 'allocation')}: {lifetime_words(r['lifetimes'], doc['tick_ns'])}"
+        else:
+            head = f"{human_bytes(r['bytes']):>10s} {count(r['blocks'], 'block')}"
+        print(f"  {head}")
+        frames = [parse_frame(line.strip("\t")) for line in r["frames"]]
+        for line in frame_lines(frames, exe if isinstance(exe, str) else None, keep=args.frames) if frames else ["(stack not named in the log)"]:
+            print(f"      {line}")
+    if len(doc["stacks"]) > args.top:
+        print(f"  ({len(doc['stacks']) - args.top} more: --top N)")
+
+
+def lifetime_words(buckets, tick_ns):
+    """'12 < 1 us, 40 < 1 ms, 3 < 1 s, 1 longer' from log2 buckets of ticks."""
+    if not buckets:
+        return "none freed"
+    edges = ((1_000, "1 us"), (1_000_000, "1 ms"), (1_000_000_000, "1 s"))
+    counts = [0] * (len(edges) + 1)
+    for b, n in enumerate(buckets):
+        upper = (1 << b) * tick_ns  # lifetimes in this bucket are below this
+        k = next((j for j, (limit, _) in enumerate(edges) if upper <= limit), len(edges))
+        counts[k] += n
+    words = [f"{n:,} < {name}" for n, (_, name) in zip(counts, edges) if n]
+    if counts[-1]:
+        words.append(f"{counts[-1]:,} longer")
+    return ", ".join(words) + " (freed)"

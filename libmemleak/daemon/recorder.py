@@ -1,0 +1,246 @@
+"""The event log's reporter side (record=all|last; docs/events.md): copies
+the pages the hook filled (native/hook/events/events.c) out of the
+segment, frees them for reuse, and writes them compressed as
+PROG-PID.events beside the reports.
+
+record=all appends to the file as it goes, up to record_cap (then the
+hook is told to stop, and the file says so); record=last keeps the last
+record_keep bytes or seconds in memory and writes the file -- replaced
+whole -- with every report (signal, snapshot, exit, death).  Each file
+ends with the counters as they were then (a STAT chunk), from which a
+replay knows what was live before its first record."""
+
+import collections
+import os
+import time
+
+from libmemleak.daemon.segment import CONST, futex_wake
+from libmemleak.files.events import MAGIC, VERSION, evts_chunk, json_chunk
+from libmemleak.files.memlog import write_report
+
+FREE, FILLING, FULL = (CONST["MLK_EVENT_PAGE_FREE"], CONST["MLK_EVENT_PAGE_FILLING"],
+                       CONST["MLK_EVENT_PAGE_FULL"])
+PAGE_BYTES = CONST["MLK_EVENT_PAGE_BYTES"]
+MODES = {CONST["MLK_RECORD_ALL"]: "all", CONST["MLK_RECORD_LAST"]: "last"}
+MEMORY_KINDS = ("malloc", "new", "mmap", "shared")  # what the log's records count
+DEFAULT_CAP = 1 << 30
+MAX_CAP = 1 << 40
+DEFAULT_KEEP = 64 << 20
+CHUNK_RAW_BYTES = 1 << 20    # records per EVTS chunk, before compression
+CHUNK_SECONDS = 1.0          # ... or this much time's worth: the file lags by no more
+DRAIN_SECONDS = 0.05         # how often the reporter drains while recording
+
+
+class Recorder:
+    """One segment's log.  `names(ids)` gives (id, kind, frame lines) of
+    stacks ids, symbolized (the reporter's)."""
+
+    @classmethod
+    def of(cls, reporter):
+        h = reporter.h
+        if h.record_mode not in MODES:
+            return None
+        pool = reporter.seg.event_pool()
+        if pool is None:
+            return None
+        return cls(reporter, pool)
+
+    def __init__(self, reporter, pool):
+        import zstandard
+        self.rep = reporter
+        self.seg, self.h = reporter.seg, reporter.h
+        self.pages, self.data = pool
+        self.npages = self.h.events_pages
+        self.mode = MODES[self.h.record_mode]
+        self.cap = min(self.h.record_cap or DEFAULT_CAP, MAX_CAP)
+        keep_bytes, keep_ns = self.h.record_keep_bytes, self.h.record_keep_ns
+        self.keep_bytes = min(keep_bytes, MAX_CAP) if keep_bytes else (0 if keep_ns else DEFAULT_KEEP)
+        self.keep_ns = keep_ns
+        self.cctx = zstandard.ZstdCompressor(level=3)
+        self.pending, self.pending_bytes, self.pending_since = [], 0, None
+        self.named = 0               # stack ids below this are named in the log
+        self.stack_chunks = []       # record=last: every STKS chunk, for each file written
+        self.kept = collections.deque()  # record=last: (EVTS chunk, last_ns)
+        self.kept_bytes = 0
+        self.fd, self.path, self.written = None, None, 0
+        self.stopped = None          # why the log stopped early ("cap", "write error: ...")
+        self.dropped_bytes = 0       # records drained after it stopped
+        self.finished = False
+        self.name = f"{reporter.name}-{reporter.pid}.events"
+
+    # -- draining ---------------------------------------------------------
+
+    def drain(self, final=False):
+        """Take the full pages; with `final`, what every page holds (the
+        process is gone, or about to be: FILLING pages are read, not freed,
+        since a live thread may still append to them)."""
+        pages, data, freed = self.pages, self.data, False
+        got = []
+        for i in range(self.npages):
+            page = pages[i]
+            state = page.state
+            if state != FULL and not (final and state == FILLING):
+                continue
+            used = min(page.used, PAGE_BYTES)
+            if used:
+                got.append((page.claim, page.tid, page.first_ns, page.last_ns,
+                            bytes(data[i * PAGE_BYTES:i * PAGE_BYTES + used])))
+            if state == FULL:
+                page.state = FREE  # x86-64 keeps our copy before this store
+                freed = True
+        if freed:
+            self.h.events_freed = (self.h.events_freed + 1) & 0xffffffff
+            futex_wake(self.seg.field_address("events_freed"))
+        got.sort()
+        for _claim, tid, first, last, records in got:
+            self.pending.append((tid, first, last, records))
+            self.pending_bytes += len(records)
+        if self.pending and self.pending_since is None:
+            self.pending_since = time.monotonic()
+        if self.pending and (final or self.pending_bytes >= CHUNK_RAW_BYTES
+                             or time.monotonic() - self.pending_since >= CHUNK_SECONDS):
+            self._flush()
+
+    def _flush(self):
+        pages, self.pending, self.pending_bytes, self.pending_since = self.pending, [], 0, None
+        if self.stopped:
+            self.dropped_bytes += sum(len(p[3]) for p in pages)
+            return
+        names = self._new_names()
+        evts = evts_chunk(pages, self.cctx)
+        last_ns = max(p[2] for p in pages)
+        if self.mode == "last":
+            if names:
+                self.stack_chunks.append(names)
+            self.kept.append((evts, last_ns))
+            self.kept_bytes += len(evts)
+            self._evict()
+            return
+        if self.written + len(names) + len(evts) > self.cap:
+            self._stop("cap", f"the event log reached record_cap ({self.cap} bytes); "
+                              f"later events are not in {self.name}")
+            self.dropped_bytes += sum(len(p[3]) for p in pages)
+            return
+        self._append(names + evts)
+
+    def _evict(self):
+        while len(self.kept) > 1 and (
+                (self.keep_bytes and self.kept_bytes > self.keep_bytes)
+                or (self.keep_ns and self.kept[-1][1] - self.kept[0][1] > self.keep_ns)):
+            evts, _ = self.kept.popleft()
+            self.kept_bytes -= len(evts)
+
+    def _new_names(self):
+        """A STKS chunk naming the stacks made since the last one (b"" if none)."""
+        end = self.seg.refresh()
+        if end <= self.named:
+            return b""
+        items = self.rep.stack_names(range(self.named, end))
+        self.named = end
+        return json_chunk(b"STKS", items, self.cctx) if items else b""
+
+    # -- the file ---------------------------------------------------------
+
+    def _head(self):
+        return json_chunk(b"HEAD", {
+            "version": VERSION, "program": self.rep.name, "pid": self.rep.pid,
+            "exe": self.seg.string(self.h.exe_off, self.h.exe_len), "mode": self.mode,
+            "tick_shift": CONST["MLK_EVENT_TICK_SHIFT"], "start_mono_ns": self.h.events_start_ns,
+            # one moment on both clocks: record times (CLOCK_MONOTONIC) as dates
+            "mono_ns": time.monotonic_ns(), "realtime_ns": time.time_ns(),
+            "parent_pid": self.h.parent_pid})
+
+    def _stat(self, reason):
+        """The counters now: what was live per stack (memory kinds only: the
+        log has no records of the others), and the log's own health."""
+        snap = self.seg.take_snapshot()
+        live = [[i, b, n] for i, b, n in zip(snap.ids, snap.live_bytes, snap.live_blocks)
+                if (b or n) and snap.stacks[i].kind in MEMORY_KINDS]
+        return json_chunk(b"STAT", {
+            "mono_ns": time.monotonic_ns(), "reason": reason, "live": live,
+            "lost": self.h.events_lost, "waits": self.h.events_waits,
+            "stopped": self.stopped, "dropped_bytes": self.dropped_bytes})
+
+    def _append(self, data):
+        try:
+            if self.fd is None:
+                self._create()
+                data = MAGIC + self._head() + data
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self.fd, view):]
+            self.written += len(data)
+        except OSError as e:
+            self._stop("write error", f"cannot write the event log {self.path or self.name}: {e.strerror}; "
+                                      "recording stopped")
+
+    def _create(self):
+        directory = self.rep.directory
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for n in range(1, 100):  # a reporter that took over, an exec'd image of the same name
+                name = self.name if n == 1 else self.name.replace(".events", f"-{n}.events")
+                try:
+                    self.fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                      0o600, dir_fd=dir_fd)
+                except FileExistsError:
+                    continue
+                self.path = os.path.join(directory, name)
+                return
+            raise FileExistsError(17, "99 event logs of this name exist")
+        finally:
+            os.close(dir_fd)
+
+    def _stop(self, why, message):
+        if self.stopped:
+            return
+        self.stopped = why
+        self.h.events_stop = 1
+        self.rep.say_once(message)
+
+    # -- reports ----------------------------------------------------------
+
+    def on_report(self, reason):
+        """A report was written: record=last writes its file now."""
+        if self.mode == "last" and not self.finished:
+            self.drain()
+            self._write_last(reason, final=False)
+
+    def finish(self, reason, dead=True):
+        """The process ended (or exec'd): everything left, and the counters."""
+        if self.finished:
+            return
+        self.h.events_stop = 1  # nobody drains the pool after this
+        self.drain(final=True)
+        self.finished = True
+        if self.mode == "last":
+            self._write_last(reason, final=dead)
+        elif not self.stopped or self.fd is not None:
+            self._append(self._new_names() + self._stat(reason))
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def _write_last(self, reason, final):
+        """record=last: the file, whole -- what is kept, what the pages
+        hold now (their records so far, left in place), the counters."""
+        partial = []
+        if not final:  # pages in progress: their records so far, not taken
+            for i in range(self.npages):
+                page = self.pages[i]
+                if page.state in (FULL, FILLING) and page.used:
+                    used = min(page.used, PAGE_BYTES)
+                    partial.append((page.claim, (page.tid, page.first_ns, page.last_ns,
+                                                 bytes(self.data[i * PAGE_BYTES:i * PAGE_BYTES + used]))))
+        pieces = [p for _, p in sorted(partial)] + list(self.pending)
+        names = self._new_names()
+        if names:
+            self.stack_chunks.append(names)
+        body = [MAGIC, self._head(), *self.stack_chunks, *(e for e, _ in self.kept)]
+        if pieces:
+            body.append(evts_chunk(pieces, self.cctx))
+        body.append(self._stat(reason))
+        try:
+            self.path = write_report(self.rep.directory, self.name, body)
+        except OSError as e:
+            self.rep.say_once(f"cannot write the event log {self.name}: {e.strerror}")
