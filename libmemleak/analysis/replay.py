@@ -22,7 +22,7 @@ ffi.cdef("""
 struct mlk_replay;
 struct mlk_rp_totals { uint64_t records, ordinal, peak_ordinal, peak_tick, first_tick, last_tick, unknown_frees,
                        bad_records, nstacks, nseries, live_blocks_followed; int64_t total, peak; };
-struct mlk_replay *mlk_rp_new(int, int, uint64_t, uint64_t, uint64_t, uint64_t);
+struct mlk_replay *mlk_rp_new(int, int, uint64_t, int, uint64_t, uint64_t, uint64_t);
 void mlk_rp_free(struct mlk_replay *);
 int mlk_rp_feed(struct mlk_replay *, int32_t, uint64_t, const uint8_t *, uint32_t);
 int mlk_rp_advance(struct mlk_replay *, uint64_t);
@@ -59,18 +59,19 @@ class Pass(NamedTuple):
 
 
 def replay(log, stop_ordinal=ALL, stop_ns=ALL, blocks=False, lifetimes=False, temporary_ns=0,
-           series_step_ns=0, window_from_ns=None):
+           temporary_adjacent=False, series_step_ns=0, window_from_ns=None):
     """Replays `log` (an open EventLog) up to a stop point (records before
     ordinal stop_ordinal, at times up to stop_ns); what it follows: blocks
     (their addresses: lifetimes, temporaries, windows), lifetimes,
-    temporaries (freed within temporary_ns), the live total every
+    temporaries (freed within temporary_ns, or -- temporary_adjacent,
+    heaptrack's -- by the thread's very next record), the live total every
     series_step_ns, what a window that began at window_from_ns left live."""
     L = lib()
     shift = log.head.get("tick_shift", 10)
     if not isinstance(shift, int) or not 0 <= shift < 32:
         raise EventsError(f"{log.path}: HEAD says tick_shift {shift!r}")
     r = L.mlk_rp_new(int(blocks or window_from_ns is not None), int(lifetimes), temporary_ns,
-                     stop_ordinal, stop_ns, series_step_ns)
+                     int(temporary_adjacent), stop_ordinal, stop_ns, series_step_ns)
     if r == ffi.NULL:
         raise MemoryError
     try:

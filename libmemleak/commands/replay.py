@@ -17,7 +17,6 @@ from libmemleak.commands import EXIT_BAD_INPUT, positive
 from libmemleak.files.events import EventLog, EventsError
 from libmemleak.files.memlog import parse_frame
 
-DEFAULT_TEMPORARY = "1ms"
 USAGE_POINTS = 2000
 
 
@@ -34,11 +33,12 @@ def add_parser(sub):
     what.add_argument("--between", nargs=2, metavar=("T1", "T2"),
                       help="what was allocated from T1 on and still live at T2 (a leak in a window)")
     what.add_argument("--temporary", action="store_true",
-                      help="allocations freed soon after they were made (--within), per stack")
+                      help="allocations freed at once -- by the thread's very next call, as heaptrack "
+                           "counts them -- or, with --within, soon after they were made; per stack")
     what.add_argument("--lifetimes", action="store_true", help="how long each stack's blocks lived")
     what.add_argument("--usage", action="store_true", help="the live total over time")
-    p.add_argument("--within", default=DEFAULT_TEMPORARY, metavar="DURATION",
-                   help=f"--temporary: freed within this long of their allocation ({DEFAULT_TEMPORARY})")
+    p.add_argument("--within", metavar="DURATION",
+                   help="--temporary: freed within this long of their allocation (1ms, 50us)")
     p.add_argument("--top", type=positive, default=10, metavar="N", help="stacks shown (10)")
     p.add_argument("--frames", type=positive, default=4, metavar="N", help="frames shown per stack (4)")
     p.add_argument("--json", action="store_true", help="the answer as JSON (docs/events.md)")
@@ -89,9 +89,10 @@ def run(args):
 def answer(args, log):
     for note in notes(log):
         print(f"libmemleak: replay: {note}", file=sys.stderr)
-    within = parse_duration(args.within)
+    within = parse_duration(args.within) if args.within else 0
     whole = R.replay(log, blocks=args.temporary or args.lifetimes, lifetimes=args.lifetimes,
                      temporary_ns=within if args.temporary else 0,
+                     temporary_adjacent=args.temporary and not within,
                      series_step_ns=0 if not args.usage else max(1, span(log) // USAGE_POINTS))
     t = whole.totals
     base = R.baseline(log, whole)
@@ -187,7 +188,8 @@ def show(doc, args, start, exe):
               f"{human_bytes(sum(r['bytes'] for r in doc['stacks']))}")
     elif view == "temporary":
         n = sum(r["blocks"] for r in doc["stacks"])
-        print(f"temporary (freed within {doc['within_ns'] / 1e6:g} ms): {count(n, 'allocation')}, "
+        how = f"freed within {doc['within_ns'] / 1e6:g} ms" if doc["within_ns"] else "freed at once"
+        print(f"temporary ({how}): {count(n, 'allocation')}, "
               f"{human_bytes(sum(r['bytes'] for r in doc['stacks']))}")
     elif view == "usage":
         for p in doc["usage"]:

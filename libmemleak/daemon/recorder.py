@@ -28,6 +28,7 @@ MAX_CAP = 1 << 40
 DEFAULT_KEEP = 64 << 20
 CHUNK_RAW_BYTES = 1 << 20    # records per EVTS chunk, before compression
 CHUNK_SECONDS = 1.0          # ... or this much time's worth: the file lags by no more
+STAT_ROOM = 64 << 10         # of record_cap, kept for the counters written as the log ends
 DRAIN_SECONDS = 0.05         # how often the reporter drains while recording
 
 
@@ -103,6 +104,17 @@ class Recorder:
 
     def _flush(self):
         pages, self.pending, self.pending_bytes, self.pending_since = self.pending, [], 0, None
+        group, size = [], 0
+        for page in pages:  # chunks of about CHUNK_RAW_BYTES: the cap holds to a chunk
+            group.append(page)
+            size += len(page[3])
+            if size >= CHUNK_RAW_BYTES:
+                self._write_chunk(group)
+                group, size = [], 0
+        if group:
+            self._write_chunk(group)
+
+    def _write_chunk(self, pages):
         if self.stopped:
             self.dropped_bytes += sum(len(p[3]) for p in pages)
             return
@@ -116,7 +128,8 @@ class Recorder:
             self.kept_bytes += len(evts)
             self._evict()
             return
-        if self.written + len(names) + len(evts) > self.cap:
+        if self.written + len(names) + len(evts) > self.cap - STAT_ROOM:
+            self._append(names)  # (the file exists, and names what its records name)
             self._stop("cap", f"the event log reached record_cap ({self.cap} bytes); "
                               f"later events are not in {self.name}")
             self.dropped_bytes += sum(len(p[3]) for p in pages)
@@ -215,7 +228,7 @@ class Recorder:
         self.finished = True
         if self.mode == "last":
             self._write_last(reason, final=dead)
-        elif not self.stopped or self.fd is not None:
+        elif self.stopped != "write error":
             self._append(self._new_names() + self._stat(reason))
         if self.fd is not None:
             os.close(self.fd)

@@ -40,6 +40,7 @@ struct cursor {
     int64_t blocks;
     uint64_t ev_tick, ev_addr, size;
     uint32_t stack;             /* + 1; 0: not known */
+    uint64_t just_made;         /* the block this thread's last record made (0: it made none) */
 };
 
 struct block {
@@ -58,6 +59,7 @@ struct mlk_replay {
     /* what to follow */
     int want_blocks, want_lifetimes;
     uint64_t temp_ticks;        /* freed within this many ticks: temporary */
+    int temp_adjacent;          /* temporary: freed by the thread's next record (heaptrack's) */
     uint64_t stop_ordinal;      /* apply records before this ordinal only (UINT64_MAX: all) */
     uint64_t stop_tick;         /* ... and of ticks up to this one */
     int stopped;
@@ -71,6 +73,9 @@ struct mlk_replay {
     uint64_t series_step, series_next;
     int64_t *series_tick, *series_total, *series_max, bucket_max;
     uint64_t nseries, capseries;
+    /* a thread's last block made, kept while it has no page open (its next
+     * page may start with that block's free): direct-mapped by tid */
+    struct { int32_t tid; uint64_t made; } resting[4096];
     /* live blocks by address (want_blocks) */
     struct block *map;
     uint64_t map_mask, map_used;
@@ -92,8 +97,8 @@ static void *grow(void *p, uint64_t *cap, uint64_t need, size_t elem)
 }
 
 /* Times in ns (CLOCK_MONOTONIC of the traced process; UINT64_MAX: no stop). */
-EXPORT struct mlk_replay *mlk_rp_new(int want_blocks, int want_lifetimes, uint64_t temp_ns, uint64_t stop_ordinal,
-                              uint64_t stop_ns, uint64_t series_step_ns)
+EXPORT struct mlk_replay *mlk_rp_new(int want_blocks, int want_lifetimes, uint64_t temp_ns, int temp_adjacent,
+                                     uint64_t stop_ordinal, uint64_t stop_ns, uint64_t series_step_ns)
 {
     uint64_t temp_ticks = temp_ns ? (temp_ns >> MLK_EVENT_TICK_SHIFT) + 1 : 0;
     uint64_t stop_tick = stop_ns == UINT64_MAX ? UINT64_MAX : stop_ns >> MLK_EVENT_TICK_SHIFT;
@@ -104,6 +109,8 @@ EXPORT struct mlk_replay *mlk_rp_new(int want_blocks, int want_lifetimes, uint64
     r->want_blocks = want_blocks || want_lifetimes || temp_ticks;
     r->want_lifetimes = want_lifetimes;
     r->temp_ticks = temp_ticks;
+    r->temp_adjacent = temp_adjacent;
+    r->want_blocks |= temp_adjacent;
     r->stop_ordinal = stop_ordinal;
     r->stop_tick = stop_tick;
     r->series_step = series_step;
@@ -338,6 +345,8 @@ EXPORT int mlk_rp_feed(struct mlk_replay *r, int32_t tid, uint64_t first_ns, con
     memset(c, 0, sizeof *c);
     c->page = c->last = p;
     c->tid = tid;
+    if (r->resting[(uint32_t)tid % 4096].tid == tid)
+        c->just_made = r->resting[(uint32_t)tid % 4096].made;
     start_page(c);
     if (next_record(r, c))
         r->nopen++;
@@ -436,7 +445,7 @@ static void apply(struct mlk_replay *r, struct cursor *c)
         return;
     }
     uint64_t life = tick - b->tick;
-    if (r->temp_ticks && life <= r->temp_ticks) {
+    if ((r->temp_ticks && life <= r->temp_ticks) || (r->temp_adjacent && c->just_made == c->ev_addr)) {
         r->temp_count[s]++;
         r->temp_bytes[s] += size;
     }
@@ -474,9 +483,13 @@ EXPORT int mlk_rp_advance(struct mlk_replay *r, uint64_t until_ns)
             break;
         }
         apply(r, c);
+        c->just_made = c->type == MLK_EVENT_ALLOC ? c->ev_addr : 0;
         r->ordinal++;
-        if (!next_record(r, c))
+        if (!next_record(r, c)) {
+            r->resting[(uint32_t)c->tid % 4096].tid = c->tid;
+            r->resting[(uint32_t)c->tid % 4096].made = c->just_made;
             r->open[best] = r->open[--r->nopen];
+        }
     }
     return !r->stopped;
 }

@@ -1,0 +1,158 @@
+"""The event log (#32): tests/programs/phases.c builds a 50 MB peak in one
+function and frees it, makes 100,000 temporary blocks in two threads, and
+leaks 1,000 KiB-blocks slowly in a third -- recorded under the real
+library (`run --record`), replayed by `libmemleak replay`, and held
+against the program's own reports: exact bytes and counts, where the
+reports cannot see the peak at all.  The flight recorder of a program
+killed with SIGKILL replays to its end; the size cap holds; the reader
+and the C replay take any broken or hostile file with one line."""
+
+import glob
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+
+
+import helpers
+from helpers import CLI_ENV, cli, cli_argv, compile_program, reports_of, wait_for_file
+
+MB = 1 << 20
+
+
+def site(frames):
+    for line in frames:
+        name = line.strip("\t").split("\t")[0]
+        if name in ("build_peak", "churn", "leak_slowly"):
+            return name
+    return None
+
+
+def replay_json(path, *args):
+    r = cli("replay", path, "--json", *args)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout), r.stderr
+
+
+def by_site(doc, field="bytes"):
+    out = {}
+    for row in doc["stacks"]:
+        name = site(row["frames"])
+        if name:
+            b, n = out.get(name, (0, 0))
+            out[name] = (b + row[field], n + row["blocks"])
+    return out
+
+
+def record(tmp_path, *args, options=("--record",)):
+    prog = compile_program("phases.c")
+    r = subprocess.run(cli_argv("run", "-q", *options, prog, *args), cwd=tmp_path, env=CLI_ENV,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    logs = glob.glob(str(tmp_path / "phases-*.events"))
+    assert len(logs) == 1, os.listdir(tmp_path)
+    return logs[0], r.stderr
+
+
+def test_replay_names_the_peak_the_temporaries_and_the_slow_leak(tmp_path):
+    log, _ = record(tmp_path)
+    assert os.stat(log).st_mode & 0o777 == 0o600
+    pid = int(os.path.basename(log).split("-")[1].split(".")[0])
+    [report] = reports_of(tmp_path, "phases", pid)
+
+    # The reports see only what is live as they are written: the leak.
+    assert 1000 * 1024 <= int(report.header["live-bytes"]) < 1000 * 1024 + 4096  # (+ the threads' own)
+    peak, err = replay_json(log)
+    assert not err
+    assert peak["before_log_bytes"] == 0 and peak["baseline_known"]  # the log agrees with the counters
+    sites = by_site(peak)
+    assert sites["build_peak"] == (50 * MB, 50)
+    assert peak["peak_bytes"] - 50 * MB < 64 * 1024  # the peak is build_peak's, and little else
+    assert "leak_slowly" not in sites and "churn" not in sites
+
+    temporary, _ = replay_json(log, "--temporary")
+    rows = [r for r in temporary["stacks"] if site(r["frames"]) == "churn"]
+    assert sum(r["blocks"] for r in rows) == 100000
+    assert sum(r["bytes"] for r in rows) == 100000 * 64
+    assert sum(r["allocations"] for r in rows) == 100000
+    assert all(site(r["frames"]) != "build_peak" for r in temporary["stacks"])  # lived far longer
+
+    # A window from after the churn to the end: the slow leak, every block.
+    whole, _ = replay_json(log, "--usage")
+    end = (whole["end_ns"] - whole["start_ns"]) / 1e9
+    window, _ = replay_json(log, "--between", "0", f"{end + 1:.3f}")
+    assert by_site(window)["leak_slowly"] == (1000 * 1024, 1000)
+    at_end, _ = replay_json(log, "--at", f"{end + 1:.3f}")
+    assert by_site(at_end)["leak_slowly"] == (1000 * 1024, 1000)
+    assert max(p["max_bytes"] for p in whole["usage"]) == peak["peak_bytes"]
+
+    text = cli("replay", log, "--frames", "1")
+    assert "peak: 50.0 MB live at" in text.stdout and "build_peak (phases.c:" in text.stdout
+
+
+def test_flight_recorder_of_a_killed_program_replays_to_its_end(tmp_path):
+    prog = compile_program("phases.c")
+    p = subprocess.Popen(cli_argv("run", "-q", "--record-last", "30s", prog, "forever"), cwd=tmp_path,
+                         env=CLI_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        time.sleep(1.5)
+        pid = int(subprocess.check_output(["pgrep", "-f", "-n", f"^{prog} forever"], text=True))
+        os.kill(pid, signal.SIGKILL)
+        p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    log = str(tmp_path / f"phases-{pid}.events")
+    [death] = reports_of(tmp_path, "phases", pid) if wait_for_file(str(tmp_path / f"phases-{pid}-1.memlog")) else []
+    assert death.header["reason"] == "death"
+    assert wait_for_file(log)
+    time.sleep(1)  # written whole (renamed into place), but give its reporter a moment to finish
+    doc, err = replay_json(log, "--at", "100000")
+    assert "flight-recorder" in err
+    assert by_site(doc)["leak_slowly"] == helpers.by_site(death)["leak_slowly"]  # the death report's, exactly
+    # It holds the run's last second: the leaks of that second are in it.
+    window, _ = replay_json(log, "--between", f"{(doc['end_ns'] - doc['start_ns']) / 1e9 - 1:.3f}", "100000")
+    assert by_site(window)["leak_slowly"][1] >= 50
+
+
+def test_the_size_cap_holds_and_is_said(tmp_path):
+    log, err = record(tmp_path, "churn", "3000000", options=("--record", "--record-cap", "1M"))
+    assert os.path.getsize(log) <= MB
+    assert "record_cap" in err
+    doc, notes = replay_json(log, "--temporary")
+    assert "stopped early (cap)" in notes
+    assert 0 < sum(r["blocks"] for r in doc["stacks"]) < 3000000
+
+
+def test_broken_and_hostile_logs_get_one_line(tmp_path):
+    log, _ = record(tmp_path, "churn", "20000")
+    data = open(log, "rb").read()
+    # Cut short: replayed up to its last whole chunk, said.
+    cut = tmp_path / "cut.events"
+    cut.write_bytes(data[:len(data) - 40])
+    r = cli("replay", str(cut))
+    assert r.returncode == 0 and "ends in the middle of a chunk" in r.stderr
+    not_one = tmp_path / "not.events"
+    not_one.write_bytes(b"hello\n")
+    r = cli("replay", str(not_one))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "not a libmemleak event log" in r.stderr
+    # Flipped bytes anywhere: an answer or one line, never a traceback or a crash
+    # (the C replay decodes whatever the records say).
+    from libmemleak.analysis import replay as R
+    from libmemleak.files.events import EventLog, EventsError
+    rng = random.Random(32)
+    for i in range(300):
+        bad = bytearray(data)
+        for _ in range(rng.randint(1, 8)):
+            bad[rng.randrange(len(bad))] = rng.randrange(256)
+        path = tmp_path / "bad.events"
+        path.write_bytes(bytes(bad))
+        try:
+            with EventLog(str(path)) as log_:
+                whole = R.replay(log_, blocks=True, lifetimes=True, temporary_ns=10**6)
+                R.baseline(log_, whole)
+        except EventsError as e:
+            assert "\n" not in str(e)
