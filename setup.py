@@ -112,6 +112,8 @@ if __name__ == "__main__":  # importable by the tests, for build_native()
         # sortedcontainers was declared and never used: the ranking of `report`
         # sorts once, which a plain sort does (issue 20 asked to use it or drop it).
         install_requires=["cffi>=1.15", "pyelftools>=0.29",
+                          # the event log's codec (docs/events.md)
+                          "zstandard>=0.19",
                           # the x86-64 decoder that routes a program's own malloc (native/hook/route/)
                           "capstone>=5.0.1,<6"],
         entry_points={"console_scripts": ["libmemleak = libmemleak.cli:main"]},
