@@ -154,6 +154,19 @@ def test_unkeyed_lists_changed_positions_without_a_key():
     assert changes.unkeyed(key_of) == list(range(0, 2100, 3))  # more than one buffer's worth
 
 
+def test_unkeyed_lists_what_merge_takes_a_scanned_stack_unchanged_too():
+    """A scan report lists every stack the scan found blocks of, changed or
+    not: its key must be made first (else the merge finds it keyless --
+    a hostile program's forged address table made one, tests/test_hostile.py)."""
+    scan = array("q", [0] * 8 + [64, 1] + [0] * 6 + [0] * 8)  # position 1: a block definitely lost
+    changes = Changes([0, 64, 0], [0, 1, 0], [0, 64, 0], [0, 1, 0], scan=scan)
+    key_of = array("q", [-1, -1, -1])
+    assert changes.unkeyed(key_of) == [1]
+    key_of[1] = 0
+    rows = changes.merge(key_of, 1, array("q", [-1]))
+    assert len(rows) == 1 and list(rows.row(0)[:2]) == [0, 1]  # key 0, position 1
+
+
 def store_with(texts_by_key):
     store = TextStore()
     for kid, lines in texts_by_key.items():

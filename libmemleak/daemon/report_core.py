@@ -28,7 +28,7 @@ void mlk_rc_resources_last(struct mlk_rc_row *, int64_t, const int8_t *, int64_t
 void mlk_rc_columns(const struct mlk_stack *, int64_t, const uint8_t *, int64_t *, int64_t *,
                     int64_t *, int64_t *, int64_t *, int64_t *, int64_t *, int64_t *);
 int64_t mlk_rc_unkeyed(int64_t, const int64_t *, const int64_t *, const int64_t *,
-                       const int64_t *, const int64_t *, const int64_t *, const int64_t *,
+                       const int64_t *, const int64_t *, const int64_t *, const int64_t *, const int64_t *,
                        int64_t *, int64_t);
 int64_t mlk_rc_merge(int64_t, const int64_t *, const int64_t *, const int64_t *, const int64_t *,
                      const int64_t *, int64_t, int64_t *, const int64_t *, const int64_t *,
@@ -164,11 +164,13 @@ class Changes:
         self.n = len(self.cols[0])
 
     def unkeyed(self, key_of):
-        """Changed positions whose key_of entry is still -1."""
+        """Positions that are entries (as merge() takes them) whose key_of
+        entry is still -1."""
         cols = [_q(c) for c in self.cols]
+        scan = _q(self.scan) if self.scan is not None else ffi.NULL
         touched = list(map(_q, self.touched)) if self.touched else [ffi.NULL, ffi.NULL]
-        return _collected(lambda out, cap: lib.mlk_rc_unkeyed(self.n, *cols, *touched, _q(key_of), out,
-                                                              cap))
+        return _collected(lambda out, cap: lib.mlk_rc_unkeyed(self.n, *cols, scan, *touched, _q(key_of),
+                                                              out, cap))
 
     def merge(self, key_of, nkeys, scratch):
         """Rows (one per key, report order).  scratch: array('q') of at least

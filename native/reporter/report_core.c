@@ -62,28 +62,6 @@ EXPORT void mlk_rc_columns(const struct mlk_stack *stacks, int64_t n, const uint
     }
 }
 
-/* Positions (< n) whose live bytes or blocks differ from the reported ones
- * (or whose touched bytes moved, when touched is not NULL) and whose key (key_of[pos]) is not known yet (< 0): the reporter resolves
- * those in Python before merging.  Returns how many; writes at most cap. */
-EXPORT int64_t mlk_rc_unkeyed(int64_t n, const int64_t *live_bytes, const int64_t *live_blocks,
-                              const int64_t *reported_bytes, const int64_t *reported_blocks,
-                              const int64_t *touched, const int64_t *touched_before,
-                              const int64_t *key_of, int64_t *out, int64_t cap)
-{
-    int64_t found = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (live_bytes[i] == reported_bytes[i] && live_blocks[i] == reported_blocks[i] &&
-            !(touched && touched[i] != touched_before[i]))
-            continue;
-        if (key_of[i] < 0) {
-            if (found < cap)
-                out[found] = i;
-            found++;
-        }
-    }
-    return found;
-}
-
 /* One entry of a report: the changed stacks with one key, merged. */
 struct mlk_rc_row {
     int64_t key;            /* key id (the Python resolver's) */
@@ -109,6 +87,38 @@ static int any_scanned(const int64_t *cats)
         if (cats[k])
             return 1;
     return 0;
+}
+
+/* Position i is an entry of the report: its live bytes or blocks differ
+ * from the reported ones, a scan found blocks of it, or its mappings'
+ * touched bytes moved.  (One predicate for mlk_rc_unkeyed and
+ * mlk_rc_merge: a position the merge takes must have had its key made.) */
+static int position_shown(int64_t i, const int64_t *live_bytes, const int64_t *live_blocks,
+                          const int64_t *reported_bytes, const int64_t *reported_blocks, const int64_t *scan,
+                          const int64_t *touched, const int64_t *touched_before)
+{
+    return live_bytes[i] != reported_bytes[i] || live_blocks[i] != reported_blocks[i] ||
+           (scan && any_scanned(&scan[8 * i])) || (touched && touched[i] != touched_before[i]);
+}
+
+/* Positions (< n) that are entries (position_shown) and whose key
+ * (key_of[pos]) is not known yet (< 0): the reporter resolves those in
+ * Python before merging.  Returns how many; writes at most cap. */
+EXPORT int64_t mlk_rc_unkeyed(int64_t n, const int64_t *live_bytes, const int64_t *live_blocks,
+                              const int64_t *reported_bytes, const int64_t *reported_blocks, const int64_t *scan,
+                              const int64_t *touched, const int64_t *touched_before,
+                              const int64_t *key_of, int64_t *out, int64_t cap)
+{
+    int64_t found = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (key_of[i] >= 0 ||
+            !position_shown(i, live_bytes, live_blocks, reported_bytes, reported_blocks, scan, touched, touched_before))
+            continue;
+        if (found < cap)
+            out[found] = i;
+        found++;
+    }
+    return found;
 }
 
 /* A row is an entry of the report: it changed, a scan found blocks of it,
@@ -161,10 +171,9 @@ EXPORT int64_t mlk_rc_merge(int64_t n, const int64_t *live_bytes, const int64_t 
     for (int64_t i = 0; i < n; i++) {
         /* a scan report lists every stack the scan found blocks of; a
          * mapping is listed when its touched bytes changed */
-        int touch_moved = touched && touched[i] != touched_before[i];
-        if (live_bytes[i] == reported_bytes[i] && live_blocks[i] == reported_blocks[i] &&
-            !(scan && any_scanned(&scan[8 * i])) && !touch_moved)
+        if (!position_shown(i, live_bytes, live_blocks, reported_bytes, reported_blocks, scan, touched, touched_before))
             continue;
+        int touch_moved = touched && touched[i] != touched_before[i];
         int64_t key = key_of[i];
         if (key < 0 || key >= nkeys) {
             bad = 1;
