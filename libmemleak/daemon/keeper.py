@@ -316,7 +316,7 @@ class Keeper:
             if what == "final":
                 reporter.final_report()
                 h.final_done = 1
-                reporter.finish_log("death")
+                reporter.finish_log("death", dead=True)
             elif reporter.watch.dead():
                 return  # it died meanwhile: its final report answers what it asked
             else:

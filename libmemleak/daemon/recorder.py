@@ -87,7 +87,8 @@ class Recorder:
                 got.append((page.claim, page.tid, page.first_ns, page.last_ns,
                             bytes(data[i * PAGE_BYTES:i * PAGE_BYTES + used])))
             if state == FULL:
-                page.state = FREE  # x86-64 keeps our copy before this store
+                page.used = 0      # its next owner's records start empty
+                page.state = FREE  # x86-64 keeps our copy and that store before this one
                 freed = True
         if freed:
             self.h.events_freed = (self.h.events_freed + 1) & 0xffffffff

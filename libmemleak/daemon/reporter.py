@@ -111,17 +111,15 @@ class Reporter:
         h = self.h
         h.reporter_pid = os.getpid()
         request_addr = self.seg.field_address("request_seq")
-        recorder = self.recorder
+        drain = lambda r: r.drain()  # noqa: E731
         try:
             while True:
-                if recorder:
-                    recorder.drain()
+                self.record(drain)
                 request = h.request_seq
                 if request != h.done_seq:
                     reason = self.handle(request)
-                    if reason in ENDS_REPORTER:
+                    if reason in ENDS_REPORTER:  # (handle ended the log with this report)
                         h.final_done = 1
-                        self.finish_log(reason)
                         return 0
                     continue
                 if self.watch.dead():
@@ -137,15 +135,33 @@ class Reporter:
                     self.report("signal")  # from the segment, as after a death
                     continue
                 if not self.warm():
-                    futex_wait(request_addr, request, DRAIN_SECONDS if recorder else POLL_SECONDS)
+                    futex_wait(request_addr, request, DRAIN_SECONDS if self.recorder else POLL_SECONDS)
         finally:
             if h.reporter_pid == os.getpid():
                 h.reporter_pid = 0
 
-    def finish_log(self, reason):
-        """The event log's end (if not ended with the exit report)."""
-        if self.recorder:
-            self.recorder.finish(reason, dead=self.watch.dead())
+    def finish_log(self, reason, dead=None):
+        """The event log's end."""
+        self.record(lambda r: r.finish(reason, dead=self.watch.dead() if dead is None else dead))
+
+    def record(self, step):
+        """A step of the event log's: a bug in it stops the log (said once,
+        the hook told to log no more) but never the reports."""
+        recorder = self.recorder
+        if not recorder:
+            return
+        try:
+            step(recorder)
+        except Exception as e:
+            self.recorder = None
+            self.h.events_stop = 1
+            tb = e.__traceback__
+            while tb.tb_next:
+                tb = tb.tb_next
+            say(f"event log stopped: recorder error {type(e).__name__}: {e} "
+                f"(at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}); please report this")
+            if os.environ.get("MEMLEAK_DEBUG"):
+                raise
 
     def stack_names(self, ids):
         """[id, kind, frame lines] of each good stack of `ids`, symbolized
@@ -239,10 +255,10 @@ class Reporter:
         reason = self.reason()
         if reason is not None:
             self.report(reason)
-        if reason in ENDS_REPORTER and self.recorder:
+        if reason in ENDS_REPORTER:
             # Before the program goes on: the log ends where its last report
             # does, complete when `run` returns (and the hook logs no more).
-            self.recorder.finish(reason, dead=False)
+            self.finish_log(reason, dead=False)
         self.h.done_seq = request
         futex_wake(self.seg.field_address("done_seq"))
         return reason
@@ -280,8 +296,8 @@ class Reporter:
                 path = self.cannot_write(reason, e)
             if path:
                 self.written.append(path)
-                if self.recorder and reason not in FINAL_REASONS:
-                    self.recorder.on_report(reason)
+                if reason not in FINAL_REASONS:
+                    self.record(lambda r: r.on_report(reason))
                 if reason in FINAL_REASONS and self.announce:
                     say(written_summary(self.written))
         except Exception as e:  # a reporter bug must not surface as a traceback

@@ -26,8 +26,9 @@ EVTS_HEAD = struct.Struct("<II")
 PAGE = struct.Struct("<iIQQ")
 VERSION = 1
 MAX_CHUNK = 1 << 30          # a chunk's payload, compressed or not
-MAX_PAGE_BYTES = 1 << 20     # a page's records (the hook's pages are 32 KiB)
-MAX_JSON = 256 << 20
+MAX_PAGE_BYTES = 1 << 16     # a page's records (the hook's pages are 32 KiB)
+MAX_RAW = 64 << 20           # an EVTS chunk's records (the recorder writes ~1 MiB, 32 MiB at the end)
+MAX_JSON = 256 << 20         # a HEAD, STAT or STKS chunk, decompressed
 
 
 class EventsError(Exception):
@@ -111,6 +112,8 @@ class EventLog:
             if tag == b"EVTS":
                 self.evts.append(self._evts_index(start, length))
                 f.seek(start + length)
+            elif length > MAX_JSON:
+                raise EventsError(f"{path}: a {tag!r} chunk of {length} bytes: not an event log's")
             else:
                 self._meta_chunk(tag, f.read(length))
             offset = start + length
@@ -149,7 +152,7 @@ class EventLog:
         if len(head) < EVTS_HEAD.size:
             raise EventsError(f"{self.path}: a broken EVTS chunk at offset {start}")
         npages, raw = EVTS_HEAD.unpack(head)
-        if npages > length // PAGE.size or raw > npages * MAX_PAGE_BYTES:
+        if npages > length // PAGE.size or raw > min(npages * MAX_PAGE_BYTES, MAX_RAW):
             raise EventsError(f"{self.path}: a broken EVTS chunk at offset {start}")
         table = f.read(npages * PAGE.size)
         if EVTS_HEAD.size + len(table) > length or len(table) < npages * PAGE.size:

@@ -84,9 +84,14 @@ static void close_page(void)
     w.page = NULL;
 }
 
+/* Thread exit (its pthread key's destructor): the page goes to the
+ * reporter.  A later destructor's free opens another page and sets the
+ * key again -- glibc runs destructors again while keys are set (up to
+ * PTHREAD_DESTRUCTOR_ITERATIONS rounds). */
 static void thread_ends(void *unused)
 {
     (void)unused;
+    w.keyed = 0;
     if (!w.busy)
         close_page();
 }
