@@ -62,6 +62,7 @@ def test_replay_names_the_peak_the_temporaries_and_the_slow_leak(tmp_path):
     pid = int(os.path.basename(log).split("-")[1].split(".")[0])
     [report] = reports_of(tmp_path, "phases", pid)
 
+    assert report.header["event-log"] == f"all {os.path.basename(log)} lost 0"
     # The reports see only what is live as they are written: the leak.
     assert 1000 * 1024 <= int(report.header["live-bytes"]) < 1000 * 1024 + 4096  # (+ the threads' own)
     peak, err = replay_json(log)
@@ -124,6 +125,9 @@ def test_the_size_cap_holds_and_is_said(tmp_path):
     assert "record_cap" in err
     doc, notes = replay_json(log, "--temporary")
     assert "stopped early (cap)" in notes
+    pid = int(os.path.basename(log).split("-")[1].split(".")[0])
+    [report] = reports_of(tmp_path, "phases", pid)
+    assert report.header["event-log"].endswith(" stopped cap")  # the report says the log is cut
     assert 0 < sum(r["blocks"] for r in doc["stacks"]) < 3000000
 
 

@@ -214,6 +214,12 @@ class Recorder:
 
     # -- reports ----------------------------------------------------------
 
+    def state_words(self):
+        """What a report's header says of the log: its mode, its file, and
+        what it missed ("all prog-42.events lost 0", "... stopped cap")."""
+        words = f"{self.mode} {self.name} lost {min(self.h.events_lost, 1 << 62)}"
+        return words + (f" stopped {self.stopped}" if self.stopped else "")
+
     def on_report(self, reason):
         """A report was written: record=last writes its file now."""
         if self.mode == "last" and not self.finished:

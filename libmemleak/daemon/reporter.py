@@ -547,6 +547,8 @@ class Reporter:
         ]
         if label:
             lines.append(("label", label))
+        if self.recorder:  # the event log, and what it missed: said, never silent
+            lines.append(("event-log", self.recorder.state_words()))
         if snap.attached_ns:
             attached = datetime.datetime.fromtimestamp(snap.attached_ns / 1e9).astimezone()
             lines.append(("attached", attached.isoformat(timespec="milliseconds")))
