@@ -10,10 +10,11 @@ import re
 import sys
 import time
 
+from libmemleak.analysis import alloc_layer
 from libmemleak.analysis import replay as R
 from libmemleak.analysis.names import frame_lines
 from libmemleak.analysis.trends import count, human_bytes
-from libmemleak.commands import EXIT_BAD_INPUT, positive
+from libmemleak.commands import EXIT_BAD_INPUT, add_layer_options, layer_args, positive
 from libmemleak.files.events import EventLog, EventsError
 from libmemleak.files.memlog import parse_frame
 
@@ -42,6 +43,7 @@ def add_parser(sub):
     p.add_argument("--top", type=positive, default=10, metavar="N", help="stacks shown (10)")
     p.add_argument("--frames", type=positive, default=4, metavar="N", help="frames shown per stack (4)")
     p.add_argument("--json", action="store_true", help="the answer as JSON (docs/events.md)")
+    add_layer_options(p)
     p.set_defaults(func=run)
 
 
@@ -75,6 +77,8 @@ def parse_time(text, head, start_ns):
 
 
 def run(args):
+    if layer_args("replay", args) is None:
+        return EXIT_BAD_INPUT
     try:
         with EventLog(args.file) as log:
             return answer(args, log)
@@ -132,7 +136,7 @@ def answer(args, log):
         json.dump(doc, sys.stdout, indent=1)
         print()
     else:
-        show(doc, args, start, log.head.get("exe"))
+        show(doc, args, start, log.head.get("exe"), log.head.get("alloc_fns"))
     return 0
 
 
@@ -172,7 +176,16 @@ def rows(log, values, allocs=None):
     return out
 
 
-def show(doc, args, start, exe):
+def show(doc, args, start, exe, config):
+    """The answer as text; stacks named from the program's own code on, its
+    allocation layer folded as `report` folds it."""
+    exe = exe if isinstance(exe, str) else None
+    framed = [(r, [parse_frame(line.strip("\t")) for line in r["frames"]]) for r in doc.get("stacks", ())]
+    layer = alloc_layer.find([(frames, r.get("allocations")) for r, frames in framed], exe,
+                             *layer_args("replay", args), config=config if isinstance(config, str) else None)
+    for note in layer.notes():
+        print(f"libmemleak: replay: {note}", file=sys.stderr)
+
     def when(ns):
         return f"+{(ns - start) / 1e9:.3f} s"
     end = doc["end_ns"]
@@ -195,7 +208,7 @@ def show(doc, args, start, exe):
         for p in doc["usage"]:
             print(f"  {when(p['ns']):>12s}  {human_bytes(p['live_bytes']):>10s}  (max {human_bytes(p['max_bytes'])})")
         return
-    for r in doc["stacks"][:args.top]:
+    for r, frames in framed[:args.top]:
         if view == "temporary":
             head = f"{count(r['blocks'], 'allocation')} of {r['allocations']:,}, {human_bytes(r['bytes'])}"
         elif view == "lifetimes":
@@ -203,8 +216,8 @@ def show(doc, args, start, exe):
         else:
             head = f"{human_bytes(r['bytes']):>10s} {count(r['blocks'], 'block')}"
         print(f"  {head}")
-        frames = [parse_frame(line.strip("\t")) for line in r["frames"]]
-        for line in frame_lines(frames, exe if isinstance(exe, str) else None, keep=args.frames) if frames else ["(stack not named in the log)"]:
+        for line in (frame_lines(frames, exe, keep=args.frames, layer=layer) if frames
+                     else ["(stack not named in the log)"]):
             print(f"      {line}")
     if len(doc["stacks"]) > args.top:
         print(f"  ({len(doc['stacks']) - args.top} more: --top N)")

@@ -162,7 +162,9 @@ class Recorder:
             "tick_shift": CONST["MLK_EVENT_TICK_SHIFT"], "start_mono_ns": self.h.events_start_ns,
             # one moment on both clocks: record times (CLOCK_MONOTONIC) as dates
             "mono_ns": time.monotonic_ns(), "realtime_ns": time.time_ns(),
-            "parent_pid": self.h.parent_pid})
+            "parent_pid": self.h.parent_pid,
+            # the program's allocation layer as its user named it (alloc_fns=), for replay's folding
+            "alloc_fns": self.seg.string(self.h.alloc_fns_off, min(self.h.alloc_fns_len, 255))})
 
     def _stat(self, reason):
         """The counters now: what was live per stack (memory kinds only: the
