@@ -13,6 +13,8 @@ descriptor call (the calls' own kernel time, which callgrind does not
 count, is most of their cost bare).  alloc-glibc also runs with
 MEMLEAK_CONFIG misuse=no, misuse=hold and quarantine=64M: what checking for misuse of the
 allocator costs, and that holding bad frees back costs nothing more.
+Every allocating workload also runs with record=all: what the event log
+costs over the default mode (docs/events.md).
 
 Wall-clock ratios on a shared machine move by 20-40% from run to run;
 these counts move by well under 1%, so they are what a change to the hot
@@ -163,6 +165,9 @@ def main():
                  [("libmemleak-misuse=no", "mtraceinit,misuse=no"),
                   ("libmemleak-misuse=hold", "mtraceinit,misuse=hold"),
                   ("libmemleak-quarantine=64M", "mtraceinit,quarantine=67108864")] if name == "alloc-glibc" else [])
+        # What recording the event log costs over the default mode (docs/events.md).
+        if name != "fds":
+            extra.append(("libmemleak-record=all", "mtraceinit,record=all"))
         for tool, config in tools + extra:
             env = dict(os.environ)
             env.pop("LD_PRELOAD", None)
