@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+from xml.etree import ElementTree
 
 from helpers import BARE_ENV, CLI_ENV, cli, cli_argv, compile_program, wait_for_reports
 
@@ -37,14 +38,18 @@ def slack_by_site(report):
 
 def traced_run(tmp_path):
     """Reports 1-3 taken after each step by SIGUSR1, the 4th by the shell's
-    `memory` after the last step (its output returned), the 5th at exit."""
+    `memory` after the last step (its output returned), the 5th at exit;
+    and the program's malloc_info() printed before each step's line."""
     prog = compile_program("heapshape.c", "-pthread")
     p = subprocess.Popen(cli_argv("run", "-q", prog), cwd=tmp_path, env=CLI_ENV, stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, text=True)
+    infos = []
     try:
         for seq, said in enumerate(("parked", "filled", "thinned"), 1):
-            while p.stdout.readline().strip() != said:
-                pass
+            lines = []
+            while (line := p.stdout.readline()) and line.strip() != said:
+                lines.append(line)
+            infos.append(malloc_info("".join(lines)))
             os.kill(p.pid, signal.SIGUSR1)
             wait_for_reports(str(tmp_path), "heapshape", p.pid, seq, timeout=120)
             if said == "thinned":
@@ -55,7 +60,26 @@ def traced_run(tmp_path):
         assert p.wait(timeout=120) == 0
     finally:
         p.kill()
-    return shown.stdout, wait_for_reports(str(tmp_path), "heapshape", p.pid, 5, timeout=120)
+    return shown.stdout, wait_for_reports(str(tmp_path), "heapshape", p.pid, 5, timeout=120), infos
+
+
+def malloc_info(text):
+    """Per arena (<heap nr=N>) of glibc's malloc_info XML: the fast and
+    rest totals (count, size) and the system's current and max sizes."""
+    root = ElementTree.fromstring(text[text.index("<malloc "):text.index("</malloc>") + len("</malloc>")])
+    out = []
+    for heap in root.findall("heap"):
+        total = {t.get("type"): (int(t.get("count")), int(t.get("size"))) for t in heap.findall("total")}
+        system = {t.get("type"): int(t.get("size")) for t in heap.findall("system")}
+        out.append((total["fast"], total["rest"], system["current"], system["max"]))
+    return out
+
+
+def arenas_said(report):
+    """The report's memory-malloc-arena lines: (system, max, top,
+    bins_bytes, bins_chunks, fast_bytes, fast_chunks) per arena."""
+    n = int(report.header["memory-malloc-arenas"].split()[0])
+    return [tuple(numbers(report, f"memory-malloc-arena {i}")) for i in range(n)]
 
 
 def numbers(report, key):
@@ -65,8 +89,35 @@ def numbers(report, key):
 def test_slack_and_where_rss_goes(tmp_path):
     expected = bare_slack()
     assert expected["tiny-slack"] == 100000 * 23  # glibc: a 1-byte block has 24 usable bytes
-    shell, reports = traced_run(tmp_path)
+    shell, reports, infos = traced_run(tmp_path)
     parked, filled, thinned, asked, _ = reports
+
+    # glibc's own statistics of each arena, read from outside while the
+    # program waits on stdin, equal to what its malloc_info() printed just
+    # before: the main arena and the two threads' (each with free chunks
+    # in its bins and its fastbins).  malloc_info adds each binned chunk's
+    # size with its flag bits (PREV_INUSE at least), mallinfo2 and the
+    # report without: up to 7 bytes a chunk apart.
+    for report, info in zip((parked, filled, thinned), infos):
+        said = arenas_said(report)
+        assert len(said) == len(info) == 3, (said, info)
+        for (system, top_max, top, bins_bytes, bins_chunks, fast_bytes, fast_chunks), \
+                (fast, rest, current, most) in zip(said, info):
+            assert (system, top_max) == (current, most)
+            assert (fast_chunks, fast_bytes) == fast
+            assert bins_chunks + 1 == rest[0]  # malloc_info counts the top chunk among the rest
+            assert bins_chunks <= rest[1] - (top + bins_bytes) <= 7 * bins_chunks, (rest, top, bins_bytes)
+        assert not report.header["memory-malloc-arenas"].endswith("partial")
+    threads = arenas_said(parked)[1:]
+    assert all(a[6] > 0 and a[4] > 0 for a in threads), threads  # fastbins and bins both read
+    # After the thinning, the main arena's free memory is ~99 MB of chunks
+    # between the live ones (fragmentation), not its top: 99,000 freed
+    # chunks of 1,024 bytes under the tracer (1,000 asked, its trailer, the
+    # header), less the 7 the thread's tcache keeps, merged 99 to a chunk.
+    main = arenas_said(thinned)[0]
+    assert 97 * 10 ** 6 < main[3] <= 99000 * 1024 and main[2] < MB, main
+    assert 990 <= main[4] <= 1000, main
+    assert sum(c for c in numbers(thinned, "memory-malloc-free 0")[::2]) == main[4] + main[6]
 
     # Slack per stack, exact: what the bare program's blocks would have had.
     slack = slack_by_site(filled)
@@ -97,14 +148,19 @@ def test_slack_and_where_rss_goes(tmp_path):
     free_line = next(line for line in shell.splitlines() if "malloc holds free" in line)
     assert "MB" in free_line and 90 < float(free_line.split()[-2]) < 100, shell
     assert "the main arena's heap ([heap])" in shell and "thread stacks:" in shell, shell
+    assert "glibc's arenas, by its own statistics:" in shell and "arena 2:" in shell, shell
+    assert "free chunks by size:" in shell, shell
     assert int(asked.header["memory-allocator-free"]) > 97 * 10 ** 6
 
     # `report` answers "RSS grew, nothing leaks: why?", and names the slack.
     out = cli("report", str(tmp_path)).stdout
     assert "RSS grew by" in out and "malloc's free memory by" in out, out
+    assert "(most in the main arena: " in out and "between live blocks -- fragmentation)" in out, out
+    assert "glibc's own count, in 3 arenas: " in out, out
     assert "slack: " in out and "site_tiny" in out, out
     tiny_line = next(line for line in out.splitlines() if "site_tiny" in line and "a block" in line)
     assert "23 a block" in tiny_line and "100,000 blocks" in tiny_line
     doc = json.loads(cli("report", "--json", str(tmp_path)).stdout)["processes"][0]
     assert doc["live_slack"] == int(reports[-1].header["live-slack"])
     assert doc["memory"]["allocator_free"] == int(reports[-1].header["memory-allocator-free"])
+    assert len(doc["memory"]["malloc_arenas"]) == 3, doc["memory"]

@@ -34,6 +34,33 @@ class Memory:
     trailers: int = 0                   # the tracer's 16-byte trailers inside the heaps
     free_unknown: str = ""              # why allocator_free is not known, as the report says
     quarantine: int = 0                 # freed blocks the quarantine holds (quarantine=)
+    malloc_arenas: list = ()            # MallocArena per glibc arena, glibc's own statistics
+    malloc_arenas_said: str = ""        # the memory-malloc-arenas line: "N [partial]" or "not known: WHY"
+
+
+@dataclass
+class MallocArena:
+    """One glibc arena's own statistics (memory-malloc-arena I)."""
+    system: int
+    max_system: int
+    top: int
+    bins_bytes: int
+    bins_chunks: int
+    fast_bytes: int
+    fast_chunks: int
+    classes: tuple = ()                 # (chunks, bytes) per size class (memory-malloc-free I)
+
+    @property
+    def free(self):
+        return self.top + self.bins_bytes + self.fast_bytes
+
+    @property
+    def in_use(self):
+        return max(0, self.system - self.free)
+
+
+# memory-malloc-free's size classes (chunk bytes), as people say them.
+SIZE_CLASS_WORDS = ("<64 B", "<256 B", "<1 KB", "<4 KB", "<16 KB", "<64 KB", "<256 KB", ">=256 KB")
 
 
 def _numbers(text, n):
@@ -63,7 +90,16 @@ def of_report(report):
                   slack[0] if slack else None, free[0] if free else None,
                   (_numbers(h.get("memory-trailers"), 1) or (0,))[0],
                   header_text(free_said.removeprefix("not known: ")[:200]) if free is None else "",
-                  (_numbers(h.get("memory-quarantine"), 1) or (0,))[0])
+                  (_numbers(h.get("memory-quarantine"), 1) or (0,))[0],
+                  _malloc_arenas(h), header_text(h.get("memory-malloc-arenas", "")[:200]))
+
+
+def _malloc_arenas(h):
+    out = []
+    while (said := _numbers(h.get(f"memory-malloc-arena {len(out)}"), 7)) is not None:
+        classes = _numbers(h.get(f"memory-malloc-free {len(out)}"), 2 * len(SIZE_CLASS_WORDS)) or ()
+        out.append(MallocArena(*said, tuple(zip(classes[::2], classes[1::2]))))
+    return out
 
 
 def first_and_last(series):
@@ -88,14 +124,35 @@ def breakdown_line(m):
     shown = [f"live blocks {human_bytes(m.live_bytes)}"]
     if m.slack:
         shown.append(f"slack {human_bytes(m.slack)}")
-    if m.allocator_free is not None:
-        shown.append(f"malloc's free memory {human_bytes(m.allocator_free)}")
+    if malloc_free(m) is not None:
+        shown.append(f"malloc's free memory {human_bytes(malloc_free(m))}{_glibc_count(m)}")
     shown += _tracer_shares(m)
     others = sorted(((v[0], name) for name, v in m.parts.items()
                      if name not in ("heap", "malloc-mapped") and v[0]), reverse=True)
     shown += [f"{PART_WORDS[name]} {human_bytes(r)}" for r, name in others]
     rss = f"RSS {human_bytes(m.rss)}: " if m.rss is not None else ""
     return rss + ", ".join(shown)
+
+
+def malloc_free(m):
+    """What glibc's malloc holds free: its arenas' own count where the
+    report carries it, else the estimate from its heaps' resident memory
+    (docs/memory.md); None when not known (another allocator, a routed one)."""
+    if m.allocator_free is None:
+        return None
+    return sum(a.free for a in m.malloc_arenas) if m.malloc_arenas else m.allocator_free
+
+
+def _glibc_count(m):
+    """' (glibc's own count, in N arenas: ...)': where the free memory
+    lies -- chunks between live blocks, or the arenas' tops."""
+    if not m.malloc_arenas:
+        return " (estimated from resident memory)"
+    between = sum(a.bins_bytes + a.fast_bytes for a in m.malloc_arenas)
+    chunks = sum(a.bins_chunks + a.fast_chunks for a in m.malloc_arenas)
+    top = sum(a.top for a in m.malloc_arenas)
+    return (f" (glibc's own count, in {count(len(m.malloc_arenas), 'arena')}: {human_bytes(between)} in "
+            f"{count(chunks, 'free chunk')} between live blocks, {human_bytes(top)} at the tops)")
 
 
 def growth_line(first, last):
@@ -107,12 +164,13 @@ def growth_line(first, last):
     if rss < GROWTH_WORTH_SAYING or rss < 2 * max(live, 0):
         return None
     grew = []
-    if first.allocator_free is not None and last.allocator_free is not None:
-        free = last.allocator_free - first.allocator_free
+    if malloc_free(first) is not None and malloc_free(last) is not None:
+        free = malloc_free(last) - malloc_free(first)
         if free > 0:
-            arena = _arena_that_grew(first, last)
-            grew.append((free, f"malloc's free memory by {human_bytes(free)}{arena} (freed blocks it keeps: "
-                               "fragmentation, or memory not given back -- malloc_trim)"))
+            where = _malloc_arena_that_grew(first, last) or (
+                f"{_arena_that_grew(first, last)} (freed blocks it keeps: fragmentation, or memory not "
+                "given back -- malloc_trim)")
+            grew.append((free, f"malloc's free memory by {human_bytes(free)}{where}"))
     if (first.slack or 0) < (last.slack or 0):
         grew.append((last.slack - first.slack, f"slack by {human_bytes(last.slack - first.slack)}"))
     for name, words in PART_WORDS.items():
@@ -126,6 +184,26 @@ def growth_line(first, last):
     grew.sort(reverse=True)
     said = "; ".join(text for _, text in grew[:3]) or "no part this report measures"
     return f"RSS grew by {human_bytes(rss)} but live blocks by {human_bytes(live, sign=True)}: {said}"
+
+
+def _malloc_arena_that_grew(first, last):
+    """' (most in the main arena: ... fragmentation)': by glibc's own
+    statistics, the arena whose free memory grew most and the form it
+    took -- free chunks pinned between live blocks, or a top chunk not
+    given back -- or "" when the reports do not carry them."""
+    best, at = 0, None
+    for i, a in enumerate(last.malloc_arenas):
+        before = first.malloc_arenas[i].free if i < len(first.malloc_arenas) else 0
+        if a.free - before > best:
+            best, at = a.free - before, i
+    if at is None:
+        return ""
+    a = last.malloc_arenas[at]
+    name = "the main arena" if at == 0 else f"arena {at}"
+    if a.top > a.bins_bytes + a.fast_bytes:
+        return f" (most in {name}: {human_bytes(a.top)} at its top, not given back -- malloc_trim)"
+    return (f" (most in {name}: {human_bytes(a.bins_bytes + a.fast_bytes)} in "
+            f"{count(a.bins_chunks + a.fast_chunks, 'free chunk')} between live blocks -- fragmentation)")
 
 
 def _arena_that_grew(first, last):
@@ -151,7 +229,7 @@ def state_lines(m):
     lines = [f"RSS {rss}",
              f"live heap blocks {human_bytes(m.live_bytes)}"
              + (f", slack {human_bytes(m.slack)}" if m.slack is not None else ", slack not measured"),
-             "malloc holds free " + (human_bytes(m.allocator_free) if m.allocator_free is not None
+             "malloc holds free " + (human_bytes(malloc_free(m)) if malloc_free(m) is not None
                                      else f"(not known: {m.free_unknown or 'not said'})")]
     lines += _tracer_shares(m)
     for name, (resident, mapped, n) in m.parts.items():
@@ -160,13 +238,36 @@ def state_lines(m):
         if name == "heap":
             for i, (r, size) in enumerate(m.arenas):
                 lines.append(f"  {heap_name(i) + ':':<36} {human_bytes(r):>10} resident of {human_bytes(size):>10} mapped")
+    return lines + arena_lines(m)
+
+
+def arena_lines(m):
+    """glibc's arenas as it counts them (OpenBSD's mdump -D, from outside):
+    each arena's memory, what of it is in use and free, where the free
+    memory lies, and its free chunks by size."""
+    if not m.malloc_arenas:
+        said = m.malloc_arenas_said.removeprefix("not known: ")
+        return [f"glibc's arenas: not known ({said})"] if said else []
+    partial = m.malloc_arenas_said.split()[1:2] == ["partial"]
+    lines = [f"glibc's arenas, by its own statistics"
+             + (" (a list changed while it was read: approximate)" if partial else "") + ":"]
+    for i, a in enumerate(m.malloc_arenas):
+        name = "main arena" if i == 0 else f"arena {i}"
+        lines.append(f"  {name + ':':<12} {human_bytes(a.system):>10} from the system (at most "
+                     f"{human_bytes(a.max_system)}), {human_bytes(a.in_use)} in use, {human_bytes(a.free)} free: "
+                     f"{human_bytes(a.bins_bytes)} in {count(a.bins_chunks, 'chunk')} in bins, "
+                     f"{human_bytes(a.fast_bytes)} in {count(a.fast_chunks, 'chunk')} in fastbins, "
+                     f"{human_bytes(a.top)} at the top")
+        sizes = [f"{word} {c:,} ({human_bytes(b)})" for word, (c, b) in zip(SIZE_CLASS_WORDS, a.classes) if c]
+        if sizes:
+            lines.append(f"  {'':<12} free chunks by size: " + ", ".join(sizes))
     return lines
 
 
 def worth_saying(m):
     """A report's split is worth a line of `report` when the allocator
     holds at least as much free as live, and a MiB of it."""
-    return m.allocator_free is not None and m.allocator_free >= max(GROWTH_WORTH_SAYING, m.live_bytes)
+    return malloc_free(m) is not None and malloc_free(m) >= max(GROWTH_WORTH_SAYING, m.live_bytes)
 
 
 def slack_worth_saying(slack, live_bytes):

@@ -25,7 +25,7 @@ misread costs one report's split, never a wrong path or an exception."""
 
 from dataclasses import dataclass, field
 
-from libmemleak.daemon import report_core
+from libmemleak.daemon import glibc_arenas, report_core
 from libmemleak.daemon.procfs import maps_entry, proc_dir
 
 HEAP_MAX_SIZE = 64 << 20       # glibc's arena heap alignment on 64-bit
@@ -52,6 +52,7 @@ class Part:
 class MemoryUse:
     parts: dict = field(default_factory=lambda: {name: Part() for name in PARTS})
     arenas: list = field(default_factory=list)   # glibc's heaps: [resident, mapped]; 0: the main arena's
+    malloc_arenas: object = "not read"            # glibc_arenas.read's answer: its own statistics
 
 
 @dataclass
@@ -150,6 +151,7 @@ def measure(pid, own=(0, 0)):
             part.count += 1
         prev = m
     use.parts["heap"].count = len(use.arenas) - (use.arenas[0] == [0, 0])
+    use.malloc_arenas = glibc_arenas.read(pid, maps, sorted(arena_of))
     return use
 
 
@@ -173,6 +175,7 @@ def header_lines(use, heap_live_bytes, heap_live_blocks, slack, free_unknown, tr
     lines = [(f"memory-{name}", f"{p.resident} {p.mapped} {p.count}") for name, p in use.parts.items()]
     lines += [(f"memory-arena {i}", f"{r} {m}") for i, (r, m) in enumerate(use.arenas[:64])]
     lines.append(("memory-heap-live", f"{heap_live_bytes} {heap_live_blocks}"))
+    lines += glibc_arenas.header_lines(use.malloc_arenas)
     if free_unknown:
         lines.append(("memory-allocator-free", f"not known: {free_unknown}"))
         return lines

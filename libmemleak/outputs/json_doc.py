@@ -89,10 +89,15 @@ def memory_dict(a):
     if m is None:
         return None
     return {"rss": m.rss, "heap_live_bytes": m.live_bytes, "slack": m.slack,
-            "allocator_free": m.allocator_free, "trailers": m.trailers,
+            "allocator_free": m.allocator_free, "malloc_free": memory.malloc_free(m), "trailers": m.trailers,
             "parts": {name.replace("-", "_"): {"resident": r, "mapped": size, "mappings": n}
                       for name, (r, size, n) in m.parts.items()},
             "arenas": [{"resident": r, "mapped": size} for r, size in m.arenas],
+            "malloc_arenas": [{"system": x.system, "max_system": x.max_system, "top": x.top,
+                               "bins_bytes": x.bins_bytes, "bins_chunks": x.bins_chunks,
+                               "fast_bytes": x.fast_bytes, "fast_chunks": x.fast_chunks,
+                               "free_by_size": [{"chunks": c, "bytes": b} for c, b in x.classes]}
+                              for x in m.malloc_arenas],
             "growth": memory.growth_line(a.memory_first, m)}
 
 

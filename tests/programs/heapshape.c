@@ -1,12 +1,17 @@
 /* What the allocator does with memory beyond the live blocks (#31): slack
  * and fragmentation, in steps the test drives (a line on stdin each).
- *   step 1: two threads park (their stacks are mappings of their own);
+ *   step 1: two threads each fragment an arena of their own (every other
+ *           of 300 blocks freed, 40 small ones freed into its fastbins),
+ *           then park (their stacks are mappings of their own);
  *   step 2: site_tiny makes 100,000 one-byte blocks, site_mixed 10,000 of
  *           1..1000 bytes, site_fill 100 MB in 100,000 blocks of 1000;
  *   step 3: site_thin frees 99 of each 100 of site_fill's blocks: glibc
  *           keeps the freed chunks, which the live ones pin in place.
  * Bare, it prints each site's slack as glibc's malloc_usable_size says it
- * (the oracle: under the tracer, malloc_usable_size leaves the trailer out). */
+ * (the oracle: under the tracer, malloc_usable_size leaves the trailer out).
+ * Before each step's line it prints glibc's malloc_info() -- the oracle for
+ * the arenas' statistics the reporter reads from outside; stdin and stdout
+ * have buffers of their own, so that nothing allocates while it waits. */
 #include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -20,12 +25,31 @@
 static void *tiny[TINY], *mixed[MIXED];
 static char *fill[FILL];
 static pthread_mutex_t park = PTHREAD_MUTEX_INITIALIZER;
+static pthread_barrier_t fragmented;
+static char in_buffer[4096], out_buffer[1 << 16];
+static __thread void *kept[300], *small[40];
+
+__attribute__((noinline)) static void site_thread_arena(void)
+{
+    for (int i = 0; i < 300; i++)
+        kept[i] = malloc(100 + (size_t)(i % 7) * 300);
+    for (int i = 0; i < 300; i += 2)
+        free(kept[i]);
+    for (int i = 0; i < 40; i++) /* more than the tcache keeps: the rest go to a fastbin */
+        small[i] = malloc(24);
+    for (int i = 0; i < 40; i++)
+        free(small[i]);
+}
 
 static void *parked(void *unused)
 {
     (void)unused;
+    site_thread_arena();
+    pthread_barrier_wait(&fragmented);
     pthread_mutex_lock(&park);
     pthread_mutex_unlock(&park);
+    for (int i = 1; i < 300; i += 2)
+        free(kept[i]);
     return NULL;
 }
 
@@ -70,6 +94,7 @@ __attribute__((noinline)) static void site_thin(void)
 static void step(const char *said)
 {
     char line[16];
+    malloc_info(0, stdout);
     printf("%s\n", said);
     fflush(stdout);
     if (!fgets(line, sizeof line, stdin))
@@ -79,9 +104,13 @@ static void step(const char *said)
 int main(void)
 {
     pthread_t t[2];
+    setvbuf(stdin, in_buffer, _IOFBF, sizeof in_buffer);
+    setvbuf(stdout, out_buffer, _IOFBF, sizeof out_buffer);
     pthread_mutex_lock(&park);
+    pthread_barrier_init(&fragmented, NULL, 3);
     for (int i = 0; i < 2; i++)
         pthread_create(&t[i], NULL, parked, NULL);
+    pthread_barrier_wait(&fragmented);
     step("parked");
     size_t tiny_slack = site_tiny(), mixed_slack = site_mixed();
     site_fill();

@@ -29,8 +29,12 @@
  *                     escapes, and pointed at.  Its misuse records: 2^32
  *                     claimed, garbage kinds, calls and stacks, counts at
  *                     2^64 - 1 and baselines above them, and one plausible
- *                     double free counted 5.  Prints "forged", waits for
- *                     a line. */
+ *                     double free counted 5.  And glibc's own heap, which
+ *                     every report reads for the arenas' statistics: a
+ *                     freed chunk in the unsorted bin whose list link
+ *                     points back at itself, a list without an end (put
+ *                     right before it goes on).  Prints "forged", waits
+ *                     for a line. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +91,9 @@ static int scribble(char **argv)
 
 static int forge_table(void)
 {
+    static char in_buffer[256], out_buffer[256]; /* stdio must not allocate while the heap is forged */
+    setvbuf(stdin, in_buffer, _IOFBF, sizeof in_buffer);
+    setvbuf(stdout, out_buffer, _IOFBF, sizeof out_buffer);
     struct mlk_header *h = own_segment();
     if (!h)
         return 4;
@@ -191,10 +198,19 @@ static int forge_table(void)
     h->misuse_used = 0xffffffffu;
     h->misuse_total = ~0ull;
     h->misuse_dropped = ~0ull;
+    /* Too big for the tcache: the freed chunk goes to the unsorted bin (the
+     * block after it keeps it from the top); its bk is then made its own. */
+    uint64_t *unsorted = site_scribbler(2000), *after = site_scribbler(64);
+    free(unsorted);
+    uint64_t bk = unsorted[1];
+    unsorted[1] = (uint64_t)unsorted - 16;
     printf("forged\n");
     fflush(stdout);
     char line[8];
-    return fgets(line, sizeof line, stdin) ? 0 : 1;
+    int got = fgets(line, sizeof line, stdin) != NULL;
+    unsorted[1] = bk;
+    free(after);
+    return got ? 0 : 1;
 }
 
 int main(int argc, char **argv)
