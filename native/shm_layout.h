@@ -20,7 +20,7 @@
  */
 
 #define MLK_MAGIC 0x314b4c4d454d4c4b
-#define MLK_LAYOUT_VERSION 18
+#define MLK_LAYOUT_VERSION 19
 #define MLK_API_LABEL_MAX 64
 #define MLK_LAST_REPORT_MAX 512
 #define MLK_MAX_DEPTH 64
@@ -242,6 +242,13 @@ struct mlk_misuse {
 #define MLK_RECORD_OFF 0
 #define MLK_RECORD_ALL 1
 #define MLK_RECORD_LAST 2
+/* The program's attention word (struct mlk_header.attention_addr): bits
+ * its hooks look at on their way, one load for all of them. */
+#define MLK_ATTEND_EVENTS 1
+#define MLK_ATTEND_STATS 2
+/* struct mlk_header.alloc_stats_kind, and the statistics asked */
+#define MLK_ALLOC_STATS_JEMALLOC 1
+#define MLK_ALLOC_STATS 6
 
 struct mlk_event_page {
     uint32_t state;         /* MLK_EVENT_PAGE_*; the reporter sets FREE */
@@ -523,6 +530,22 @@ struct mlk_header {
     uint64_t events_waits;      /* times a thread waited for a free page */
     uint32_t events_freed;      /* reporter: futex word, bumped when it frees pages */
     uint32_t events_stop;       /* reporter: the log reached its cap: log no more */
+    /* The allocator's own statistics, asked inside the program (jemalloc's
+     * stats.*: native/hook/allocator_stats.c).  alloc_stats_kind says the
+     * hook found an allocator to ask (MLK_ALLOC_STATS_JEMALLOC).  The asker
+     * bumps alloc_stats_asked and sets MLK_ATTEND_STATS in the program's
+     * attention word, at attention_addr in it (/proc/PID/mem); the next
+     * allocation that may ask answers: alloc_stats[] (allocated, active,
+     * metadata, resident, mapped, retained), alloc_stats_ns (CLOCK_MONOTONIC),
+     * alloc_stats_failed, then alloc_stats_answered = the asked count it saw. */
+    uint64_t attention_addr;
+    uint32_t alloc_stats_kind;
+    uint32_t alloc_stats_asked;
+    uint32_t alloc_stats_answered;
+    uint32_t alloc_stats_failed;
+    uint64_t alloc_stats_ns;
+    uint64_t alloc_stats[6];    /* MLK_ALLOC_STATS */
+    char alloc_stats_version[64];
     struct mlk_misuse misuse[256]; /* MLK_MISUSE_MAX */
 };
 

@@ -7,11 +7,14 @@ freed in a pattern glibc cannot give back; two parked threads."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 from xml.etree import ElementTree
 
-from helpers import BARE_ENV, CLI_ENV, cli, cli_argv, compile_program, wait_for_reports
+import pytest
+
+from helpers import BARE_ENV, CLI_ENV, Traced, cli, cli_argv, compile_program, report_path, wait_for_reports
 
 MB = 1 << 20
 
@@ -164,3 +167,62 @@ def test_slack_and_where_rss_goes(tmp_path):
     assert doc["live_slack"] == int(reports[-1].header["live-slack"])
     assert doc["memory"]["allocator_free"] == int(reports[-1].header["memory-allocator-free"])
     assert len(doc["memory"]["malloc_arenas"]) == 3, doc["memory"]
+
+
+JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+
+
+@pytest.mark.skipif(not os.path.exists(JEMALLOC), reason="needs Debian's libjemalloc2")
+def test_jemallocs_own_statistics(tmp_path):
+    """jemalloc's stats.*, asked by the reporter and answered by the
+    program's next allocation (tests/programs/jemallocstats.c): equal to
+    what the program's own mallctl says right after; an idle program keeps
+    its last answer, said with its age; report and the shell say where
+    jemalloc's free memory is."""
+    prog = compile_program("jemallocstats.c", f"-l:{os.path.basename(JEMALLOC)}")
+    t = Traced([prog], tmp_path)
+    try:
+        t.expect("kept")
+        t.resume()                      # it churns a small block a millisecond
+        churning = t.signal_report(1)
+        t.resume()                      # it stops, and says what its own mallctl says
+        own = [int(w) for w in t.proc.stdout.readline().decode().split()[1:]]
+        t.expect("idle")
+        idle = t.signal_report(2)
+        shown = cli("shell", str(t.pid), "-c", "memory")
+        t.resume()
+        assert t.finish() == 0, t.stderr
+    finally:
+        t.proc.kill()
+    words = churning.header["allocator-stats"].split()
+    assert words[0] == "jemalloc" and words[7] == "0.000", words   # answered for this report
+    said = [int(w) for w in words[1:7]]
+    allocated, active, metadata, resident, mapped, retained = said
+    # Between its answer and the program's own: small blocks churned, freed.
+    assert abs(allocated - own[0]) <= 4096 and active == own[1] and mapped == own[4], (said, own)
+    assert 10000 * 1024 <= allocated < 10000 * 1024 + MB, said   # 1,000 bytes + trailer: 1 KiB classes
+    assert active >= allocated + 9 * MB, said     # every other block freed: its pages stay active
+    assert resident >= active and mapped >= active and metadata > 0, said
+    assert churning.header["allocator-version"].startswith("jemalloc 5."), churning.header
+    # Idle, it cannot answer: the last answer, with its age.
+    idle_words = idle.header["allocator-stats"].split()
+    assert idle_words[1:7] == words[1:7] and float(idle_words[7]) > 0.1, idle_words
+    # report: jemalloc's free memory, by its own count -- from a report it
+    # answered (the idle ones' stale answer is shown, not counted).
+    answered = tmp_path / "answered"
+    answered.mkdir()
+    shutil.copy(report_path(str(tmp_path), t.prog, t.pid, 1), answered)
+    out = cli("report", str(answered)).stdout
+    assert "malloc's free memory 9." in out and "(jemalloc's own count: 9." in out, out
+    assert "free inside pages that hold live blocks -- fragmentation" in out, out
+    assert "jemalloc's own count" not in cli("report", str(tmp_path)).stdout
+    assert "jemalloc, by its own statistics (" in shown.stdout and "no allocation since" in shown.stdout, \
+        shown.stdout + shown.stderr
+    # glibc's arenas: glibc's malloc serves (nearly) nothing here.
+    assert glibc_free(churning) < MB
+
+
+def glibc_free(report):
+    n = report.header["memory-malloc-arenas"].split()[0]
+    return sum(sum(numbers(report, f"memory-malloc-arena {i}")[k] for k in (2, 3, 5)) for i in range(int(n))) \
+        if n.isdigit() else 0

@@ -36,6 +36,33 @@ class Memory:
     quarantine: int = 0                 # freed blocks the quarantine holds (quarantine=)
     malloc_arenas: list = ()            # MallocArena per glibc arena, glibc's own statistics
     malloc_arenas_said: str = ""        # the memory-malloc-arenas line: "N [partial]" or "not known: WHY"
+    jemalloc: "JemallocStats | None" = None  # jemalloc's own stats.* (allocator-stats)
+
+
+@dataclass
+class JemallocStats:
+    """jemalloc's own statistics as the program answered (allocator-stats)."""
+    allocated: int      # bytes in live blocks, by its size classes
+    active: int         # bytes of the pages that hold live blocks
+    metadata: int
+    resident: int       # its pages in memory, metadata included
+    mapped: int
+    retained: int       # address space it keeps unmapped-ish for reuse
+    age: float          # seconds between its answer and the report
+
+    @property
+    def in_pages(self):
+        """Free inside pages that hold live blocks: fragmentation."""
+        return max(0, self.active - self.allocated)
+
+    @property
+    def dirty(self):
+        """Pages it freed but holds resident (not yet purged)."""
+        return max(0, self.resident - self.active - self.metadata)
+
+    @property
+    def free(self):
+        return self.in_pages + self.dirty
 
 
 @dataclass
@@ -91,7 +118,18 @@ def of_report(report):
                   (_numbers(h.get("memory-trailers"), 1) or (0,))[0],
                   header_text(free_said.removeprefix("not known: ")[:200]) if free is None else "",
                   (_numbers(h.get("memory-quarantine"), 1) or (0,))[0],
-                  _malloc_arenas(h), header_text(h.get("memory-malloc-arenas", "")[:200]))
+                  _malloc_arenas(h), header_text(h.get("memory-malloc-arenas", "")[:200]), _jemalloc(h))
+
+
+def _jemalloc(h):
+    words = h.get("allocator-stats", "").split()
+    if len(words) != 8 or words[0] != "jemalloc" or not all(w.isdigit() for w in words[1:7]):
+        return None
+    try:
+        age = float(words[7])
+    except ValueError:
+        return None
+    return JemallocStats(*(int(w) for w in words[1:7]), age if age >= 0 else 0.0)
 
 
 def _malloc_arenas(h):
@@ -138,14 +176,17 @@ def malloc_free(m):
     """What glibc's malloc holds free: its arenas' own count where the
     report carries it, else the estimate from its heaps' resident memory
     (docs/memory.md); None when not known (another allocator, a routed one)."""
-    if m.allocator_free is None:
-        return None
+    if m.allocator_free is None:  # jemalloc's, if it answered for this very report
+        return m.jemalloc.free if m.jemalloc and m.jemalloc.age == 0 else None
     return sum(a.free for a in m.malloc_arenas) if m.malloc_arenas else m.allocator_free
 
 
 def _glibc_count(m):
     """' (glibc's own count, in N arenas: ...)': where the free memory
-    lies -- chunks between live blocks, or the arenas' tops."""
+    lies -- chunks between live blocks, or the arenas' tops (or for
+    jemalloc, inside its pages or in pages it has not purged)."""
+    if m.allocator_free is None and m.jemalloc and m.jemalloc.age == 0:
+        return _jemalloc_words(m.jemalloc)
     if not m.malloc_arenas:
         return " (estimated from resident memory)"
     between = sum(a.bins_bytes + a.fast_bytes for a in m.malloc_arenas)
@@ -153,6 +194,11 @@ def _glibc_count(m):
     top = sum(a.top for a in m.malloc_arenas)
     return (f" (glibc's own count, in {count(len(m.malloc_arenas), 'arena')}: {human_bytes(between)} in "
             f"{count(chunks, 'free chunk')} between live blocks, {human_bytes(top)} at the tops)")
+
+
+def _jemalloc_words(j):
+    return (f" (jemalloc's own count: {human_bytes(j.in_pages)} free inside pages that hold live "
+            f"blocks -- fragmentation, {human_bytes(j.dirty)} in freed pages not yet given back)")
 
 
 def growth_line(first, last):
@@ -168,6 +214,7 @@ def growth_line(first, last):
         free = malloc_free(last) - malloc_free(first)
         if free > 0:
             where = _malloc_arena_that_grew(first, last) or (
+                _jemalloc_words(last.jemalloc) if last.allocator_free is None and last.jemalloc else None) or (
                 f"{_arena_that_grew(first, last)} (freed blocks it keeps: fragmentation, or memory not "
                 "given back -- malloc_trim)")
             grew.append((free, f"malloc's free memory by {human_bytes(free)}{where}"))
@@ -232,6 +279,12 @@ def state_lines(m):
              "malloc holds free " + (human_bytes(malloc_free(m)) if malloc_free(m) is not None
                                      else f"(not known: {m.free_unknown or 'not said'})")]
     lines += _tracer_shares(m)
+    if m.jemalloc:
+        j = m.jemalloc
+        lines.append(f"jemalloc, by its own statistics{f' ({j.age:.1f} s before: no allocation since)' if j.age else ''}: "
+                     f"{human_bytes(j.allocated)} allocated, {human_bytes(j.active)} active, "
+                     f"{human_bytes(j.resident)} resident, {human_bytes(j.metadata)} metadata, "
+                     f"{human_bytes(j.mapped)} mapped, {human_bytes(j.retained)} retained")
     for name, (resident, mapped, n) in m.parts.items():
         lines.append(f"{PART_WORDS[name] + ':':<38} {human_bytes(resident):>10} resident "
                      f"of {human_bytes(mapped):>10} mapped, {count(n, 'heap' if name == 'heap' else 'mapping')}")

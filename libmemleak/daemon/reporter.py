@@ -19,7 +19,7 @@ import time
 
 from libmemleak import __version__
 from libmemleak.analysis.names import frame_text
-from libmemleak.daemon import memory_use, misuse, reachability, report_core
+from libmemleak.daemon import allocator_stats, memory_use, misuse, reachability, report_core
 from libmemleak.daemon.diff import FrameResolver, KeyTable, diff_snapshot, totals
 from libmemleak.daemon.header_parts import (default_suppression_lines, mapping_lines, process_status,
                                             resource_lines, signal_name, slack_lines)
@@ -435,7 +435,8 @@ class Reporter:
         return memory_use.header_lines(use, heap_bytes, heap_blocks, sums.live_slack, why,
                                        trailers=snap.tracking == "trailers",
                                        quarantined=(min(self.h.quarantine_held, 1 << 62),
-                                                    min(self.h.quarantine_blocks, 1 << 62)))
+                                                    min(self.h.quarantine_blocks, 1 << 62))) + \
+            allocator_stats.header_lines(self.pid, self.h)
 
     def take_snapshot(self, reason):
         """The segment's snapshot, and the reachability scan asked for

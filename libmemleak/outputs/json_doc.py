@@ -98,6 +98,7 @@ def memory_dict(a):
                                "fast_bytes": x.fast_bytes, "fast_chunks": x.fast_chunks,
                                "free_by_size": [{"chunks": c, "bytes": b} for c, b in x.classes]}
                               for x in m.malloc_arenas],
+            "jemalloc": vars(m.jemalloc) if m.jemalloc else None,
             "growth": memory.growth_line(a.memory_first, m)}
 
 

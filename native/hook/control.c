@@ -262,6 +262,8 @@ int mlk_start_collecting(void)
     mlk_seg->scan_at_exit = (uint32_t)mlk_config.scan_at_exit;
     mlk_seg->scan_heuristics = mlk_config.scan_heuristics;
     mlk_seg->collecting_addr = (uint64_t)(uintptr_t)&mlk_collecting;
+    mlk_seg->attention_addr = (uint64_t)(uintptr_t)&mlk_attention;
+    mlk_alloc_stats_resolve();
     __atomic_store_n(&mlk_seg->paused, 0, __ATOMIC_RELEASE);
     __atomic_store_n(&mlk_seg->collecting, 1, __ATOMIC_RELEASE);
     mlk_ever_collected = 1;
@@ -300,8 +302,10 @@ void mlk_segment_fd_threatened(int lo, int hi)
 
 void mlk_after_dl_change(void)
 {
-    if (mlk_seg)
+    if (mlk_seg) {
         mlk_modules_scan();
+        mlk_alloc_stats_resolve();
+    }
 }
 
 /* ---- fork --------------------------------------------------------------- */

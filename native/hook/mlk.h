@@ -361,16 +361,32 @@ static inline int mlk_maybe_recorded(const void *p)
 }
 
 /* ---- events/events.c: the event log (record=) ------------------------ */
-extern MLK_HIDDEN int mlk_events_on;
-/* Appends one record (MLK_EVENT_*) to this thread's page of the pool. */
+/* MLK_ATTEND_*: what the hooks must do on their way besides counting --
+ * log events, answer the reporter's ask for the allocator's statistics.
+ * The reporter may set MLK_ATTEND_STATS from outside (attention_addr). */
+extern MLK_HIDDEN int mlk_attention;
+/* Appends one record (MLK_EVENT_*) to this thread's page of the pool (if
+ * the log is on). */
 MLK_HIDDEN void mlk_event(int type, uint64_t addr, uint64_t size, uint32_t stack);
+/* The same at an allocation "at rest" (trailers.c: the real allocator has
+ * returned, the hook holds no lock, its guard is up), where the
+ * allocator's statistics may also be asked. */
+MLK_HIDDEN void mlk_event_at_rest(int type, uint64_t addr, uint64_t size, uint32_t stack);
 /* Each change to a stack's counters that the log replays: free in the
  * default mode but for one load and a branch. */
 #define MLK_EVENT(type, addr, size, stack)                                                         \
     do {                                                                                           \
-        if (MLK_UNLIKELY(mlk_events_on))                                                           \
+        if (MLK_UNLIKELY(mlk_attention))                                                           \
             mlk_event(type, (uint64_t)(addr), (uint64_t)(size), stack);                            \
     } while (0)
+#define MLK_EVENT_AT_REST(type, addr, size, stack)                                                 \
+    do {                                                                                           \
+        if (MLK_UNLIKELY(mlk_attention))                                                           \
+            mlk_event_at_rest(type, (uint64_t)(addr), (uint64_t)(size), stack);                    \
+    } while (0)
+/* allocator_stats.c: the allocator's own statistics (jemalloc's stats.*) */
+MLK_HIDDEN void mlk_alloc_stats_resolve(void);        /* at start, after dlopen/dlclose */
+MLK_HIDDEN void mlk_alloc_stats_answer(uint32_t stack); /* at rest, when asked */
 MLK_HIDDEN uint32_t mlk_events_pages_wanted(void); /* the pool the segment is made with */
 MLK_HIDDEN void mlk_events_start(void);            /* as collection starts */
 MLK_HIDDEN void mlk_events_fork_child(void);

@@ -228,7 +228,7 @@ int mlk_trailer_write(void *p, size_t usable, uint64_t size, uint32_t stack, uin
         uint32_t *busy = update_begin();
         mlk_stack_count_trailed(stack, size, slack_of(usable - MLK_TRAILER_SIZE, size));
         update_end(busy);
-        MLK_EVENT(MLK_EVENT_ALLOC, p, size, stack);
+        MLK_EVENT_AT_REST(MLK_EVENT_ALLOC, p, size, stack);
     }
     return counted;
 }

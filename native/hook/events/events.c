@@ -36,7 +36,7 @@
 #define WAIT_MS 50
 #define WAITS_MAX 60                   /* 3 s for a free page, then the record is lost (counted) */
 
-int mlk_events_on;
+int mlk_attention;
 
 struct writer {
     struct mlk_event_page *page; /* NULL: none claimed */
@@ -163,8 +163,19 @@ static inline uint8_t *put(uint8_t *o, uint64_t v)
     return o;
 }
 
+void mlk_event_at_rest(int type, uint64_t addr, uint64_t size, uint32_t stack)
+{
+    int attention = __atomic_load_n(&mlk_attention, __ATOMIC_RELAXED);
+    if (attention & MLK_ATTEND_EVENTS)
+        mlk_event(type, addr, size, stack);
+    if (attention & MLK_ATTEND_STATS)
+        mlk_alloc_stats_answer(stack);
+}
+
 void mlk_event(int type, uint64_t addr, uint64_t size, uint32_t stack)
 {
+    if (!(__atomic_load_n(&mlk_attention, __ATOMIC_RELAXED) & MLK_ATTEND_EVENTS))
+        return; /* asked for something else */
     if (MLK_UNLIKELY(w.busy || !mlk_seg)) {
         /* A signal handler's free inside a record of this thread's: not
          * logged, counted (a child without a segment of its own: neither). */
@@ -205,7 +216,7 @@ void mlk_event(int type, uint64_t addr, uint64_t size, uint32_t stack)
 
 void mlk_events_start(void)
 {
-    if (!mlk_seg || !mlk_seg->events_pages || mlk_events_on)
+    if (!mlk_seg || !mlk_seg->events_pages || (mlk_attention & MLK_ATTEND_EVENTS))
         return;
     if (mlk_sample_bytes) {
         mlk_seg->record_mode = MLK_RECORD_OFF;
@@ -220,7 +231,7 @@ void mlk_events_start(void)
     mlk_seg->record_keep_ns = mlk_config.record_keep_ns;
     if (!mlk_seg->events_start_ns)
         mlk_seg->events_start_ns = now_ns();
-    __atomic_store_n(&mlk_events_on, 1, __ATOMIC_RELEASE);
+    __atomic_or_fetch(&mlk_attention, MLK_ATTEND_EVENTS, __ATOMIC_RELEASE);
 }
 
 /* fork(): the child's segment is a copy without the pool's pages (all

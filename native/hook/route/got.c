@@ -260,9 +260,14 @@ int mlk_got_find_ours(char *why, size_t why_len)
 
 int mlk_module_defines(const struct dl_phdr_info *info, const char *name)
 {
+    return mlk_module_symbol(info, name) != 0;
+}
+
+uintptr_t mlk_module_symbol(const struct dl_phdr_info *info, const char *name)
+{
     struct dyn_tables t;
     if (read_dynamic(info, &t) != 0 || !t.gnu_hash)
-        return 1;
+        return 1; /* not to be told: taken to define it (its address unknown) */
     const uint32_t *gh = t.gnu_hash;
     const ElfW(Sym) *symtab = t.symtab;
     const char *strtab = t.strtab;
@@ -281,7 +286,7 @@ int mlk_module_defines(const struct dl_phdr_info *info, const char *name)
     for (uint32_t i = buckets[h % nbuckets]; i >= symoffset; i++) {
         uint32_t h2 = chain[i - symoffset];
         if ((h | 1) == (h2 | 1) && symtab[i].st_shndx != SHN_UNDEF && !strcmp(name, strtab + symtab[i].st_name))
-            return 1;
+            return symtab[i].st_value ? info->dlpi_addr + symtab[i].st_value : 1;
         if (h2 & 1)
             break;
     }

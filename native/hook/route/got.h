@@ -28,5 +28,8 @@ void mlk_got_route_deepbind(void *handle);
 /* Whether the module defines `name`, by its GNU hash table (no dlsym,
  * whose failures leave a malloc'ed message behind); 1 when it has none. */
 int mlk_module_defines(const struct dl_phdr_info *info, const char *name);
+/* The address of the function or object `name` that module info defines;
+ * 0 if it defines none, 1 if that cannot be told (no GNU hash table). */
+uintptr_t mlk_module_symbol(const struct dl_phdr_info *info, const char *name);
 
 #endif
