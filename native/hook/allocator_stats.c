@@ -95,7 +95,7 @@ static int made_inside_allocator(uint32_t stack)
     return 0;
 }
 
-void mlk_alloc_stats_answer(uint32_t stack)
+__attribute__((noinline, cold)) void mlk_alloc_stats_answer(uint32_t stack)
 {
     mallctl_fn ctl = __atomic_load_n(&mallctl_at, __ATOMIC_ACQUIRE);
     struct mlk_header *h = mlk_seg;

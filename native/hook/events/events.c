@@ -163,7 +163,10 @@ static inline uint8_t *put(uint8_t *o, uint64_t v)
     return o;
 }
 
-void mlk_event_at_rest(int type, uint64_t addr, uint64_t size, uint32_t stack)
+/* Out of line and cold, as mlk_event is: the hot path's frame stays as
+ * small as it was (a larger one leaves more of the hook's stale words on
+ * the stack, for a conservative scan to take for pointers). */
+__attribute__((noinline, cold)) void mlk_event_at_rest(int type, uint64_t addr, uint64_t size, uint32_t stack)
 {
     int attention = __atomic_load_n(&mlk_attention, __ATOMIC_RELAXED);
     if (attention & MLK_ATTEND_EVENTS)
