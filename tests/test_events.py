@@ -160,3 +160,34 @@ def test_broken_and_hostile_logs_get_one_line(tmp_path):
                 R.baseline(log_, whole)
         except EventsError as e:
             assert "\n" not in str(e)
+
+
+def test_export_draws_a_log_at_its_peak_and_at_a_moment(tmp_path):
+    """export reads an event log as it reads reports: what was live at the
+    peak (the 50 MB of build_peak, which no report saw), or with --at at a
+    moment (the slow leak at the end), in every format it writes."""
+    log, _ = record(tmp_path)
+    folded = cli("export", "--format", "collapsed", log)
+    assert folded.returncode == 0, folded.stderr
+    peak = {}
+    for line in folded.stdout.splitlines():
+        stack, _, value = line.rpartition(" ")
+        name = next((n for n in ("build_peak", "churn", "leak_slowly") if n in stack), None)
+        if name:
+            peak[name] = peak.get(name, 0) + int(value)
+    assert peak == {"build_peak": 50 * MB}, peak
+    whole, _ = replay_json(log, "--usage")
+    end = (whole["end_ns"] - whole["start_ns"]) / 1e9
+    doc = json.loads(cli("export", "--format", "json", "--at", f"{end + 1:.3f}", log).stdout)
+    [process] = doc["processes"]
+    leak = [s for s in process["stacks"] if any(f.get("function") == "leak_slowly" for f in s["frames"])]
+    assert sum(s["live_bytes"] for s in leak) == 1000 * 1024 and sum(s["live_blocks"] for s in leak) == 1000, leak
+    page = tmp_path / "peak.html"
+    assert cli("export", "--format", "flamegraph", "-o", str(page), log).returncode == 0
+    assert "build_peak" in page.read_text()
+    pb = tmp_path / "peak.pb.gz"
+    assert cli("export", "--format", "pprof", "-o", str(pb), log).returncode == 0 and pb.stat().st_size > 100
+    # Reports and a log together, --since with a log, --at without one: one line each.
+    for argv in (["--since", "1", log], [log, log + ".nope"], ["--at", "1", str(tmp_path)]):
+        bad = cli("export", "--format", "json", *argv)
+        assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, (argv, bad.stderr)

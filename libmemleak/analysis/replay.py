@@ -170,3 +170,56 @@ def live_at(base, answer):
         if b or n:
             out[i] = (b, n)
     return out
+
+
+def live_moment(log, whole, base, at_ns=None):
+    """(moment ns, id -> (bytes, blocks) live then): at at_ns, or at the
+    peak (the moment the most was live: exact, by the peak's ordinal)."""
+    t = whole.totals
+    if at_ns is not None:
+        return at_ns, live_at(base, replay(log, stop_ns=at_ns))
+    if t["peak"] <= 0:  # nothing grew: what was live as it began
+        return t["first_ns"], dict(base.live)
+    return t["peak_ns"], live_at(base, replay(log, stop_ordinal=t["peak_ordinal"] + 1))
+
+
+def start_ns(log):
+    """The log's start on its own clock: when recording began (else its
+    first page's first record)."""
+    start = log.head.get("start_mono_ns")
+    return start if isinstance(start, int) else min((e.first_ns for e in log.evts), default=0)
+
+
+def moment_series(log, at_ns=None):
+    """What was live at a moment of the log (its peak by default) as a
+    series of one report (files/series.py), for the outputs that draw
+    reports -- export's flamegraph, pprof, speedscope, html, json: the
+    header says which moment; each stack an entry, its frames as the log
+    names them."""
+    from libmemleak.files.memlog import Entry, parse_frame
+    from libmemleak.files.series import Report, Series
+
+    whole = replay(log)
+    base = baseline(log, whole)
+    moment, live = live_moment(log, whole, base, at_ns)
+    start = start_ns(log)
+    entries = []
+    for i, (b, n) in sorted(live.items(), key=lambda kv: (-kv[1][0], kv[0])):
+        kind, lines = log.stacks.get(i, ("unknown", []))
+        frames = [f for f in (parse_frame(line.strip("\t")) for line in lines) if f is not None]
+        entries.append(Entry(b, n, frames, [f"kind={kind}"] if kind not in ("malloc", "unknown") else []))
+    program, pid = log.head.get("program"), log.head.get("pid")
+    program = program if isinstance(program, str) else os.path.basename(log.path)
+    pid = pid if isinstance(pid, int) and 0 < pid < 1 << 22 else 0
+    header = {"program": program, "pid": str(pid), "seq": "1", "reason": "replay",
+              "replay-moment": f"{'at' if at_ns is not None else 'peak'} +{max(0, moment - start) / 1e9:.3f} s "
+                               f"of {os.path.basename(log.path)}",
+              "live-bytes": str(sum(b for b, _ in live.values())),
+              "live-blocks": str(sum(n for _, n in live.values()))}
+    alloc_fns = log.head.get("alloc_fns")
+    if isinstance(alloc_fns, str) and alloc_fns:
+        header["alloc-fns"] = alloc_fns
+    exe = log.head.get("exe")
+    series = Series(os.path.basename(program), exe if isinstance(exe, str) else program, pid)
+    series.reports.append(Report(log.path, 1, "replay", None, header, entries))
+    return series

@@ -3,8 +3,11 @@ in PATH in a format other tools read: html (one self-contained report
 page), flamegraph, speedscope, collapsed (flamegraph.pl, inferno), pprof
 (go tool pprof, Pyroscope, Parca) and json (the document of `report
 --json`).  What is drawn is what is live at the last report, or with
---since SEQ what grew after report SEQ.  Exit status 0; 2 when nothing
-could be read, the format is unknown or the output cannot be written."""
+--since SEQ what grew after report SEQ.  PATH may be an event log
+(PROG-PID.events, `run --record`): then what was live at its peak, or
+with --at TIME at that moment (analysis/replay.py).  Exit status 0; 2
+when nothing could be read, the format is unknown or the output cannot
+be written."""
 
 import sys
 
@@ -14,6 +17,7 @@ from libmemleak.outputs import collapsed, flamegraph, html_report, json_doc, ppr
 from libmemleak.analysis import suppressions
 from libmemleak.commands import (EXIT_BAD_INPUT, add_layer_options, add_suppressions_option, layer_args,
                                  load_suppressions, read_reports, say_blind)
+from libmemleak.files.events import EventLog, EventsError, is_event_log
 
 FORMATS = {"collapsed": collapsed.write, "flamegraph": flamegraph.write, "html": html_report.write,
            "json": json_doc.write, "pprof": pprof.write, "speedscope": speedscope.write}
@@ -42,6 +46,9 @@ def add_parser(sub):
     p.add_argument("--since", type=int, metavar="SEQ",
                    help="draw what grew after report SEQ instead of what is live (flamegraph, "
                         "speedscope, pprof, collapsed): the leak between two reports")
+    p.add_argument("--at", metavar="TIME",
+                   help="with an event log (PROG-PID.events): what was live at TIME (seconds from its "
+                        "start, 300ms, 10:02:03) instead of at its peak")
     add_layer_options(p)
     add_suppressions_option(p)
     p.set_defaults(func=run)
@@ -62,8 +69,18 @@ def run(args):
               f"opens it where it belongs", file=sys.stderr)
     rules = load_suppressions("export", args.suppressions)
     layer = layer_args("export", args)
-    read = (read_reports("export", args.paths, args.pid, progress_bar())
-            if rules is not None and layer is not None else None)
+    logs = [p for p in args.paths if is_event_log(p)]
+    if logs and (len(logs) < len(args.paths) or args.since is not None):
+        print("libmemleak: export: an event log is exported alone (its peak, or --at TIME), "
+              "not with reports or --since", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.at is not None and not logs:
+        print("libmemleak: export: --at TIME goes with an event log (PROG-PID.events)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    read = None
+    if rules is not None and layer is not None:
+        read = (read_moments(args.paths, args.at) if logs
+                else read_reports("export", args.paths, args.pid, progress_bar()))
     if read is None:
         return EXIT_BAD_INPUT
     series, problems = read
@@ -98,3 +115,27 @@ def run(args):
         for note in collapsed.drawing_notes(analyses):
             print(f"libmemleak: export: note: {note}", file=sys.stderr)
     return 0
+
+
+def read_moments(paths, at):
+    """(series, problems) of what was live in each event log at its peak
+    or at `at`; None after one line when one cannot be read."""
+    from libmemleak.analysis import replay
+    from libmemleak.commands.replay import BadTime, notes, parse_time
+    series = []
+    try:
+        for path in paths:
+            with EventLog(path) as log:
+                for note in notes(log):
+                    print(f"libmemleak: export: {note}", file=sys.stderr)
+                at_ns = None
+                if at is not None:
+                    at_ns = parse_time(at, log.head, replay.start_ns(log))
+                series.append(replay.moment_series(log, at_ns))
+    except (EventsError, BadTime) as e:
+        print(f"libmemleak: export: {e}", file=sys.stderr)
+        return None
+    except MemoryError:
+        print("libmemleak: export: out of memory following the live blocks", file=sys.stderr)
+        return None
+    return series, []

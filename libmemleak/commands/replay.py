@@ -106,9 +106,8 @@ def answer(args, log):
            "records": t["records"], "start_ns": start, "end_ns": t["last_ns"],
            "baseline_known": base.known, "before_log_bytes": sum(b for b, _ in base.live.values())}
     if args.at is not None:
-        at = parse_time(args.at, log.head, start)
-        part = R.replay(log, stop_ns=at)
-        doc.update(view="at", at_ns=at, stacks=rows(log, R.live_at(base, part)))
+        at, live = R.live_moment(log, whole, base, parse_time(args.at, log.head, start))
+        doc.update(view="at", at_ns=at, stacks=rows(log, live))
     elif args.between:
         lo, hi = (parse_time(x, log.head, start) for x in args.between)
         if hi < lo:
@@ -128,9 +127,8 @@ def answer(args, log):
         doc.update(view="usage", usage=[{"ns": a, "live_bytes": b + doc["before_log_bytes"],
                                          "max_bytes": c + doc["before_log_bytes"]} for a, b, c in whole.series])
     else:
-        at_peak = R.replay(log, stop_ordinal=t["peak_ordinal"] + 1) if t["peak"] > 0 else None
-        live = R.live_at(base, at_peak) if at_peak else dict(base.live)
-        doc.update(view="peak", peak_ns=t["peak_ns"] if at_peak else start,
+        moment, live = R.live_moment(log, whole, base)
+        doc.update(view="peak", peak_ns=moment if t["peak"] > 0 else start,
                    peak_bytes=sum(b for b, _ in live.values()), stacks=rows(log, live))
     if args.json:
         json.dump(doc, sys.stdout, indent=1)

@@ -52,6 +52,15 @@ def evts_chunk(pages, compressor):
     return chunk(b"EVTS", head + compressor.compress(raw))
 
 
+def is_event_log(path):
+    """Whether path is a file that begins as an event log does."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
+
+
 class Chunk:
     __slots__ = ("tag", "offset", "length")
 
