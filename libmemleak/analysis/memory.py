@@ -302,7 +302,7 @@ def arena_lines(m):
         said = m.malloc_arenas_said.removeprefix("not known: ")
         return [f"glibc's arenas: not known ({said})"] if said else []
     partial = m.malloc_arenas_said.split()[1:2] == ["partial"]
-    lines = [f"glibc's arenas, by its own statistics"
+    lines = ["glibc's arenas, by its own statistics"
              + (" (a list changed while it was read: approximate)" if partial else "") + ":"]
     for i, a in enumerate(m.malloc_arenas):
         name = "main arena" if i == 0 else f"arena {i}"
