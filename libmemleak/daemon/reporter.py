@@ -58,6 +58,18 @@ def say(message):
         pass
 
 
+def say_bug(what, e):
+    """A bug of ours caught so the program's run goes on: one line with
+    where it happened (the innermost frame); raised under MEMLEAK_DEBUG."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = f" (at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno})" if tb is not None else ""
+    say(f"{what} {type(e).__name__}: {e}{where}; please report this")
+    if os.environ.get("MEMLEAK_DEBUG"):
+        raise e
+
+
 class Reporter:
     """Reports for one segment.  The keeper makes one for each dead
     descendant, with the segment and pidfd it holds and a Symbolizer shared
@@ -155,13 +167,7 @@ class Reporter:
         except Exception as e:
             self.recorder = None
             self.h.events_stop = 1
-            tb = e.__traceback__
-            while tb.tb_next:
-                tb = tb.tb_next
-            say(f"event log stopped: recorder error {type(e).__name__}: {e} "
-                f"(at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}); please report this")
-            if os.environ.get("MEMLEAK_DEBUG"):
-                raise
+            say_bug("event log stopped: recorder error", e)
 
     def stack_names(self, ids):
         """[id, kind, frame lines] of each good stack of `ids`, symbolized
@@ -302,13 +308,7 @@ class Reporter:
                     say(written_summary(self.written))
         except Exception as e:  # a reporter bug must not surface as a traceback
             self.h.report_errors += 1
-            tb = e.__traceback__
-            while tb.tb_next:
-                tb = tb.tb_next
-            say(f"reporter error {type(e).__name__}: {e} "
-                f"(at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}); please report this")
-            if os.environ.get("MEMLEAK_DEBUG"):
-                raise
+            say_bug("reporter error", e)
 
     def cannot_write(self, reason, error):
         """The report directory refused a report.  A report that is not the
