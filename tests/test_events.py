@@ -187,7 +187,9 @@ def test_export_draws_a_log_at_its_peak_and_at_a_moment(tmp_path):
     assert "build_peak" in page.read_text()
     pb = tmp_path / "peak.pb.gz"
     assert cli("export", "--format", "pprof", "-o", str(pb), log).returncode == 0 and pb.stat().st_size > 100
-    # Reports and a log together, --since with a log, --at without one: one line each.
-    for argv in (["--since", "1", log], [log, log + ".nope"], ["--at", "1", str(tmp_path)]):
+    # Reports and a log together, --since with a log, --at without a log or not a time, a log
+    # of another pid: one line each.
+    for argv in (["--since", "1", log], [log, log + ".nope"], ["--at", "1", str(tmp_path)], ["--pid", "1", log],
+                 ["--at", "soon", log]):
         bad = cli("export", "--format", "json", *argv)
         assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, (argv, bad.stderr)

@@ -10,6 +10,7 @@ log changed: zero for a log recorded from the program's start) plus the
 records up to that moment."""
 
 import os
+import re
 from typing import NamedTuple
 
 import cffi
@@ -207,6 +208,8 @@ def moment_series(log, at_ns=None):
     for i, (b, n) in sorted(live.items(), key=lambda kv: (-kv[1][0], kv[0])):
         kind, lines = log.stacks.get(i, ("unknown", []))
         frames = [f for f in (parse_frame(line.strip("\t")) for line in lines) if f is not None]
+        # (a kind is one word in a report's entry: the log's may be anything)
+        kind = kind if isinstance(kind, str) and re.fullmatch(r"[A-Za-z0-9._-]{1,32}", kind) else "unknown"
         entries.append(Entry(b, n, frames, [f"kind={kind}"] if kind not in ("malloc", "unknown") else []))
     program, pid = log.head.get("program"), log.head.get("pid")
     program = program if isinstance(program, str) else os.path.basename(log.path)

@@ -17,7 +17,7 @@ from libmemleak.outputs import collapsed, flamegraph, html_report, json_doc, ppr
 from libmemleak.analysis import suppressions
 from libmemleak.commands import (EXIT_BAD_INPUT, add_layer_options, add_suppressions_option, layer_args,
                                  load_suppressions, read_reports, say_blind)
-from libmemleak.files.events import EventLog, EventsError, is_event_log
+from libmemleak.files.events import is_event_log
 
 FORMATS = {"collapsed": collapsed.write, "flamegraph": flamegraph.write, "html": html_report.write,
            "json": json_doc.write, "pprof": pprof.write, "speedscope": speedscope.write}
@@ -79,7 +79,7 @@ def run(args):
         return EXIT_BAD_INPUT
     read = None
     if rules is not None and layer is not None:
-        read = (read_moments(args.paths, args.at) if logs
+        read = (read_moments(args.paths, args.at, args.pid) if logs
                 else read_reports("export", args.paths, args.pid, progress_bar()))
     if read is None:
         return EXIT_BAD_INPUT
@@ -117,25 +117,24 @@ def run(args):
     return 0
 
 
-def read_moments(paths, at):
-    """(series, problems) of what was live in each event log at its peak
-    or at `at`; None after one line when one cannot be read."""
+def read_moments(paths, at, pid):
+    """(series, problems) of what was live in each event log (of process
+    pid, if given) at its peak or at `at`; None after one line when one
+    cannot be read or none is pid's."""
     from libmemleak.analysis import replay
-    from libmemleak.commands.replay import BadTime, notes, parse_time
+    from libmemleak.commands.replay import parse_time, with_log
+
+    def moment(log):
+        at_ns = parse_time(at, log.head, replay.start_ns(log)) if at is not None else None
+        return replay.moment_series(log, at_ns)
     series = []
-    try:
-        for path in paths:
-            with EventLog(path) as log:
-                for note in notes(log):
-                    print(f"libmemleak: export: {note}", file=sys.stderr)
-                at_ns = None
-                if at is not None:
-                    at_ns = parse_time(at, log.head, replay.start_ns(log))
-                series.append(replay.moment_series(log, at_ns))
-    except (EventsError, BadTime) as e:
-        print(f"libmemleak: export: {e}", file=sys.stderr)
-        return None
-    except MemoryError:
-        print("libmemleak: export: out of memory following the live blocks", file=sys.stderr)
+    for path in paths:
+        one = with_log("export", path, moment)
+        if one is None:
+            return None
+        if pid is None or one.pid == pid:
+            series.append(one)
+    if not series:
+        print(f"libmemleak: export: no event log of pid {pid} in {', '.join(paths)}", file=sys.stderr)
         return None
     return series, []

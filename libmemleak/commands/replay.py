@@ -79,20 +79,28 @@ def parse_time(text, head, start_ns):
 def run(args):
     if layer_args("replay", args) is None:
         return EXIT_BAD_INPUT
+    done = with_log("replay", args.file, lambda log: answer(args, log))
+    return EXIT_BAD_INPUT if done is None else done
+
+
+def with_log(command, path, use):
+    """use(log) on the event log at `path`, what the reader must know of
+    the log said first; None after one line when the file cannot be read,
+    a time given is not one, or following its live blocks runs out of
+    memory (replay's and export's bad input)."""
     try:
-        with EventLog(args.file) as log:
-            return answer(args, log)
+        with EventLog(path) as log:
+            for note in notes(log):
+                print(f"libmemleak: {command}: {note}", file=sys.stderr)
+            return use(log)
     except (EventsError, BadTime) as e:
-        print(f"libmemleak: replay: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        print(f"libmemleak: {command}: {e}", file=sys.stderr)
     except MemoryError:
-        print("libmemleak: replay: out of memory following the live blocks", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        print(f"libmemleak: {command}: out of memory following the live blocks", file=sys.stderr)
+    return None
 
 
 def answer(args, log):
-    for note in notes(log):
-        print(f"libmemleak: replay: {note}", file=sys.stderr)
     within = parse_duration(args.within) if args.within else 0
     whole = R.replay(log, blocks=args.temporary or args.lifetimes, lifetimes=args.lifetimes,
                      temporary_ns=within if args.temporary else 0,
@@ -100,8 +108,7 @@ def answer(args, log):
                      series_step_ns=0 if not args.usage else max(1, span(log) // USAGE_POINTS))
     t = whole.totals
     base = R.baseline(log, whole)
-    start = log.head.get("start_mono_ns") or t["first_ns"]
-    start = start if isinstance(start, int) else t["first_ns"]
+    start = R.start_ns(log)
     doc = {"program": log.head.get("program"), "pid": log.head.get("pid"), "mode": log.head.get("mode"),
            "records": t["records"], "start_ns": start, "end_ns": t["last_ns"],
            "baseline_known": base.known, "before_log_bytes": sum(b for b, _ in base.live.values())}

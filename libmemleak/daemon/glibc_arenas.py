@@ -72,8 +72,11 @@ def read(pid, maps, heap_starts):
 
 
 def _arena(a):
-    return Arena(a.system, a.max_system, a.top, a.bins_bytes, a.bins_chunks, a.fast_bytes, a.fast_chunks,
-                 tuple((a.class_chunks[k], a.class_bytes[k]) for k in range(CLASSES)), bool(a.partial))
+    """One arena, each figure bounded (they are the program's memory's to say)."""
+    v = [min(x, 1 << 62) for x in (a.system, a.max_system, a.top, a.bins_bytes, a.bins_chunks, a.fast_bytes,
+                                   a.fast_chunks)]
+    return Arena(*v, tuple((min(a.class_chunks[k], 1 << 62), min(a.class_bytes[k], 1 << 62))
+                           for k in range(CLASSES)), bool(a.partial))
 
 
 def header_lines(found):

@@ -17,7 +17,6 @@
  * not answer: its stack is checked for jemalloc's code, and a stack cut at
  * the depth, which might hide it, does not answer either. */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <link.h>
 #include <string.h>
 #include <time.h>
@@ -28,7 +27,7 @@
 typedef int (*mallctl_fn)(const char *name, void *old, size_t *oldlen, void *new_value, size_t newlen);
 
 static mallctl_fn mallctl_at;
-static uintptr_t code_lo, code_hi;  /* the module that defines it: its mapped range */
+static uint64_t code_lo, code_hi;  /* the module that defines it: its mapped range */
 
 /* jemalloc's stats.* in the order of the segment's alloc_stats[]. */
 static const char *const stat_names[MLK_ALLOC_STATS] = {
@@ -36,7 +35,8 @@ static const char *const stat_names[MLK_ALLOC_STATS] = {
 };
 
 struct found {
-    uintptr_t ctl, lo, hi;
+    uintptr_t ctl;
+    uint64_t lo, hi;
 };
 
 /* The first module (in the loader's order, as a lookup would find it) that
@@ -51,16 +51,8 @@ static int find_mallctl(struct dl_phdr_info *info, size_t size, void *arg)
         at = mlk_module_symbol(info, names[i]);
     if (at <= 1) /* 1: a module without a GNU hash table, not to be asked */
         return 0;
-    uintptr_t lo = UINTPTR_MAX, hi = 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD)
-            continue;
-        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
-        lo = a < lo ? a : lo;
-        hi = a + ph->p_memsz > hi ? a + ph->p_memsz : hi;
-    }
-    f->ctl = at, f->lo = lo, f->hi = hi;
+    f->ctl = at;
+    mlk_module_range(info, &f->lo, &f->hi);
     return 1;
 }
 

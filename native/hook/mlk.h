@@ -93,6 +93,10 @@ MLK_HIDDEN void mlk_modules_set_allocator(const void *any_address_in_it);
 MLK_HIDDEN int mlk_is_allocator_address(uint64_t ip);
 MLK_HIDDEN void mlk_note_allocator(void);
 MLK_HIDDEN void mlk_modules_lock_for_fork(int acquire);
+/* The addresses a loaded module's PT_LOAD segments span: [*lo, *hi)
+ * (lo >= hi when it has none). */
+struct dl_phdr_info;
+MLK_HIDDEN void mlk_module_range(const struct dl_phdr_info *info, uint64_t *lo, uint64_t *hi);
 
 /* ---- unwind.c: the backtrace of the current thread -------------------- */
 /* Fills ips with up to max return addresses of the caller of the allocator

@@ -117,22 +117,28 @@ static int has_subs(size_t size)
     return size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof(unsigned long long);
 }
 
-static int scan_one(struct dl_phdr_info *info, size_t size, void *arg)
+void mlk_module_range(const struct dl_phdr_info *info, uint64_t *lo, uint64_t *hi)
 {
-    struct scan_state *st = arg;
-    if (has_subs(size))
-        scanned_subs = info->dlpi_subs;
-    uint64_t lo = UINT64_MAX, hi = 0;
+    *lo = UINT64_MAX, *hi = 0;
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         if (ph->p_type != PT_LOAD)
             continue;
         uint64_t a = info->dlpi_addr + ph->p_vaddr;
-        if (a < lo)
-            lo = a;
-        if (a + ph->p_memsz > hi)
-            hi = a + ph->p_memsz;
+        if (a < *lo)
+            *lo = a;
+        if (a + ph->p_memsz > *hi)
+            *hi = a + ph->p_memsz;
     }
+}
+
+static int scan_one(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    struct scan_state *st = arg;
+    if (has_subs(size))
+        scanned_subs = info->dlpi_subs;
+    uint64_t lo, hi;
+    mlk_module_range(info, &lo, &hi);
     if (lo >= hi || st->seen_count >= MAX_LIVE)
         return 0;
     st->seen[st->seen_count].lo = lo;

@@ -98,44 +98,30 @@ static void count_free(struct mlk_glibc_arena *a, uint64_t size)
     a->class_bytes[k] += size;
 }
 
-/* One fastbin's list: chunks of one size, linked from the user pointer. */
-static int64_t walk_fastbin(struct pages *c, struct mlk_glibc_arena *a, int bin, uint64_t head, int64_t budget)
+/* One free list of an arena, from `first` until `end`.  A fastbin's
+ * chunks all have one size (`size_is`), each linked to the next through its
+ * mangled fd (safe-linking), ending at 0; a bin's have sizes up to `limit`
+ * (size_is 0), followed by their plain bk as mallinfo does, back to the
+ * bin's head.  Counted into the fastbins' or the bins' totals; a chunk that
+ * does not check out, or the budget spent, makes the arena partial.
+ * Returns the chunks read. */
+static int64_t walk_list(struct pages *c, struct mlk_glibc_arena *a, uint64_t first, uint64_t end,
+                         uint64_t size_is, uint64_t limit, int64_t budget)
 {
-    uint64_t at = head, want = 32 + 16 * (uint64_t)bin, stored;
+    uint64_t at = first;
     int64_t steps = 0;
-    while (at) {
-        if (steps >= budget || chunk_size(c, at) != want || word(c, at + 16, &stored) != 0) {
+    while (at != end) {
+        uint64_t size = chunk_size(c, at), link;
+        int fits = size_is ? size == size_is : size >= 32 && size <= limit;
+        if (steps >= budget || !fits || word(c, at + (size_is ? 16 : 24), &link) != 0) {
             a->partial = 1;
             break;
         }
-        a->fast_chunks++;
-        a->fast_bytes += want;
-        count_free(a, want);
-        steps++;
-        at = ((at + 16) >> 12) ^ stored;
-    }
-    return steps;
-}
-
-/* One bin's circular list from its head (a pseudo-chunk inside the arena
- * whose fd and bk are the bin's two words), followed by bk as mallinfo
- * does, back to the head. */
-static int64_t walk_bin(struct pages *c, struct mlk_glibc_arena *a, uint64_t head, uint64_t first_bk,
-                        uint64_t limit, int64_t budget)
-{
-    uint64_t at = first_bk;
-    int64_t steps = 0;
-    while (at != head) {
-        uint64_t size = chunk_size(c, at), bk;
-        if (steps >= budget || size < 32 || size > limit || word(c, at + 24, &bk) != 0) {
-            a->partial = 1;
-            break;
-        }
-        a->bins_chunks++;
-        a->bins_bytes += size;
+        *(size_is ? &a->fast_chunks : &a->bins_chunks) += 1;
+        *(size_is ? &a->fast_bytes : &a->bins_bytes) += size;
         count_free(a, size);
         steps++;
-        at = bk;
+        at = size_is ? ((at + 16) >> 12) ^ link : link;
     }
     return steps;
 }
@@ -156,12 +142,12 @@ static int64_t read_arena(struct pages *c, uint64_t at, struct mlk_glibc_arena *
         a->top = 0, a->partial = 1;
     int64_t steps = 0;
     for (int b = 0; b < FASTBINS; b++)
-        steps += walk_fastbin(c, a, b, s[OFF_FASTBINS / 8 + b], budget - steps);
+        steps += walk_list(c, a, s[OFF_FASTBINS / 8 + b], 0, 32 + 16 * (uint64_t)b, 0, budget - steps);
     for (int i = 1; i < BINS; i++) {
         /* the bin's head: the pseudo-chunk whose fd and bk are the bin's two words */
         uint64_t head = at + OFF_BINS + 16 * (uint64_t)(i - 1) - 16;
         uint64_t bk = s[(OFF_BINS + 16 * (i - 1) + 8) / 8];
-        steps += walk_bin(c, a, head, bk, a->system ? a->system : 1, budget - steps);
+        steps += walk_list(c, a, bk, head, 0, a->system, budget - steps);
     }
     return steps;
 }
