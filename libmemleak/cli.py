@@ -318,3 +318,8 @@ def main(argv=None):
         return args.func(args)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`libmemleak replay F | head`): as `cat` does, stop without a word.
+        # stdout is pointed at /dev/null so that Python's flush at exit cannot raise it again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141

@@ -139,6 +139,15 @@ def test_broken_and_hostile_logs_get_one_line(tmp_path):
     cut.write_bytes(data[:len(data) - 40])
     r = cli("replay", str(cut))
     assert r.returncode == 0 and "ends in the middle of a chunk" in r.stderr
+    # Its reader gone (`replay F | head`): stopped without a traceback, as cat does.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        r = subprocess.run(cli_argv("replay", log), stdout=write_end, stderr=subprocess.PIPE, env=CLI_ENV,
+                           text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert (r.returncode, r.stderr) == (141, "")
     not_one = tmp_path / "not.events"
     not_one.write_bytes(b"hello\n")
     r = cli("replay", str(not_one))

@@ -15,7 +15,8 @@ import os
 import time
 
 from libmemleak.daemon.segment import CONST, futex_wake
-from libmemleak.files.events import MAGIC, VERSION, evts_chunk, json_chunk
+from libmemleak.files.event_pack import Packer
+from libmemleak.files.events import MAGIC, VERSION, StackNamer, evts_chunk, json_chunk
 from libmemleak.files.memlog import write_report
 
 FREE, FILLING, FULL = (CONST["MLK_EVENT_PAGE_FREE"], CONST["MLK_EVENT_PAGE_FILLING"],
@@ -30,6 +31,20 @@ CHUNK_RAW_BYTES = 1 << 20    # records per EVTS chunk, before compression
 CHUNK_SECONDS = 1.0          # ... or this much time's worth: the file lags by no more
 STAT_ROOM = 64 << 10         # of record_cap, kept for the counters written as the log ends
 DRAIN_SECONDS = 0.05         # how often the reporter drains while recording
+
+
+def chunk_groups(pages):
+    """pages in groups of about CHUNK_RAW_BYTES of records, one EVTS chunk
+    each (a reader takes a chunk of at most 64 MiB; record_buffer may be 4G)."""
+    group, size = [], 0
+    for page in pages:
+        group.append(page)
+        size += len(page[3])
+        if size >= CHUNK_RAW_BYTES:
+            yield group
+            group, size = [], 0
+    if group:
+        yield group
 
 
 class Recorder:
@@ -58,9 +73,12 @@ class Recorder:
         self.keep_bytes = min(keep_bytes, MAX_CAP) if keep_bytes else (0 if keep_ns else DEFAULT_KEEP)
         self.keep_ns = keep_ns
         self.cctx = zstandard.ZstdCompressor(level=3)
+        self.packer = Packer()
+        self.namer = StackNamer()
+        self.names_cctx = zstandard.ZstdCompressor(level=9)  # written once a stack: worth the time
         self.pending, self.pending_bytes, self.pending_since = [], 0, None
         self.named = 0               # stack ids below this are named in the log
-        self.stack_chunks = []       # record=last: every STKS chunk, for each file written
+        self.stack_chunks = []       # record=last: every STK2 chunk, for each file written
         self.kept = collections.deque()  # record=last: (EVTS chunk, last_ns)
         self.kept_bytes = 0
         self.fd, self.path, self.written = None, None, 0
@@ -105,14 +123,7 @@ class Recorder:
 
     def _flush(self):
         pages, self.pending, self.pending_bytes, self.pending_since = self.pending, [], 0, None
-        group, size = [], 0
-        for page in pages:  # chunks of about CHUNK_RAW_BYTES: the cap holds to a chunk
-            group.append(page)
-            size += len(page[3])
-            if size >= CHUNK_RAW_BYTES:
-                self._write_chunk(group)
-                group, size = [], 0
-        if group:
+        for group in chunk_groups(pages):  # the cap holds to a chunk
             self._write_chunk(group)
 
     def _write_chunk(self, pages):
@@ -120,7 +131,7 @@ class Recorder:
             self.dropped_bytes += sum(len(p[3]) for p in pages)
             return
         names = self._new_names()
-        evts = evts_chunk(pages, self.cctx)
+        evts = evts_chunk(pages, self.cctx, self.packer)
         last_ns = max(p[2] for p in pages)
         if self.mode == "last":
             if names:
@@ -145,13 +156,13 @@ class Recorder:
             self.kept_bytes -= len(evts)
 
     def _new_names(self):
-        """A STKS chunk naming the stacks made since the last one (b"" if none)."""
+        """A STK2 chunk naming the stacks made since the last one (b"" if none)."""
         end = self.seg.refresh()
         if end <= self.named:
             return b""
         items = self.rep.stack_names(range(self.named, end))
         self.named = end
-        return json_chunk(b"STKS", items, self.cctx) if items else b""
+        return self.namer.chunk(items, self.names_cctx) if items else b""
 
     # -- the file ---------------------------------------------------------
 
@@ -259,8 +270,7 @@ class Recorder:
         if names:
             self.stack_chunks.append(names)
         body = [MAGIC, self._head(), *self.stack_chunks, *(e for e, _ in self.kept)]
-        if pieces:
-            body.append(evts_chunk(pieces, self.cctx))
+        body.extend(evts_chunk(group, self.cctx, self.packer) for group in chunk_groups(pieces))
         body.append(self._stat(reason))
         try:
             self.path = write_report(self.rep.directory, self.name, body)

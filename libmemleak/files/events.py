@@ -7,9 +7,13 @@ little-endian payload length and the payload, so that a file cut short
 (the reporter killed as it wrote) reads up to its last whole chunk:
 
     HEAD  JSON: program, pid, exe, mode, tick_shift, times of its start
-    STKS  zstd(JSON [[stack id, kind, [frame line, ...]], ...]): stacks named once
-    EVTS  u32 pages, u32 raw bytes, per page (i32 tid, u32 bytes, u64 first_ns,
-          u64 last_ns), then zstd(the pages' records, one after another)
+    STK2  zstd(JSON {"lines": [frame line, ...], "stacks": [[stack id, kind,
+          [line number, ...]], ...]}): stacks named once; a frame line is
+          numbered once a log, counting on from the previous STK2's lines
+    STKS  zstd(JSON [[stack id, kind, [frame line, ...]], ...]) (version 1's)
+    EVTP  u32 pages, u32 raw bytes, per page (i32 tid, u32 bytes, u64 first_ns,
+          u64 last_ns), then zstd(the pages' records packed: files/event_pack.py)
+    EVTS  the same with the records as the hook wrote them (version 1's)
     STAT  JSON: the counters as of a moment -- live bytes and blocks per
           stack, records lost, why the log ended or stopped
 
@@ -20,15 +24,18 @@ is wrong in one line (EventsError)."""
 import json
 import struct
 
+from libmemleak.files.event_pack import Packer, packed_bound
+
 MAGIC = b"MLKEVENTS 1\n"
 CHUNK = struct.Struct("<4sI")
 EVTS_HEAD = struct.Struct("<II")
 PAGE = struct.Struct("<iIQQ")
-VERSION = 1
+VERSION = 2                  # 2: records packed (EVTP); 1: as the hook wrote them (EVTS)
+READS = (1, 2)
 MAX_CHUNK = 1 << 30          # a chunk's payload, compressed or not
 MAX_PAGE_BYTES = 1 << 16     # a page's records (the hook's pages are 32 KiB)
 MAX_RAW = 64 << 20           # an EVTS chunk's records (the recorder writes ~1 MiB, 32 MiB at the end)
-MAX_JSON = 256 << 20         # a HEAD, STAT or STKS chunk, decompressed
+MAX_JSON = 256 << 20         # a HEAD, STAT, STKS or STK2 chunk, decompressed
 
 
 class EventsError(Exception):
@@ -44,12 +51,35 @@ def json_chunk(tag, obj, compressor=None):
     return chunk(tag, compressor.compress(data) if compressor else data)
 
 
-def evts_chunk(pages, compressor):
+class StackNamer:
+    """STK2 chunks of one log: frame lines numbered once (a program's
+    thousands of stacks share most of their frames; zstd then sees each
+    line once and the stacks as short lists of numbers: 2.5x smaller)."""
+
+    def __init__(self):
+        self.lines = {}
+
+    def chunk(self, items, compressor):
+        """items: (stack id, kind, frame lines) each."""
+        new, stacks = [], []
+        for sid, kind, frames in items:
+            numbers = []
+            for line in frames:
+                n = self.lines.get(line)
+                if n is None:
+                    n = self.lines[line] = len(self.lines)
+                    new.append(line)
+                numbers.append(n)
+            stacks.append([sid, kind, numbers])
+        return json_chunk(b"STK2", {"lines": new, "stacks": stacks}, compressor)
+
+
+def evts_chunk(pages, compressor, packer):
     """pages: (tid, first_ns, last_ns, records bytes) each."""
-    raw = b"".join(p[3] for p in pages)
-    head = EVTS_HEAD.pack(len(pages), len(raw)) + b"".join(
+    records = [p[3] for p in pages]
+    head = EVTS_HEAD.pack(len(pages), sum(map(len, records))) + b"".join(
         PAGE.pack(tid, len(data), first, last) for tid, first, last, data in pages)
-    return chunk(b"EVTS", head + compressor.compress(raw))
+    return chunk(b"EVTP", head + compressor.compress(packer.pack(records)))
 
 
 def is_event_log(path):
@@ -76,6 +106,8 @@ class EventLog:
         import zstandard
         self.path = path
         self._dctx = zstandard.ZstdDecompressor()
+        self._packer = None
+        self._lines = []             # STK2's frame lines, numbered as the log numbered them
         try:
             self._f = open(path, "rb")
         except OSError as e:
@@ -118,8 +150,8 @@ class EventLog:
             if start + length > size:  # the last chunk cut short: the log ends before it
                 self.truncated = True
                 break
-            if tag == b"EVTS":
-                self.evts.append(self._evts_index(start, length))
+            if tag in (b"EVTS", b"EVTP"):
+                self.evts.append(self._evts_index(start, length, tag == b"EVTP"))
                 f.seek(start + length)
             elif length > MAX_JSON:
                 raise EventsError(f"{path}: a {tag!r} chunk of {length} bytes: not an event log's")
@@ -139,9 +171,9 @@ class EventLog:
     def _meta_chunk(self, tag, payload):
         if tag == b"HEAD":
             head = self._json(payload, False)
-            if not isinstance(head, dict) or head.get("version") != VERSION:
+            if not isinstance(head, dict) or head.get("version") not in READS:
                 raise EventsError(f"{self.path}: event log version {head.get('version') if isinstance(head, dict) else '?'}"
-                                  f" (this libmemleak reads version {VERSION})")
+                                  f" (this libmemleak reads versions 1 and 2)")
             self.head = head
         elif tag == b"STKS":
             items = self._json(payload, True)
@@ -149,13 +181,24 @@ class EventLog:
                 if (isinstance(item, list) and len(item) == 3 and isinstance(item[0], int)
                         and isinstance(item[2], list)):
                     self.stacks[item[0]] = (str(item[1]), [str(x) for x in item[2]])
+        elif tag == b"STK2":
+            doc = self._json(payload, True)
+            lines, stacks = (doc.get("lines"), doc.get("stacks")) if isinstance(doc, dict) else (None, None)
+            if isinstance(lines, list):
+                self._lines.extend(str(x) for x in lines)
+            known = len(self._lines)
+            for item in stacks if isinstance(stacks, list) else ():
+                if (isinstance(item, list) and len(item) == 3 and isinstance(item[0], int)
+                        and isinstance(item[2], list)
+                        and all(isinstance(n, int) and 0 <= n < known for n in item[2])):
+                    self.stacks[item[0]] = (str(item[1]), [self._lines[n] for n in item[2]])
         elif tag == b"STAT":
             stat = self._json(payload, False)
             if isinstance(stat, dict):
                 self.stats.append(stat)
         # unknown tags: skipped (a later version's)
 
-    def _evts_index(self, start, length):
+    def _evts_index(self, start, length, packed):
         f = self._f
         head = f.read(EVTS_HEAD.size)
         if len(head) < EVTS_HEAD.size:
@@ -172,16 +215,24 @@ class EventLog:
         body = start + EVTS_HEAD.size + npages * PAGE.size
         first = min((p[2] for p in pages), default=0)
         last = max((p[3] for p in pages), default=0)
-        return EvtsChunk(body, start + length - body, raw, pages, first, last)
+        return EvtsChunk(body, start + length - body, raw, pages, first, last, packed)
 
     def pages(self, evts):
         """The (tid, first_ns, records) of an EVTS chunk's pages."""
         self._f.seek(evts.body)
         data = self._f.read(evts.compressed)
+        lens = [p[1] for p in evts.pages]
         try:
-            raw = self._dctx.decompress(data, max_output_size=evts.raw)
+            raw = self._dctx.decompress(
+                data, max_output_size=packed_bound(evts.raw, len(lens)) if evts.packed else evts.raw)
         except Exception as e:
             raise EventsError(f"{self.path}: a broken EVTS chunk ({type(e).__name__})") from None
+        if evts.packed:
+            if self._packer is None:
+                self._packer = Packer()
+            raw = self._packer.unpack(raw, lens)
+            if raw is None:
+                raise EventsError(f"{self.path}: a broken EVTS chunk (its packed records do not add up)")
         if len(raw) != evts.raw:
             raise EventsError(f"{self.path}: a broken EVTS chunk (its records are not the size it says)")
         out, at = [], 0
@@ -196,8 +247,8 @@ class EventLog:
 
 
 class EvtsChunk:
-    __slots__ = ("body", "compressed", "raw", "pages", "first_ns", "last_ns")
+    __slots__ = ("body", "compressed", "raw", "pages", "first_ns", "last_ns", "packed")
 
-    def __init__(self, body, compressed, raw, pages, first_ns, last_ns):
+    def __init__(self, body, compressed, raw, pages, first_ns, last_ns, packed):
         self.body, self.compressed, self.raw, self.pages = body, compressed, raw, pages
-        self.first_ns, self.last_ns = first_ns, last_ns
+        self.first_ns, self.last_ns, self.packed = first_ns, last_ns, packed
