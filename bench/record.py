@@ -10,7 +10,7 @@ frees; heaptrack's and memray's own counts are not comparable units).
     python bench/record.py --rounds 5 --only sqlite3 python-sqlite
 
 Workloads: cc1, sqlite3 and alloc-glibc (bench/callgrind.py's cut-down
-ones), churn (bench/programs/churn.cc: 2 threads, 2 x 1,000,000 pairs)
+ones), churn (bench/programs/churn.cc: 2 threads, 2 x 5,000,000 pairs)
 and python-sqlite: the sqlite3 workload's SQL run by Python's sqlite3
 module with PYTHONMALLOC=malloc (every object through malloc), since
 memray traces only Python programs -- `memray run --native`, native
@@ -39,7 +39,7 @@ from libmemleak.analysis import replay as R  # noqa: E402
 from libmemleak.files.events import EventLog  # noqa: E402
 from run import gen_sqlite  # noqa: E402
 
-CHURN_PAIRS = 1_000_000
+CHURN_PAIRS = 5_000_000
 PYTHON_SQLITE = """import sqlite3, sys
 db = sqlite3.connect(":memory:")
 db.executescript(open(sys.argv[1]).read())

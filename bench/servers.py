@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
 """Servers under load (issue "Real servers"): redis, memcached and nginx from
-Debian, each run bare, under libmemleak and under heaptrack, interleaved
-round by round (bare, libmemleak, heaptrack, bare, ...), on loopback with a
-bounded load.  Prints throughput (requests/s, the median of the rounds, and
-its ratio to bare: above 1.0 is faster) and the server's peak RSS (VmHWM;
-for nginx the master's plus its workers').
+Debian, each run bare, under libmemleak, under libmemleak recording an
+event log (record=all, #32) and under heaptrack, interleaved round by round
+(bare, libmemleak, libmemleak-record, heaptrack, bare, ...), on loopback
+with a bounded load.  Prints throughput (requests/s, the median of the
+rounds, and its ratio to bare: above 1.0 is faster), the server's peak RSS
+(VmHWM; for nginx the master's plus its workers'), and what the recording
+tools wrote: the event logs' bytes and bytes per record, heaptrack's file
+(the threaded servers: redis-threads, redis with 4 I/O threads, and
+memcached, 4 worker threads, which allocates little per request: its items
+live in its own slabs).
 
     python bench/servers.py                    # 3 rounds of each
     python bench/servers.py --rounds 5 --only redis
@@ -17,6 +22,7 @@ redis-tools memcached nginx-light apache2-utils); a missing one is
 skipped with a note."""
 
 import argparse
+import glob
 import os
 import re
 import shutil
@@ -32,8 +38,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from libmemleak import preload_path  # noqa: E402
+from libmemleak.analysis import replay as R  # noqa: E402
+from libmemleak.files.events import EventLog  # noqa: E402
 
-TOOLS = ("bare", "libmemleak", "heaptrack")
+TOOLS = ("bare", "libmemleak", "libmemleak-record", "heaptrack")
 
 
 def free_port():
@@ -57,9 +65,10 @@ def start(tool, argv, work):
     env = dict(os.environ)
     for name in ("LD_PRELOAD", "MEMLEAK_CONFIG", "MEMLEAK_ROOT_PID", "MEMLEAK_KEEPER"):
         env.pop(name, None)
-    if tool == "libmemleak":
+    if tool.startswith("libmemleak"):
         env["LD_PRELOAD"] = preload_path()
-        env["MEMLEAK_CONFIG"] = f"mtraceinit,dir={work}"
+        env["MEMLEAK_CONFIG"] = f"mtraceinit,dir={work}" + (",record=all,record_cap=64G" if tool.endswith("record")
+                                                            else "")
     elif tool == "heaptrack":
         argv = ["heaptrack", "-o", os.path.join(work, "ht"), *argv]
     return subprocess.Popen(argv, cwd=work, env=env, stdin=subprocess.DEVNULL,
@@ -101,12 +110,32 @@ def stop(proc, sig=signal.SIGTERM):
         proc.wait()
 
 
+def capture(tool, work):
+    """(bytes, records) a recording tool wrote in `work` (records: None for
+    heaptrack); None for the others."""
+    if tool == "heaptrack":
+        return sum(os.path.getsize(p) for p in glob.glob(os.path.join(work, "ht*"))), None
+    if tool != "libmemleak-record":
+        return None
+    size = records = 0
+    deadline = time.monotonic() + 60
+    for path in glob.glob(os.path.join(work, "*.events")):
+        while True:  # the reporter finishes the log as the server exits: its last counters
+            with EventLog(path) as log:
+                if log.stats or time.monotonic() > deadline:
+                    records += R.replay(log).totals["records"]
+                    break
+            time.sleep(0.2)
+        size += os.path.getsize(path)
+    return size, records
+
+
 # -- the servers and their loads ----------------------------------------------
 
-def redis(tool, work):
+def redis(tool, work, threads=()):
     port = free_port()
     proc = start(tool, ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                        "--appendonly", "no"], work)
+                        "--appendonly", "no", *threads], work)
     if not wait_for_port(port):
         stop(proc)
         return None
@@ -119,6 +148,11 @@ def redis(tool, work):
                    timeout=60)
     stop(proc)
     return (statistics.mean(rates) if rates else None), rss
+
+
+def redis_threads(tool, work):
+    """redis with 4 I/O threads (reads and writes): a threaded server that allocates per request."""
+    return redis(tool, work, ("--io-threads", "4", "--io-threads-do-reads", "yes"))
 
 
 def memcached(tool, work):
@@ -192,6 +226,7 @@ def nginx(tool, work):
 
 SERVERS = {
     "redis": (redis, ("redis-server", "redis-benchmark", "redis-cli")),
+    "redis-threads": (redis_threads, ("redis-server", "redis-benchmark", "redis-cli")),
     "memcached": (memcached, ("memcached",)),
     "nginx": (nginx, ("ab",)),
 }
@@ -220,24 +255,29 @@ def main():
             for tool in tools:
                 with tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as work:
                     got = SERVERS[name][0](tool, work)
-                if got and got[0]:
-                    results[name, tool].append(got)
-                print(f"round {r + 1} {name:9s} {tool:10s} "
+                    if got and got[0]:
+                        got = (*got, capture(tool, work))
+                        results[name, tool].append(got)
+                print(f"round {r + 1} {name:13s} {tool:17s} "
                       + (f"{got[0]:10.0f} req/s  {got[1]:7.1f} MiB" if got and got[0] else "failed"),
                       flush=True)
-    rule = "=========  ==========  ==========  =======  ============"
-    print(f"\n{rule}\nserver     tool        req/s       x bare   peak RSS MiB\n{rule}")
+    rule = "=============  =================  ==========  =======  ============  ============  ======="
+    print(f"\n{rule}\nserver         tool               req/s       x bare   peak RSS MiB  wrote bytes   B/event\n{rule}")
     for name in names:
         bare = statistics.median(x[0] for x in results[name, "bare"]) if results[name, "bare"] else None
         for tool in tools:
             runs = results[name, tool]
             if not runs:
-                print(f"{name:9s}  {tool:10s}  {'failed':>10s}")
+                print(f"{name:13s}  {tool:17s}  {'failed':>10s}")
                 continue
             rate = statistics.median(x[0] for x in runs)
             rss = max(x[1] for x in runs)
             ratio = f"{rate / bare:7.2f}" if bare else "      -"
-            print(f"{name:9s}  {tool:10s}  {rate:10.0f}  {ratio}  {rss:12.1f}")
+            wrote = [x[2] for x in runs if x[2]]
+            size = statistics.median(w[0] for w in wrote) if wrote else None
+            per = statistics.median(w[0] / w[1] for w in wrote) if wrote and wrote[0][1] else None
+            print(f"{name:13s}  {tool:17s}  {rate:10.0f}  {ratio}  {rss:12.1f}  "
+                  f"{f'{size:12,.0f}' if size is not None else '':>12s}  {f'{per:7.2f}' if per else '':>7s}")
     print(rule)
 
 
