@@ -202,3 +202,54 @@ def test_export_draws_a_log_at_its_peak_and_at_a_moment(tmp_path):
                  ["--at", "soon", log]):
         bad = cli("export", "--format", "json", *argv)
         assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, (argv, bad.stderr)
+
+
+def test_report_ranks_a_log_over_its_timeline(tmp_path):
+    """report reads an event log as reports evenly spaced over it: the slow
+    leak ranked first with its exact bytes and blocks and its allocations,
+    the peak built and freed and the temporaries not suspects -- from one
+    run that wrote a single exit report (which alone can rank nothing)."""
+    log, _ = record(tmp_path)
+    r = cli("report", "--json", log)
+    assert r.returncode == 0, r.stderr
+    [process] = json.loads(r.stdout)["processes"]
+    assert process["reports"] == 16 and process["ended"] == "exit"
+    first = process["suspects"][0]
+    assert site(f"{f.get('function')}\t" for f in first["frames"]) == "leak_slowly"
+    assert (first["live_bytes"], first["live_blocks"], first["allocations"]) == (1000 * 1024, 1000, 1000)
+    assert sum(first["trend"]) == 1000 * 1024
+    named = {site(f"{f.get('function')}\t" for f in s["frames"]) for s in process["suspects"]}
+    assert not named & {"build_peak", "churn"}, named
+    four = json.loads(cli("report", "--json", "--moments", "4", log).stdout)["processes"][0]
+    assert four["reports"] == 4 and four["suspects"][0]["live_bytes"] == 1000 * 1024
+    text = cli("report", log).stdout
+    assert "16 reports" in text and "leak_slowly (phases.c:" in text
+    # A log with reports, or a log of another pid: one line.
+    reports = [p for p in glob.glob(str(tmp_path / "phases-*.memlog"))]
+    for argv in ([log, *reports], ["--pid", "1", log]):
+        bad = cli("report", *argv)
+        assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, (argv, bad.stderr)
+
+
+def test_shell_on_a_log(tmp_path):
+    """shell FILE.events: the timeline's suspects (top, show, trend) and
+    replay's views as commands; what asks a running process is refused in
+    one line, the other commands still run."""
+    log, _ = record(tmp_path)
+    r = cli("shell", "-c", "top 1; show 1; trend 1; peak; temporary; scan; between 0 100; lifetimes; usage; "
+                           "moments 4; trend 1", log)
+    assert r.returncode == 2, r.stderr  # the refused scan's
+    out = r.stdout
+    assert "#1 1000.0 KB live in 1,000 blocks" in out and "leak_slowly (phases.c:" in out
+    assert out.count("report   16 (    exit)") == 1 and "report    4 (    exit)" in out
+    assert "peak: 50.0 MB live at" in out and "build_peak (phases.c:" in out
+    assert "temporary (freed at once): 100,000 allocations" in out
+    assert "allocated from +0.000 s and still live at +100.000 s:" in out
+    assert "   1000.0 KB 1,000 blocks\n      leak_slowly (phases.c:" in out
+    assert r.stderr.strip().splitlines() == [
+        "libmemleak: shell: 'scan' asks a running process; an event log is its past ('help' lists what it answers)"]
+    # Not a log, not a pid: one line.
+    bad = tmp_path / "x.events"
+    bad.write_bytes(b"MLKEVENTS 1\n")
+    r = cli("shell", "-c", "top", str(bad))
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -28,6 +28,7 @@ void mlk_rp_free(struct mlk_replay *);
 int mlk_rp_feed(struct mlk_replay *, int32_t, uint64_t, const uint8_t *, uint32_t);
 int mlk_rp_advance(struct mlk_replay *, uint64_t);
 void mlk_rp_window(struct mlk_replay *, uint64_t);
+void mlk_rp_resume(struct mlk_replay *, uint64_t, uint64_t);
 void mlk_rp_totals(const struct mlk_replay *, struct mlk_rp_totals *);
 const void *mlk_rp_column(const struct mlk_replay *, int);
 """)
@@ -84,16 +85,24 @@ def replay(log, stop_ordinal=ALL, stop_ns=ALL, blocks=False, lifetimes=False, te
         L.mlk_rp_free(r)
 
 
-def _feed_all(log, L, r):
+def _feed_all(log, L, r, on_stop=None):
     """Every page, by its first record's time; one thread's pages are in
     the file in the order it filled them (the sort is stable).  A chunk is
-    decompressed when its first page is due and dropped after its last."""
+    decompressed when its first page is due and dropped after its last.
+    At the stop point, on_stop() may move it on (mlk_rp_resume) and answer
+    True: the pass goes on."""
     order = sorted(((p[2], c, k) for c, evts in enumerate(log.evts) for k, p in enumerate(evts.pages)),
                    key=lambda x: x[0])
     remaining = [len(evts.pages) for evts in log.evts]
     open_chunks = {}
+
+    def advance(until):
+        while not L.mlk_rp_advance(r, until):
+            if on_stop is None or not on_stop():
+                return False
+        return True
     for first_ns, c, k in order:
-        if not L.mlk_rp_advance(r, first_ns):
+        if not advance(first_ns):
             return  # the stop point is reached
         if c not in open_chunks:
             open_chunks[c] = log.pages(log.evts[c])
@@ -103,7 +112,7 @@ def _feed_all(log, L, r):
         remaining[c] -= 1
         if not remaining[c]:
             del open_chunks[c]
-    L.mlk_rp_advance(r, ALL)
+    advance(ALL)
 
 
 def _answers(L, r, shift, lifetimes):
@@ -191,38 +200,113 @@ def start_ns(log):
     return start if isinstance(start, int) else min((e.first_ns for e in log.evts), default=0)
 
 
+def timeline(log, moments_ns, whole):
+    """What was live at each of moments_ns (ascending) -- [id -> (bytes,
+    blocks, allocations made since the log began)] -- in one pass (whole:
+    the Pass of all of it)."""
+    L = lib()
+    base = baseline(log, whole)
+    shift = log.head.get("tick_shift", 10)
+    moments = list(moments_ns)
+    out = []
+    r = L.mlk_rp_new(0, 0, 0, 0, ALL, moments[0] if moments else ALL, 0)
+    if r == ffi.NULL:
+        raise MemoryError
+
+    def take():
+        now = _answers(L, r, shift, False)
+        made = now.columns["allocs"]
+        live = live_at(base, now)
+        out.append({i: (b, n, made.get(i, 0)) for i, (b, n) in live.items()}
+                   | {i: (0, 0, a) for i, a in made.items() if i not in live})
+        if len(out) < len(moments):
+            L.mlk_rp_resume(r, ALL, moments[len(out)])
+            return True
+        return False
+    try:
+        _feed_all(log, L, r, take)
+        while len(out) < len(moments):  # moments after the last record: the end's state
+            take()
+    finally:
+        L.mlk_rp_free(r)
+    return out
+
+
+def timeline_series(log, moments=16):
+    """The log as a series of `moments` reports, evenly spaced from its
+    first record to its end (the last one the exit's, if the log ended with
+    the program): what `report` ranks -- each stack's change between
+    moments, and its allocations -- at a resolution no signal gave."""
+    whole = replay(log)
+    first, last = whole.totals["first_ns"], whole.totals["last_ns"]
+    times = [first + (last - first) * (k + 1) // moments for k in range(moments)]
+    states = timeline(log, times, whole)
+    stat = log.final_stat() or {}
+    ended = stat.get("reason") if isinstance(stat.get("reason"), str) else None
+    reports, before = [], {}
+    for k, (at_ns, live) in enumerate(zip(times, states)):
+        entries = {}
+        for i in set(live) | set(before):
+            b, n, a = live.get(i, (0, 0, 0))
+            pb, pn, pa = before.get(i, (0, 0, 0))
+            if (b - pb, n - pn, a - pa) != (0, 0, 0):
+                entries[i] = (b - pb, n - pn, a - pa)
+        reason = "exit" if k == moments - 1 and ended in ("exit", "death") else "replay"
+        reports.append((at_ns, reason, entries, live))
+        before = live
+    return _series(log, reports, lambda at_ns: f"timeline +{max(0, at_ns - start_ns(log)) / 1e9:.3f} s "
+                                               f"of {os.path.basename(log.path)}")
+
+
+def _series(log, moments, describe):
+    """A Series of reports (files/series.py) from moments (ns, reason,
+    id -> (bytes, blocks[, allocations]) to show, id -> live then): each stack
+    an entry, its frames as the log names them."""
+    from libmemleak.files.memlog import Entry, parse_frame
+    from libmemleak.files.series import Report, Series
+
+    program, pid = log.head.get("program"), log.head.get("pid")
+    program = program if isinstance(program, str) else os.path.basename(log.path)
+    pid = pid if isinstance(pid, int) and 0 < pid < 1 << 22 else 0
+    exe = log.head.get("exe")
+    series = Series(os.path.basename(program), exe if isinstance(exe, str) else program, pid)
+    mono, real = log.head.get("mono_ns"), log.head.get("realtime_ns")
+    clock = isinstance(mono, int) and isinstance(real, int)
+    alloc_fns = log.head.get("alloc_fns")
+    frames_of = {}
+    for seq, (at_ns, reason, shown, live) in enumerate(moments, 1):
+        entries = []
+        for i, value in sorted(shown.items(), key=lambda kv: (-kv[1][0], kv[0])):
+            if i not in frames_of:
+                kind, lines = log.stacks.get(i, ("unknown", []))
+                # (a kind is one word in a report's entry: the log's may be anything)
+                kind = kind if isinstance(kind, str) and re.fullmatch(r"[A-Za-z0-9._-]{1,32}", kind) else "unknown"
+                frames_of[i] = ([f for f in (parse_frame(line.strip("\t")) for line in lines) if f is not None],
+                                [f"kind={kind}"] if kind not in ("malloc", "unknown") else [])
+            frames, extra = frames_of[i]
+            allocs = [f"allocs={value[2]}"] if len(value) > 2 and value[2] else []
+            entries.append(Entry(value[0], value[1], frames, extra + allocs))
+        header = {"program": program, "pid": str(pid), "seq": str(seq), "reason": reason,
+                  "replay-moment": describe(at_ns),
+                  "live-bytes": str(sum(v[0] for v in live.values())),
+                  "live-blocks": str(sum(v[1] for v in live.values()))}
+        if isinstance(alloc_fns, str) and alloc_fns:
+            header["alloc-fns"] = alloc_fns
+        when = (real + (at_ns - mono)) / 1e9 if clock else None
+        series.reports.append(Report(log.path, seq, reason, when, header, entries))
+    return series
+
+
 def moment_series(log, at_ns=None):
     """What was live at a moment of the log (its peak by default) as a
     series of one report (files/series.py), for the outputs that draw
     reports -- export's flamegraph, pprof, speedscope, html, json: the
     header says which moment; each stack an entry, its frames as the log
     names them."""
-    from libmemleak.files.memlog import Entry, parse_frame
-    from libmemleak.files.series import Report, Series
-
     whole = replay(log)
     base = baseline(log, whole)
     moment, live = live_moment(log, whole, base, at_ns)
     start = start_ns(log)
-    entries = []
-    for i, (b, n) in sorted(live.items(), key=lambda kv: (-kv[1][0], kv[0])):
-        kind, lines = log.stacks.get(i, ("unknown", []))
-        frames = [f for f in (parse_frame(line.strip("\t")) for line in lines) if f is not None]
-        # (a kind is one word in a report's entry: the log's may be anything)
-        kind = kind if isinstance(kind, str) and re.fullmatch(r"[A-Za-z0-9._-]{1,32}", kind) else "unknown"
-        entries.append(Entry(b, n, frames, [f"kind={kind}"] if kind not in ("malloc", "unknown") else []))
-    program, pid = log.head.get("program"), log.head.get("pid")
-    program = program if isinstance(program, str) else os.path.basename(log.path)
-    pid = pid if isinstance(pid, int) and 0 < pid < 1 << 22 else 0
-    header = {"program": program, "pid": str(pid), "seq": "1", "reason": "replay",
-              "replay-moment": f"{'at' if at_ns is not None else 'peak'} +{max(0, moment - start) / 1e9:.3f} s "
-                               f"of {os.path.basename(log.path)}",
-              "live-bytes": str(sum(b for b, _ in live.values())),
-              "live-blocks": str(sum(n for _, n in live.values()))}
-    alloc_fns = log.head.get("alloc_fns")
-    if isinstance(alloc_fns, str) and alloc_fns:
-        header["alloc-fns"] = alloc_fns
-    exe = log.head.get("exe")
-    series = Series(os.path.basename(program), exe if isinstance(exe, str) else program, pid)
-    series.reports.append(Report(log.path, 1, "replay", None, header, entries))
-    return series
+    return _series(log, [(moment, "replay", live, live)],
+                   lambda at: f"{'at' if at_ns is not None else 'peak'} +{max(0, at - start) / 1e9:.3f} s "
+                              f"of {os.path.basename(log.path)}")

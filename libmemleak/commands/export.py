@@ -122,19 +122,9 @@ def read_moments(paths, at, pid):
     pid, if given) at its peak or at `at`; None after one line when one
     cannot be read or none is pid's."""
     from libmemleak.analysis import replay
-    from libmemleak.commands.replay import parse_time, with_log
+    from libmemleak.commands.replay import parse_time, read_logs
 
     def moment(log):
         at_ns = parse_time(at, log.head, replay.start_ns(log)) if at is not None else None
         return replay.moment_series(log, at_ns)
-    series = []
-    for path in paths:
-        one = with_log("export", path, moment)
-        if one is None:
-            return None
-        if pid is None or one.pid == pid:
-            series.append(one)
-    if not series:
-        print(f"libmemleak: export: no event log of pid {pid} in {', '.join(paths)}", file=sys.stderr)
-        return None
-    return series, []
+    return read_logs("export", paths, pid, moment)

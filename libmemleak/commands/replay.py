@@ -83,6 +83,23 @@ def run(args):
     return EXIT_BAD_INPUT if done is None else done
 
 
+def read_logs(command, paths, pid, make):
+    """(series, problems) of the event logs in paths (of process pid, if
+    given), make(log) a Series of each; None after one line when one
+    cannot be read or none is pid's (report's and export's bad input)."""
+    series = []
+    for path in paths:
+        one = with_log(command, path, make)
+        if one is None:
+            return None
+        if pid is None or one.pid == pid:
+            series.append(one)
+    if not series:
+        print(f"libmemleak: {command}: no event log of pid {pid} in {', '.join(paths)}", file=sys.stderr)
+        return None
+    return series, []
+
+
 def with_log(command, path, use):
     """use(log) on the event log at `path`, what the reader must know of
     the log said first; None after one line when the file cannot be read,

@@ -1,8 +1,10 @@
 """`libmemleak report PATH...`: ranked leak suspects, live totals and
 trends for every process whose reports are found in PATH (files or
-directories).  Exit status: 0; 1 when a process's reports are incomplete
-(a gap in its sequence: its sums would be wrong); 2 when nothing could be
-read or the options are wrong."""
+directories) -- or whose event logs (PROG-PID.events) are given: a log is
+read as --moments reports evenly spaced over it (analysis/replay.py).
+Exit status: 0; 1 when a process's reports are incomplete (a gap in its
+sequence: its sums would be wrong); 2 when nothing could be read or the
+options are wrong."""
 
 import sys
 
@@ -11,6 +13,9 @@ from libmemleak.outputs import json_doc, text
 from libmemleak.analysis import suppressions
 from libmemleak.commands import (EXIT_BAD_INPUT, add_layer_options, add_suppressions_option, layer_args,
                                  load_suppressions, positive, read_reports, regex_option)
+from libmemleak.analysis.replay import timeline_series
+from libmemleak.commands.replay import read_logs
+from libmemleak.files.events import is_event_log
 from libmemleak.files.series import InputError
 
 
@@ -37,6 +42,8 @@ def add_parser(sub):
     p.add_argument("--full-names", action="store_true", help="C++ names with their template "
                                                             "arguments and parameters")
     p.add_argument("--json", action="store_true", help="the JSON document (docs/report-json.md)")
+    p.add_argument("--moments", type=positive, default=16, metavar="N",
+                   help="an event log (PROG-PID.events) is read as N reports evenly spaced over it (16)")
     add_layer_options(p)
     add_suppressions_option(p)
     p.set_defaults(func=run)
@@ -92,8 +99,14 @@ def run(args):
         return EXIT_BAD_INPUT
     rules = load_suppressions("report", args.suppressions)
     layer = layer_args("report", args)
-    read = (read_reports("report", args.paths, args.pid, progress_bar())
-            if rules is not None and layer is not None else None)
+    logs = [p for p in args.paths if is_event_log(p)]
+    if logs and len(logs) < len(args.paths):
+        print("libmemleak: report: an event log is read alone, not with reports", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    read = None
+    if rules is not None and layer is not None:
+        read = (read_logs("report", logs, args.pid, lambda log: timeline_series(log, min(args.moments, 1000)))
+                if logs else read_reports("report", args.paths, args.pid, progress_bar()))
     if read is None:
         return EXIT_BAD_INPUT
     series, problems = read

@@ -494,6 +494,15 @@ EXPORT int mlk_rp_advance(struct mlk_replay *r, uint64_t until_ns)
     return !r->stopped;
 }
 
+/* Moves a reached stop point on to a later one: the replay goes on from
+ * where it stopped (the moments of a timeline in one pass). */
+EXPORT void mlk_rp_resume(struct mlk_replay *r, uint64_t stop_ordinal, uint64_t stop_ns)
+{
+    r->stop_ordinal = stop_ordinal;
+    r->stop_tick = stop_ns == UINT64_MAX ? UINT64_MAX : stop_ns >> MLK_EVENT_TICK_SHIFT;
+    r->stopped = 0;
+}
+
 /* What a time window left: the blocks live now that were made at tick lo
  * or later, per stack (win_bytes, win_blocks). */
 EXPORT void mlk_rp_window(struct mlk_replay *r, uint64_t lo_ns)
