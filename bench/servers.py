@@ -7,9 +7,9 @@ with a bounded load.  Prints throughput (requests/s, the median of the
 rounds, and its ratio to bare: above 1.0 is faster), the server's peak RSS
 (VmHWM; for nginx the master's plus its workers'), and what the recording
 tools wrote: the event logs' bytes and bytes per record, heaptrack's file
-(the threaded servers: redis-threads, redis with 4 I/O threads, and
-memcached, 4 worker threads, which allocates little per request: its items
-live in its own slabs).
+(memcached is the threaded one, 4 worker threads, but allocates little
+per request: its items live in its own slabs; redis with 4 I/O threads
+served 2,600 requests/s bare on a 2-core machine, its threads spinning).
 
     python bench/servers.py                    # 3 rounds of each
     python bench/servers.py --rounds 5 --only redis
@@ -132,10 +132,10 @@ def capture(tool, work):
 
 # -- the servers and their loads ----------------------------------------------
 
-def redis(tool, work, threads=()):
+def redis(tool, work):
     port = free_port()
     proc = start(tool, ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                        "--appendonly", "no", *threads], work)
+                        "--appendonly", "no"], work)
     if not wait_for_port(port):
         stop(proc)
         return None
@@ -148,11 +148,6 @@ def redis(tool, work, threads=()):
                    timeout=60)
     stop(proc)
     return (statistics.mean(rates) if rates else None), rss
-
-
-def redis_threads(tool, work):
-    """redis with 4 I/O threads (reads and writes): a threaded server that allocates per request."""
-    return redis(tool, work, ("--io-threads", "4", "--io-threads-do-reads", "yes"))
 
 
 def memcached(tool, work):
@@ -226,7 +221,6 @@ def nginx(tool, work):
 
 SERVERS = {
     "redis": (redis, ("redis-server", "redis-benchmark", "redis-cli")),
-    "redis-threads": (redis_threads, ("redis-server", "redis-benchmark", "redis-cli")),
     "memcached": (memcached, ("memcached",)),
     "nginx": (nginx, ("ab",)),
 }
