@@ -4,6 +4,7 @@ preload library, stop them at checkpoints, and read their real reports."""
 import glob
 import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -281,3 +282,15 @@ class Terminal:
 
     def close(self):
         subprocess.run(["tmux", "kill-session", "-t", self.session], capture_output=True)
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def headless(profile, *args):
+    """Debian's chromium, headless, with nothing that reaches the network."""
+    return subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                           "--no-first-run", "--disable-background-networking",
+                           "--disable-component-update", "--disable-sync",
+                           f"--user-data-dir={profile}", *args],
+                          capture_output=True, text=True, timeout=120)

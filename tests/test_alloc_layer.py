@@ -80,7 +80,7 @@ def test_drawings_fold_the_layer_too(tmp_path):
     assert leaves["leak_users"] == 10 * 116 and leaves["leak_sessions"] == 5 * 216
     assert {f"parse_{c}" for c in "abcdef"} <= set(leaves)
     assert not {"my_malloc", "obscure_alloc", "malloc"} & set(leaves)
-    assert f"libmemleak: export: note: layered (pid " in out.stderr and FOLDED_NOTE in out.stderr
+    assert "libmemleak: export: note: layered (pid " in out.stderr and FOLDED_NOTE in out.stderr
     # --no-fold draws the wrappers as they were
     plain = cli("export", "--format", "collapsed", "--no-fold", tmp_path).stdout
     assert {line.rsplit(" ", 1)[0].split(";")[-1] for line in plain.splitlines()} >= {"my_malloc"}

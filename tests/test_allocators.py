@@ -8,12 +8,11 @@ exactly (it used to crash at load)."""
 
 import glob
 import os
-import shutil
 import subprocess
 
 import pytest
 
-from helpers import CLI_ENV, by_site, cli, compile_program
+from helpers import CHROMIUM, CLI_ENV, by_site, cli, compile_program
 from libmemleak import preload_path
 from libmemleak.files import memlog
 
@@ -220,7 +219,6 @@ def test_jemallocs_own_api_is_traced_exactly(tmp_path):
     assert "unknown-frees" not in report.header
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 PAGE = """<html><body><script>
 const keep = [];
 for (let i = 0; i < 2000; i++) {

@@ -11,13 +11,15 @@ import glob
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import time
 
+import pytest
 
 import helpers
-from helpers import CLI_ENV, cli, cli_argv, compile_program, reports_of, wait_for_file
+from helpers import CHROMIUM, CLI_ENV, cli, cli_argv, compile_program, headless, reports_of, wait_for_file
 
 MB = 1 << 20
 
@@ -253,3 +255,33 @@ def test_shell_on_a_log(tmp_path):
     bad.write_bytes(b"MLKEVENTS 1\n")
     r = cli("shell", "-c", "top", str(bad))
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.skipif(not CHROMIUM, reason="needs Debian's chromium")
+def test_the_html_page_of_a_log_charts_it_at_full_resolution(tmp_path):
+    """export --format html FILE.events, read by a real browser: the live
+    total over time, every step replay --usage has (each step's highest
+    total: the 50 MB peak is on the line, marked), the suspects ranked over
+    the log's timeline; with --at, the moment shown is marked."""
+    log, _ = record(tmp_path)
+    usage, _ = replay_json(log, "--usage")
+    page = tmp_path / "log.html"
+    r = cli("export", "--format", "html", "-o", str(page), log)
+    assert r.returncode == 0, r.stderr
+    dom = headless(tmp_path / "profile", "--dump-dom", f"file://{page}")
+    assert dom.returncode == 0, dom.stderr
+    out = dom.stdout
+    [points] = re.findall(r'<svg class="usage"[^>]*><polyline[^>]*points="([^"]*)"', out)
+    ys = [float(p.split(",")[1]) for p in points.split()]
+    assert len(ys) == len(usage["usage"]) > 100
+    assert min(ys) == pytest.approx(2.0)  # the line reaches the top of its scale: the peak
+    assert "<title>peak: 50.0 MB at +" in out and "0 to 50.0 MB" in out
+    assert re.search(r'<td class="n">#1</td><td>grows in [^<]*never freed</td><td class="n">1000.0 KB live in '
+                     r'1,000 blocks</td><td class="frames">leak_slowly \(phases.c:', out), out[-3000:]
+    at = tmp_path / "at.html"
+    assert cli("export", "--format", "html", "--at", "0.1", "-o", str(at), log).returncode == 0
+    text = at.read_text()
+    assert "the moment shown: +0.100 s" in text and "shown below: +0.100 s" in text
+    shot = tmp_path / "log.png"
+    headless(tmp_path / "profile", "--window-size=1000,700", f"--screenshot={shot}", f"file://{page}")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -10,7 +10,6 @@ import subprocess
 import time
 import uuid
 
-import pytest
 
 from helpers import CLI_ENV, cli, cli_argv, compile_program
 from libmemleak.files import memlog

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from helpers import CLI_ENV, Terminal, Traced, cli, cli_argv, compile_program
+from helpers import CHROMIUM, CLI_ENV, Terminal, Traced, cli, cli_argv, compile_program, headless
 from libmemleak.files import memlog
 
 ROUNDS = 8
@@ -390,16 +390,6 @@ def test_pprof_export_loads_in_go_tool_pprof_with_the_right_totals(slowleaks, tm
     assert leak.split()[0] == str(ROUNDS)
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-def headless(profile, *args):
-    """Debian's chromium, headless, with nothing that reaches the network."""
-    return subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                           "--no-first-run", "--disable-background-networking",
-                           "--disable-component-update", "--disable-sync",
-                           f"--user-data-dir={profile}", *args],
-                          capture_output=True, text=True, timeout=120)
 
 
 def exported_page(fmt, workdir, page):

@@ -59,5 +59,5 @@ def test_shared_mappings_count_once_and_touched_bytes_are_told(workdir):
     shared_lines = [line for line in out.stdout.splitlines() if line.startswith("[shared mappings];")]
     assert len(shared_lines) == 1 and shared_lines[0].endswith(f";map {8 * MIB}"), out.stdout
     text = cli("report", "--pid", str(t.pid), workdir).stdout
-    assert (f"of which: 16.0 MB in private mappings (2.0 MB touched, 14.0 MB never touched); 8.0 MB in "
+    assert ("of which: 16.0 MB in private mappings (2.0 MB touched, 14.0 MB never touched); 8.0 MB in "
             "shared mappings (2.0 MB touched here, 6.0 MB never touched; counted in this process") in text, text

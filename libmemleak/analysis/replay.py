@@ -34,6 +34,7 @@ const void *mlk_rp_column(const struct mlk_replay *, int);
 """)
 _lib = None
 ALL = (1 << 64) - 1
+USAGE_POINTS = 2000     # the live total over time: about this many steps, each with its highest total
 LIFE_BUCKETS = 40
 COLUMNS = ("live_bytes", "live_blocks", "allocs", "alloc_bytes", "temp_count", "temp_bytes",
            "window_bytes", "window_blocks")
@@ -232,12 +233,39 @@ def timeline(log, moments_ns, whole):
     return out
 
 
-def timeline_series(log, moments=16):
+def span(log):
+    return max((e.last_ns for e in log.evts), default=0) - min((e.first_ns for e in log.evts), default=0)
+
+
+def usage_step(log):
+    return max(1, span(log) // USAGE_POINTS)
+
+
+class Usage(NamedTuple):
+    """The live total over a log (times in ns on its clock): USAGE_POINTS
+    steps, each (ns, total at its end, highest total in it), the exact
+    peak, and the moment a series of one report shows (None: a timeline)."""
+    start_ns: int
+    end_ns: int
+    points: list
+    peak_ns: int
+    peak_bytes: int
+    moment_ns: int | None
+
+
+def _usage(log, whole, base, moment_ns=None):
+    before = sum(b for b, _ in base.live.values())
+    t = whole.totals
+    return Usage(start_ns(log), t["last_ns"], [(a, b + before, c + before) for a, b, c in whole.series],
+                 t["peak_ns"] if t["peak"] > 0 else start_ns(log), max(t["peak"], 0) + before, moment_ns)
+
+
+def timeline_series(log, moments=16, usage=False):
     """The log as a series of `moments` reports, evenly spaced from its
     first record to its end (the last one the exit's, if the log ended with
     the program): what `report` ranks -- each stack's change between
     moments, and its allocations -- at a resolution no signal gave."""
-    whole = replay(log)
+    whole = replay(log, series_step_ns=usage_step(log) if usage else 0)
     first, last = whole.totals["first_ns"], whole.totals["last_ns"]
     times = [first + (last - first) * (k + 1) // moments for k in range(moments)]
     states = timeline(log, times, whole)
@@ -254,8 +282,11 @@ def timeline_series(log, moments=16):
         reason = "exit" if k == moments - 1 and ended in ("exit", "death") else "replay"
         reports.append((at_ns, reason, entries, live))
         before = live
-    return _series(log, reports, lambda at_ns: f"timeline +{max(0, at_ns - start_ns(log)) / 1e9:.3f} s "
-                                               f"of {os.path.basename(log.path)}")
+    series = _series(log, reports, lambda at_ns: f"timeline +{max(0, at_ns - start_ns(log)) / 1e9:.3f} s "
+                                                 f"of {os.path.basename(log.path)}")
+    if usage:
+        series.usage = _usage(log, whole, baseline(log, whole))
+    return series
 
 
 def _series(log, moments, describe):
@@ -297,16 +328,19 @@ def _series(log, moments, describe):
     return series
 
 
-def moment_series(log, at_ns=None):
+def moment_series(log, at_ns=None, usage=False):
     """What was live at a moment of the log (its peak by default) as a
     series of one report (files/series.py), for the outputs that draw
     reports -- export's flamegraph, pprof, speedscope, html, json: the
     header says which moment; each stack an entry, its frames as the log
     names them."""
-    whole = replay(log)
+    whole = replay(log, series_step_ns=usage_step(log) if usage else 0)
     base = baseline(log, whole)
     moment, live = live_moment(log, whole, base, at_ns)
     start = start_ns(log)
-    return _series(log, [(moment, "replay", live, live)],
-                   lambda at: f"{'at' if at_ns is not None else 'peak'} +{max(0, at - start) / 1e9:.3f} s "
-                              f"of {os.path.basename(log.path)}")
+    series = _series(log, [(moment, "replay", live, live)],
+                     lambda at: f"{'at' if at_ns is not None else 'peak'} +{max(0, at - start) / 1e9:.3f} s "
+                                f"of {os.path.basename(log.path)}")
+    if usage:
+        series.usage = _usage(log, whole, base, moment)
+    return series

@@ -79,7 +79,7 @@ def run(args):
         return EXIT_BAD_INPUT
     read = None
     if rules is not None and layer is not None:
-        read = (read_moments(args.paths, args.at, args.pid) if logs
+        read = (read_moments(args.paths, args.at, args.pid, page=args.format == "html") if logs
                 else read_reports("export", args.paths, args.pid, progress_bar()))
     if read is None:
         return EXIT_BAD_INPUT
@@ -117,14 +117,18 @@ def run(args):
     return 0
 
 
-def read_moments(paths, at, pid):
+def read_moments(paths, at, pid, page=False):
     """(series, problems) of what was live in each event log (of process
     pid, if given) at its peak or at `at`; None after one line when one
-    cannot be read or none is pid's."""
+    cannot be read or none is pid's.  page (html): the log as a timeline of
+    reports instead of its peak -- the page ranks suspects and charts them
+    -- and either way its live total over time, charted at full resolution."""
     from libmemleak.analysis import replay
     from libmemleak.commands.replay import parse_time, read_logs
 
     def moment(log):
         at_ns = parse_time(at, log.head, replay.start_ns(log)) if at is not None else None
-        return replay.moment_series(log, at_ns)
+        if page and at_ns is None:
+            return replay.timeline_series(log, usage=True)
+        return replay.moment_series(log, at_ns, usage=page)
     return read_logs("export", paths, pid, moment)

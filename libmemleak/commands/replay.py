@@ -18,8 +18,6 @@ from libmemleak.commands import EXIT_BAD_INPUT, add_layer_options, layer_args, p
 from libmemleak.files.events import EventLog, EventsError
 from libmemleak.files.memlog import parse_frame
 
-USAGE_POINTS = 2000
-
 
 def add_parser(sub):
     p = sub.add_parser("replay", help="replay an event log: peak, a moment, a window, temporary allocations",
@@ -122,7 +120,7 @@ def answer(args, log):
     whole = R.replay(log, blocks=args.temporary or args.lifetimes, lifetimes=args.lifetimes,
                      temporary_ns=within if args.temporary else 0,
                      temporary_adjacent=args.temporary and not within,
-                     series_step_ns=0 if not args.usage else max(1, span(log) // USAGE_POINTS))
+                     series_step_ns=R.usage_step(log) if args.usage else 0)
     t = whole.totals
     base = R.baseline(log, whole)
     start = R.start_ns(log)
@@ -160,10 +158,6 @@ def answer(args, log):
     else:
         show(doc, args, start, log.head.get("exe"), log.head.get("alloc_fns"))
     return 0
-
-
-def span(log):
-    return max((e.last_ns for e in log.evts), default=0) - min((e.first_ns for e in log.evts), default=0)
 
 
 def notes(log):

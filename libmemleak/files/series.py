@@ -37,6 +37,7 @@ class Series:
     pid: int
     reports: list = field(default_factory=list)   # Report, by seq
     problems: list = field(default_factory=list)  # one line each
+    usage: object = None     # an event log's live total over time (analysis/replay.Usage), for charts
 
     @property
     def complete(self):

@@ -57,6 +57,40 @@ def _frames(t, executable, keep=4, layer=None):
     return "\n".join(frame_lines(t.frames, executable, keep, cut=t.cut, more="", layer=layer))
 
 
+def usage_chart(usage, width=840, height=90):
+    """An event log's live total over time at full resolution: each step's
+    highest total (so no peak is lost between points), the peak marked
+    and, for a page of one moment, that moment."""
+    points = usage.points
+    if len(points) < 2:
+        return ""
+    lo_t, hi_t = usage.start_ns, max(usage.end_ns, points[-1][0], usage.start_ns + 1)
+    high = max(max(p[2] for p in points), usage.peak_bytes, 1)
+
+    def x(ns):
+        return 2 + (width - 4) * (min(max(ns, lo_t), hi_t) - lo_t) / (hi_t - lo_t)
+
+    def y(v):
+        return 2 + (height - 4) * (high - max(v, 0)) / high
+    line = " ".join(f"{x(t):.1f},{y(m):.1f}" for t, _, m in points)
+    peak = (f'<circle cx="{x(usage.peak_ns):.1f}" cy="{y(usage.peak_bytes):.1f}" r="4" fill="#c33">'
+            f'<title>peak: {_e(human_bytes(usage.peak_bytes))} at +{(usage.peak_ns - lo_t) / 1e9:.3f} s</title>'
+            '</circle>')
+    moment = ""
+    if usage.moment_ns is not None:
+        moment = (f'<line x1="{x(usage.moment_ns):.1f}" x2="{x(usage.moment_ns):.1f}" y1="0" y2="{height}" '
+                  f'stroke="#36c" stroke-dasharray="3,3"><title>the moment shown: '
+                  f'+{(usage.moment_ns - lo_t) / 1e9:.3f} s</title></line>')
+    return (f'<h3>Live total over time (event log, {len(points):,} steps)</h3>'
+            f'<p>peak <b>{_e(human_bytes(usage.peak_bytes))}</b> at +{(usage.peak_ns - lo_t) / 1e9:.3f} s of '
+            f'{(hi_t - lo_t) / 1e9:.3f} s'
+            + (f'; shown below: +{(usage.moment_ns - lo_t) / 1e9:.3f} s' if usage.moment_ns is not None else
+               '; the suspects below are ranked over the log read as reports evenly spaced over it')
+            + f'</p><svg class="usage" width="{width}" height="{height}">'
+            f'<polyline fill="none" stroke="#444" stroke-width="1.5" points="{line}"/>{moment}{peak}</svg>'
+            f'<p class="axis">0 to {_e(human_bytes(high))}, +0 s to +{(hi_t - lo_t) / 1e9:.3f} s</p>')
+
+
 def chart(a, width=420, height=36):
     """Live bytes after each report: the total, then each charted suspect,
     one row each on a scale of its own -- a stack growing by kilobytes
@@ -110,7 +144,10 @@ def page(analyses, problems):
                 for name, (b, k) in a.scan.totals.items()) + "</p>")
         for note in a.notes:
             parts.append(f'<p class="note">{_e(note)}</p>')
-        parts.append(chart(a))
+        if s.usage is not None:
+            parts.append(usage_chart(s.usage))
+        if len(s.reports) > 1 or s.usage is None:
+            parts.append(chart(a))
         if a.suspects:
             rows = "".join(f'<tr><td class="n">#{i}</td><td>{_e(t.verdict)}</td>'
                            f'<td class="n">{_e(live_words(t))}</td>'
