@@ -5,6 +5,7 @@ the attach, detached, and their output and exit status compared with a
 run nobody attached to."""
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -629,3 +630,44 @@ def test_attach_to_a_running_chromium_and_detach(tmp_path):
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+
+def test_attach_records_an_event_log(tmp_path):
+    """attach --config record=all: the log starts at the attach, ends at
+    the detach, and replays to what the reports say, per site, exactly
+    (the frees of blocks from before the attach are not in it)."""
+    prog = compile_program("attachee.c")
+    p = start_bare([prog], tmp_path)
+    expect(p, "checkpoint attach\n")
+    out = cli("attach", "--config", "record=all", p.pid, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    p.stdin.write(b"\n")
+    p.stdin.flush()
+    expect(p, "sum 99000\n")
+    expect(p, "checkpoint counted\n")
+    p.stdin.write(b"\n")
+    p.stdin.flush()
+    expect(p, "checkpoint detach\n")
+    out = cli("detach", p.pid, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    p.communicate(b"\n", timeout=60)
+    reports = reports_of(str(tmp_path), "attachee", p.pid)
+    assert reports[-1].header["reason"] == "detach"
+    log = wait_for_file(os.path.join(tmp_path, f"attachee-{p.pid}.events"))
+    r = cli("replay", "--json", "--at", "100000", log, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["baseline_known"] and doc["before_log_bytes"] == 0
+    replayed, reported = {}, {}
+    for row in doc["stacks"]:
+        name = row["frames"][0].strip("\t").split("\t")[0] if row["frames"] else "?"
+        b, n = replayed.get(name, (0, 0))
+        replayed[name] = (b + row["bytes"], n + row["blocks"])
+    for report in reports:
+        for name, (b, n) in by_site(report).items():
+            ob, on = reported.get(name, (0, 0))
+            reported[name] = (ob + b, on + n)
+    assert replayed["leak_after_attach"] == (500, 5) == reported["leak_after_attach"]
+    assert replayed["zeroed_after_attach"] == (500, 5) == reported["zeroed_after_attach"]
+    assert replayed["grown_after_attach"] == (500, 1) == reported["grown_after_attach"]
+    assert {k: v for k, v in replayed.items() if v != (0, 0)} == {k: v for k, v in reported.items() if v != (0, 0)}

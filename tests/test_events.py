@@ -285,3 +285,43 @@ def test_the_html_page_of_a_log_charts_it_at_full_resolution(tmp_path):
     shot = tmp_path / "log.png"
     headless(tmp_path / "profile", "--window-size=1000,700", f"--screenshot={shot}", f"file://{page}")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_children_and_exec_images_get_logs_of_their_own(tmp_path):
+    """A forked child logs under its own pid (what it inherited is what was
+    live before its first record); an image exec'd under the same pid gets
+    PROG-PID-2.events.  Each replays, at its end, to its own reports."""
+    forker = compile_program("forker.c")
+    r = subprocess.run(cli_argv("run", "-q", "--record", forker), cwd=tmp_path, env=CLI_ENV,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    logs = sorted(glob.glob(str(tmp_path / "forker-*.events")), key=lambda p: int(p.split("-")[-1][:-7]))
+    assert len(logs) == 2, os.listdir(tmp_path)
+    parent, child = logs
+    def first_frames(doc):
+        sites = {}
+        for row in doc["stacks"]:
+            name = row["frames"][0].strip("\t").split("\t")[0] if row["frames"] else "?"
+            b, n = sites.get(name, (0, 0))
+            sites[name] = (b + row["bytes"], n + row["blocks"])
+        return sites
+    doc, _ = replay_json(child, "--at", "100000")
+    sites = first_frames(doc)
+    assert sites["site_in_child"] == (2 * 2222, 2)
+    assert sites["site_before_fork"] == (1111, 1) and doc["before_log_bytes"] >= 1111  # inherited: before the log
+    doc, _ = replay_json(parent, "--at", "100000")
+    assert first_frames(doc)["site_in_parent"] == (3333, 1) and doc["before_log_bytes"] == 0
+    for path in (parent, child):
+        pid = int(path.split("-")[-1][:-7])
+        [report] = reports_of(tmp_path, "forker", pid)
+        whole, _ = replay_json(path, "--at", "100000")
+        assert sum(row["bytes"] for row in whole["stacks"]) == int(report.header["live-bytes"])
+    reexec = compile_program("reexec.c")
+    r = subprocess.run(cli_argv("run", "-q", "--record", reexec), cwd=tmp_path, env=CLI_ENV,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    pid = int(r.stdout.split()[-1])
+    second = str(tmp_path / f"reexec-{pid}-2.events")
+    assert os.path.exists(str(tmp_path / f"reexec-{pid}.events")) and wait_for_file(second)
+    doc, _ = replay_json(second, "--at", "100000")
+    assert [row["bytes"] for row in doc["stacks"] if any("site_reexec" in f for f in row["frames"])] == [321]
