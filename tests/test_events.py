@@ -13,6 +13,7 @@ import os
 import random
 import re
 import signal
+import sys
 import subprocess
 import time
 
@@ -325,3 +326,32 @@ def test_children_and_exec_images_get_logs_of_their_own(tmp_path):
     assert os.path.exists(str(tmp_path / f"reexec-{pid}.events")) and wait_for_file(second)
     doc, _ = replay_json(second, "--at", "100000")
     assert [row["bytes"] for row in doc["stacks"] if any("site_reexec" in f for f in row["frames"])] == [321]
+
+
+def test_a_forged_stack_id_is_refused_not_paid_for(tmp_path):
+    """A record naming a stack id near the hook's cap (2^21) in a log that
+    names a handful: refused as not the log's, said, and no 670 MB of
+    per-stack lifetimes for it."""
+    import zstandard
+    from libmemleak.files.events import EVTS_HEAD, PAGE, EventLog, chunk
+    log, _ = record(tmp_path, "churn", "1000")
+    with EventLog(log) as opened:
+        first = opened.evts[0].first_ns
+
+    def varint(v):
+        out = bytearray()
+        while v >= 0x80:
+            out.append(v & 0x7f | 0x80)
+            v >>= 7
+        return bytes(out + bytes([v]))
+    rec = bytes([1]) + varint(0) + varint(0) + varint(64) + varint((1 << 21) - 1)
+    body = EVTS_HEAD.pack(1, len(rec)) + PAGE.pack(1, len(rec), first, first) + zstandard.ZstdCompressor().compress(rec)
+    forged = tmp_path / "forged.events"
+    forged.write_bytes(open(log, "rb").read() + chunk(b"EVTS", body))
+    probe = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+             "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); print(r.stderr)")
+    out = subprocess.run([sys.executable, "-c", probe, *cli_argv("replay", "--lifetimes", "--json", str(forged))],
+                         env=CLI_ENV, capture_output=True, text=True, timeout=300).stdout
+    status, rss_kb = map(int, out.split("\n")[0].split())
+    assert status == 0 and rss_kb < 300 * 1024, out
+    assert "1 records could not be used" in out

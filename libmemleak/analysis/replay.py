@@ -29,6 +29,7 @@ int mlk_rp_feed(struct mlk_replay *, int32_t, uint64_t, const uint8_t *, uint32_
 int mlk_rp_advance(struct mlk_replay *, uint64_t);
 void mlk_rp_window(struct mlk_replay *, uint64_t);
 void mlk_rp_resume(struct mlk_replay *, uint64_t, uint64_t);
+void mlk_rp_stack_limit(struct mlk_replay *, uint64_t);
 void mlk_rp_totals(const struct mlk_replay *, struct mlk_rp_totals *);
 const void *mlk_rp_column(const struct mlk_replay *, int);
 """)
@@ -77,6 +78,7 @@ def replay(log, stop_ordinal=ALL, stop_ns=ALL, blocks=False, lifetimes=False, te
                      int(temporary_adjacent), stop_ordinal, stop_ns, series_step_ns)
     if r == ffi.NULL:
         raise MemoryError
+    L.mlk_rp_stack_limit(r, stack_limit(log))
     try:
         _feed_all(log, L, r)
         if window_from_ns is not None:
@@ -84,6 +86,29 @@ def replay(log, stop_ordinal=ALL, stop_ns=ALL, blocks=False, lifetimes=False, te
         return _answers(L, r, shift, lifetimes)
     finally:
         L.mlk_rp_free(r)
+
+
+STACK_ROOM = 65536
+
+
+def unread_note(whole):
+    """What a pass could not use, in a line (None: it used every record)."""
+    bad = whole.totals["bad_records"]
+    if not bad:
+        return None
+    return (f"{bad:,} records could not be used (a page broken from there on, or a stack id not the "
+            "log's): the answers leave them out")
+
+
+def stack_limit(log):
+    """The largest stack id (+ 1) a record of this log may carry: the hook
+    numbers stacks from 0 up and the log names each before using it, so as
+    many as it names and the last counters list, and room for a log cut
+    before it named its last ones -- memory in proportion to the file, not
+    to a number it forged."""
+    stat = log.final_stat() or {}
+    live = stat.get("live") if isinstance(stat.get("live"), list) else []
+    return len(log.stacks) + len(live) + STACK_ROOM
 
 
 def _feed_all(log, L, r, on_stop=None):
@@ -213,6 +238,7 @@ def timeline(log, moments_ns, whole):
     r = L.mlk_rp_new(0, 0, 0, 0, ALL, moments[0] if moments else ALL, 0)
     if r == ffi.NULL:
         raise MemoryError
+    L.mlk_rp_stack_limit(r, stack_limit(log))
 
     def take():
         now = _answers(L, r, shift, False)
@@ -284,6 +310,7 @@ def timeline_series(log, moments=16, usage=False):
         before = live
     series = _series(log, reports, lambda at_ns: f"timeline +{max(0, at_ns - start_ns(log)) / 1e9:.3f} s "
                                                  f"of {os.path.basename(log.path)}")
+    series.problems += [n for n in (unread_note(whole),) if n]
     if usage:
         series.usage = _usage(log, whole, baseline(log, whole))
     return series
@@ -341,6 +368,7 @@ def moment_series(log, at_ns=None, usage=False):
     series = _series(log, [(moment, "replay", live, live)],
                      lambda at: f"{'at' if at_ns is not None else 'peak'} +{max(0, at - start) / 1e9:.3f} s "
                                 f"of {os.path.basename(log.path)}")
+    series.problems += [n for n in (unread_note(whole),) if n]
     if usage:
         series.usage = _usage(log, whole, base, moment)
     return series

@@ -90,6 +90,8 @@ def read_logs(command, paths, pid, make):
         one = with_log(command, path, make)
         if one is None:
             return None
+        for problem in one.problems:
+            print(f"libmemleak: {command}: {problem}", file=sys.stderr)
         if pid is None or one.pid == pid:
             series.append(one)
     if not series:
@@ -122,10 +124,13 @@ def answer(args, log):
                      temporary_adjacent=args.temporary and not within,
                      series_step_ns=R.usage_step(log) if args.usage else 0)
     t = whole.totals
+    unread = R.unread_note(whole)
+    if unread:
+        print(f"libmemleak: replay: {unread}", file=sys.stderr)
     base = R.baseline(log, whole)
     start = R.start_ns(log)
     doc = {"program": log.head.get("program"), "pid": log.head.get("pid"), "mode": log.head.get("mode"),
-           "records": t["records"], "start_ns": start, "end_ns": t["last_ns"],
+           "records": t["records"], "unused_records": t["bad_records"], "start_ns": start, "end_ns": t["last_ns"],
            "baseline_known": base.known, "before_log_bytes": sum(b for b, _ in base.live.values())}
     if args.at is not None:
         at, live = R.live_moment(log, whole, base, parse_time(args.at, log.head, start))

@@ -60,6 +60,7 @@ struct mlk_replay {
     int want_blocks, want_lifetimes;
     uint64_t temp_ticks;        /* freed within this many ticks: temporary */
     int temp_adjacent;          /* temporary: freed by the thread's next record (heaptrack's) */
+    uint64_t stack_limit;       /* stack ids (+ 1) above this are not this log's (mlk_rp_stack_limit) */
     uint64_t stop_ordinal;      /* apply records before this ordinal only (UINT64_MAX: all) */
     uint64_t stop_tick;         /* ... and of ticks up to this one */
     int stopped;
@@ -114,7 +115,16 @@ EXPORT struct mlk_replay *mlk_rp_new(int want_blocks, int want_lifetimes, uint64
     r->stop_ordinal = stop_ordinal;
     r->stop_tick = stop_tick;
     r->series_step = series_step;
+    r->stack_limit = STACKS_MAX;
     return r;
+}
+
+/* Stack ids beyond what the log names (plus room) make a record unreadable:
+ * the per-stack arrays follow the largest id seen, and a forged one near
+ * STACKS_MAX would cost 670 MB with lifetimes. */
+EXPORT void mlk_rp_stack_limit(struct mlk_replay *r, uint64_t limit)
+{
+    r->stack_limit = limit < STACKS_MAX ? limit : STACKS_MAX;
 }
 
 static void free_pages(struct page *p)
@@ -284,7 +294,7 @@ static int next_record(struct mlk_replay *r, struct cursor *c)
             int type = t & 7;
             if (type >= MLK_EVENT_ALLOC && type <= MLK_EVENT_UNMAP && get(&at, c->end, &dt) &&
                 get(&at, c->end, &zz) && get(&at, c->end, &size) && get(&at, c->end, &stack) &&
-                stack <= STACKS_MAX) {
+                stack <= r->stack_limit) {
                 int64_t delta = (int64_t)(zz >> 1) ^ -(int64_t)(zz & 1);
                 c->tick += dt;
                 if (t & MLK_EVENT_RAW_ADDR)
