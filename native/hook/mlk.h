@@ -369,8 +369,8 @@ static inline int mlk_maybe_recorded(const void *p)
  * log events, answer the reporter's ask for the allocator's statistics.
  * The reporter may set MLK_ATTEND_STATS from outside (attention_addr). */
 extern MLK_HIDDEN int mlk_attention;
-/* Appends one record (MLK_EVENT_*) to this thread's page of the pool (if
- * the log is on). */
+/* Appends one record (MLK_EVENT_*) to this thread's page of the pool (the
+ * caller has seen MLK_ATTEND_EVENTS). */
 MLK_HIDDEN void mlk_event(int type, uint64_t addr, uint64_t size, uint32_t stack);
 /* The same at an allocation "at rest" (trailers.c: the real allocator has
  * returned, the hook holds no lock, its guard is up), where the
@@ -380,7 +380,7 @@ MLK_HIDDEN void mlk_event_at_rest(int type, uint64_t addr, uint64_t size, uint32
  * default mode but for one load and a branch. */
 #define MLK_EVENT(type, addr, size, stack)                                                         \
     do {                                                                                           \
-        if (MLK_UNLIKELY(mlk_attention))                                                           \
+        if (MLK_UNLIKELY(mlk_attention & MLK_ATTEND_EVENTS))                                       \
             mlk_event(type, (uint64_t)(addr), (uint64_t)(size), stack);                            \
     } while (0)
 #define MLK_EVENT_AT_REST(type, addr, size, stack)                                                 \

@@ -177,8 +177,6 @@ __attribute__((noinline, cold)) void mlk_event_at_rest(int type, uint64_t addr, 
 
 void mlk_event(int type, uint64_t addr, uint64_t size, uint32_t stack)
 {
-    if (!(__atomic_load_n(&mlk_attention, __ATOMIC_RELAXED) & MLK_ATTEND_EVENTS))
-        return; /* asked for something else */
     if (MLK_UNLIKELY(w.busy || !mlk_seg)) {
         /* A signal handler's free inside a record of this thread's: not
          * logged, counted (a child without a segment of its own: neither). */
