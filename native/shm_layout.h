@@ -20,7 +20,7 @@
  */
 
 #define MLK_MAGIC 0x314b4c4d454d4c4b
-#define MLK_LAYOUT_VERSION 19
+#define MLK_LAYOUT_VERSION 20
 #define MLK_API_LABEL_MAX 64
 #define MLK_LAST_REPORT_MAX 512
 #define MLK_MAX_DEPTH 64
@@ -530,6 +530,9 @@ struct mlk_header {
     uint64_t events_waits;      /* times a thread waited for a free page */
     uint32_t events_freed;      /* reporter: futex word, bumped when it frees pages */
     uint32_t events_stop;       /* reporter: the log reached its cap: log no more */
+    uint32_t events_drainer;    /* reporters: the pid draining the pool now, 0: none (a descendant's own
+                                 * reporter and the keeper may both hold its segment; one drains at a time) */
+    uint32_t events_pad;
     /* The allocator's own statistics, asked inside the program (jemalloc's
      * stats.*: native/hook/allocator_stats.c).  alloc_stats_kind says the
      * hook found an allocator to ask (MLK_ALLOC_STATS_JEMALLOC).  The asker

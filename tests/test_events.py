@@ -355,3 +355,46 @@ def test_a_forged_stack_id_is_refused_not_paid_for(tmp_path):
     status, rss_kb = map(int, out.split("\n")[0].split())
     assert status == 0 and rss_kb < 300 * 1024, out
     assert "1 records could not be used" in out
+
+
+def test_one_reporter_drains_a_pool_at_a_time(tmp_path):
+    """The pool's drain lock (the segment's events_drainer: a descendant's
+    own reporter and the keeper may both hold its segment).  Held by a live
+    process, the reporter leaves the pool alone and the log does not grow;
+    left by a dead one, the reporter takes it over; the log then holds
+    every record, exactly what the death report counts."""
+    from libmemleak.live.client import open_segment
+    prog = compile_program("phases.c")
+    p = subprocess.Popen(cli_argv("run", "-q", "--record", prog, "forever"), cwd=tmp_path, env=CLI_ENV,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        pid = int(subprocess.check_output(["pgrep", "-f", "-n", f"^{prog} forever"], text=True))
+        log = tmp_path / f"phases-{pid}.events"
+        seg, fd = open_segment(pid)
+        try:
+            seg.header.events_drainer = os.getpid()  # a live drainer: this test
+            time.sleep(1.5)  # (a drain under way when it was set finishes)
+            held = log.stat().st_size if log.exists() else 0
+            time.sleep(3)    # pages fill (one a second) and close; none is drained
+            assert (log.stat().st_size if log.exists() else 0) == held
+            gone = subprocess.Popen(["true"])
+            gone.wait()
+            seg.header.events_drainer = gone.pid  # left by a drainer that died: taken over
+            deadline = time.monotonic() + 60
+            while (log.stat().st_size if log.exists() else 0) == held:
+                assert time.monotonic() < deadline, "the reporter never took the pool over"
+                time.sleep(0.1)
+        finally:
+            seg.close()
+            os.close(fd)
+        os.kill(pid, signal.SIGKILL)
+        p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    [death] = reports_of(tmp_path, "phases", pid) if wait_for_file(str(tmp_path / f"phases-{pid}-1.memlog")) else []
+    time.sleep(1)
+    doc, err = replay_json(str(log), "--at", "100000")
+    assert "have been lost" not in err and "not logged" not in err, err
+    assert by_site(doc)["leak_slowly"] == helpers.by_site(death)["leak_slowly"]

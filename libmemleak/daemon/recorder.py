@@ -14,6 +14,10 @@ import collections
 import os
 import time
 
+import cffi
+
+from libmemleak import PACKAGE_DIR
+
 from libmemleak.daemon.segment import CONST, futex_wake
 from libmemleak.files.event_pack import Packer
 from libmemleak.files.events import MAGIC, VERSION, StackNamer, evts_chunk, json_chunk
@@ -31,6 +35,53 @@ CHUNK_RAW_BYTES = 1 << 20    # records per EVTS chunk, before compression
 CHUNK_SECONDS = 1.0          # ... or this much time's worth: the file lags by no more
 STAT_ROOM = 64 << 10         # of record_cap, kept for the counters written as the log ends
 DRAIN_SECONDS = 0.05         # how often the reporter drains while recording
+
+
+_ffi = cffi.FFI()
+_ffi.cdef("""
+uint32_t mlk_cas_u32(uint32_t *, uint32_t, uint32_t);
+""")
+_atomics = None
+
+
+def atomics():
+    global _atomics
+    if _atomics is None:
+        _atomics = _ffi.dlopen(os.path.join(PACKAGE_DIR, "libmlkreport.so"))
+    return _atomics
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+class DrainLock:
+    """One drainer at a time for a segment's pool: a descendant's own
+    reporter and the keeper (in the root's reporter) may both hold its
+    segment.  Two drains of one page would copy it twice and free it after
+    the hook had taken it again.  The segment's events_drainer word holds
+    the draining reporter's pid; one left by a reporter that died is taken
+    over."""
+
+    def __init__(self, seg):
+        self.word = _ffi.cast("uint32_t *", seg.field_address("events_drainer"))
+        self.me = os.getpid()
+
+    def take(self):
+        L = atomics()
+        held = L.mlk_cas_u32(self.word, 0, self.me)
+        if held in (0, self.me):
+            return True
+        return not _alive(held) and L.mlk_cas_u32(self.word, held, self.me) == held
+
+    def give_back(self):
+        atomics().mlk_cas_u32(self.word, self.me, 0)
 
 
 def chunk_groups(pages):
@@ -86,13 +137,23 @@ class Recorder:
         self.dropped_bytes = 0       # records drained after it stopped
         self.finished = False
         self.name = f"{reporter.name}-{reporter.pid}.events"
+        self.lock = DrainLock(self.seg)
 
     # -- draining ---------------------------------------------------------
 
     def drain(self, final=False):
         """Take the full pages; with `final`, what every page holds (the
         process is gone, or about to be: FILLING pages are read, not freed,
-        since a live thread may still append to them)."""
+        since a live thread may still append to them).  Nothing while
+        another reporter drains the same pool (DrainLock)."""
+        if not self.lock.take():
+            return
+        try:
+            self._drain(final)
+        finally:
+            self.lock.give_back()
+
+    def _drain(self, final):
         pages, data, freed = self.pages, self.data, False
         got = []
         for i in range(self.npages):
@@ -258,13 +319,16 @@ class Recorder:
         """record=last: the file, whole -- what is kept, what the pages
         hold now (their records so far, left in place), the counters."""
         partial = []
-        if not final:  # pages in progress: their records so far, not taken
-            for i in range(self.npages):
-                page = self.pages[i]
-                if page.state in (FULL, FILLING) and page.used:
-                    used = min(page.used, PAGE_BYTES)
-                    partial.append((page.claim, (page.tid, page.first_ns, page.last_ns,
-                                                 bytes(self.data[i * PAGE_BYTES:i * PAGE_BYTES + used]))))
+        if not final and self.lock.take():  # pages in progress: their records so far, not taken
+            try:
+                for i in range(self.npages):
+                    page = self.pages[i]
+                    if page.state in (FULL, FILLING) and page.used:
+                        used = min(page.used, PAGE_BYTES)
+                        partial.append((page.claim, (page.tid, page.first_ns, page.last_ns,
+                                                     bytes(self.data[i * PAGE_BYTES:i * PAGE_BYTES + used]))))
+            finally:
+                self.lock.give_back()
         pieces = [p for _, p in sorted(partial)] + list(self.pending)
         names = self._new_names()
         if names:

@@ -246,5 +246,6 @@ void mlk_events_fork_child(void)
         return;
     mlk_seg->events_claims = mlk_seg->events_lost = mlk_seg->events_waits = 0;
     mlk_seg->events_freed = mlk_seg->events_stop = 0;
+    mlk_seg->events_drainer = 0; /* the parent's reporter's: this pool is the child's own */
     mlk_seg->events_start_ns = now_ns();
 }
