@@ -398,3 +398,64 @@ def test_one_reporter_drains_a_pool_at_a_time(tmp_path):
     doc, err = replay_json(str(log), "--at", "100000")
     assert "have been lost" not in err and "not logged" not in err, err
     assert by_site(doc)["leak_slowly"] == helpers.by_site(death)["leak_slowly"]
+
+
+def test_a_log_whose_reporter_was_replaced_is_read_with_its_continuation(tmp_path):
+    """The reporter killed while the program runs: its standby takes over
+    and the log goes on in PROG-PID-2.events.  Replaying PROG-PID.events
+    reads both as one log, says so, and says any pages the killed reporter
+    had taken and not written."""
+    from libmemleak.live.client import open_segment
+    prog = compile_program("phases.c")
+    p = subprocess.Popen(cli_argv("run", "-q", "--record", prog, "forever"), cwd=tmp_path, env=CLI_ENV,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        pid = int(subprocess.check_output(["pgrep", "-f", "-n", f"^{prog} forever"], text=True))
+        time.sleep(1.5)
+        seg, fd = open_segment(pid)
+        try:
+            first = seg.header.reporter_pid
+            os.kill(first, signal.SIGKILL)
+            deadline = time.monotonic() + 60
+            while seg.header.reporter_pid in (0, first):
+                assert time.monotonic() < deadline, "no reporter took over"
+                time.sleep(0.1)
+        finally:
+            seg.close()
+            os.close(fd)
+        second = tmp_path / f"phases-{pid}-2.events"
+        deadline = time.monotonic() + 60
+        while not second.exists():
+            assert time.monotonic() < deadline, os.listdir(tmp_path)
+            time.sleep(0.1)
+        time.sleep(1.5)
+        os.kill(pid, signal.SIGKILL)
+        p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    wait_for_file(str(tmp_path / f"phases-{pid}-1.memlog"))
+    time.sleep(1)
+    reports = reports_of(tmp_path, "phases", pid)
+    assert reports[-1].header["reason"] == "death"
+    assert reports[-1].header["event-log"].startswith(f"all phases-{pid}-2.events ")
+    log = str(tmp_path / f"phases-{pid}.events")
+    doc, err = replay_json(log, "--at", "100000")
+    assert f"read with {second}: its reporter was replaced" in err
+    from libmemleak.files.events import EventLog
+    with EventLog(log) as both:
+        assert both.continued == [str(second)] and both.final_stat()["reason"] == "death"
+        missing = both.missing_pages()
+    assert (doc["before_log_bytes"] == 0) if not missing else ("pages of records are missing" in err)
+    alone = tmp_path / "alone.events"   # the first file by another name: no continuation
+    alone.write_bytes(open(log, "rb").read())
+    part, _ = replay_json(str(alone), "--at", "100000")
+    assert part["records"] < doc["records"]
+    sites = by_site(doc)
+    total = {}
+    for r in reports:
+        for name, (b, n) in helpers.by_site(r).items():
+            ob, on = total.get(name, (0, 0))
+            total[name] = (ob + b, on + n)
+    assert sites["leak_slowly"] == total["leak_slowly"]  # what was live at death, exactly

@@ -168,9 +168,15 @@ def answer(args, log):
 def notes(log):
     """What the reader must know of the log itself, one line each."""
     out = []
+    if log.continued:
+        out.append(f"read with {', '.join(log.continued)}: its reporter was replaced while the process ran")
     if log.truncated:
         out.append(f"{log.path} ends in the middle of a chunk (its writer was stopped): replayed up to there")
     stat = log.final_stat()
+    missing = log.missing_pages()
+    if missing and not (stat and stat.get("stopped")):
+        out.append(f"{missing:,} pages of records are missing (a reporter was killed between taking them and "
+                   "writing them): what they changed counts as live before the log")
     if not stat:
         out.append("the log has no final counters (its reporter was killed): what was live before "
                    "its first record is not known; amounts are changes since then")

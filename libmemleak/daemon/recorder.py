@@ -161,10 +161,9 @@ class Recorder:
             state = page.state
             if state != FULL and not (final and state == FILLING):
                 continue
-            used = min(page.used, PAGE_BYTES)
-            if used:
-                got.append((page.claim, page.tid, page.first_ns, page.last_ns,
-                            bytes(data[i * PAGE_BYTES:i * PAGE_BYTES + used])))
+            used = min(page.used, PAGE_BYTES)  # (an empty page too: the log's claims stay contiguous)
+            got.append((page.claim, page.tid, page.first_ns, page.last_ns,
+                        bytes(data[i * PAGE_BYTES:i * PAGE_BYTES + used])))
             if state == FULL:
                 page.used = 0      # its next owner's records start empty
                 page.state = FREE  # x86-64 keeps our copy and that store before this one
@@ -173,8 +172,8 @@ class Recorder:
             self.h.events_freed = (self.h.events_freed + 1) & 0xffffffff
             futex_wake(self.seg.field_address("events_freed"))
         got.sort()
-        for _claim, tid, first, last, records in got:
-            self.pending.append((tid, first, last, records))
+        for claim, tid, first, last, records in got:
+            self.pending.append((tid, first, last, records, claim))
             self.pending_bytes += len(records)
         if self.pending and self.pending_since is None:
             self.pending_since = time.monotonic()
@@ -291,7 +290,8 @@ class Recorder:
     def state_words(self):
         """What a report's header says of the log: its mode, its file, and
         what it missed ("all prog-42.events lost 0", "... stopped cap")."""
-        words = f"{self.mode} {self.name} lost {min(self.h.events_lost, 1 << 62)}"
+        name = os.path.basename(self.path) if self.path else self.name  # (-2: a reporter that took over)
+        words = f"{self.mode} {name} lost {min(self.h.events_lost, 1 << 62)}"
         return words + (f" stopped {self.stopped}" if self.stopped else "")
 
     def on_report(self, reason):
@@ -326,7 +326,8 @@ class Recorder:
                     if page.state in (FULL, FILLING) and page.used:
                         used = min(page.used, PAGE_BYTES)
                         partial.append((page.claim, (page.tid, page.first_ns, page.last_ns,
-                                                     bytes(self.data[i * PAGE_BYTES:i * PAGE_BYTES + used]))))
+                                                     bytes(self.data[i * PAGE_BYTES:i * PAGE_BYTES + used]),
+                                                     page.claim)))
             finally:
                 self.lock.give_back()
         pieces = [p for _, p in sorted(partial)] + list(self.pending)

@@ -12,8 +12,9 @@ little-endian payload length and the payload, so that a file cut short
           numbered once a log, counting on from the previous STK2's lines
     STKS  zstd(JSON [[stack id, kind, [frame line, ...]], ...]) (version 1's)
     EVTP  u32 pages, u32 raw bytes, per page (i32 tid, u32 bytes, u64 first_ns,
-          u64 last_ns), then zstd(the pages' records packed: files/event_pack.py)
-    EVTS  the same with the records as the hook wrote them (version 1's)
+          u64 last_ns, u64 claim), then zstd(the pages' records packed:
+          files/event_pack.py)
+    EVTS  the same without claims, the records as the hook wrote them (version 1's)
     STAT  JSON: the counters as of a moment -- live bytes and blocks per
           stack, records lost, why the log ended or stopped
 
@@ -29,7 +30,8 @@ from libmemleak.files.event_pack import Packer, packed_bound
 MAGIC = b"MLKEVENTS 1\n"
 CHUNK = struct.Struct("<4sI")
 EVTS_HEAD = struct.Struct("<II")
-PAGE = struct.Struct("<iIQQ")
+PAGE = struct.Struct("<iIQQ")          # EVTS: tid, bytes, first_ns, last_ns
+PAGE_CLAIMED = struct.Struct("<iIQQQ")  # EVTP: ... and the page's claim (the order pages were taken in)
 VERSION = 2                  # 2: records packed (EVTP); 1: as the hook wrote them (EVTS)
 READS = (1, 2)
 MAX_CHUNK = 1 << 30          # a chunk's payload, compressed or not
@@ -75,10 +77,10 @@ class StackNamer:
 
 
 def evts_chunk(pages, compressor, packer):
-    """pages: (tid, first_ns, last_ns, records bytes) each."""
+    """pages: (tid, first_ns, last_ns, records bytes, claim) each."""
     records = [p[3] for p in pages]
     head = EVTS_HEAD.pack(len(pages), sum(map(len, records))) + b"".join(
-        PAGE.pack(tid, len(data), first, last) for tid, first, last, data in pages)
+        PAGE_CLAIMED.pack(tid, len(data), first, last, claim) for tid, first, last, data, claim in pages)
     return chunk(b"EVTP", head + compressor.compress(packer.pack(records)))
 
 
@@ -91,37 +93,67 @@ def is_event_log(path):
         return False
 
 
-class Chunk:
-    __slots__ = ("tag", "offset", "length")
-
-    def __init__(self, tag, offset, length):
-        self.tag, self.offset, self.length = tag, offset, length
+CONTINUATIONS = 99   # PROG-PID-2.events ... -99: the recorder's other names for a pid
 
 
 class EventLog:
     """An event log file opened for reading: its chunks indexed (tags,
-    offsets), HEAD, stacks and STATs read; EVTS chunks read on demand."""
+    offsets), HEAD, stacks and STATs read; EVTS chunks read on demand.
+
+    A log whose reporter was replaced while the process ran (killed, and
+    the keeper took over its pool) goes on in PROG-PID-2.events: those of
+    the same process image (HEAD's pid and start) are read as one log with
+    it, in order (`continued` lists them)."""
 
     def __init__(self, path):
         import zstandard
         self.path = path
         self._dctx = zstandard.ZstdDecompressor()
         self._packer = None
-        self._lines = []             # STK2's frame lines, numbered as the log numbered them
-        try:
-            self._f = open(path, "rb")
-        except OSError as e:
-            raise EventsError(f"{path}: cannot open: {e.strerror}") from None
+        self._files = []
         self.head, self.stacks, self.stats, self.evts = None, {}, [], []
-        self.truncated = False
+        self.truncated = False       # the last file read ends in the middle of a chunk
+        self.continued = []          # the files read as this log's continuation
+        self.claims = []             # the pages' claims (version 2): a gap is a page missing
         try:
-            self._index()
+            self._index(self._open(path), path)
+            for other in self._continuations(path):
+                try:
+                    f = self._open(other)
+                    if self._index(f, other, self.head):
+                        self.continued.append(other)
+                except EventsError:
+                    pass  # not this log's: left alone
         except EventsError:
-            self._f.close()
+            self.close()
             raise
 
+    def _open(self, path):
+        try:
+            f = open(path, "rb")
+        except OSError as e:
+            raise EventsError(f"{path}: cannot open: {e.strerror}") from None
+        self._files.append(f)
+        return f
+
+    @staticmethod
+    def _continuations(path):
+        import os
+        import re
+        m = re.fullmatch(r"(.*-\d+)\.events", path)
+        if not m:
+            return []
+        found = []
+        for n in range(2, CONTINUATIONS + 1):
+            other = f"{m.group(1)}-{n}.events"
+            if not os.path.exists(other):
+                break
+            found.append(other)
+        return found
+
     def close(self):
-        self._f.close()
+        for f in self._files:
+            f.close()
 
     def __enter__(self):
         return self
@@ -129,12 +161,15 @@ class EventLog:
     def __exit__(self, *exc):
         self.close()
 
-    def _index(self):
-        f, path = self._f, self.path
+    def _index(self, f, path, first_head=None):
+        """Index one file's chunks; with first_head (a continuation), only
+        if it is the same process image's -- else False, nothing taken."""
         if f.read(len(MAGIC)) != MAGIC:
             raise EventsError(f"{path}: not a libmemleak event log (PROG-PID.events)")
         import os
         size = os.fstat(f.fileno()).st_size
+        self._lines = []             # STK2's frame lines, numbered per file (per writer)
+        self.truncated = False
         offset = len(MAGIC)
         while True:
             head = f.read(CHUNK.size)
@@ -150,8 +185,12 @@ class EventLog:
             if start + length > size:  # the last chunk cut short: the log ends before it
                 self.truncated = True
                 break
-            if tag in (b"EVTS", b"EVTP"):
-                self.evts.append(self._evts_index(start, length, tag == b"EVTP"))
+            if first_head is not None and offset == len(MAGIC):  # a continuation: the same image's?
+                if tag != b"HEAD" or length > MAX_JSON or not _same_image(self._json(f.read(length), False),
+                                                                          first_head):
+                    return False
+            elif tag in (b"EVTS", b"EVTP"):
+                self.evts.append(self._evts_index(f, path, start, length, tag == b"EVTP"))
                 f.seek(start + length)
             elif length > MAX_JSON:
                 raise EventsError(f"{path}: a {tag!r} chunk of {length} bytes: not an event log's")
@@ -160,6 +199,7 @@ class EventLog:
             offset = start + length
         if self.head is None:
             raise EventsError(f"{path}: no HEAD chunk: not a complete event log")
+        return first_head is None or offset > len(MAGIC)
 
     def _json(self, payload, compressed):
         try:
@@ -198,29 +238,31 @@ class EventLog:
                 self.stats.append(stat)
         # unknown tags: skipped (a later version's)
 
-    def _evts_index(self, start, length, packed):
-        f = self._f
+    def _evts_index(self, f, path, start, length, packed):
         head = f.read(EVTS_HEAD.size)
         if len(head) < EVTS_HEAD.size:
-            raise EventsError(f"{self.path}: a broken EVTS chunk at offset {start}")
+            raise EventsError(f"{path}: a broken EVTS chunk at offset {start}")
         npages, raw = EVTS_HEAD.unpack(head)
-        if npages > length // PAGE.size or raw > min(npages * MAX_PAGE_BYTES, MAX_RAW):
-            raise EventsError(f"{self.path}: a broken EVTS chunk at offset {start}")
-        table = f.read(npages * PAGE.size)
-        if EVTS_HEAD.size + len(table) > length or len(table) < npages * PAGE.size:
-            raise EventsError(f"{self.path}: a broken EVTS chunk at offset {start}")
-        pages = [PAGE.unpack_from(table, i * PAGE.size) for i in range(npages)]
+        entry = PAGE_CLAIMED if packed else PAGE
+        if npages > length // entry.size or raw > min(npages * MAX_PAGE_BYTES, MAX_RAW):
+            raise EventsError(f"{path}: a broken EVTS chunk at offset {start}")
+        table = f.read(npages * entry.size)
+        if EVTS_HEAD.size + len(table) > length or len(table) < npages * entry.size:
+            raise EventsError(f"{path}: a broken EVTS chunk at offset {start}")
+        pages = [entry.unpack_from(table, i * entry.size) for i in range(npages)]
         if sum(p[1] for p in pages) != raw or any(p[1] > MAX_PAGE_BYTES for p in pages):
-            raise EventsError(f"{self.path}: a broken EVTS chunk at offset {start}")
-        body = start + EVTS_HEAD.size + npages * PAGE.size
+            raise EventsError(f"{path}: a broken EVTS chunk at offset {start}")
+        body = start + EVTS_HEAD.size + npages * entry.size
         first = min((p[2] for p in pages), default=0)
         last = max((p[3] for p in pages), default=0)
-        return EvtsChunk(body, start + length - body, raw, pages, first, last, packed)
+        if packed:
+            self.claims.extend(p[4] for p in pages)
+        return EvtsChunk(f, body, start + length - body, raw, pages, first, last, packed)
 
     def pages(self, evts):
         """The (tid, first_ns, records) of an EVTS chunk's pages."""
-        self._f.seek(evts.body)
-        data = self._f.read(evts.compressed)
+        evts.f.seek(evts.body)
+        data = evts.f.read(evts.compressed)
         lens = [p[1] for p in evts.pages]
         try:
             raw = self._dctx.decompress(
@@ -236,19 +278,36 @@ class EventLog:
         if len(raw) != evts.raw:
             raise EventsError(f"{self.path}: a broken EVTS chunk (its records are not the size it says)")
         out, at = [], 0
-        for tid, n, first, _last in evts.pages:
+        for tid, n, first, _last, *_claim in evts.pages:
             out.append((tid, first, raw[at:at + n]))
             at += n
         return out
+
+    def missing_pages(self):
+        """Pages the hook filled that are in no chunk of the log: claims
+        missing between the first and the last (a reporter killed between
+        taking pages and writing them); 0 for a version 1 log (no claims)."""
+        if not self.claims:
+            return 0
+        seen = set(self.claims)
+        low = 0 if self.head.get("mode") == "all" else min(seen)
+        return max(seen) + 1 - low - len(seen)
 
     def final_stat(self):
         """The last STAT (the counters as the log ended), or None."""
         return self.stats[-1] if self.stats else None
 
 
-class EvtsChunk:
-    __slots__ = ("body", "compressed", "raw", "pages", "first_ns", "last_ns", "packed")
+def _same_image(head, first):
+    """A continuation's HEAD says the same process image as the first file's."""
+    return (isinstance(head, dict) and head.get("version") in READS
+            and all(head.get(k) == first.get(k) for k in ("pid", "start_mono_ns", "exe")))
 
-    def __init__(self, body, compressed, raw, pages, first_ns, last_ns, packed):
+
+class EvtsChunk:
+    __slots__ = ("f", "body", "compressed", "raw", "pages", "first_ns", "last_ns", "packed")
+
+    def __init__(self, f, body, compressed, raw, pages, first_ns, last_ns, packed):
+        self.f = f
         self.body, self.compressed, self.raw, self.pages = body, compressed, raw, pages
         self.first_ns, self.last_ns, self.packed = first_ns, last_ns, packed
