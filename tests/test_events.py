@@ -459,3 +459,49 @@ def test_a_log_whose_reporter_was_replaced_is_read_with_its_continuation(tmp_pat
             ob, on = total.get(name, (0, 0))
             total[name] = (ob + b, on + n)
     assert sites["leak_slowly"] == total["leak_slowly"]  # what was live at death, exactly
+
+
+def test_a_stopped_reporter_costs_one_wait_not_one_per_page(tmp_path):
+    """The pool full and its reporter stopped (SIGSTOP): the hook waits 3 s
+    for a page once, then drops records -- counted, said in the report and
+    by replay -- until the reporter frees pages again, instead of 3 s for
+    every page each thread fills (here about a thousand: most of an hour)."""
+    from libmemleak.live.client import open_segment
+    prog = compile_program("recordstall.c")
+    p = subprocess.Popen(cli_argv("run", "-q", "--record", "--config", "record_buffer=1M", prog, "2000000"),
+                         cwd=tmp_path, env=CLI_ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    reporter = None
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        pid = int(subprocess.check_output(["pgrep", "-f", "-n", f"^{prog} 2000000"], text=True))
+        seg, fd = open_segment(pid)
+        try:
+            deadline = time.monotonic() + 60
+            while not seg.header.reporter_pid:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            reporter = seg.header.reporter_pid
+        finally:
+            seg.close()
+            os.close(fd)
+        os.kill(reporter, signal.SIGSTOP)
+        p.stdin.write("\n")
+        p.stdin.flush()
+        assert p.stdout.readline().strip() == "done"  # (the test's timeout is the bound)
+        os.kill(reporter, signal.SIGCONT)
+        reporter = None
+        p.stdin.write("\n")
+        p.stdin.flush()
+        p.communicate(timeout=120)
+    finally:
+        if reporter:
+            os.kill(reporter, signal.SIGCONT)
+        if p.poll() is None:
+            p.kill()
+    [report] = reports_of(tmp_path, "recordstall", pid)
+    lost = int(report.header["event-log"].split(" lost ")[1].split()[0])
+    assert lost > 1000000
+    log = str(tmp_path / f"recordstall-{pid}.events")
+    doc, err = replay_json(log, "--at", "100000")
+    assert f"{lost:,} records were not logged" in err

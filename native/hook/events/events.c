@@ -114,6 +114,12 @@ static struct mlk_event_page *take_free_page(uint32_t *index)
     return NULL;
 }
 
+/* events_freed + 1 as a wait for a page ran out (0: none did): until the
+ * reporter frees a page again, no thread waits -- records are dropped and
+ * counted.  A reporter stopped or gone would otherwise cost every page a
+ * thread fills 3 s, sometimes under a shard's or the mappings' lock. */
+static uint32_t gave_up;
+
 /* A page for this thread, waiting a while for the reporter to free one
  * when the pool is full (it drains every 50 ms; a pool full for seconds
  * means the reporter is gone or stopped). */
@@ -127,9 +133,13 @@ static int open_page(uint64_t now)
         uint32_t seen = __atomic_load_n(&mlk_seg->events_freed, __ATOMIC_ACQUIRE);
         if ((p = take_free_page(&index)) != NULL)
             break;
-        if (tries == WAITS_MAX)
+        if (tries == WAITS_MAX) {
+            __atomic_store_n(&gave_up, seen + 1, __ATOMIC_RELAXED);
             return 0;
+        }
         if (tries == 0) {
+            if (__atomic_load_n(&gave_up, __ATOMIC_RELAXED) == seen + 1)
+                return 0; /* nothing freed since a wait ran out */
             __atomic_add_fetch(&mlk_seg->events_waits, 1, __ATOMIC_RELAXED);
             mlk_ensure_reporter(); /* a forked child's starts lazily: now it is needed */
         }
@@ -247,5 +257,6 @@ void mlk_events_fork_child(void)
     mlk_seg->events_claims = mlk_seg->events_lost = mlk_seg->events_waits = 0;
     mlk_seg->events_freed = mlk_seg->events_stop = 0;
     mlk_seg->events_drainer = 0; /* the parent's reporter's: this pool is the child's own */
+    gave_up = 0;
     mlk_seg->events_start_ns = now_ns();
 }
