@@ -10,12 +10,14 @@ frees; heaptrack's and memray's own counts are not comparable units).
     python bench/record.py --rounds 5 --only sqlite3 python-sqlite
 
 Workloads: cc1, sqlite3 and alloc-glibc (bench/callgrind.py's cut-down
-ones), churn (bench/programs/churn.cc: 2 threads, 2 x 5,000,000 pairs)
-and python-sqlite: the sqlite3 workload's SQL run by Python's sqlite3
-module with PYTHONMALLOC=malloc (every object through malloc), since
-memray traces only Python programs -- `memray run --native`, native
-stacks as ours.  The threaded server's figures are bench/servers.py's
-(its libmemleak-record rows).
+ones), churn (bench/programs/churn.cc: 2 threads, 2 x 5,000,000 pairs),
+threaded-server (tests/programs/slowleaks_server.cc: 3 worker threads
+serving requests among std::map and std::string traffic) and
+python-sqlite: the sqlite3 workload's SQL run by Python's sqlite3 module
+with PYTHONMALLOC=malloc (every object through malloc), since memray
+traces only Python programs -- `memray run --native`, native stacks as
+ours.  Real servers under load (redis, memcached) are bench/servers.py's
+libmemleak-record rows.
 
 The hot path's instruction count with recording on is bench/callgrind.py's
 job: MEMLEAK_CONFIG=record=all there."""
@@ -54,6 +56,15 @@ def all_workloads(out, only):
         subprocess.run(["g++", "-O2", os.path.join(HERE, "programs", "churn.cc"), "-o", exe, "-pthread"],
                        check=True)
         found["churn"] = ([exe, str(CHURN_PAIRS)], None, {}, None)
+    if not only or "threaded-server" in only:
+        exe = os.path.join(out, "slowleaks_server")
+        programs = os.path.join(os.path.dirname(HERE), "tests", "programs")
+        subprocess.run(["g++", "-O2", "-g", "-I", programs, os.path.join(programs, "slowleaks_server.cc"), "-o", exe,
+                        "-pthread"], check=True)
+        lines = os.path.join(out, "newlines.txt")  # its checkpoints: one line each
+        with open(lines, "w") as f:
+            f.write("\n" * 16)
+        found["threaded-server"] = ([exe], lines, {}, None)
     if not only or "python-sqlite" in only:
         script = os.path.join(out, "python_sqlite.py")
         with open(script, "w") as f:
@@ -124,7 +135,8 @@ def have_memray():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--only", nargs="+", choices=["cc1", "sqlite3", "alloc-glibc", "churn", "python-sqlite"])
+    ap.add_argument("--only", nargs="+", choices=["cc1", "sqlite3", "alloc-glibc", "churn", "threaded-server",
+                                                       "python-sqlite"])
     args = ap.parse_args()
     out = os.path.join(HERE, "out")
     os.makedirs(out, exist_ok=True)
@@ -134,7 +146,7 @@ def main():
     for tool, there in (("heaptrack", heaptrack), ("memray", memray)):
         if not there:
             print(f"note: {tool} not installed: its column is empty")
-    only = args.only or ["cc1", "sqlite3", "alloc-glibc", "churn", "python-sqlite"]
+    only = args.only or ["cc1", "sqlite3", "alloc-glibc", "churn", "threaded-server", "python-sqlite"]
     rows = []
     for name, (argv, stdin_path, extra, script) in all_workloads(out, only).items():
         if not argv:
