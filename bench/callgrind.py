@@ -36,7 +36,6 @@ and gets a file of its own).
 
 import argparse
 import os
-import re
 import shutil
 import subprocess
 import sys

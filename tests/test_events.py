@@ -91,6 +91,10 @@ def test_replay_names_the_peak_the_temporaries_and_the_slow_leak(tmp_path):
     at_end, _ = replay_json(log, "--at", f"{end + 1:.3f}")
     assert by_site(at_end)["leak_slowly"] == (1000 * 1024, 1000)
     assert max(p["max_bytes"] for p in whole["usage"]) == peak["peak_bytes"]
+    # every allocation in some step of the usage series, and its last point the end's total
+    lives, _ = replay_json(log, "--lifetimes")
+    assert sum(p["allocations"] for p in whole["usage"]) == sum(r["blocks"] for r in lives["stacks"]) > 101000
+    assert whole["usage"][-1]["live_bytes"] == sum(r["bytes"] for r in at_end["stacks"])
 
     text = cli("replay", log, "--frames", "1")
     assert "peak: 50.0 MB live at" in text.stdout and "build_peak (phases.c:" in text.stdout
@@ -276,7 +280,9 @@ def test_the_html_page_of_a_log_charts_it_at_full_resolution(tmp_path):
     ys = [float(p.split(",")[1]) for p in points.split()]
     assert len(ys) == len(usage["usage"]) > 100
     assert min(ys) == pytest.approx(2.0)  # the line reaches the top of its scale: the peak
-    assert "<title>peak: 50.0 MB at +" in out and "0 to 50.0 MB" in out
+    assert "<title>peak: 50.0 MB at +" in out and "live: 0 to 50.0 MB" in out
+    [rates] = re.findall(r'<polyline class="rate"[^>]*points="([^"]*)"', out)  # the allocation rate
+    assert len(rates.split()) == len(ys) and "allocations: 0 to " in out
     assert re.search(r'<td class="n">#1</td><td>grows in [^<]*never freed</td><td class="n">1000.0 KB live in '
                      r'1,000 blocks</td><td class="frames">leak_slowly \(phases.c:', out), out[-3000:]
     at = tmp_path / "at.html"

@@ -29,6 +29,7 @@ int mlk_rp_feed(struct mlk_replay *, int32_t, uint64_t, const uint8_t *, uint32_
 int mlk_rp_advance(struct mlk_replay *, uint64_t);
 void mlk_rp_window(struct mlk_replay *, uint64_t);
 void mlk_rp_resume(struct mlk_replay *, uint64_t, uint64_t);
+void mlk_rp_end_series(struct mlk_replay *);
 void mlk_rp_stack_limit(struct mlk_replay *, uint64_t);
 void mlk_rp_totals(const struct mlk_replay *, struct mlk_rp_totals *);
 const void *mlk_rp_column(const struct mlk_replay *, int);
@@ -55,7 +56,8 @@ def lib():
 class Pass(NamedTuple):
     """One replay's answers: totals (struct mlk_rp_totals as a dict, times
     in ns), per-stack columns (dicts id -> value, nonzero only), lifetimes
-    (id -> 40 log2 buckets of ticks), the usage series [(ns, live, max)]."""
+    (id -> 40 log2 buckets of ticks), the usage series [(ns, live, max,
+    allocations, bytes allocated)], each point's since the one before."""
     totals: dict
     columns: dict
     lifetimes: dict
@@ -81,6 +83,8 @@ def replay(log, stop_ordinal=ALL, stop_ns=ALL, blocks=False, lifetimes=False, te
     L.mlk_rp_stack_limit(r, stack_limit(log))
     try:
         _feed_all(log, L, r)
+        if series_step_ns:
+            L.mlk_rp_end_series(r)
         if window_from_ns is not None:
             L.mlk_rp_window(r, window_from_ns)
         return _answers(L, r, shift, lifetimes)
@@ -164,8 +168,9 @@ def _answers(L, r, shift, lifetimes):
                 lives[i] = row
     series = []
     if t.nseries:
-        ticks, tot, mx = (ffi.unpack(ffi.cast("int64_t *", L.mlk_rp_column(r, w)), t.nseries) for w in (9, 10, 11))
-        series = [(a << shift, b, c) for a, b, c in zip(ticks, tot, mx)]
+        ticks, tot, mx, made, made_bytes = (ffi.unpack(ffi.cast("int64_t *", L.mlk_rp_column(r, w)), t.nseries)
+                                            for w in (9, 10, 11, 12, 13))
+        series = [(a << shift, b, c, d, e) for a, b, c, d, e in zip(ticks, tot, mx, made, made_bytes)]
     return Pass(totals, columns, lives, series)
 
 
@@ -269,8 +274,9 @@ def usage_step(log):
 
 class Usage(NamedTuple):
     """The live total over a log (times in ns on its clock): USAGE_POINTS
-    steps, each (ns, total at its end, highest total in it), the exact
-    peak, and the moment a series of one report shows (None: a timeline)."""
+    steps, each (ns, total at its end, highest total in it, allocations
+    made in it, their bytes), the exact peak, and the moment a series of
+    one report shows (None: a timeline)."""
     start_ns: int
     end_ns: int
     points: list
@@ -282,7 +288,7 @@ class Usage(NamedTuple):
 def _usage(log, whole, base, moment_ns=None):
     before = sum(b for b, _ in base.live.values())
     t = whole.totals
-    return Usage(start_ns(log), t["last_ns"], [(a, b + before, c + before) for a, b, c in whole.series],
+    return Usage(start_ns(log), t["last_ns"], [(a, b + before, c + before, d, e) for a, b, c, d, e in whole.series],
                  t["peak_ns"] if t["peak"] > 0 else start_ns(log), max(t["peak"], 0) + before, moment_ns)
 
 
@@ -305,7 +311,8 @@ def timeline_series(log, moments=16, usage=False):
             pb, pn, pa = before.get(i, (0, 0, 0))
             if (b - pb, n - pn, a - pa) != (0, 0, 0):
                 entries[i] = (b - pb, n - pn, a - pa)
-        reason = "exit" if k == moments - 1 and ended in ("exit", "death") else "replay"
+        # (an exit's last interval holds its teardown, as an exit report's does; a death's has none)
+        reason = ended if k == moments - 1 and ended in ("exit", "death") else "replay"
         reports.append((at_ns, reason, entries, live))
         before = live
     series = _series(log, reports, lambda at_ns: f"timeline +{max(0, at_ns - start_ns(log)) / 1e9:.3f} s "

@@ -292,9 +292,9 @@ def analyse(series, group_by="stack", alloc_fns=None, fold=True):
     a.notes += layer.notes()
     # How the unwinder got the stacks (counts since start: the last report's).
     last = series.reports[-1].header if series.reports else {}
-    for field, label in (("frame-pointers", "frame pointers"), ("stacks-ended-without-tables", "stacks cut short")):
-        if last.get(field):
-            a.notes.append(f"{label}: {last[field]}")
+    for said, label in (("frame-pointers", "frame pointers"), ("stacks-ended-without-tables", "stacks cut short")):
+        if last.get(said):
+            a.notes.append(f"{label}: {last[said]}")
     through = reports[scanned_at].header.get("reachable-through-header") if scan else None
     if through:  # what valgrind would call possibly lost
         a.notes.append(f"reachable through an allocator's header (valgrind: possibly lost; "

@@ -152,7 +152,8 @@ def answer(args, log):
                                                for i, n in whole.columns["allocs"].items()})])
     elif args.usage:
         doc.update(view="usage", usage=[{"ns": a, "live_bytes": b + doc["before_log_bytes"],
-                                         "max_bytes": c + doc["before_log_bytes"]} for a, b, c in whole.series])
+                                         "max_bytes": c + doc["before_log_bytes"], "allocations": d,
+                                         "allocated_bytes": e} for a, b, c, d, e in whole.series])
     else:
         moment, live = R.live_moment(log, whole, base)
         doc.update(view="peak", peak_ns=moment if t["peak"] > 0 else start,
@@ -232,8 +233,13 @@ def show(doc, args, start, exe, config):
         print(f"temporary ({how}): {count(n, 'allocation')}, "
               f"{human_bytes(sum(r['bytes'] for r in doc['stacks']))}")
     elif view == "usage":
+        before = start
         for p in doc["usage"]:
-            print(f"  {when(p['ns']):>12s}  {human_bytes(p['live_bytes']):>10s}  (max {human_bytes(p['max_bytes'])})")
+            rate = p["allocations"] / max(p["ns"] - before, 1) * 1e9
+            print(f"  {when(p['ns']):>12s}  {human_bytes(p['live_bytes']):>10s}  (max "
+                  f"{human_bytes(p['max_bytes'])})  {p['allocations']:,} allocations ({rate:,.0f}/s, "
+                  f"{human_bytes(p['allocated_bytes'])})")
+            before = p["ns"]
         return
     for r, frames in framed[:args.top]:
         if view == "temporary":

@@ -72,7 +72,15 @@ def usage_chart(usage, width=840, height=90):
 
     def y(v):
         return 2 + (height - 4) * (high - max(v, 0)) / high
-    line = " ".join(f"{x(t):.1f},{y(m):.1f}" for t, _, m in points)
+    line = " ".join(f"{x(p[0]):.1f},{y(p[2]):.1f}" for p in points)
+    # the allocation rate, on a scale of its own: each step's allocations over its length
+    rates, before = [], lo_t
+    for p in points:
+        rates.append(p[3] / max(p[0] - before, 1) * 1e9)
+        before = p[0]
+    top_rate = max(rates) or 1
+    rate_line = " ".join(f"{x(p[0]):.1f},{2 + (height - 4) * (top_rate - r) / top_rate:.1f}"
+                         for p, r in zip(points, rates))
     peak = (f'<circle cx="{x(usage.peak_ns):.1f}" cy="{y(usage.peak_bytes):.1f}" r="4" fill="#c33">'
             f'<title>peak: {_e(human_bytes(usage.peak_bytes))} at +{(usage.peak_ns - lo_t) / 1e9:.3f} s</title>'
             '</circle>')
@@ -87,8 +95,11 @@ def usage_chart(usage, width=840, height=90):
             + (f'; shown below: +{(usage.moment_ns - lo_t) / 1e9:.3f} s' if usage.moment_ns is not None else
                '; the suspects below are ranked over the log read as reports evenly spaced over it')
             + f'</p><svg class="usage" width="{width}" height="{height}">'
-            f'<polyline fill="none" stroke="#444" stroke-width="1.5" points="{line}"/>{moment}{peak}</svg>'
-            f'<p class="axis">0 to {_e(human_bytes(high))}, +0 s to +{(hi_t - lo_t) / 1e9:.3f} s</p>')
+            f'<polyline fill="none" stroke="#444" stroke-width="1.5" points="{line}"/>'
+            f'<polyline class="rate" fill="none" stroke="#e90" stroke-width="1" stroke-opacity="0.7" '
+            f'points="{rate_line}"/>{moment}{peak}</svg>'
+            f'<p class="axis">live: 0 to {_e(human_bytes(high))}; <span style="color:#e90">allocations: 0 to '
+            f'{top_rate:,.0f}/s</span>; +0 s to +{(hi_t - lo_t) / 1e9:.3f} s</p>')
 
 
 def chart(a, width=420, height=36):

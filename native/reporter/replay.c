@@ -22,6 +22,7 @@
 #define EXPORT __attribute__((visibility("default")))
 #define STACKS_MAX (1u << 21)   /* MLK_STACKS_CAP of native/hook/mlk.h */
 #define LIFE_BUCKETS 40
+#define SERIES 5                /* a usage point's columns (struct mlk_replay.series) */
 
 struct page {
     uint8_t *buf;
@@ -70,9 +71,11 @@ struct mlk_replay {
     uint64_t peak_ordinal, peak_tick, first_tick, last_tick;
     int64_t any;
     uint64_t unknown_frees, bad_records, records;
-    /* the total over time: one point per series_step ticks */
+    /* the total over time: one point per series_step ticks -- its tick, the
+     * total then, the highest total in its step, the allocations made in
+     * it and their bytes (SERIES columns) */
     uint64_t series_step, series_next;
-    int64_t *series_tick, *series_total, *series_max, bucket_max;
+    int64_t *series[SERIES], bucket_max, bucket_allocs, bucket_alloc_bytes;
     uint64_t nseries, capseries;
     /* a thread's last block made, kept while it has no page open (its next
      * page may start with that block's free): direct-mapped by tid */
@@ -146,7 +149,8 @@ EXPORT void mlk_rp_free(struct mlk_replay *r)
     free(r->open);
     free(r->live_bytes), free(r->live_blocks), free(r->allocs), free(r->alloc_bytes);
     free(r->temp_count), free(r->temp_bytes), free(r->win_bytes), free(r->win_blocks), free(r->lifetimes);
-    free(r->series_tick), free(r->series_total), free(r->series_max);
+    for (int k = 0; k < SERIES; k++)
+        free(r->series[k]);
     free(r->map);
     free(r);
 }
@@ -367,24 +371,27 @@ static void series_to(struct mlk_replay *r, uint64_t tick)
 {
     while (r->series_step && tick >= r->series_next) {
         if (r->nseries == r->capseries) {
-            uint64_t c1 = r->capseries, c2 = r->capseries, c3 = r->capseries;
-            int64_t *a = grow(r->series_tick, &c1, r->nseries + 1, 8);
-            if (a) r->series_tick = a;
-            int64_t *b = grow(r->series_total, &c2, r->nseries + 1, 8);
-            if (b) r->series_total = b;
-            int64_t *m = grow(r->series_max, &c3, r->nseries + 1, 8);
-            if (m) r->series_max = m;
-            if (!a || !b || !m) {
-                r->series_step = 0;
-                return;
+            uint64_t cap = r->capseries;
+            for (int k = 0; k < SERIES; k++) {
+                uint64_t c = r->capseries;
+                int64_t *a = grow(r->series[k], &c, r->nseries + 1, 8);
+                if (!a) {
+                    r->series_step = 0;
+                    return;
+                }
+                r->series[k] = a;
+                cap = c;
             }
-            r->capseries = c1;
+            r->capseries = cap;
         }
-        r->series_tick[r->nseries] = (int64_t)r->series_next;
-        r->series_total[r->nseries] = r->total;
-        r->series_max[r->nseries] = r->bucket_max > r->total ? r->bucket_max : r->total;
+        int64_t point[SERIES] = {(int64_t)r->series_next, r->total,
+                                 r->bucket_max > r->total ? r->bucket_max : r->total, r->bucket_allocs,
+                                 r->bucket_alloc_bytes};
+        for (int k = 0; k < SERIES; k++)
+            r->series[k][r->nseries] = point[k];
         r->nseries++;
         r->bucket_max = r->total;
+        r->bucket_allocs = r->bucket_alloc_bytes = 0;
         /* a quiet stretch: one point at its end, not one per empty step */
         r->series_next = tick - r->series_next > r->series_step ? tick - tick % r->series_step
                                                                 : r->series_next + r->series_step;
@@ -412,6 +419,8 @@ static void apply(struct mlk_replay *r, struct cursor *c)
         r->live_blocks[s] += c->blocks;
         r->allocs[s]++;
         r->alloc_bytes[s] += size;
+        r->bucket_allocs++;
+        r->bucket_alloc_bytes += (int64_t)size;
         r->total += (int64_t)size;
         if (r->want_blocks)
             map_put(r, c->ev_addr, size, s, tick);
@@ -504,6 +513,14 @@ EXPORT int mlk_rp_advance(struct mlk_replay *r, uint64_t until_ns)
     return !r->stopped;
 }
 
+/* The usage series' last point: the step the last record fell in, which
+ * no later record closed. */
+EXPORT void mlk_rp_end_series(struct mlk_replay *r)
+{
+    if (r->series_step && r->any && r->series_next > r->last_tick)
+        series_to(r, r->series_next);
+}
+
 /* Moves a reached stop point on to a later one: the replay goes on from
  * where it stopped (the moments of a timeline in one pass). */
 EXPORT void mlk_rp_resume(struct mlk_replay *r, uint64_t stop_ordinal, uint64_t stop_ns)
@@ -545,12 +562,12 @@ EXPORT void mlk_rp_totals(const struct mlk_replay *r, struct mlk_rp_totals *t)
 
 /* Column `which` of the per-stack arrays (0 live bytes, 1 live blocks,
  * 2 allocations, 3 bytes allocated, 4 temporary count, 5 temporary bytes,
- * 6 window bytes, 7 window blocks, 8 lifetimes [nstacks * 40]; 9, 10, 11:
- * the series' ticks, totals, maxima), or NULL. */
+ * 6 window bytes, 7 window blocks, 8 lifetimes [nstacks * 40]; 9 to 13:
+ * the series' ticks, totals, maxima, allocations and their bytes), or NULL. */
 EXPORT const void *mlk_rp_column(const struct mlk_replay *r, int which)
 {
-    const void *cols[] = {r->live_bytes, r->live_blocks, r->allocs,      r->alloc_bytes,  r->temp_count,
-                          r->temp_bytes, r->win_bytes,   r->win_blocks,  r->lifetimes,    r->series_tick,
-                          r->series_total, r->series_max};
+    const void *cols[] = {r->live_bytes, r->live_blocks, r->allocs,      r->alloc_bytes,   r->temp_count,
+                          r->temp_bytes, r->win_bytes,   r->win_blocks,  r->lifetimes,     r->series[0],
+                          r->series[1],  r->series[2],   r->series[3],   r->series[4]};
     return which >= 0 && which < (int)(sizeof cols / sizeof cols[0]) ? cols[which] : NULL;
 }
