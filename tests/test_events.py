@@ -49,6 +49,23 @@ def by_site(doc, field="bytes"):
     return out
 
 
+def finished(path):
+    """The log has its last counters: its reporter is done with it."""
+    from libmemleak.files.events import EventLog, EventsError
+    try:
+        with EventLog(path) as log:
+            return bool(log.stats)
+    except EventsError:
+        return False
+
+
+def wait_until_finished(path, timeout=120):
+    deadline = time.monotonic() + timeout
+    while not finished(path):
+        assert time.monotonic() < deadline, f"{path}: no last counters after {timeout} s"
+        time.sleep(0.1)
+
+
 def record(tmp_path, *args, options=("--record",)):
     prog = compile_program("phases.c")
     r = subprocess.run(cli_argv("run", "-q", *options, prog, *args), cwd=tmp_path, env=CLI_ENV,
@@ -302,8 +319,13 @@ def test_children_and_exec_images_get_logs_of_their_own(tmp_path):
     r = subprocess.run(cli_argv("run", "-q", "--record", forker), cwd=tmp_path, env=CLI_ENV,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    logs = sorted(glob.glob(str(tmp_path / "forker-*.events")), key=lambda p: int(p.split("-")[-1][:-7]))
-    assert len(logs) == 2, os.listdir(tmp_path)
+    deadline = time.monotonic() + 120
+    while True:  # (a child's last report and log are the keeper's to write: `run` does not wait for them)
+        logs = sorted(glob.glob(str(tmp_path / "forker-*.events")), key=lambda p: int(p.split("-")[-1][:-7]))
+        if len(logs) == 2 and all(finished(p) for p in logs):
+            break
+        assert time.monotonic() < deadline, os.listdir(tmp_path)
+        time.sleep(0.1)
     parent, child = logs
     def first_frames(doc):
         sites = {}
@@ -329,7 +351,10 @@ def test_children_and_exec_images_get_logs_of_their_own(tmp_path):
     assert r.returncode == 0, r.stderr
     pid = int(r.stdout.split()[-1])
     second = str(tmp_path / f"reexec-{pid}-2.events")
-    assert os.path.exists(str(tmp_path / f"reexec-{pid}.events")) and wait_for_file(second)
+    first = str(tmp_path / f"reexec-{pid}.events")
+    deadline = time.monotonic() + 120
+    wait_until_finished(first)
+    wait_until_finished(second)
     doc, _ = replay_json(second, "--at", "100000")
     assert [row["bytes"] for row in doc["stacks"] if any("site_reexec" in f for f in row["frames"])] == [321]
 
@@ -400,7 +425,7 @@ def test_one_reporter_drains_a_pool_at_a_time(tmp_path):
         if p.poll() is None:
             p.kill()
     [death] = reports_of(tmp_path, "phases", pid) if wait_for_file(str(tmp_path / f"phases-{pid}-1.memlog")) else []
-    time.sleep(1)
+    wait_until_finished(str(log))
     doc, err = replay_json(str(log), "--at", "100000")
     assert "have been lost" not in err and "not logged" not in err, err
     assert by_site(doc)["leak_slowly"] == helpers.by_site(death)["leak_slowly"]
@@ -442,7 +467,7 @@ def test_a_log_whose_reporter_was_replaced_is_read_with_its_continuation(tmp_pat
         if p.poll() is None:
             p.kill()
     wait_for_file(str(tmp_path / f"phases-{pid}-1.memlog"))
-    time.sleep(1)
+    wait_until_finished(str(tmp_path / f"phases-{pid}.events"))
     reports = reports_of(tmp_path, "phases", pid)
     assert reports[-1].header["reason"] == "death"
     assert reports[-1].header["event-log"].startswith(f"all phases-{pid}-2.events ")
