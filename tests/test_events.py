@@ -352,7 +352,6 @@ def test_children_and_exec_images_get_logs_of_their_own(tmp_path):
     pid = int(r.stdout.split()[-1])
     second = str(tmp_path / f"reexec-{pid}-2.events")
     first = str(tmp_path / f"reexec-{pid}.events")
-    deadline = time.monotonic() + 120
     wait_until_finished(first)
     wait_until_finished(second)
     doc, _ = replay_json(second, "--at", "100000")
