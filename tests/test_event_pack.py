@@ -143,3 +143,39 @@ def test_a_real_logs_pages_come_back_exact(tmp_path):
         assert log.head["version"] == 2 and all(e.packed for e in log.evts)
         for evts in log.evts:
             roundtrip([records for _tid, _first, records in log.pages(evts)])
+
+
+def test_continuations_are_read_only_when_they_are_the_same_images(tmp_path):
+    """PROG-PID-2.events is read with PROG-PID.events only if its HEAD says
+    the same process image; a sibling of another image (an exec's), an
+    empty one, one cut after its HEAD or broken in its middle neither breaks
+    the first file's reading nor hides that the first is cut short."""
+    import json
+    import zstandard
+    from libmemleak.files.events import MAGIC, EventLog, chunk, evts_chunk
+    head = {"version": 2, "program": "p", "pid": 42, "exe": "/bin/p", "mode": "all", "tick_shift": 10,
+            "start_mono_ns": 1000}
+    cctx = zstandard.ZstdCompressor()
+    records = page_of([(ALLOC, 0, 4096, 64, 0)])
+
+    def log(h, *chunks):
+        return MAGIC + chunk(b"HEAD", json.dumps(h).encode()) + b"".join(chunks)
+    evts = evts_chunk([(7, 2000, 3000, records, 0)], cctx, Packer())
+    first = tmp_path / "p-42.events"
+    first.write_bytes(log(head, evts)[:-5])  # cut short
+    with EventLog(str(first)) as one:
+        assert one.truncated and not one.continued and len(one.evts) == 0
+    first.write_bytes(log(head, evts))
+    other = dict(head, start_mono_ns=5000)  # an exec'd image's: not this log's
+    (tmp_path / "p-42-2.events").write_bytes(log(other, evts_chunk([(7, 6000, 7000, records, 0)], cctx, Packer())))
+    with EventLog(str(first)) as one:
+        assert not one.continued and len(one.evts) == 1
+    (tmp_path / "p-42-2.events").write_bytes(MAGIC)  # nothing but the magic
+    with EventLog(str(first)) as one:
+        assert not one.continued and len(one.evts) == 1 and not one.truncated
+    same = evts_chunk([(7, 4000, 5000, records, 1)], cctx, Packer())
+    (tmp_path / "p-42-2.events").write_bytes(log(head, same, b"EVTP" + b"\xff" * 12))  # broken after a chunk
+    with EventLog(str(first)) as one:
+        assert one.continued == [str(tmp_path / "p-42-2.events")] and len(one.evts) == 2 and one.truncated
+        assert one.head["start_mono_ns"] == 1000 and one.missing_pages() == 0
+        assert [p[2] for e in one.evts for p in one.pages(e)] == [records, records]

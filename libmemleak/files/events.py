@@ -163,43 +163,54 @@ class EventLog:
 
     def _index(self, f, path, first_head=None):
         """Index one file's chunks; with first_head (a continuation), only
-        if it is the same process image's -- else False, nothing taken."""
+        if it is the same process image's -- else False, nothing taken.  A
+        continuation broken after its HEAD is taken up to the break, as a
+        file cut short is."""
         if f.read(len(MAGIC)) != MAGIC:
             raise EventsError(f"{path}: not a libmemleak event log (PROG-PID.events)")
         import os
         size = os.fstat(f.fileno()).st_size
         self._lines = []             # STK2's frame lines, numbered per file (per writer)
-        self.truncated = False
-        offset = len(MAGIC)
+        offset, cut = len(MAGIC), False
         while True:
             head = f.read(CHUNK.size)
             if not head:
                 break
             if len(head) < CHUNK.size:
-                self.truncated = True
+                cut = True
                 break
             tag, length = CHUNK.unpack(head)
-            if length > MAX_CHUNK:
-                raise EventsError(f"{path}: a chunk of {length} bytes at offset {offset}: not an event log's")
             start = offset + CHUNK.size
-            if start + length > size:  # the last chunk cut short: the log ends before it
-                self.truncated = True
+            if length > MAX_CHUNK or start + length > size:  # the last chunk cut short: the log ends before it
+                if length > MAX_CHUNK and first_head is None:
+                    raise EventsError(f"{path}: a chunk of {length} bytes at offset {offset}: not an event log's")
+                cut = True
                 break
             if first_head is not None and offset == len(MAGIC):  # a continuation: the same image's?
                 if tag != b"HEAD" or length > MAX_JSON or not _same_image(self._json(f.read(length), False),
                                                                           first_head):
                     return False
-            elif tag in (b"EVTS", b"EVTP"):
-                self.evts.append(self._evts_index(f, path, start, length, tag == b"EVTP"))
-                f.seek(start + length)
-            elif length > MAX_JSON:
-                raise EventsError(f"{path}: a {tag!r} chunk of {length} bytes: not an event log's")
             else:
-                self._meta_chunk(tag, f.read(length))
+                try:
+                    if tag in (b"EVTS", b"EVTP"):
+                        self.evts.append(self._evts_index(f, path, start, length, tag == b"EVTP"))
+                        f.seek(start + length)
+                    elif length > MAX_JSON:
+                        raise EventsError(f"{path}: a {tag!r} chunk of {length} bytes: not an event log's")
+                    else:
+                        self._meta_chunk(tag, f.read(length))
+                except EventsError:
+                    if first_head is None:
+                        raise
+                    cut = True  # a broken continuation: what came before the break
+                    break
             offset = start + length
         if self.head is None:
             raise EventsError(f"{path}: no HEAD chunk: not a complete event log")
-        return first_head is None or offset > len(MAGIC)
+        if first_head is not None and offset == len(MAGIC):
+            return False      # not even a HEAD: nothing of it taken
+        self.truncated = cut  # (the last file read: a first file cut short is a replaced reporter's)
+        return True
 
     def _json(self, payload, compressed):
         try:
@@ -210,6 +221,8 @@ class EventLog:
 
     def _meta_chunk(self, tag, payload):
         if tag == b"HEAD":
+            if self.head is not None:
+                return  # one HEAD a log: a second one (a continuation's, a forged one) changes nothing
             head = self._json(payload, False)
             if not isinstance(head, dict) or head.get("version") not in READS:
                 raise EventsError(f"{self.path}: event log version {head.get('version') if isinstance(head, dict) else '?'}"
