@@ -248,6 +248,11 @@ def test_report_ranks_a_log_over_its_timeline(tmp_path):
     assert four["reports"] == 4 and four["suspects"][0]["live_bytes"] == 1000 * 1024
     text = cli("report", log).stdout
     assert "16 reports" in text and "leak_slowly (phases.c:" in text
+    # check gates on a log as report ranks it: the slow leak fails --max-leaks 0; the end's 1 MB passes
+    # --max-live 2M, which the peak's 50 MB would not (the gate is on what is live at the end).
+    gate = cli("check", "--max-leaks", "0", log)
+    assert gate.returncode == 1 and "leak_slowly (phases.c:" in gate.stdout, gate.stdout + gate.stderr
+    assert cli("check", "--max-live", str(2 * MB), log).returncode == 0
     # A log with reports, or a log of another pid: one line.
     reports = [p for p in glob.glob(str(tmp_path / "phases-*.memlog"))]
     for argv in ([log, *reports], ["--pid", "1", log]):

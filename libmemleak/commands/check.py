@@ -10,8 +10,10 @@ import sys
 from libmemleak.analysis.names import frame_text, shown_frames
 from libmemleak.analysis.trends import analyse, count, human_bytes, resource_title
 from libmemleak.analysis import misuse, suppressions
+from libmemleak.analysis.replay import timeline_series
+from libmemleak.commands.replay import reports_or_logs
 from libmemleak.commands import (EXIT_BAD_INPUT, EXIT_NOT_SEEN, add_layer_options, add_suppressions_option,
-                                 layer_args, load_suppressions, read_reports, say_blind)
+                                 layer_args, load_suppressions, say_blind)
 
 
 def add_parser(sub):
@@ -106,7 +108,8 @@ def run(args):
         return EXIT_BAD_INPUT
     rules = load_suppressions("check", args.suppressions)
     layer = layer_args("check", args)
-    read = read_reports("check", args.paths) if rules is not None and layer is not None else None
+    read = (reports_or_logs("check", args.paths, None, lambda log: timeline_series(log))
+            if rules is not None and layer is not None else None)
     if read is None:
         return EXIT_BAD_INPUT
     series, _ = read

@@ -15,8 +15,9 @@ from libmemleak.analysis.trends import analyse, growth_since
 from libmemleak.commands.report import progress_bar
 from libmemleak.outputs import collapsed, flamegraph, html_report, json_doc, pprof, speedscope
 from libmemleak.analysis import suppressions
+from libmemleak.commands.replay import reports_or_logs
 from libmemleak.commands import (EXIT_BAD_INPUT, add_layer_options, add_suppressions_option, layer_args,
-                                 load_suppressions, read_reports, say_blind)
+                                 load_suppressions, say_blind)
 from libmemleak.files.events import is_event_log
 
 FORMATS = {"collapsed": collapsed.write, "flamegraph": flamegraph.write, "html": html_report.write,
@@ -69,18 +70,18 @@ def run(args):
               f"opens it where it belongs", file=sys.stderr)
     rules = load_suppressions("export", args.suppressions)
     layer = layer_args("export", args)
-    logs = [p for p in args.paths if is_event_log(p)]
-    if logs and (len(logs) < len(args.paths) or args.since is not None):
-        print("libmemleak: export: an event log is exported alone (its peak, or --at TIME), "
-              "not with reports or --since", file=sys.stderr)
+    logs = any(is_event_log(p) for p in args.paths)
+    if logs and args.since is not None:
+        print("libmemleak: export: an event log is exported at its peak or --at TIME, not --since",
+              file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.at is not None and not logs:
         print("libmemleak: export: --at TIME goes with an event log (PROG-PID.events)", file=sys.stderr)
         return EXIT_BAD_INPUT
     read = None
     if rules is not None and layer is not None:
-        read = (read_moments(args.paths, args.at, args.pid, page=args.format == "html") if logs
-                else read_reports("export", args.paths, args.pid, progress_bar()))
+        read = reports_or_logs("export", args.paths, args.pid, log_moment(args.at, page=args.format == "html"),
+                               progress_bar())
     if read is None:
         return EXIT_BAD_INPUT
     series, problems = read
@@ -117,18 +118,17 @@ def run(args):
     return 0
 
 
-def read_moments(paths, at, pid, page=False):
-    """(series, problems) of what was live in each event log (of process
-    pid, if given) at its peak or at `at`; None after one line when one
-    cannot be read or none is pid's.  page (html): the log as a timeline of
+def log_moment(at, page=False):
+    """What export draws of an event log: what was live at its peak or at
+    `at` (a series of one report); page (html): the log as a timeline of
     reports instead of its peak -- the page ranks suspects and charts them
     -- and either way its live total over time, charted at full resolution."""
     from libmemleak.analysis import replay
-    from libmemleak.commands.replay import parse_time, read_logs
+    from libmemleak.commands.replay import parse_time
 
     def moment(log):
         at_ns = parse_time(at, log.head, replay.start_ns(log)) if at is not None else None
         if page and at_ns is None:
             return replay.timeline_series(log, usage=True)
         return replay.moment_series(log, at_ns, usage=page)
-    return read_logs("export", paths, pid, moment)
+    return moment

@@ -14,8 +14,8 @@ from libmemleak.analysis import alloc_layer
 from libmemleak.analysis import replay as R
 from libmemleak.analysis.names import frame_lines
 from libmemleak.analysis.trends import count, human_bytes
-from libmemleak.commands import EXIT_BAD_INPUT, add_layer_options, layer_args, positive
-from libmemleak.files.events import EventLog, EventsError
+from libmemleak.commands import EXIT_BAD_INPUT, add_layer_options, layer_args, positive, read_reports
+from libmemleak.files.events import EventLog, EventsError, is_event_log
 from libmemleak.files.memlog import parse_frame
 
 
@@ -79,6 +79,19 @@ def run(args):
         return EXIT_BAD_INPUT
     done = with_log("replay", args.file, lambda log: answer(args, log))
     return EXIT_BAD_INPUT if done is None else done
+
+
+def reports_or_logs(command, paths, pid, make, progress=None):
+    """(series, problems) of the reports in paths, or -- when paths are
+    event logs, which are read alone -- make(log) of each; None after one
+    line when nothing can be read (report's, check's and export's input)."""
+    logs = [p for p in paths if is_event_log(p)]
+    if not logs:
+        return read_reports(command, paths, pid, progress)
+    if len(logs) < len(paths):
+        print(f"libmemleak: {command}: an event log is read alone, not with reports", file=sys.stderr)
+        return None
+    return read_logs(command, logs, pid, make)
 
 
 def read_logs(command, paths, pid, make):

@@ -12,10 +12,9 @@ from libmemleak.analysis.trends import analyse
 from libmemleak.outputs import json_doc, text
 from libmemleak.analysis import suppressions
 from libmemleak.commands import (EXIT_BAD_INPUT, add_layer_options, add_suppressions_option, layer_args,
-                                 load_suppressions, positive, read_reports, regex_option)
+                                 load_suppressions, positive, regex_option)
 from libmemleak.analysis.replay import timeline_series
-from libmemleak.commands.replay import read_logs
-from libmemleak.files.events import is_event_log
+from libmemleak.commands.replay import reports_or_logs
 from libmemleak.files.series import InputError
 
 
@@ -99,14 +98,10 @@ def run(args):
         return EXIT_BAD_INPUT
     rules = load_suppressions("report", args.suppressions)
     layer = layer_args("report", args)
-    logs = [p for p in args.paths if is_event_log(p)]
-    if logs and len(logs) < len(args.paths):
-        print("libmemleak: report: an event log is read alone, not with reports", file=sys.stderr)
-        return EXIT_BAD_INPUT
     read = None
     if rules is not None and layer is not None:
-        read = (read_logs("report", logs, args.pid, lambda log: timeline_series(log, min(args.moments, 1000)))
-                if logs else read_reports("report", args.paths, args.pid, progress_bar()))
+        read = reports_or_logs("report", args.paths, args.pid,
+                               lambda log: timeline_series(log, min(args.moments, 1000)), progress_bar())
     if read is None:
         return EXIT_BAD_INPUT
     series, problems = read

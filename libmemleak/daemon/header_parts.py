@@ -7,6 +7,7 @@ from libmemleak.daemon.layout import CONST
 
 
 DEFAULT_SUPPRESSIONS_SHOWN = 64  # lines of a program's own suppressions a report carries
+SELF_LIBRARY = "libmtrace.so"    # our own library: its frames are left out, its module named by no build-id
 
 
 def default_suppression_lines(seg):

@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 
 from libmemleak.daemon import glibc_arenas, report_core
 from libmemleak.daemon.procfs import maps_entry, proc_dir
+from libmemleak.daemon.header_parts import SELF_LIBRARY
 
 HEAP_MAX_SIZE = 64 << 20       # glibc's arena heap alignment on 64-bit
 GUARD_MAX = 1 << 20            # a thread stack's guard is a page or a few
 IS_MMAPPED = 2
 SMAPS_BYTES_MAX = 64 << 20     # more than any process's smaps: a bigger one is cut
-SELF_LIBRARY = "libmtrace.so"
 # Shared memory that is not a file's data (a file mapped shared and
 # read-only is code and data, as a font or a database file is).
 SHARED_PATHS = ("/memfd:", "/SYSV", "/dev/shm/", "/dev/zero")

@@ -9,7 +9,6 @@ on fd 4 (see native/hook/control.c for how, and why that is safe).  Everything
 else it needs is in the segment, including the baseline of the next report,
 so a reporter that dies can be replaced without losing anything."""
 
-import datetime
 import gc
 import itertools
 import os
@@ -17,12 +16,11 @@ import stat
 import tempfile
 import time
 
-from libmemleak import __version__
 from libmemleak.analysis.names import frame_text
-from libmemleak.daemon import allocator_stats, memory_use, misuse, reachability, report_core
+from libmemleak.daemon import misuse, reachability, report_core
 from libmemleak.daemon.diff import FrameResolver, KeyTable, diff_snapshot, totals
-from libmemleak.daemon.header_parts import (default_suppression_lines, mapping_lines, process_status,
-                                            resource_lines, signal_name, slack_lines)
+from libmemleak.daemon.header_parts import SELF_LIBRARY
+from libmemleak.daemon.report_header import header_lines
 from libmemleak.daemon.program_watch import ProgramWatch
 from libmemleak.daemon.recorder import DRAIN_SECONDS, Recorder
 from libmemleak.daemon.report_core import CUT_KIND, TextStore
@@ -46,7 +44,6 @@ REASON_FIELDS = (("exit", "exit_requests", "seen_exit"),
                  ("snapshot", "snapshot_requests", "seen_snapshot"))
 FINAL_REASONS = ("exit", "death", "muntrace", "detach")  # no report of this process follows
 ENDS_REPORTER = ("exit", "detach")  # this reporter's work is done
-SELF_LIBRARY = "libmtrace.so"
 NOT_THE_PROGRAMS = -1  # a frame left out of reports: our own hooks'
 
 
@@ -371,7 +368,7 @@ class Reporter:
                                           [k for k in set(misuse_keys.values()) if not texts.has(k)])
             seq = self.h.report_seq + 1
             label = self.label_of(reason)
-            header = render(self.header_lines(snap, sums, seq, reason, scan, touched, label), ())
+            header = render(header_lines(self, snap, sums, seq, reason, scan, touched, label), ())
             texts.begin_temporary()  # the texts of partly symbolized keys: this report only
             try:
                 for key_id, items in partial:
@@ -418,25 +415,6 @@ class Reporter:
             self.touched_refused = got
             return None
         return got
-
-    def memory_lines(self, snap, sums, touched):
-        """Where its resident memory goes (memory_use): the heap blocks'
-        totals are the live ones less its mappings'."""
-        mapped = [touched.by_kind.get(kind, (0, 0, 0)) for kind in ("mmap", "shared")] if touched else []
-        heap_bytes = sums.live_bytes - sum(m[0] for m in mapped)
-        heap_blocks = sums.live_blocks - sum(m[1] for m in mapped)
-        # What is held free is the heaps less the blocks' exact shares:
-        # glibc's (slack_floor is set for it), all of them measured.
-        why = ("the program's allocator is routed: its heaps are not glibc's" if self.h.routed_len
-               else "blocks are tracked in the table (sample=, track=table): their slack is not measured"
-               if sums.live_slack is None
-               else "the allocator is not glibc's malloc" if not snap.slack_floor else None)
-        use = memory_use.measure(self.pid, (self.h.own_lo, self.h.own_hi))
-        return memory_use.header_lines(use, heap_bytes, heap_blocks, sums.live_slack, why,
-                                       trailers=snap.tracking == "trailers",
-                                       quarantined=(min(self.h.quarantine_held, 1 << 62),
-                                                    min(self.h.quarantine_blocks, 1 << 62))) + \
-            allocator_stats.header_lines(self.pid, self.h)
 
     def take_snapshot(self, reason):
         """The segment's snapshot, and the reachability scan asked for
@@ -522,112 +500,6 @@ class Reporter:
         if reason != "call":
             return ""
         return safe_label(self.seg.api_label())
-
-    def header_lines(self, snap, sums, seq, reason, scan=None, touched=None, label=""):
-        when = datetime.datetime.fromtimestamp(snap.taken_ns / 1e9).astimezone()
-        lines = [
-            ("libmemleak", __version__),
-            ("program", snap.exe),
-            ("pid", self.pid),
-        ]
-        if self.h.pid != self.pid:  # in a pid namespace of its own: what it calls itself
-            lines.append(("pid-in-namespace", self.h.pid))
-        if snap.parent_pid:
-            lines.append(("parent-pid", snap.parent_pid))
-        if self.h.blind_len:  # what the hook could not see: first, never missed
-            lines.append(("blind", self.seg.string(self.h.blind_off, min(self.h.blind_len, 1024))))
-        if self.h.routed_len:  # the program's own allocator, routed to the hook
-            lines.append(("routed", self.seg.string(self.h.routed_off, min(self.h.routed_len, 1024))))
-        lines += default_suppression_lines(self.seg)
-        if self.h.alloc_fns_len:  # its allocation layer, as its user named it
-            lines.append(("alloc-fns", self.seg.string(self.h.alloc_fns_off, min(self.h.alloc_fns_len, 255))))
-        lines += [
-            ("seq", seq),
-            ("time", when.isoformat(timespec="milliseconds")),
-            ("reason", reason),
-        ]
-        if label:
-            lines.append(("label", label))
-        if self.recorder:  # the event log, and what it missed: said, never silent
-            lines.append(("event-log", self.recorder.state_words()))
-        if snap.attached_ns:
-            attached = datetime.datetime.fromtimestamp(snap.attached_ns / 1e9).astimezone()
-            lines.append(("attached", attached.isoformat(timespec="milliseconds")))
-        lines += [
-            ("live-bytes", sums.live_bytes),
-            ("live-blocks", sums.live_blocks),
-            *([("custom-live", f"{sums.custom_bytes} {sums.custom_blocks}")]
-              if sums.custom_bytes or sums.custom_blocks or snap.custom else []),
-            *slack_lines(snap, sums, bool(self.h.routed_len)),
-            ("change-bytes", f"{sums.change_bytes:+d}"),
-            ("change-blocks", f"{sums.change_blocks:+d}"),
-            ("allocated-bytes", sums.alloc_bytes),
-            ("allocations", sums.alloc_count),
-            *resource_lines(snap, sums),
-            ("collecting-seconds", f"{max(0, snap.taken_ns - snap.start_time_ns) / 1e9:.3f}"),
-            ("stacks", sums.stacks),
-            ("depth", snap.depth),
-            ("tracking", snap.tracking),
-            ("report-signal", signal_name(self.h.report_signal)),
-        ]
-        if scan:
-            lines += scan.header_lines()
-            if scan.through_header:
-                lines.append(("reachable-through-header", "; ".join(
-                    f"{offset} {nbytes} {blocks} {self.site_words(ip)}"
-                    for ip, offset, blocks, nbytes in sorted(scan.through_header, key=lambda x: -x[3]))))
-        elif self.scan_refused:
-            lines.append(("scan", f"not made: {self.scan_refused}"))
-        if snap.last_report_ns:
-            lines.append(("interval-seconds",
-                          f"{max(0, snap.taken_ns - snap.last_report_ns) / 1e9:.3f}"))
-        if snap.sample_bytes:
-            lines.append(("sampled", f"every {snap.sample_bytes} bytes on average "
-                                     "(byte-weighted); bytes and blocks are estimates"))
-        if not self.watch.dead():  # else the pid may already be another process's
-            lines += process_status(self.pid)
-        elif self.h.exit_hwm_kb:  # what it said of itself as it exited
-            lines += [("vm-rss", f"{self.h.exit_rss_kb} kB"), ("vm-hwm", f"{self.h.exit_hwm_kb} kB")]
-        lines += mapping_lines(touched, self.touched_refused)
-        if not self.watch.dead():  # else the pid may already be another process's
-            lines += self.memory_lines(snap, sums, touched)
-        lines += misuse.header_lines(self.h, snap.tracking, snap.sample_bytes)
-        # Which process wrote it: a descendant's own reporter, or the keeper
-        # (the root's reporter), which writes most descendants' last reports.
-        lines.append(("reporter-pid", os.getpid()))
-        lines += [("reporter-" + k, v) for k, v in process_status("self") if k == "vm-hwm"]
-        for name, value in snap.health.items():
-            if value and name == "unknown_frees" and snap.attached_ns:
-                lines.append(("frees-before-attach", value))  # the program's older blocks
-            elif value:
-                lines.append((name.replace("_", "-"), value))
-        if snap.corrupt_stacks:
-            lines.append(("corrupt-stacks", snap.corrupt_stacks))
-        fp_stacks, fp_frames, stopped = self.h.fp_stacks, self.h.fp_frames, self.h.fp_stopped_stacks
-        if fp_stacks:  # frames the chain gave, where no unwind table covers the code
-            lines.append(("frame-pointers", f"{fp_frames} frames of {fp_stacks} stacks followed by "
-                                            "frame pointers through code without unwind tables"))
-        if stopped:  # where it could not: those stacks lack their outer callers
-            lines.append(("stacks-ended-without-tables",
-                          f"{stopped} stacks end in code without unwind tables whose frame-pointer "
-                          "chain did not check out (no frame pointers there, or a thread whose stack "
-                          "extent is not known): their outer callers are missing"))
-        if self.symbolizer.skipped:
-            lines.append(("symbolization", f"partial: {self.symbolizer.skipped} frames without "
-                                           f"file:line after the {self.budget:g}s budget "
-                                           "(MEMLEAK_SYMBOL_BUDGET)"))
-        for problem in self.symbolizer.problems():
-            lines.append(("symbols-unreadable", problem))
-        if not self.symbolize:
-            lines.append(("symbolization", "none (MEMLEAK_SYMBOLIZE=no): frames are module+offset"))
-        # Which file each module was (what pprof and debuginfod look files up by).
-        seen = set()
-        for m in snap.modules:
-            if m.build_id and m.path not in seen and not m.path.endswith("/" + SELF_LIBRARY):
-                seen.add(m.path)
-                lines.append((f"build-id {m.path}", m.build_id))
-        return lines
-
 
 def fallback_directory():
     """Where a final report goes when its directory refuses it:
