@@ -2,23 +2,8 @@
 libmemleak and mtrace-ng give one).  Each command asks the process over
 its control channel (libmemleak/live/client.py: its own segment, which only its
 user or root may open) and answers from its reports with the analysis
-`libmemleak report` and `scan` use:
-
-    report            a report now (as the signal would), and what changed
-    top [N]           a report now, then the leak suspects, most likely first (as
-                      `report`); before there are enough reports to rank, what
-                      grew since the previous one
-    show N            suspect N's whole stack, full names
-    trend N           suspect N's change in each report
-    scan              what is lost: valgrind's categories, per stack
-    diff              the biggest changes of the latest report
-    memory            a report now, and where the process's memory is: the
-                      allocator's heaps per arena, what it holds free, slack,
-                      thread stacks, mappings (OpenBSD's mdump -D, from outside)
-    watch SECS [K]    a report and `top` every SECS seconds (K times, or until ^C)
-    restart           start a new interval: a report now, `diff` then shows only what follows
-    stop, start       pause and resume recording new allocations (frees still count)
-    help, quit
+`libmemleak report` and `scan` use (the commands: shell_session.HELP, what
+`help` prints).
 
 With readline editing, history (~/.libmemleak_history) and completion on
 a terminal; scriptable with `-c 'report; top 5'` or commands on standard
