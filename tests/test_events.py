@@ -66,6 +66,20 @@ def wait_until_finished(path, timeout=120):
         time.sleep(0.1)
 
 
+def segment_of(pid, timeout=60):
+    """The traced process's segment, once it has one (a process that has
+    only just started may not yet)."""
+    from libmemleak.live.client import LiveError, open_segment
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return open_segment(pid)
+        except LiveError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def record(tmp_path, *args, options=("--record",)):
     prog = compile_program("phases.c")
     r = subprocess.run(cli_argv("run", "-q", *options, prog, *args), cwd=tmp_path, env=CLI_ENV,
@@ -398,7 +412,6 @@ def test_one_reporter_drains_a_pool_at_a_time(tmp_path):
     process, the reporter leaves the pool alone and the log does not grow;
     left by a dead one, the reporter takes it over; the log then holds
     every record, exactly what the death report counts."""
-    from libmemleak.live.client import open_segment
     prog = compile_program("phases.c")
     p = subprocess.Popen(cli_argv("run", "-q", "--record", prog, "forever"), cwd=tmp_path, env=CLI_ENV,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -406,7 +419,7 @@ def test_one_reporter_drains_a_pool_at_a_time(tmp_path):
         assert p.stdout.readline().strip() == "ready"
         pid = int(subprocess.check_output(["pgrep", "-f", "-n", f"^{prog} forever"], text=True))
         log = tmp_path / f"phases-{pid}.events"
-        seg, fd = open_segment(pid)
+        seg, fd = segment_of(pid)
         try:
             seg.header.events_drainer = os.getpid()  # a live drainer: this test
             time.sleep(1.5)  # (a drain under way when it was set finishes)
@@ -440,7 +453,6 @@ def test_a_log_whose_reporter_was_replaced_is_read_with_its_continuation(tmp_pat
     and the log goes on in PROG-PID-2.events.  Replaying PROG-PID.events
     reads both as one log, says so, and says any pages the killed reporter
     had taken and not written."""
-    from libmemleak.live.client import open_segment
     prog = compile_program("phases.c")
     p = subprocess.Popen(cli_argv("run", "-q", "--record", prog, "forever"), cwd=tmp_path, env=CLI_ENV,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -448,7 +460,7 @@ def test_a_log_whose_reporter_was_replaced_is_read_with_its_continuation(tmp_pat
         assert p.stdout.readline().strip() == "ready"
         pid = int(subprocess.check_output(["pgrep", "-f", "-n", f"^{prog} forever"], text=True))
         time.sleep(1.5)
-        seg, fd = open_segment(pid)
+        seg, fd = segment_of(pid)
         try:
             first = seg.header.reporter_pid
             os.kill(first, signal.SIGKILL)
@@ -501,7 +513,6 @@ def test_a_stopped_reporter_costs_one_wait_not_one_per_page(tmp_path):
     for a page once, then drops records -- counted, said in the report and
     by replay -- until the reporter frees pages again, instead of 3 s for
     every page each thread fills (here about a thousand: most of an hour)."""
-    from libmemleak.live.client import open_segment
     prog = compile_program("recordstall.c")
     p = subprocess.Popen(cli_argv("run", "-q", "--record", "--config", "record_buffer=1M", prog, "2000000"),
                          cwd=tmp_path, env=CLI_ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -510,7 +521,7 @@ def test_a_stopped_reporter_costs_one_wait_not_one_per_page(tmp_path):
     try:
         assert p.stdout.readline().strip() == "ready"
         pid = int(subprocess.check_output(["pgrep", "-f", "-n", f"^{prog} 2000000"], text=True))
-        seg, fd = open_segment(pid)
+        seg, fd = segment_of(pid)
         try:
             deadline = time.monotonic() + 60
             while not seg.header.reporter_pid:
