@@ -25,7 +25,7 @@ from libmemleak.analysis import replay as R
 from libmemleak.analysis.trends import analyse
 from libmemleak.commands import replay as replay_cmd
 from libmemleak.commands.shell_session import Session, UsageError
-from libmemleak.files.events import EventLog
+from libmemleak.files.events import EventLog, EventsError
 
 COMMANDS = ("top", "show", "trend", "diff", "moments", "peak", "at", "between", "temporary", "lifetimes",
             "usage", "help", "quit")
@@ -85,6 +85,8 @@ class LogSession(Session):
             replay_cmd.answer(args, self.log)
         except replay_cmd.BadTime as e:
             raise UsageError(str(e)) from None
+        except MemoryError:
+            raise EventsError("out of memory following the live blocks") from None
         sys.stdout.flush()
 
     def do_peak(self, words):
