@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "../shm_layout.h"
+#include "../event_record.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -72,40 +73,7 @@ EXPORT void mlk_ev_packer_free(struct mlk_ev_packer *p)
     free(p);
 }
 
-/* ---- varints and the hook's address arithmetic ------------------------- */
-
-static uint8_t *put(uint8_t *o, uint64_t v)
-{
-    while (v >= 0x80) {
-        *o++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *o++ = (uint8_t)v;
-    return o;
-}
-
-static int get(const uint8_t **at, const uint8_t *end, uint64_t *out)
-{
-    uint64_t v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-        if (*at >= end)
-            return 0;
-        uint8_t b = *(*at)++;
-        v |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            *out = v;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* The address a record's delta gives after `prev`, as the replay computes it. */
-static uint64_t addr_after(uint8_t type, uint64_t prev, uint64_t zz)
-{
-    uint64_t delta = (zz >> 1) ^ (0 - (zz & 1));
-    return (type & MLK_EVENT_RAW_ADDR) ? prev + delta : ((prev >> 3) + delta) << 3;
-}
+/* ---- the hook's address arithmetic, backwards ---------------------------- */
 
 /* The delta the hook wrote for `addr` after `prev`. */
 static uint64_t zz_for(uint8_t type, uint64_t prev, uint64_t addr)
@@ -117,10 +85,10 @@ static uint64_t zz_for(uint8_t type, uint64_t prev, uint64_t addr)
 static uint8_t *put_record(uint8_t *o, const struct record *r)
 {
     *o++ = r->type;
-    o = put(o, r->dt);
-    o = put(o, r->zz);
-    o = put(o, r->size);
-    return put(o, r->stack);
+    o = mlk_varint_put(o, r->dt);
+    o = mlk_varint_put(o, r->zz);
+    o = mlk_varint_put(o, r->size);
+    return mlk_varint_put(o, r->stack);
 }
 
 /* ---- packing ------------------------------------------------------------ */
@@ -137,13 +105,14 @@ static int parse_page(struct mlk_ev_packer *p, const uint8_t *data, uint32_t len
         const uint8_t *start = at;
         struct record *r = &p->page[n];
         r->type = *at++;
-        if ((r->type & ~HOOK_BITS) || !get(&at, end, &r->dt) || !get(&at, end, &r->zz) ||
-            !get(&at, end, &r->size) || !get(&at, end, &r->stack) || r->stack > UINT32_MAX)
+        if ((r->type & ~HOOK_BITS) || !mlk_varint_get(&at, end, &r->dt) ||
+            !mlk_varint_get(&at, end, &r->zz) || !mlk_varint_get(&at, end, &r->size) ||
+            !mlk_varint_get(&at, end, &r->stack) || r->stack > UINT32_MAX)
             return -1;
         uint8_t *o = put_record(again, r);
         if ((size_t)(o - again) != (size_t)(at - start) || memcmp(again, start, (size_t)(at - start)))
             return -1;
-        prev = r->addr = addr_after(r->type, prev, r->zz);
+        prev = r->addr = mlk_event_addr_after(r->type, prev, r->zz);
         n++;
     }
     return n;
@@ -236,11 +205,11 @@ EXPORT int64_t mlk_ev_pack(struct mlk_ev_packer *p, const uint8_t *raw, const ui
                     type |= SAME;
             }
             *c.at[0]++ = type;
-            c.at[1] = put(c.at[1], r->dt);
-            c.at[2] = put(c.at[2], (type & DIST) ? ref_distance : r->zz);
+            c.at[1] = mlk_varint_put(c.at[1], r->dt);
+            c.at[2] = mlk_varint_put(c.at[2], (type & DIST) ? ref_distance : r->zz);
             if (!(type & SAME)) {
-                c.at[3] = put(c.at[3], r->size);
-                c.at[3] = put(c.at[3], r->stack);
+                c.at[3] = mlk_varint_put(c.at[3], r->size);
+                c.at[3] = mlk_varint_put(c.at[3], r->stack);
             }
             p->ring[seq % RING] = (struct ref){r->addr, r->size, (uint32_t)r->stack, 0};
             prev = r->addr;
@@ -312,7 +281,8 @@ EXPORT int mlk_ev_unpack(struct mlk_ev_packer *p, const uint8_t *in, uint64_t in
                 return -1;
             uint8_t type = *at[0]++;
             r.type = type & HOOK_BITS;
-            if (!get(&at[1], end[1], &r.dt) || !get(&at[2], end[2], (type & DIST) ? &dist : &r.zz))
+            if (!mlk_varint_get(&at[1], end[1], &r.dt) ||
+                !mlk_varint_get(&at[2], end[2], (type & DIST) ? &dist : &r.zz))
                 return -1;
             const struct ref *ref = NULL;
             if (type & DIST) {
@@ -324,12 +294,13 @@ EXPORT int mlk_ev_unpack(struct mlk_ev_packer *p, const uint8_t *in, uint64_t in
             } else {
                 if (type & SAME)
                     return -1;
-                r.addr = addr_after(r.type, prev, r.zz);
+                r.addr = mlk_event_addr_after(r.type, prev, r.zz);
             }
             if (type & SAME) {
                 r.size = ref->size;
                 r.stack = ref->stack;
-            } else if (!get(&at[3], end[3], &r.size) || !get(&at[3], end[3], &r.stack) || r.stack > UINT32_MAX) {
+            } else if (!mlk_varint_get(&at[3], end[3], &r.size) || !mlk_varint_get(&at[3], end[3], &r.stack) ||
+                       r.stack > UINT32_MAX) {
                 return -1;
             }
             uint8_t buf[1 + 4 * 10];
@@ -339,7 +310,7 @@ EXPORT int mlk_ev_unpack(struct mlk_ev_packer *p, const uint8_t *in, uint64_t in
             memcpy(o, buf, (size_t)(e - buf));
             o += e - buf;
             /* what the record decodes to, as the packer saw it */
-            prev = addr_after(r.type, prev, r.zz);
+            prev = mlk_event_addr_after(r.type, prev, r.zz);
             p->ring[seq % RING] = (struct ref){prev, r.size, (uint32_t)r.stack, 0};
             seq++;
         }

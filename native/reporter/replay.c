@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "../shm_layout.h"
+#include "../event_record.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define STACKS_MAX (1u << 21)   /* MLK_STACKS_CAP of native/hook/mlk.h */
@@ -263,22 +264,6 @@ static void map_erase(struct mlk_replay *r, struct block *b)
 
 /* ---- decoding ------------------------------------------------------------ */
 
-static int get(const uint8_t **at, const uint8_t *end, uint64_t *out)
-{
-    uint64_t v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-        if (*at >= end)
-            return 0;
-        uint8_t b = *(*at)++;
-        v |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            *out = v;
-            return 1;
-        }
-    }
-    return 0;
-}
-
 static void start_page(struct cursor *c)
 {
     c->at = c->page->buf;
@@ -296,15 +281,12 @@ static int next_record(struct mlk_replay *r, struct cursor *c)
             uint8_t t = *at++;
             uint64_t dt, zz, size, stack;
             int type = t & 7;
-            if (type >= MLK_EVENT_ALLOC && type <= MLK_EVENT_UNMAP && get(&at, c->end, &dt) &&
-                get(&at, c->end, &zz) && get(&at, c->end, &size) && get(&at, c->end, &stack) &&
+            if (type >= MLK_EVENT_ALLOC && type <= MLK_EVENT_UNMAP && mlk_varint_get(&at, c->end, &dt) &&
+                mlk_varint_get(&at, c->end, &zz) && mlk_varint_get(&at, c->end, &size) &&
+                mlk_varint_get(&at, c->end, &stack) &&
                 stack <= r->stack_limit) {
-                int64_t delta = (int64_t)(zz >> 1) ^ -(int64_t)(zz & 1);
                 c->tick += dt;
-                if (t & MLK_EVENT_RAW_ADDR)
-                    c->addr += (uint64_t)delta;
-                else
-                    c->addr = ((c->addr >> 3) + (uint64_t)delta) << 3;
+                c->addr = mlk_event_addr_after(t, c->addr, zz);
                 c->at = at;
                 c->type = type;
                 c->ev_tick = c->tick;

@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "../control.h"
+#include "../../event_record.h"
 
 #define DEFAULT_POOL_BYTES (32ull << 20)
 #define MAX_RECORD 48                  /* a type byte and four 10-byte varints, rounded up */
@@ -163,16 +164,6 @@ static int open_page(uint64_t now)
     return 1;
 }
 
-static inline uint8_t *put(uint8_t *o, uint64_t v)
-{
-    while (v >= 0x80) {
-        *o++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *o++ = (uint8_t)v;
-    return o;
-}
-
 /* Out of line and cold, as mlk_event is: the hot path's frame stays as
  * small as it was (a larger one leaves more of the hook's stale words on
  * the stack, for a conservative scan to take for pointers). */
@@ -213,10 +204,10 @@ void mlk_event(int type, uint64_t addr, uint64_t size, uint32_t stack)
         *o++ = (uint8_t)(type | MLK_EVENT_RAW_ADDR);
         delta = (int64_t)(addr - w.last_addr);
     }
-    o = put(o, tick - w.last_tick);
-    o = put(o, (uint64_t)(delta << 1) ^ (uint64_t)(delta >> 63));
-    o = put(o, size);
-    o = put(o, stack == MLK_NO_STACK ? 0 : (uint64_t)stack + 1);
+    o = mlk_varint_put(o, tick - w.last_tick);
+    o = mlk_varint_put(o, (uint64_t)(delta << 1) ^ (uint64_t)(delta >> 63));
+    o = mlk_varint_put(o, size);
+    o = mlk_varint_put(o, stack == MLK_NO_STACK ? 0 : (uint64_t)stack + 1);
     w.last_tick = tick;
     w.last_addr = addr;
     w.used = (uint32_t)(o - w.data);
