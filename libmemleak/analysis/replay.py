@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import cffi
 
-from libmemleak import PACKAGE_DIR
+from libmemleak import reporter_library
 from libmemleak.files.events import EventsError
 
 ffi = cffi.FFI()
@@ -34,7 +34,6 @@ void mlk_rp_stack_limit(struct mlk_replay *, uint64_t);
 void mlk_rp_totals(const struct mlk_replay *, struct mlk_rp_totals *);
 const void *mlk_rp_column(const struct mlk_replay *, int);
 """)
-_lib = None
 ALL = (1 << 64) - 1
 USAGE_POINTS = 2000     # the live total over time: about this many steps, each with its highest total
 LIFE_BUCKETS = 40
@@ -43,14 +42,10 @@ COLUMNS = ("live_bytes", "live_blocks", "allocs", "alloc_bytes", "temp_count", "
 
 
 def lib():
-    global _lib
-    if _lib is None:
-        path = os.path.join(PACKAGE_DIR, "libmlkreport.so")
-        try:
-            _lib = ffi.dlopen(path)
-        except OSError:
-            raise EventsError(f"{path}: missing or broken; reinstall libmemleak (pip install .)") from None
-    return _lib
+    try:
+        return reporter_library(ffi)
+    except OSError as e:
+        raise EventsError(str(e)) from None
 
 
 class Pass(NamedTuple):

@@ -6,12 +6,11 @@ free chunks by size.  It answers where malloc's free memory lies: many
 free chunks pinned between live blocks (fragmentation) or a top chunk
 glibc has not given back (docs/memory.md)."""
 
-import os
 from dataclasses import dataclass
 
 import cffi
 
-from libmemleak import PACKAGE_DIR
+from libmemleak import reporter_library
 from libmemleak.daemon.report_core import read_words
 
 ffi = cffi.FFI()
@@ -24,7 +23,7 @@ struct mlk_glibc_arena {
 int mlk_glibc_arenas(int, uint64_t, uint64_t, const uint64_t *, int, const uint64_t *, int,
                      struct mlk_glibc_arena *, int);
 """)
-lib = ffi.dlopen(os.path.join(PACKAGE_DIR, "libmlkreport.so"))
+lib = reporter_library(ffi)
 
 ARENAS_MAX = 64          # said per report; more are counted
 CLASSES = 8

@@ -16,7 +16,7 @@ import time
 
 import cffi
 
-from libmemleak import PACKAGE_DIR
+from libmemleak import reporter_library
 
 from libmemleak.daemon.segment import CONST, futex_wake
 from libmemleak.files.event_pack import Packer
@@ -41,14 +41,10 @@ _ffi = cffi.FFI()
 _ffi.cdef("""
 uint32_t mlk_cas_u32(uint32_t *, uint32_t, uint32_t);
 """)
-_atomics = None
 
 
 def atomics():
-    global _atomics
-    if _atomics is None:
-        _atomics = _ffi.dlopen(os.path.join(PACKAGE_DIR, "libmlkreport.so"))
-    return _atomics
+    return reporter_library(_ffi)
 
 
 def _alive(pid):

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import cffi
 
-from libmemleak import PACKAGE_DIR
+from libmemleak import reporter_library
 from libmemleak.daemon.layout import ffi as layout_ffi
 
 ffi = cffi.FFI()
@@ -65,12 +65,10 @@ int mlk_scan_heap(const struct mlk_world *, uint64_t, uint64_t, uint64_t, uint64
 void mlk_rc_commit(struct mlk_stack *, int64_t, const int64_t *, const int64_t *,
                    const int64_t *, const int64_t *, const int64_t *, const int64_t *);
 """)
-_LIBRARY = os.path.join(PACKAGE_DIR, "libmlkreport.so")
 try:
-    lib = ffi.dlopen(_LIBRARY)
+    lib = reporter_library(ffi)
 except OSError as e:  # the installation is broken: say which file, not a traceback
-    why = "missing" if not os.path.exists(_LIBRARY) else str(e).split(".  Additionally")[0]
-    raise ImportError(f"{_LIBRARY}: {why}; reinstall libmemleak (pip install .)") from None
+    raise ImportError(str(e)) from None
 
 ROW_WORDS = ffi.sizeof("struct mlk_rc_row") // 8
 COLUMNS = ("live_bytes", "live_blocks", "alloc_count", "alloc_bytes",

@@ -4,11 +4,9 @@ record of the same address, and the fields laid out as columns, before
 zstd -- about a third of the hook's bytes after compression.  Unpacking
 gives the hook's bytes back exactly, or refuses a chunk that is not one."""
 
-import os
-
 import cffi
 
-from libmemleak import PACKAGE_DIR
+from libmemleak import reporter_library
 
 ffi = cffi.FFI()
 ffi.cdef("""
@@ -20,14 +18,10 @@ int64_t mlk_ev_pack(struct mlk_ev_packer *, const uint8_t *, const uint32_t *, u
 int mlk_ev_unpack(struct mlk_ev_packer *, const uint8_t *, uint64_t, const uint32_t *, uint32_t, uint8_t *,
                   uint64_t);
 """)
-_lib = None
 
 
 def lib():
-    global _lib
-    if _lib is None:
-        _lib = ffi.dlopen(os.path.join(PACKAGE_DIR, "libmlkreport.so"))
-    return _lib
+    return reporter_library(ffi)
 
 
 def packed_bound(raw_len, npages):

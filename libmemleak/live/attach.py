@@ -20,9 +20,8 @@ import time
 
 import cffi
 
-from libmemleak import preload_path
+from libmemleak import preload_path, reporter_library
 from libmemleak.daemon.procfs import maps_entry, proc_dir
-from libmemleak.daemon.report_core import _LIBRARY
 
 ffi = cffi.FFI()
 ffi.cdef("""
@@ -41,7 +40,7 @@ int mlk_world_threads(const struct mlk_world *);
 uint64_t mlk_world_pc(const struct mlk_world *, int);
 void mlk_world_resume(struct mlk_world *);
 """)
-lib = ffi.dlopen(_LIBRARY)
+lib = reporter_library(ffi)
 
 RTLD_NOW = 2
 WHY_BYTES = 512
