@@ -7,6 +7,7 @@ reports cannot see the peak at all.  The flight recorder of a program
 killed with SIGKILL replays to its end; the size cap holds; the reader
 and the C replay take any broken or hostile file with one line."""
 
+import contextlib
 import glob
 import json
 import os
@@ -59,25 +60,53 @@ def finished(path):
         return False
 
 
-def wait_until_finished(path, timeout=120):
+def until(done, what, timeout=120):
+    """Waits for done() (polling), failing with `what` after timeout seconds."""
     deadline = time.monotonic() + timeout
-    while not finished(path):
-        assert time.monotonic() < deadline, f"{path}: no last counters after {timeout} s"
-        time.sleep(0.1)
+    while not done():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
 
 
-def segment_of(pid, timeout=60):
+def wait_until_finished(path):
+    until(lambda: finished(path), f"{path}: no last counters")
+
+
+@contextlib.contextmanager
+def segment(pid, timeout=60):
     """The traced process's segment, once it has one (a process that has
-    only just started may not yet)."""
+    only just started may not yet), mapped for the block."""
     from libmemleak.live.client import LiveError, open_segment
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return open_segment(pid)
+            seg, fd = open_segment(pid)
+            break
         except LiveError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
+    try:
+        yield seg
+    finally:
+        seg.close()
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def phases_forever(tmp_path, *options):
+    """phases.c leaking forever under `run -q OPTIONS`, ready: its pid for
+    the block, which kills it; `run` is then waited for (or killed)."""
+    prog = compile_program("phases.c")
+    p = subprocess.Popen(cli_argv("run", "-q", *options, prog, "forever"), cwd=tmp_path, env=CLI_ENV,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        yield int(subprocess.check_output(["pgrep", "-f", "-n", f"^{prog} forever"], text=True))
+        p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
 
 
 def record(tmp_path, *args, options=("--record",)):
@@ -132,18 +161,9 @@ def test_replay_names_the_peak_the_temporaries_and_the_slow_leak(tmp_path):
 
 
 def test_flight_recorder_of_a_killed_program_replays_to_its_end(tmp_path):
-    prog = compile_program("phases.c")
-    p = subprocess.Popen(cli_argv("run", "-q", "--record-last", "30s", prog, "forever"), cwd=tmp_path,
-                         env=CLI_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert p.stdout.readline().strip() == "ready"
+    with phases_forever(tmp_path, "--record-last", "30s") as pid:
         time.sleep(1.5)
-        pid = int(subprocess.check_output(["pgrep", "-f", "-n", f"^{prog} forever"], text=True))
         os.kill(pid, signal.SIGKILL)
-        p.communicate(timeout=120)
-    finally:
-        if p.poll() is None:
-            p.kill()
     log = str(tmp_path / f"phases-{pid}.events")
     [death] = reports_of(tmp_path, "phases", pid) if wait_for_file(str(tmp_path / f"phases-{pid}-1.memlog")) else []
     assert death.header["reason"] == "death"
@@ -338,14 +358,11 @@ def test_children_and_exec_images_get_logs_of_their_own(tmp_path):
     r = subprocess.run(cli_argv("run", "-q", "--record", forker), cwd=tmp_path, env=CLI_ENV,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    deadline = time.monotonic() + 120
-    while True:  # (a child's last report and log are the keeper's to write: `run` does not wait for them)
-        logs = sorted(glob.glob(str(tmp_path / "forker-*.events")), key=lambda p: int(p.split("-")[-1][:-7]))
-        if len(logs) == 2 and all(finished(p) for p in logs):
-            break
-        assert time.monotonic() < deadline, os.listdir(tmp_path)
-        time.sleep(0.1)
-    parent, child = logs
+    def logs():
+        return sorted(glob.glob(str(tmp_path / "forker-*.events")), key=lambda p: int(p.split("-")[-1][:-7]))
+    # (a child's last report and log are the keeper's to write: `run` does not wait for them)
+    until(lambda: len(logs()) == 2 and all(map(finished, logs())), f"not two finished logs: {os.listdir(tmp_path)}")
+    parent, child = logs()
     def first_frames(doc):
         sites = {}
         for row in doc["stacks"]:
@@ -412,35 +429,20 @@ def test_one_reporter_drains_a_pool_at_a_time(tmp_path):
     process, the reporter leaves the pool alone and the log does not grow;
     left by a dead one, the reporter takes it over; the log then holds
     every record, exactly what the death report counts."""
-    prog = compile_program("phases.c")
-    p = subprocess.Popen(cli_argv("run", "-q", "--record", prog, "forever"), cwd=tmp_path, env=CLI_ENV,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert p.stdout.readline().strip() == "ready"
-        pid = int(subprocess.check_output(["pgrep", "-f", "-n", f"^{prog} forever"], text=True))
+    with phases_forever(tmp_path, "--record") as pid:
         log = tmp_path / f"phases-{pid}.events"
-        seg, fd = segment_of(pid)
-        try:
+        size = lambda: log.stat().st_size if log.exists() else 0  # noqa: E731
+        with segment(pid) as seg:
             seg.header.events_drainer = os.getpid()  # a live drainer: this test
             time.sleep(1.5)  # (a drain under way when it was set finishes)
-            held = log.stat().st_size if log.exists() else 0
+            held = size()
             time.sleep(3)    # pages fill (one a second) and close; none is drained
-            assert (log.stat().st_size if log.exists() else 0) == held
+            assert size() == held
             gone = subprocess.Popen(["true"])
             gone.wait()
             seg.header.events_drainer = gone.pid  # left by a drainer that died: taken over
-            deadline = time.monotonic() + 60
-            while (log.stat().st_size if log.exists() else 0) == held:
-                assert time.monotonic() < deadline, "the reporter never took the pool over"
-                time.sleep(0.1)
-        finally:
-            seg.close()
-            os.close(fd)
+            until(lambda: size() != held, "the reporter never took the pool over")
         os.kill(pid, signal.SIGKILL)
-        p.communicate(timeout=120)
-    finally:
-        if p.poll() is None:
-            p.kill()
     [death] = reports_of(tmp_path, "phases", pid) if wait_for_file(str(tmp_path / f"phases-{pid}-1.memlog")) else []
     wait_until_finished(str(log))
     doc, err = replay_json(str(log), "--at", "100000")
@@ -453,35 +455,16 @@ def test_a_log_whose_reporter_was_replaced_is_read_with_its_continuation(tmp_pat
     and the log goes on in PROG-PID-2.events.  Replaying PROG-PID.events
     reads both as one log, says so, and says any pages the killed reporter
     had taken and not written."""
-    prog = compile_program("phases.c")
-    p = subprocess.Popen(cli_argv("run", "-q", "--record", prog, "forever"), cwd=tmp_path, env=CLI_ENV,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert p.stdout.readline().strip() == "ready"
-        pid = int(subprocess.check_output(["pgrep", "-f", "-n", f"^{prog} forever"], text=True))
+    with phases_forever(tmp_path, "--record") as pid:
         time.sleep(1.5)
-        seg, fd = segment_of(pid)
-        try:
+        with segment(pid) as seg:
             first = seg.header.reporter_pid
             os.kill(first, signal.SIGKILL)
-            deadline = time.monotonic() + 60
-            while seg.header.reporter_pid in (0, first):
-                assert time.monotonic() < deadline, "no reporter took over"
-                time.sleep(0.1)
-        finally:
-            seg.close()
-            os.close(fd)
+            until(lambda: seg.header.reporter_pid not in (0, first), "no reporter took over")
         second = tmp_path / f"phases-{pid}-2.events"
-        deadline = time.monotonic() + 60
-        while not second.exists():
-            assert time.monotonic() < deadline, os.listdir(tmp_path)
-            time.sleep(0.1)
+        until(second.exists, f"no {second}")
         time.sleep(1.5)
         os.kill(pid, signal.SIGKILL)
-        p.communicate(timeout=120)
-    finally:
-        if p.poll() is None:
-            p.kill()
     wait_for_file(str(tmp_path / f"phases-{pid}-1.memlog"))
     wait_until_finished(str(tmp_path / f"phases-{pid}.events"))
     reports = reports_of(tmp_path, "phases", pid)
@@ -521,16 +504,9 @@ def test_a_stopped_reporter_costs_one_wait_not_one_per_page(tmp_path):
     try:
         assert p.stdout.readline().strip() == "ready"
         pid = int(subprocess.check_output(["pgrep", "-f", "-n", f"^{prog} 2000000"], text=True))
-        seg, fd = segment_of(pid)
-        try:
-            deadline = time.monotonic() + 60
-            while not seg.header.reporter_pid:
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+        with segment(pid) as seg:
+            until(lambda: seg.header.reporter_pid, "no reporter")
             reporter = seg.header.reporter_pid
-        finally:
-            seg.close()
-            os.close(fd)
         os.kill(reporter, signal.SIGSTOP)
         p.stdin.write("\n")
         p.stdin.flush()
