@@ -149,17 +149,23 @@ class Recorder:
         finally:
             self.lock.give_back()
 
+    def _copy(self, i):
+        """Page i as a chunk takes it: (tid, first_ns, last_ns, records,
+        claim) -- an empty page too, so that the log's claims stay contiguous."""
+        page = self.pages[i]
+        used = min(page.used, PAGE_BYTES)
+        return (page.tid, page.first_ns, page.last_ns,
+                bytes(self.data[i * PAGE_BYTES:i * PAGE_BYTES + used]), page.claim)
+
     def _drain(self, final):
-        pages, data, freed = self.pages, self.data, False
+        pages, freed = self.pages, False
         got = []
         for i in range(self.npages):
             page = pages[i]
             state = page.state
             if state != FULL and not (final and state == FILLING):
                 continue
-            used = min(page.used, PAGE_BYTES)  # (an empty page too: the log's claims stay contiguous)
-            got.append((page.claim, page.tid, page.first_ns, page.last_ns,
-                        bytes(data[i * PAGE_BYTES:i * PAGE_BYTES + used])))
+            got.append(self._copy(i))
             if state == FULL:
                 page.used = 0      # its next owner's records start empty
                 page.state = FREE  # x86-64 keeps our copy and that store before this one
@@ -167,10 +173,9 @@ class Recorder:
         if freed:
             self.h.events_freed = (self.h.events_freed + 1) & 0xffffffff
             futex_wake(self.seg.field_address("events_freed"))
-        got.sort()
-        for claim, tid, first, last, records in got:
-            self.pending.append((tid, first, last, records, claim))
-            self.pending_bytes += len(records)
+        got.sort(key=lambda p: p[4])  # in the order the pages were claimed
+        self.pending += got
+        self.pending_bytes += sum(len(p[3]) for p in got)
         if self.pending and self.pending_since is None:
             self.pending_since = time.monotonic()
         if self.pending and (final or self.pending_bytes >= CHUNK_RAW_BYTES
@@ -317,16 +322,10 @@ class Recorder:
         partial = []
         if not final and self.lock.take():  # pages in progress: their records so far, not taken
             try:
-                for i in range(self.npages):
-                    page = self.pages[i]
-                    if page.state in (FULL, FILLING) and page.used:
-                        used = min(page.used, PAGE_BYTES)
-                        partial.append((page.claim, (page.tid, page.first_ns, page.last_ns,
-                                                     bytes(self.data[i * PAGE_BYTES:i * PAGE_BYTES + used]),
-                                                     page.claim)))
+                partial = [self._copy(i) for i in range(self.npages) if self.pages[i].state in (FULL, FILLING)]
             finally:
                 self.lock.give_back()
-        pieces = [p for _, p in sorted(partial)] + list(self.pending)
+        pieces = sorted(partial, key=lambda p: p[4]) + list(self.pending)
         names = self._new_names()
         if names:
             self.stack_chunks.append(names)
