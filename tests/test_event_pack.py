@@ -179,3 +179,31 @@ def test_continuations_are_read_only_when_they_are_the_same_images(tmp_path):
         assert one.continued == [str(tmp_path / "p-42-2.events")] and len(one.evts) == 2 and one.truncated
         assert one.head["start_mono_ns"] == 1000 and one.missing_pages() == 0
         assert [p[2] for e in one.evts for p in one.pages(e)] == [records, records]
+
+
+def test_hostile_stack_chunks_get_one_line(tmp_path):
+    """A STK2 chunk nested beyond any parser's depth or not UTF-8: one line,
+    status 2, from every command that reads a log; an index past its lines
+    or a frame naming '../..' is only text, never a path."""
+    import json
+    import subprocess
+    import sys
+    import zstandard
+    from helpers import CLI_ENV
+    from libmemleak.files.events import MAGIC, chunk
+    cctx = zstandard.ZstdCompressor()
+    head = chunk(b"HEAD", json.dumps({"version": 2, "program": "p", "pid": 4, "mode": "all"}).encode())
+    for payload, status in ((b"[" * 100000 + b"]" * 100000, 2),
+                            (b'{"lines": ["\xff\xfe"], "stacks": [[0, "malloc", [0]]]}', 2),
+                            (b'{"lines": ["a"], "stacks": [[0, "m", [99999999999999999999]]]}', 0),
+                            (json.dumps({"lines": ["\t../../etc/passwd\t(/x)\t../a.c:1"],
+                                         "stacks": [[0, "../..", [0]]]}).encode(), 0)):
+        path = tmp_path / "h.events"
+        path.write_bytes(MAGIC + head + chunk(b"STK2", cctx.compress(payload)))
+        for argv in (["replay", str(path)], ["report", str(path)], ["export", "--format", "json", str(path)]):
+            r = subprocess.run([sys.executable, "-m", "libmemleak", *argv], env=CLI_ENV, capture_output=True,
+                               text=True, timeout=120)
+            assert r.returncode == status and "Traceback" not in r.stderr, (argv, r.stderr)
+            if status:
+                assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["h.events"]  # nothing written anywhere
