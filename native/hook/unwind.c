@@ -355,12 +355,17 @@ static void raise_bp_upto(struct kept_walk *w, int upto)
     w->bp_upto = upto;
 }
 
-/* Is walk w usable now, with state (ip, sp, bp) at its step k? */
-static inline int walk_has_state(const struct kept_walk *w, int k, uint64_t ip, uint64_t sp, uint64_t bp,
+/* Did walk w start from state (ip, sp, bp), and is it still usable?  rbp
+ * is part of the state only for a walk with a rule that used it (bp_upto >
+ * 0): elsewhere rbp is a register like any other, and code that keeps a
+ * loop counter or a pointer in it calls the allocator with a new value
+ * each time.  (Comparing it always made alloc-glibc's 28k map and string
+ * allocations, all from two states, new walks every time.) */
+static inline int walk_starts_at(const struct kept_walk *w, uint64_t ip, uint64_t sp, uint64_t bp,
                                  uint64_t generation)
 {
-    return w->complete && w->generation == generation && k < w->steps && w->step[k].ip == ip &&
-           step_sp(w, k) == sp && w->step[k].bp == bp;
+    return w->complete && w->generation == generation && w->steps > 0 && w->step[0].ip == ip &&
+           w->sp0 == sp && (w->bp_upto == 0 || w->step[0].bp == bp);
 }
 
 /* The walks that started at a state, most recently used first. */
@@ -408,7 +413,7 @@ static struct kept_walk *recall_first(struct memo *m, uint64_t ip, uint64_t sp, 
         if ((set[i] & 0xff00) != tag || s >= MEMO_WALKS || s == m->victim)
             continue;
         struct kept_walk *w = walk_at(m, s);
-        if (!walk_has_state(w, 0, ip, sp, bp, generation))
+        if (!walk_starts_at(w, ip, sp, bp, generation))
             continue;
         int c = first_change(w, 0);
         if (!best || c > *change) {
@@ -871,6 +876,7 @@ fast_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload
             int last = change < w->steps ? change : w->steps - 1;
             int take = last + 1 < max ? last + 1 : max;
             memcpy(out->step, w->step, (size_t)take * sizeof(struct step));
+            out->step[0].bp = bp; /* (w's may be another rbp: see walk_starts_at) */
             if (w->bp_upto > 0) /* its steps that may have used rbp are ours, and right */
                 out->bp_ok = out->bp_upto = w->bp_upto < take ? w->bp_upto : take;
             for (int k = 0; k < take; k++)
