@@ -220,6 +220,7 @@ struct memo {
     int max;               /* frames per walk it is sized for */
     int victim;            /* the walk slot the next new walk goes into */
     int last;              /* the slot whose walk the last backtrace returned, or -1 */
+    struct path *last_path; /* or the path it wrote down (see path_walk), or NULL */
     int older_worth;       /* > 0: looking past the latest walk of a first state has paid */
     unsigned walks_since_check;
     struct payoff payoff;  /* whether remembering whole walks pays (see MEMO_WINDOW) */
@@ -303,6 +304,7 @@ static struct memo *memo_of_thread(int max)
     payoff_start(&m->payoff);
     m->victim = 0;
     m->last = -1;
+    m->last_path = NULL;
     if (pthread_setspecific(memo_key, m) != 0) {
         memo_release(m);
         return NULL;
@@ -376,14 +378,27 @@ static inline uint16_t *first_set(struct memo *m, uint64_t ip, uint64_t sp, uint
     return m->firsts[h >> (64 - MEMO_FIRST_SET_BITS)];
 }
 
+/* Way i of a set becomes `way`, moved to the front: the ways before it
+ * move back one.  (The set is 16 bytes: shifted as one 128-bit value --
+ * gcc made the loop a call to memmove, 58 instructions a move on sqlite3.) */
+_Static_assert(MEMO_FIRST_WAYS * sizeof(uint16_t) == 16, "a set of first states is one 128-bit value");
+static inline void move_to_front(uint16_t *set, int i, uint16_t way)
+{
+    unsigned __int128 v;
+    memcpy(&v, set, sizeof v);
+    unsigned __int128 before = v & (((unsigned __int128)1 << (16 * i)) - 1);
+    unsigned __int128 after = i < MEMO_FIRST_WAYS - 1 ? v >> (16 * (i + 1)) << (16 * (i + 1)) : 0;
+    v = after | before << 16 | way;
+    memcpy(set, &v, sizeof v);
+}
+
+/* `way` to the front of its set: from where its slot is, else from the last way. */
 static void to_front(uint16_t *set, uint16_t way)
 {
     int i = 0;
     while (i < MEMO_FIRST_WAYS - 1 && (set[i] & 0xff) != (way & 0xff))
         i++;
-    for (; i > 0; i--)
-        set[i] = set[i - 1];
-    set[0] = way;
+    move_to_front(set, i, way);
 }
 
 static void walk_to_front(struct memo *m, const struct kept_walk *w, int slot)
@@ -422,7 +437,7 @@ static struct kept_walk *recall_first(struct memo *m, uint64_t ip, uint64_t sp, 
             *change = c;
             if (c == w->steps) {
                 if (i) {
-                    to_front(set, set[i]);
+                    move_to_front(set, i, set[i]);
                     m->older_worth = m->older_worth < 1000 ? m->older_worth + 8 : m->older_worth;
                 }
                 return best;
@@ -626,7 +641,6 @@ struct paths {
     uint32_t count;                /* paths it has room for */
     uint32_t victim;               /* the one the next new path replaces */
     size_t path_size;
-    struct path *last;             /* written by the last backtrace, waiting for its id */
     struct payoff payoff;          /* whether paths pay */
     uint32_t sets[1u << PATH_SET_BITS][PATH_WAYS];
     /* then `count` paths of path_size bytes */
@@ -678,7 +692,7 @@ static inline uint64_t path_hash(const uint64_t *ips, uint64_t ip, uint64_t sp)
 #define PATH_PLAIN (-2)
 /* (Inline: a call and its register saves were 1% of cc1's cost.) */
 static inline __attribute__((always_inline)) int
-path_walk(struct paths *pc, uint64_t *ips, int max, int *truncated, int kind, uint32_t unload_epoch,
+path_walk(struct paths *pc, struct path **last, uint64_t *ips, int max, int *truncated, int kind, uint32_t unload_epoch,
           uint32_t *known, uint64_t ip, uint64_t sp, uint64_t bp, uint32_t generation)
 {
     const uint64_t *rules = cache;
@@ -789,7 +803,7 @@ path_walk(struct paths *pc, uint64_t *ips, int max, int *truncated, int kind, ui
         set[w] = set[w - 1];
     set[0] = tag | (pc->victim + 1);
     pc->victim = pc->victim + 1 < pc->count ? pc->victim + 1 : 0;
-    pc->last = p;
+    *last = p;
     return n;
 }
 
@@ -843,19 +857,17 @@ fast_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload
     struct memo *m = memo_of_thread(max);
     struct kept_walk *out = NULL; /* where this walk is written down */
     struct paths *pc = NULL;      /* where a resting thread's walk is looked for */
-    if (m && m->paths > PATHS_NONE)
-        m->paths->last = NULL;
-    if (m && !payoff_try(&m->payoff)) {
-        m->last = -1;
-        pc = paths_of(m);
-        m = NULL; /* this walk is neither looked for nor written down as a whole walk */
-    }
+    struct path **last_path = NULL;
     if (m) {
         m->last = -1;
-        out = walk_at(m, m->victim);
-        out->complete = 0;
-        out->sp0 = sp;
-        out->bp_upto = out->bp_ok = 0;
+        m->last_path = NULL;
+        if (!payoff_try(&m->payoff)) {
+            pc = paths_of(m);
+            last_path = &m->last_path;
+            m = NULL; /* this walk is neither looked for nor written down as a whole walk */
+        }
+    }
+    if (m) {
         int slot, change = 0;
         struct kept_walk *w = recall_first(m, ip, sp, bp, generation, &slot, &change);
         if (w && change == w->steps && (!w->more || w->steps == max)) {
@@ -870,6 +882,11 @@ fast_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload
             m->payoff.finds++;
             return w->steps;
         }
+        /* (Only now: a walk found whole writes nothing.) */
+        out = walk_at(m, m->victim);
+        out->complete = 0;
+        out->sp0 = sp;
+        out->bp_upto = out->bp_ok = 0;
         if (w) {
             /* Its frames up to the change (included: its state is still
              * right) become ours. */
@@ -942,7 +959,7 @@ fast_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload
 
 walk_unrecorded: /* a resting thread, or one that keeps no walks (exiting, out of memory) */
     if (pc > PATHS_NONE && n == 0) {
-        r = path_walk(pc, ips, max, truncated, kind, unload_epoch, known, ip, sp, bp, (uint32_t)generation);
+        r = path_walk(pc, last_path, ips, max, truncated, kind, unload_epoch, known, ip, sp, bp, (uint32_t)generation);
         if (r != PATH_PLAIN)
             return r;
     }
@@ -976,12 +993,12 @@ void mlk_walk_remember_stack(int kind, uint32_t unload_epoch, uint32_t id)
     struct memo *m = thread_memo;
     if (m <= MEMO_NONE)
         return;
-    struct paths *pc = m->paths;
-    if (pc > PATHS_NONE && pc->last) {
-        pc->last->id = id;
-        pc->last->id_kind = (uint8_t)kind;
-        pc->last->id_epoch = unload_epoch;
-        pc->last = NULL;
+    struct path *p = m->last_path;
+    if (p) {
+        p->id = id;
+        p->id_kind = (uint8_t)kind;
+        p->id_epoch = unload_epoch;
+        m->last_path = NULL;
         return;
     }
     if (m->last < 0)
