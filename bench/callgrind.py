@@ -10,7 +10,10 @@ file descriptors costs (fds: bench/programs/fdloop.c opens and closes
 descriptors and allocates nearly nothing), with descriptors tracked and
 with MEMLEAK_CONFIG fds=no; its table gives the instructions added per
 descriptor call (the calls' own kernel time, which callgrind does not
-count, is most of their cost bare).  alloc-glibc also runs with
+count, is most of their cost bare).  And churn (bench/programs/churn.cc: 2 threads
+of malloc/free pairs through three call stacks, a window of 256 live
+blocks each): the tracer's cost per pair with nothing else to hide it --
+issue 33's third figure (est. cycles added per pair are printed).  alloc-glibc also runs with
 MEMLEAK_CONFIG misuse=no, misuse=hold and quarantine=64M: what checking for misuse of the
 allocator costs, and that holding bad frees back costs nothing more.
 Every allocating workload also runs with record=all: what the event log
@@ -46,12 +49,13 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 from libmemleak import preload_path  # noqa: E402
-from run import SAMPLE_BYTES, gen_c, gen_sqlite  # noqa: E402
+from run import SAMPLE_BYTES, gen_c, gen_churn, gen_sqlite  # noqa: E402
 
 FD_ROUNDS = 20000     # fdloop.c: 5 descriptors opened and closed a round
 FD_CALLS = 10         # descriptor calls a round: 5 that make one, 5 that end one
 CC1_FUNCTIONS = 120   # of bench/run.py's 1,500: about a minute under callgrind
 SQLITE_ROWS = 8000    # of its 150,000
+CHURN_PAIRS = 200000  # malloc/free pairs per thread (2 threads) of bench/programs/churn.cc
 LAST_LEVEL = "524288,8,64"
 
 
@@ -90,6 +94,7 @@ def workloads(out, only=None):
                                     None),
         "alloc-glibc": lambda: ([routed_program(out, False), str(ROUTED_ROUNDS)], None),
         "fds": lambda: ([fd_program(out), str(FD_ROUNDS)], None),
+        "churn": lambda: ([gen_churn(out), str(CHURN_PAIRS)], None),
     }
     return {name: make() for name, make in found.items() if not only or name in only}
 
@@ -132,7 +137,7 @@ def measure(argv, stdin_path, env):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", nargs="+", choices=["cc1", "sqlite3", "tcmalloc-static", "alloc-glibc", "fds"],
+    ap.add_argument("--only", nargs="+", choices=["cc1", "sqlite3", "tcmalloc-static", "alloc-glibc", "fds", "churn"],
                     help="these workloads only")
     ap.add_argument("--lib", default=None, help="the libmtrace.so to measure (default: this checkout's)")
     ap.add_argument("--no-sampled", action="store_true", help=f"skip sampling mode (sample={SAMPLE_BYTES})")
@@ -180,6 +185,9 @@ def main():
             base = base or m["est"]
             bare_ir = bare_ir if tool != "bare" else m["Ir"]
             rows.append((name, tool, m, m["est"] / base))
+            if name == "churn" and tool != "bare":
+                print(f"churn: {(m['est'] - base) / (2 * CHURN_PAIRS):.0f} est. cycles added per malloc/free pair "
+                      f"({tool})", flush=True)
             if name == "fds" and tool != "bare":
                 print(f"fds: {(m['Ir'] - bare_ir) / (FD_ROUNDS * FD_CALLS):.0f} instructions added per "
                       f"descriptor call ({tool})", flush=True)
