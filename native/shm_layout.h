@@ -313,7 +313,7 @@ struct mlk_header {
     uint64_t dropped_stacks;    /* allocations not attributed: stack table full */
     uint64_t dropped_blocks;    /* allocations not tracked: address table full */
     uint64_t unknown_frees;     /* frees of pointers never seen allocated */
-    uint64_t truncated_stacks;  /* backtraces cut at the configured depth */
+    uint64_t truncated_stacks;  /* unused: the reporter sums the cut stacks' allocations */
     /* Sampling (MEMLEAK_CONFIG sample=BYTES): 0 = every allocation recorded.
      * Otherwise an allocation of s bytes is recorded with probability
      * 1 - exp(-s / sample_bytes) and the stack counters hold the recorded

@@ -160,6 +160,7 @@ class Segment:
         self._epoch, self._depth = array("q"), array("q")
         self._ok = bytearray()
         self._custom_ids = []  # ids of kind custom, ascending
+        self._cut_ids = array("l")  # ids of stacks cut at the depth (MLK_STACK_CUT)
         self._resource_ids = []  # (id, resource kind index) of resource stacks, ascending
         self._resource_names = []
         self._pending = set()
@@ -271,12 +272,29 @@ class Segment:
             report_dir=self.report_dir(),
             taken_ns=taken, start_time_ns=h.start_time_ns, depth=h.depth,
             collecting=bool(h.collecting),
-            health={name: getattr(h, name) for name in HEALTH_FIELDS},
+            health=self._health(cols["alloc_count"], ids),
             modules=self.modules(), stacks=self.stacks, ids=ids,
             corrupt_stacks=self._corrupt, sample_bytes=h.sample_bytes,
             tracking=TRACKING_NAMES.get(h.tracking, "unknown"), last_report_ns=h.last_report_ns,
             attached_ns=h.attached_ns, custom=custom, resources=resources, resource_names=tuple(names),
             fds_tracked=bool(h.fds_tracked), fds_before=h.fds_before, slack_floor=h.slack_floor, **cols)
+
+    def _health(self, alloc_count, ids):
+        """The segment's health counters; truncated_stacks is not counted by
+        the hook (a locked add on the header's line, which every allocation
+        of every thread reads, at each cut walk -- most of a deep program's)
+        but summed here: the allocations of the stacks cut at the depth, as
+        the hook's counters recorded them."""
+        h = self.header
+        health = {name: getattr(h, name) for name in HEALTH_FIELDS}
+        if isinstance(ids, range):
+            n = len(alloc_count)
+            cut = sum(alloc_count[i] for i in self._cut_ids if i < n)
+        else:
+            where = {i: pos for pos, i in enumerate(ids)}
+            cut = sum(alloc_count[where[i]] for i in self._cut_ids if i in where)
+        health["truncated_stacks"] = cut
+        return health
 
     def resource_names(self):
         """The names of the resource kinds the process named, by index
@@ -336,6 +354,8 @@ class Segment:
             return
         cut = self._stack_words[i * _W + _W_FLAGS] & CONST["MLK_STACK_CUT"]
         self._kind[i] = ((state >> 48) & 0xffff) | (_CUT if cut else 0)
+        if cut:
+            self._cut_ids.append(i)
         kind = (state >> 48) & 0xffff
         if kind == CONST["MLK_KIND_CUSTOM"]:
             self._custom_ids.append(i)

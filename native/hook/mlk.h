@@ -107,6 +107,12 @@ MLK_HIDDEN void mlk_module_range(const struct dl_phdr_info *info, uint64_t *lo, 
  * unfilled; else MLK_NO_STACK. */
 MLK_HIDDEN int mlk_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload_epoch,
                              uint32_t *known);
+/* The stack id of this thread's walk from the hook's frame (mlk_walk_start,
+ * set) when it is the walk remembered last from that first state, whole
+ * and with its id known -- most allocations of programs that repeat their
+ * paths -- found without the walk's machinery; else MLK_NO_STACK, and
+ * mlk_backtrace walks.  max: the depth. */
+MLK_HIDDEN uint32_t mlk_walk_known(int max, int kind, uint32_t unload_epoch);
 /* Where the next backtrace of this thread may start: the state of a hook's
  * own frame (its return address, CFA and the caller's rbp), so that the walk
  * need not climb back through our frames.  Set right before the hook asks

@@ -9,24 +9,22 @@
 static int warned_stacks, warned_blocks;
 #define UNKNOWN_FREES_WARN 1000
 
-static uint32_t current_stack(int kind)
+/* The stack walked and interned (a walk not found whole with its id). */
+static __attribute__((noinline)) uint32_t stack_walked(int kind, uint32_t epoch)
 {
     uint64_t ips[MLK_MAX_DEPTH];
     int truncated = 0;
-    /* A walk that matched a remembered one from its first frame comes with
-     * the id interned for that one: same frames, kind and unloads. */
-    uint32_t epoch = __atomic_load_n(&mlk_seg->unload_epoch, __ATOMIC_ACQUIRE);
     uint32_t id;
     int depth = mlk_backtrace(ips, (int)mlk_seg->depth, &truncated, kind, epoch, &id);
-    if (truncated)
-        __atomic_add_fetch(&mlk_seg->truncated_stacks, 1, __ATOMIC_RELAXED);
+    /* (A walk cut at the depth is not counted here: its stack says so,
+     * MLK_STACK_CUT, and the reporter sums those stacks' allocations -- a
+     * locked add on the header line every allocation reads was the price
+     * of counting here, per cut walk.) */
     if (id == MLK_NO_STACK) {
         id = mlk_stack_intern(ips, depth, kind, epoch, truncated);
         if (id != MLK_NO_STACK)
             mlk_walk_remember_stack(kind, epoch, id);
     }
-    if (MLK_UNLIKELY(mlk_lazy_spawn_at) && id != MLK_NO_STACK && id >= mlk_lazy_spawn_at)
-        mlk_lazy_spawn();
     if (MLK_UNLIKELY(id == MLK_NO_STACK)) {
         __atomic_add_fetch(&mlk_seg->dropped_stacks, 1, __ATOMIC_RELAXED);
         if (!__atomic_exchange_n(&warned_stacks, 1, __ATOMIC_RELAXED))
@@ -35,6 +33,19 @@ static uint32_t current_stack(int kind)
                      mlk_segment_as_limit ? "; it was made smaller to fit the address-space limit "
                                             "(ulimit -v): raise that limit for a larger one" : "");
     }
+    return id;
+}
+
+static inline uint32_t current_stack(int kind)
+{
+    /* A walk that matched a remembered one from its first frame comes with
+     * the id interned for that one: same frames, kind and unloads. */
+    uint32_t epoch = __atomic_load_n(&mlk_seg->unload_epoch, __ATOMIC_ACQUIRE);
+    uint32_t id = mlk_walk_known((int)mlk_seg->depth, kind, epoch);
+    if (id == MLK_NO_STACK)
+        id = stack_walked(kind, epoch);
+    if (MLK_UNLIKELY(mlk_lazy_spawn_at) && id != MLK_NO_STACK && id >= mlk_lazy_spawn_at)
+        mlk_lazy_spawn();
     return id;
 }
 

@@ -1001,6 +1001,43 @@ not_understood:
     return -1;
 }
 
+/* fast_backtrace's most common answer, on its own: its first state from the
+ * hook's frame, the latest walk remembered from there (recall_first's first
+ * look), held to its end, with its id for this kind and epoch.  What
+ * fast_backtrace would have done besides -- count the walk in its window and
+ * as a find, name the walk for mlk_walk_remember_stack -- is done here too;
+ * anything else (no walk start, a resting thread, a window about to turn,
+ * another walk) is left to it, untouched.  (Its own frame, its big
+ * function's register saves and current_stack's were ~60 instructions of
+ * the ~200 a walk found whole cost: churn, sqlite3.) */
+uint32_t mlk_walk_known(int max, int kind, uint32_t unload_epoch)
+{
+    struct memo *m = thread_memo;
+    uint64_t sp = mlk_walk_start.sp, here = (uint64_t)__builtin_frame_address(0);
+    if (m <= MEMO_NONE || m->max != max || m->payoff.resting || m->payoff.left <= 1 ||
+        !(sp > here && sp - here < 65536) || mlk_unwind_mode != MLK_UNWIND_FAST)
+        return MLK_NO_STACK;
+    uint64_t ip = mlk_walk_start.ip, bp = mlk_walk_start.bp;
+    if (mlk_is_self_address(ip))
+        return MLK_NO_STACK;
+    uint16_t tag;
+    uint16_t *set = first_set(m, ip, sp, &tag);
+    int s = set[0] & 0xff;
+    if ((set[0] & 0xff00) != tag || s >= MEMO_WALKS || s == m->victim)
+        return MLK_NO_STACK;
+    const struct kept_walk *w = walk_at(m, s);
+    if (!walk_starts_at(w, ip, sp, bp, __atomic_load_n(&rules_generation, __ATOMIC_ACQUIRE)) ||
+        w->id == MLK_NO_STACK || w->id_kind != (uint32_t)kind || w->id_epoch != unload_epoch ||
+        (w->more && w->steps != max) || first_change(w, 0) != w->steps)
+        return MLK_NO_STACK;
+    m->payoff.left--; /* (above 1: no turn of the window is due) */
+    m->payoff.finds++;
+    m->last = s;
+    m->last_path = NULL;
+    mlk_walk_start.sp = 0;
+    return w->id;
+}
+
 void mlk_walk_remember_stack(int kind, uint32_t unload_epoch, uint32_t id)
 {
     struct memo *m = thread_memo;
@@ -1084,6 +1121,7 @@ int mlk_frames_by_fp(const uint64_t *ips, int depth, int *ends_there) { return *
 void mlk_unwind_forget(void) {}
 void mlk_unwind_lock_for_fork(int acquire) {}
 void mlk_walk_remember_stack(int kind, uint32_t unload_epoch, uint32_t id) {}
+uint32_t mlk_walk_known(int max, int kind, uint32_t unload_epoch) { return MLK_NO_STACK; }
 
 __thread struct mlk_walk_start mlk_walk_start __attribute__((tls_model("initial-exec")));
 
