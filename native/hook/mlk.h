@@ -113,6 +113,10 @@ MLK_HIDDEN int mlk_backtrace(uint64_t *ips, int max, int *truncated, int kind, u
  * paths -- found without the walk's machinery; else MLK_NO_STACK, and
  * mlk_backtrace walks.  max: the depth. */
 MLK_HIDDEN uint32_t mlk_walk_known(int max, int kind, uint32_t unload_epoch);
+/* Whether mlk_walk_known may answer for this thread: its last walk was
+ * remembering whole walks (not resting from them: most of gcc's cc1's
+ * walks are served by remembered paths instead, which it does not look at). */
+extern __thread int mlk_walk_quick __attribute__((tls_model("initial-exec")));
 /* Where the next backtrace of this thread may start: the state of a hook's
  * own frame (its return address, CFA and the caller's rbp), so that the walk
  * need not climb back through our frames.  Set right before the hook asks

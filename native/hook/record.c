@@ -10,7 +10,7 @@ static int warned_stacks, warned_blocks;
 #define UNKNOWN_FREES_WARN 1000
 
 /* The stack walked and interned (a walk not found whole with its id). */
-static __attribute__((noinline)) uint32_t stack_walked(int kind, uint32_t epoch)
+static uint32_t stack_walked(int kind, uint32_t epoch)
 {
     uint64_t ips[MLK_MAX_DEPTH];
     int truncated = 0;
@@ -41,7 +41,9 @@ static inline uint32_t current_stack(int kind)
     /* A walk that matched a remembered one from its first frame comes with
      * the id interned for that one: same frames, kind and unloads. */
     uint32_t epoch = __atomic_load_n(&mlk_seg->unload_epoch, __ATOMIC_ACQUIRE);
-    uint32_t id = mlk_walk_known((int)mlk_seg->depth, kind, epoch);
+    uint32_t id = MLK_NO_STACK;
+    if (mlk_walk_quick)
+        id = mlk_walk_known((int)mlk_seg->depth, kind, epoch);
     if (id == MLK_NO_STACK)
         id = stack_walked(kind, epoch);
     if (MLK_UNLIKELY(mlk_lazy_spawn_at) && id != MLK_NO_STACK && id >= mlk_lazy_spawn_at)

@@ -25,6 +25,7 @@
 #include "unwind_cfi.h"
 
 int mlk_unwind_mode = MLK_UNWIND_FAST;
+__thread int mlk_walk_quick __attribute__((tls_model("initial-exec")));
 
 #if defined(__x86_64__)
 
@@ -874,7 +875,9 @@ fast_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload
     if (m) {
         m->last = -1;
         m->last_path = NULL;
-        if (!payoff_try(&m->payoff)) {
+        int trying = payoff_try(&m->payoff);
+        mlk_walk_quick = trying;
+        if (!trying) {
             pc = paths_of(m);
             last_path = &m->last_path;
             m = NULL; /* this walk is neither looked for nor written down as a whole walk */
@@ -1015,7 +1018,7 @@ uint32_t mlk_walk_known(int max, int kind, uint32_t unload_epoch)
     struct memo *m = thread_memo;
     uint64_t sp = mlk_walk_start.sp, here = (uint64_t)__builtin_frame_address(0);
     if (m <= MEMO_NONE || m->max != max || m->payoff.resting || m->payoff.left <= 1 ||
-        !(sp > here && sp - here < 65536) || mlk_unwind_mode != MLK_UNWIND_FAST)
+        !(sp > here && sp - here < 65536))
         return MLK_NO_STACK;
     uint64_t ip = mlk_walk_start.ip, bp = mlk_walk_start.bp;
     if (mlk_is_self_address(ip))
