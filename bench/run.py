@@ -90,7 +90,7 @@ def gen_deep(out):
     exe = os.path.join(out, "deep")
     src = os.path.join(HERE, "programs", "deep.c")
     if not os.path.exists(exe) or os.path.getmtime(exe) < os.path.getmtime(src):
-        subprocess.run(["gcc", "-O2", "-g", src, "-o", exe], check=True)
+        subprocess.run(["gcc", "-O2", "-g", "-pthread", src, "-o", exe], check=True)
     return exe
 
 
@@ -115,6 +115,8 @@ def workloads(out):
         "churn": ([gen_churn(out), "10000000"], None, False),
         # 4M malloc/free pairs 20 frames deep: the cost of one long walk
         "deep": ([gen_deep(out), "20"], None, False),
+        # the same in 2 threads at once (2 x 4M pairs): what their hooks share
+        "deep-threads": ([gen_deep(out), "20", "2"], None, False),
         # 900 short processes: what tracing every process of a script costs
         "shell": (["bash", "-c", SHELL_LOOP], None, False),
     }

@@ -1,5 +1,8 @@
-/* malloc/free in a loop 20 frames deep (argv[1] = depth), one thread: what
- * one allocation costs when the walk is long and the outer frames repeat. */
+/* malloc/free in a loop 20 frames deep (argv[1] = depth), in one thread or
+ * argv[2] threads at once: what one allocation costs when the walk is long
+ * (cut at the default depth of 16) and the outer frames repeat -- and, with
+ * threads, what the threads' hooks share (bench/run.py deep-threads). */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -26,11 +29,30 @@ __attribute__((noinline)) static void descend(int depth, int n)
     __asm__ volatile("" ::: "memory"); /* not a tail call: keep the frame */
 }
 
-int main(int argc, char **argv)
+static int depth = 20;
+
+static void *rounds(void *arg)
 {
-    int depth = argc > 1 ? atoi(argv[1]) : 20;
+    (void)arg;
     for (int k = 0; k < 400; k++)
         descend(depth, 10000);
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    depth = argc > 1 ? atoi(argv[1]) : 20;
+    int threads = argc > 2 ? atoi(argv[2]) : 0;
+    if (threads <= 0) {
+        rounds(NULL);
+    } else {
+        pthread_t t[64];
+        threads = threads > 64 ? 64 : threads;
+        for (int i = 0; i < threads; i++)
+            pthread_create(&t[i], NULL, rounds, NULL);
+        for (int i = 0; i < threads; i++)
+            pthread_join(t[i], NULL);
+    }
     printf("done\n");
     return 0;
 }

@@ -67,6 +67,16 @@ static struct {
     uint32_t taken;  /* the slot belongs to a live thread */
 } __attribute__((aligned(64))) flags[FLAG_SLOTS];
 static __thread int flag_plus_one __attribute__((tls_model("initial-exec"))); /* < 0: use a lock */
+/* The thread's busy flag itself, for update_begin's one load: NULL before
+ * the thread has one, FLAG_LOCK where it uses a lock. */
+#define FLAG_LOCK ((uint32_t *)1)
+static __thread uint32_t *flag_busy __attribute__((tls_model("initial-exec")));
+
+static void set_flag(int f)
+{
+    flag_plus_one = f;
+    flag_busy = f > 0 ? &flags[f - 1].busy : f < 0 ? FLAG_LOCK : NULL;
+}
 static uint32_t forking;
 static int fenced; /* membarrier is registered: flags may be used */
 static pthread_key_t flag_key;
@@ -83,7 +93,7 @@ static void flag_release(void *unused)
 {
     (void)unused;
     int f = flag_plus_one;
-    flag_plus_one = -1; /* frees by later destructors of this thread take a lock */
+    set_flag(-1); /* frees by later destructors of this thread take a lock */
     if (f > 0)
         __atomic_store_n(&flags[f - 1].taken, 0, __ATOMIC_RELEASE);
 }
@@ -96,24 +106,26 @@ static __attribute__((noinline)) int claim_flag(void)
             if (!__atomic_load_n(&flags[i].taken, __ATOMIC_RELAXED) &&
                 __atomic_compare_exchange_n(&flags[i].taken, &free_, 1, 0, __ATOMIC_ACQUIRE,
                                             __ATOMIC_RELAXED)) {
-                flag_plus_one = i + 1;
+                set_flag(i + 1);
                 pthread_setspecific(flag_key, (void *)1); /* flag_release at thread exit */
                 return i + 1;
             }
         }
     }
-    return flag_plus_one = -1;
+    set_flag(-1);
+    return -1;
 }
 
 /* Begins a counter update that fork must not split; returns the thread's
  * busy flag, or NULL when it took its lock instead. */
 static inline uint32_t *update_begin(void)
 {
-    int f = flag_plus_one;
-    if (MLK_UNLIKELY(f == 0))
-        f = claim_flag();
-    if (MLK_LIKELY(f > 0)) {
-        uint32_t *busy = &flags[f - 1].busy;
+    uint32_t *busy = flag_busy;
+    if (MLK_UNLIKELY(!busy)) {
+        claim_flag();
+        busy = flag_busy;
+    }
+    if (MLK_LIKELY(busy != FLAG_LOCK)) {
         for (;;) {
             __atomic_store_n(busy, 1, __ATOMIC_RELAXED);
             /* Store, then load: no fence here; fork's membarrier is one. */
@@ -305,7 +317,7 @@ void mlk_trailers_fork_child(void)
     if (__atomic_load_n(&fenced, __ATOMIC_RELAXED) && !register_fence()) {
         fenced = 0;
         if (flag_plus_one > 0)
-            flag_plus_one = -1;
+            set_flag(-1);
     }
     mlk_trailers_lock_for_fork(0);
 }
