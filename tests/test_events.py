@@ -72,6 +72,30 @@ def wait_until_finished(path):
     until(lambda: finished(path), f"{path}: no last counters")
 
 
+def program_pid(prog, args, timeout=60):
+    """The pid of the running `prog args`: the process of that command line
+    and executable whose parent is not one as well -- not the hook's reporter
+    between its fork and its exec, which is the program's copy for that
+    moment (and then holds the program's segment: a test waiting for the
+    process's own segment would wait on it for ever)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = subprocess.run(["pgrep", "-f", f"^{prog} {args}"], capture_output=True, text=True).stdout.split()
+        parents = {}
+        for pid in map(int, found):
+            try:
+                if os.readlink(f"/proc/{pid}/exe") == os.path.realpath(prog):
+                    with open(f"/proc/{pid}/stat", "rb") as f:
+                        parents[pid] = int(f.read().rpartition(b")")[2].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+        roots = [pid for pid, parent in parents.items() if parent not in parents]
+        if len(roots) == 1:
+            return roots[0]
+        assert time.monotonic() < deadline, f"no single process {prog} {args}: {found}"
+        time.sleep(0.05)
+
+
 @contextlib.contextmanager
 def segment(pid, timeout=60):
     """The traced process's segment, once it has one (a process that has
@@ -102,7 +126,7 @@ def phases_forever(tmp_path, *options):
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline().strip() == "ready"
-        yield int(subprocess.check_output(["pgrep", "-f", "-n", f"^{prog} forever"], text=True))
+        yield program_pid(prog, "forever")
         p.communicate(timeout=120)
     finally:
         if p.poll() is None:
@@ -505,7 +529,7 @@ def test_a_stopped_reporter_costs_one_wait_not_one_per_page(tmp_path):
     reporter = None
     try:
         assert p.stdout.readline().strip() == "ready"
-        pid = int(subprocess.check_output(["pgrep", "-f", "-n", f"^{prog} 2000000"], text=True))
+        pid = program_pid(prog, "2000000")
         with segment(pid) as seg:
             until(lambda: seg.header.reporter_pid, "no reporter")
             reporter = seg.header.reporter_pid
