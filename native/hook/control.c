@@ -227,6 +227,7 @@ int mlk_start_collecting(void)
         mlk_lsan_read_default_suppressions();
         mlk_modules_scan();
         mlk_unwind_init();
+        mlk_stacks_init();
         /* The reporter also answers this signal when the program blocks it
          * in every thread (the handler then never runs). */
         mlk_seg->report_signal = mlk_signal_is_programs() ? 0 : (uint32_t)mlk_config.signal;
@@ -364,6 +365,7 @@ static void fork_child(void)
         arm_lazy_spawn();
     mlk_misuse_lock_for_fork(0);
     mlk_trailers_fork_child();
+    mlk_stacks_fork_child();
     mlk_lsan_lock_for_fork(0);
     mlk_resources_lock_for_fork(0);
     mlk_custom_lock_for_fork(0);

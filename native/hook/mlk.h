@@ -162,6 +162,10 @@ MLK_HIDDEN void mlk_stack_count_alloc(uint32_t id, uint64_t bytes); /* one new b
 MLK_HIDDEN void mlk_stack_account(uint32_t id, int64_t bytes, int64_t blocks);
 /* A block with a trailer, counted with its slack (bytes reserved beyond
  * its size), and its free. */
+/* Before the first count: the key that gives a thread's counter stripe up at its exit. */
+MLK_HIDDEN void mlk_stacks_init(void);
+/* In a forked child: the stripes the parent's other threads owned are free. */
+MLK_HIDDEN void mlk_stacks_fork_child(void);
 MLK_HIDDEN void mlk_stack_count_trailed(uint32_t id, uint64_t bytes, uint64_t slack);
 MLK_HIDDEN void mlk_stack_uncount_trailed(uint32_t id, uint64_t bytes, uint64_t slack);
 /* The same for what is not the process's memory -- custom blocks (inside

@@ -11,6 +11,7 @@
  * indexes are never freed (a reader may still be in one); together they
  * weigh less than the current one. */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <string.h>
 
 #include "mlk.h"
@@ -284,14 +285,17 @@ _Static_assert(sizeof(struct mlk_counters) == 64 && offsetof(struct mlk_stack, c
                    sizeof(((struct mlk_stack *)0)->counters) / 64 == MLK_COUNTER_STRIPES,
                "a stack entry is cache lines: identity, then one per counter stripe");
 
-/* This thread's counter stripe.  The first thread to count owns stripe 0 and
- * updates it with plain loads and stores -- a locked add costs more than the
- * rest of the bookkeeping of a free, and most programs that allocate a lot
- * do it from one thread.  The other threads take stripes 1 and 2 in turn and
- * add atomically: two workers (while the owner, say main, waits for them)
- * then still count on lines of their own.  (The reporter reads each counter
- * word whole either way.)  Ownership is not handed on when the owner exits:
- * the simple rule is the safe one. */
+/* This thread's counter stripe.  The first threads to count much own a
+ * stripe each (all but the last) and update it with plain loads and stores
+ * -- a locked add costs more than the rest of the bookkeeping of a free.
+ * Every other thread adds atomically to the last stripe, which nobody owns;
+ * a thread starts there, and claims a stripe of its own after
+ * STRIPE_CLAIM_AFTER counts (the main thread of a server, which allocates
+ * a little before starting its workers, would otherwise keep one for
+ * nothing).  An owner gives its stripe up when it exits (its TLS
+ * destructor), after turning to the shared stripe itself for whatever its
+ * later destructors free; a thread that comes later may then own it.  (The
+ * reporter reads each counter word whole either way.) */
 /* The thread's stripe, and its memory totals (memleak_thread, jemalloc's
  * thread.allocated / thread.deallocated): what it allocated and what it
  * freed, whoever allocated that.  Per thread because a block's trailer has
@@ -302,29 +306,77 @@ _Static_assert(sizeof(struct mlk_counters) == 64 && offsetof(struct mlk_stack, c
  * offset serves both. */
 static __thread struct {
     unsigned stripe_plus_one;
+    unsigned claim_in;     /* on the shared stripe: counts before it tries to own one */
     /* allocated bytes, freed bytes, allocated blocks, freed blocks: an
      * event's two adds not side by side, which gcc would make five vector
      * instructions instead of two adds */
     int64_t totals[4];
 } mine __attribute__((tls_model("initial-exec")));
 #define stripe_plus_one mine.stripe_plus_one
-static unsigned threads_counting;
+#define SHARED_STRIPE MLK_COUNTER_STRIPES /* (plus one) the stripe nobody owns */
+static uint32_t stripe_owned[MLK_COUNTER_STRIPES - 1]; /* 1: a live thread owns it */
+static pthread_key_t stripe_key;   /* its destructor gives the stripe up */
+static int stripe_key_made;
+
+#define STRIPE_CLAIM_AFTER 256
+#define STRIPE_CLAIM_RETRY 65536 /* all were owned: try again after this many */
+
+static void stripe_release(void *unused)
+{
+    (void)unused;
+    unsigned s = stripe_plus_one;
+    stripe_plus_one = SHARED_STRIPE; /* this thread's later counts: atomic, on the shared one */
+    mine.claim_in = 0;               /* (never to claim again: 2^32 counts away) */
+    if (s && s < SHARED_STRIPE)
+        __atomic_store_n(&stripe_owned[s - 1], 0, __ATOMIC_RELEASE); /* after its last plain store */
+}
+
+static __attribute__((noinline)) unsigned claim_stripe(void)
+{
+    if (!stripe_plus_one) { /* the thread's first count */
+        mine.claim_in = STRIPE_CLAIM_AFTER;
+        return stripe_plus_one = SHARED_STRIPE;
+    }
+    mine.claim_in = STRIPE_CLAIM_RETRY;
+    for (unsigned i = 0; stripe_key_made && i < SHARED_STRIPE - 1; i++) {
+        uint32_t free_ = 0;
+        if (__atomic_load_n(&stripe_owned[i], __ATOMIC_RELAXED) ||
+            !__atomic_compare_exchange_n(&stripe_owned[i], &free_, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+            continue;
+        if (pthread_setspecific(stripe_key, (void *)1) == 0)
+            return stripe_plus_one = i + 1;
+        __atomic_store_n(&stripe_owned[i], 0, __ATOMIC_RELEASE); /* could not be given up at exit */
+        break;
+    }
+    return stripe_plus_one = SHARED_STRIPE;
+}
 
 static inline unsigned stripe_of_thread(void)
 {
     unsigned s = stripe_plus_one;
-    if (MLK_UNLIKELY(!s)) {
-        unsigned nth = __atomic_fetch_add(&threads_counting, 1, __ATOMIC_RELAXED);
-        s = nth == 0 ? 1 : 2 + (nth - 1) % (MLK_COUNTER_STRIPES - 1);
-        stripe_plus_one = s;
-    }
+    /* (One test for an owner's stripe, 1 to SHARED_STRIPE - 1.) */
+    if (MLK_UNLIKELY(s - 1 >= SHARED_STRIPE - 1) && (!s || --mine.claim_in == 0))
+        s = claim_stripe();
     return s;
+}
+
+void mlk_stacks_init(void)
+{
+    if (!stripe_key_made)
+        stripe_key_made = pthread_key_create(&stripe_key, stripe_release) == 0;
+}
+
+void mlk_stacks_fork_child(void)
+{
+    /* One thread now: the stripes the others owned are free. */
+    for (unsigned i = 0; i < SHARED_STRIPE - 1; i++)
+        stripe_owned[i] = stripe_plus_one == i + 1;
 }
 
 /* Adds v to a counter of this thread's stripe. */
 static inline void bump(unsigned stripe_plus_one_, uint64_t *counter, uint64_t v)
 {
-    if (stripe_plus_one_ == 1)
+    if (stripe_plus_one_ != SHARED_STRIPE)
         __atomic_store_n(counter, __atomic_load_n(counter, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
     else
         __atomic_add_fetch(counter, v, __ATOMIC_RELAXED);
