@@ -162,6 +162,9 @@ MLK_HIDDEN void mlk_stack_count_alloc(uint32_t id, uint64_t bytes); /* one new b
 MLK_HIDDEN void mlk_stack_account(uint32_t id, int64_t bytes, int64_t blocks);
 /* A block with a trailer, counted with its slack (bytes reserved beyond
  * its size), and its free. */
+/* Whether this thread owns a counter stripe (its counts then take plain
+ * adds, and never a call). */
+MLK_HIDDEN int mlk_stack_owns_stripe(void);
 /* Before the first count: the key that gives a thread's counter stripe up at its exit. */
 MLK_HIDDEN void mlk_stacks_init(void);
 /* In a forked child: the stripes the parent's other threads owned are free. */

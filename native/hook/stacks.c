@@ -374,6 +374,8 @@ void mlk_stacks_fork_child(void)
         stripe_owned[i] = stripe_plus_one == i + 1;
 }
 
+int mlk_stack_owns_stripe(void) { return stripe_plus_one - 1 < SHARED_STRIPE - 1; }
+
 /* Adds v to a counter of this thread's stripe. */
 static inline void bump(unsigned stripe_plus_one_, uint64_t *counter, uint64_t v)
 {
