@@ -1,0 +1,382 @@
+/* Each thread's remembered walks, and whether remembering pays.  Included by unwind.c alone,
+ * inside its x86-64 part: the walk, its steps and its lookups are one
+ * translation unit, so that the steps inline into the loops that run them
+ * per frame (split out by duty, not to be compiled apart). */
+#ifndef MLK_UNWIND_WALKS_H
+#define MLK_UNWIND_WALKS_H
+
+/* ---- remembered walks, per thread ------------------------------------------
+ * Walking a frame is a chain of dependent loads and a rule lookup; checking
+ * that a frame is unchanged is one independent load.  So each thread
+ * remembers its recent walks: the state (ip, sp, bp) at each step and where
+ * the step read the stack (the return address, the saved rbp; the values
+ * read are the next state's ip and bp).  A walk is a function of its state,
+ * the words it reads and the rules -- which change only when a module goes
+ * (rules_generation) -- so when a new walk reaches a state a remembered one
+ * had, and every word that one read from there on still holds the value it
+ * read, the rest of the new walk is the remembered one.
+ *
+ * A program's allocations come from a few hundred call paths taken in turn
+ * (A B A C A B ...), so one remembered walk is not enough.  A walk's first
+ * state looks among the last walks that started there (`firsts`); the one
+ * the same furthest gives the frames up to where it parts, and the rest is
+ * walked by the rules.  Most walks of programs that repeat their paths turn
+ * out to be a remembered one from their first frame on, and then the stack
+ * id interned for that one is reused as well.  Coroutines, longjmp and
+ * reused stack memory change a state or a word, and then the walk goes on
+ * frame by frame.
+ *
+ * The memory is per thread (no sharing, no locks on the way), mapped at the
+ * thread's first walk and passed on to a new thread when it exits. */
+
+#define MEMO_WALKS 64      /* walks remembered per thread, replaced in turn */
+/* Sets of walks by first state: 1,024 of them, 16 KiB a thread.  (With 128,
+ * a program's hot first states met in one set by chance of where its
+ * stack and code sit -- the environment's size moved sqlite3's count by 3%
+ * between runs of the same build, 413.9M or 426.8M instructions.) */
+#define MEMO_FIRST_SET_BITS 10
+#define MEMO_FIRST_WAYS 8  /* walks per set */
+/* Looking for a remembered walk and writing each new one down costs about
+ * a fifth of what a walk found whole saves (its frames, and interning its
+ * stack): where fewer than one walk in MEMO_MIN_FINDS of a window of
+ * MEMO_WINDOW is found whole (gcc's cc1: 9%, git: 10%; sqlite3 and jq:
+ * 99.9%), a thread walks by the rules alone for a while, then tries again;
+ * the while doubles with each window that does not pay (a program's first
+ * window, new paths all, may well not), up to MEMO_REST_MAX walks. */
+#define MEMO_WINDOW 256
+#define MEMO_MIN_FINDS 8
+#define MEMO_REST_MAX 16384
+
+/* Whether remembering (whole walks, or paths) pays for a thread: counts down
+ * a window of walks that try, or a rest of walks that do not. */
+struct payoff {
+    unsigned left;         /* walks to go in this window or rest */
+    unsigned finds;        /* walks found remembered in this window */
+    unsigned rest;         /* the length of the next rest */
+    unsigned resting;
+};
+
+static void payoff_start(struct payoff *p)
+{
+    *p = (struct payoff){MEMO_WINDOW, 0, MEMO_WINDOW, 0};
+}
+
+/* The window or rest is over: what comes next. */
+static __attribute__((noinline)) void payoff_turn(struct payoff *p)
+{
+    if (p->resting) {
+        p->resting = 0;
+        p->left = MEMO_WINDOW;
+    } else if (p->finds < MEMO_WINDOW / MEMO_MIN_FINDS) {
+        p->resting = 1;
+        p->left = p->rest;
+        p->rest = p->rest < MEMO_REST_MAX ? p->rest * 2 : MEMO_REST_MAX;
+    } else {
+        p->rest = MEMO_WINDOW;
+        p->left = MEMO_WINDOW;
+    }
+    p->finds = 0;
+}
+
+/* Does this walk try remembering? */
+static inline int payoff_try(struct payoff *p)
+{
+    if (MLK_UNLIKELY(--p->left == 0))
+        payoff_turn(p);
+    return !p->resting;
+}
+
+/* 32 bytes: the state's sp is not kept, as the return address sits right
+ * below the CFA, which is the next sp (the rules this unwinder follows say
+ * so): fewer cache lines to check a remembered walk. */
+struct step {
+    uint64_t ip, bp;       /* the state (with sp: see step_sp); ip is the frame recorded */
+    uint64_t ra_at;        /* where the return address (the next ip) was read; 0: the walk ended */
+    uint64_t bp_at;        /* where the saved rbp (the next bp) was read; 0: not read */
+};
+
+struct kept_walk {
+    int complete;          /* 0: being written (or never was) */
+    uint64_t generation;   /* rules_generation it was walked under */
+    int steps;             /* frames recorded */
+    int more;              /* stopped at max: step[steps] is a frame too */
+    uint64_t sp0;          /* the first state's sp */
+    uint32_t id, id_kind, id_epoch; /* the stack interned for it (id MLK_NO_STACK: none yet) */
+    /* Steps before this one may have had a rule that computes the CFA from
+     * rbp (-fno-omit-frame-pointer code, alloca): only up to here must the
+     * saved rbp words it read be the same for the walk to be the same, and
+     * only up to here are the states' rbp values as the walk had them.
+     * Past it rbp is just a callee-saved register whose value no later
+     * step uses: its values there, copied from other walks, may be stale. */
+    int bp_upto;
+    int bp_ok;             /* the states up to this one have their rbp right */
+    struct step step[];    /* steps + 1: the last is the state after the last step */
+};
+
+struct paths;
+struct memo {
+    struct memo *next_spare;
+    struct paths *paths;   /* see "remembered paths"; NULL: not mapped yet */
+    int max;               /* frames per walk it is sized for */
+    int victim;            /* the walk slot the next new walk goes into */
+    int last;              /* the slot whose walk the last backtrace returned, or -1 */
+    struct path *last_path; /* or the path it wrote down (see path_walk), or NULL */
+    int older_worth;       /* > 0: looking past the latest walk of a first state has paid */
+    unsigned walks_since_check;
+    struct payoff payoff;  /* whether remembering whole walks pays (see MEMO_WINDOW) */
+    size_t walk_size;
+    /* Per first state (hashed), the walks that started there, most recently
+     * used first: other bits of the state's hash << 8 | slot (MEMO_WALKS or
+     * more: none). */
+    uint16_t firsts[1 << MEMO_FIRST_SET_BITS][MEMO_FIRST_WAYS];
+    /* then MEMO_WALKS walks of walk_size bytes */
+};
+
+#define MEMO_NONE ((struct memo *)1) /* this thread cannot have one (exiting, out of memory) */
+static __thread struct memo *thread_memo __attribute__((tls_model("initial-exec")));
+static pthread_key_t memo_key;   /* its destructor hands the memo on at thread exit */
+static int memo_key_made;
+static struct memo *spare_memos;
+static mlk_lock_t spare_lock;
+static uint64_t rules_generation = 1;
+
+/* The sp of step k's state (for k = steps, of the state after the walk;
+ * meaningless when the walk ended by an unwind rule). */
+static inline uint64_t step_sp(const struct kept_walk *w, int k)
+{
+    return k ? w->step[k - 1].ra_at + 8 : w->sp0;
+}
+
+static inline struct kept_walk *walk_at(struct memo *m, int slot)
+{
+    return (struct kept_walk *)((char *)(m + 1) + (size_t)slot * m->walk_size);
+}
+
+static inline uint64_t state_hash(uint64_t ip, uint64_t sp)
+{
+    return (ip ^ sp * 0x9e3779b97f4a7c15ull) * 0xc2b2ae3d27d4eb4full;
+}
+
+static void memo_release(void *p)
+{
+    struct memo *m = p;
+    thread_memo = MEMO_NONE; /* allocations in later destructors walk without one */
+    mlk_lock(&spare_lock);
+    m->next_spare = spare_memos;
+    spare_memos = m;
+    mlk_unlock(&spare_lock);
+}
+
+static struct memo *memo_of_thread(int max)
+{
+    struct memo *m = thread_memo;
+    if (MLK_LIKELY(m > MEMO_NONE))
+        return m->max == max ? m : NULL;
+    if (m == MEMO_NONE || !memo_key_made)
+        return NULL;
+    mlk_lock(&spare_lock);
+    m = spare_memos;
+    if (m && m->max == max)
+        spare_memos = m->next_spare;
+    else
+        m = NULL;
+    mlk_unlock(&spare_lock);
+    if (m) {
+        /* An exited thread's: its walks are not this thread's.  (Its
+         * paths stay: one is used only from a state it was walked from,
+         * with every word it read still the same -- whose stack that is
+         * does not matter.) */
+        for (int i = 0; i < MEMO_WALKS; i++)
+            walk_at(m, i)->complete = 0;
+    } else {
+        size_t walk_size = sizeof(struct kept_walk) + (size_t)(max + 1) * sizeof(struct step);
+        size_t size = sizeof(struct memo) + MEMO_WALKS * walk_size;
+        m = mlk_map_anon(size);
+        if (!m) {
+            thread_memo = MEMO_NONE;
+            return NULL;
+        }
+        m->max = max;
+        m->walk_size = walk_size;
+    }
+    memset(m->firsts, 0xff, sizeof m->firsts);
+    m->older_worth = 64;
+    payoff_start(&m->payoff);
+    m->victim = 0;
+    m->last = -1;
+    m->last_path = NULL;
+    if (pthread_setspecific(memo_key, m) != 0) {
+        memo_release(m);
+        return NULL;
+    }
+    thread_memo = m;
+    return m;
+}
+
+/* The first step of walk w from step k on whose stack words changed since
+ * it was walked (w->steps: none).  Up to there the walk is the same. */
+static int first_change(const struct kept_walk *w, int k)
+{
+    /* The loop every backtrace runs, once per frame: split where the saved
+     * rbp words stop mattering.  (A step without a return address, ra_at 0,
+     * is one where the walk ended.) */
+    const struct step *s = w->step;
+    int bp_end = w->bp_upto < w->steps ? w->bp_upto : w->steps;
+    for (; k < bp_end; k++)
+        if ((s[k].ra_at && *(const uint64_t *)s[k].ra_at != s[k + 1].ip) ||
+            (s[k].bp_at && *(const uint64_t *)s[k].bp_at != s[k + 1].bp))
+            return k;
+#pragma GCC unroll 4
+    for (; k < w->steps; k++)
+        if (s[k].ra_at && *(const uint64_t *)s[k].ra_at != s[k + 1].ip)
+            return k;
+    return k;
+}
+
+/* rbp in the state after step k of walk w, from the stack as it is now:
+ * the saved rbp the latest step up to k read, else bp_at_start (rbp in
+ * w's first state, which was checked).  The walk's own record of it may be
+ * stale past w->bp_upto. */
+static uint64_t bp_after(const struct kept_walk *w, int k, uint64_t bp_at_start)
+{
+    for (; k >= 0; k--)
+        if (w->step[k].bp_at)
+            return *(const uint64_t *)w->step[k].bp_at;
+    return bp_at_start;
+}
+
+/* A rule at a step before `upto` uses rbp: make the walk's rbp values
+ * right up to there (stale copies past the old bound are recomputed from
+ * the saved-rbp words, still on the stack), and checked from now on. */
+static void raise_bp_upto(struct kept_walk *w, int upto)
+{
+    for (int k = w->bp_ok; k < upto; k++)
+        w->step[k + 1].bp = w->step[k].bp_at ? *(const uint64_t *)w->step[k].bp_at : w->step[k].bp;
+    if (w->bp_ok < upto)
+        w->bp_ok = upto;
+    w->bp_upto = upto;
+}
+
+/* Did walk w start from state (ip, sp, bp), and is it still usable?  rbp
+ * is part of the state only for a walk with a rule that used it (bp_upto >
+ * 0): elsewhere rbp is a register like any other, and code that keeps a
+ * loop counter or a pointer in it calls the allocator with a new value
+ * each time.  (Comparing it always made alloc-glibc's 28k map and string
+ * allocations, all from two states, new walks every time.) */
+static inline int walk_starts_at(const struct kept_walk *w, uint64_t ip, uint64_t sp, uint64_t bp,
+                                 uint64_t generation)
+{
+    return w->complete && w->generation == generation && w->steps > 0 && w->step[0].ip == ip &&
+           w->sp0 == sp && (w->bp_upto == 0 || w->step[0].bp == bp);
+}
+
+/* The walks that started at a state, most recently used first. */
+static inline uint16_t *first_set(struct memo *m, uint64_t ip, uint64_t sp, uint16_t *tag)
+{
+    uint64_t h = state_hash(ip, sp);
+    *tag = (uint16_t)((h >> 16 & 0xff) << 8);
+    return m->firsts[h >> (64 - MEMO_FIRST_SET_BITS)];
+}
+
+/* Way i of a set becomes `way`, moved to the front: the ways before it
+ * move back one.  (The set is 16 bytes: shifted as one 128-bit value --
+ * gcc made the loop a call to memmove, 58 instructions a move on sqlite3.) */
+_Static_assert(MEMO_FIRST_WAYS * sizeof(uint16_t) == 16, "a set of first states is one 128-bit value");
+static inline void move_to_front(uint16_t *set, int i, uint16_t way)
+{
+    unsigned __int128 v;
+    memcpy(&v, set, sizeof v);
+    unsigned __int128 before = v & (((unsigned __int128)1 << (16 * i)) - 1);
+    unsigned __int128 after = i < MEMO_FIRST_WAYS - 1 ? v >> (16 * (i + 1)) << (16 * (i + 1)) : 0;
+    v = after | before << 16 | way;
+    memcpy(set, &v, sizeof v);
+}
+
+/* `way` to the front of its set: from where its slot is, else from the last way. */
+static void to_front(uint16_t *set, uint16_t way)
+{
+    int i = 0;
+    while (i < MEMO_FIRST_WAYS - 1 && (set[i] & 0xff) != (way & 0xff))
+        i++;
+    move_to_front(set, i, way);
+}
+
+static void walk_to_front(struct memo *m, const struct kept_walk *w, int slot)
+{
+    uint16_t tag;
+    uint16_t *set = first_set(m, w->step[0].ip, w->sp0, &tag);
+    to_front(set, tag | (uint16_t)slot);
+}
+
+/* The remembered walk that started at state (ip, sp, bp) and is the same
+ * furthest (*change: its first changed step), or NULL.  The candidates share
+ * their first steps, hence the stack words those read (one cache line or
+ * two, loaded once): checking several costs little more than checking one. */
+static struct kept_walk *recall_first(struct memo *m, uint64_t ip, uint64_t sp, uint64_t bp,
+                                      uint64_t generation, int *slot, int *change)
+{
+    uint16_t tag;
+    uint16_t *set = first_set(m, ip, sp, &tag);
+    struct kept_walk *best = NULL;
+    /* The latest walk from this state first, on its own: most often the
+     * answer (sqlite3: 3 walks in 4), then nothing else is looked at. */
+    int s = set[0] & 0xff;
+    if ((set[0] & 0xff00) == tag && s < MEMO_WALKS && s != m->victim) {
+        struct kept_walk *w = walk_at(m, s);
+        if (walk_starts_at(w, ip, sp, bp, generation)) {
+            best = w;
+            *slot = s;
+            *change = first_change(w, 0);
+            if (*change == w->steps)
+                return best;
+        }
+    }
+    /* Looking past the most recent walk pays where the same few paths
+     * alternate (sqlite3: 92% of walks found whole with the older ones, 41%
+     * without), not where paths are many (cc1: each one costs a check to
+     * where it parts, for few finds). */
+    int ways = m->older_worth > 0 || (++m->walks_since_check & 63) == 0 ? MEMO_FIRST_WAYS : 1;
+    for (int i = 1; i < ways; i++) {
+        s = set[i] & 0xff;
+        if ((set[i] & 0xff00) != tag || s >= MEMO_WALKS || s == m->victim)
+            continue;
+        struct kept_walk *w = walk_at(m, s);
+        if (!walk_starts_at(w, ip, sp, bp, generation))
+            continue;
+        int c = first_change(w, 0);
+        if (!best || c > *change) {
+            best = w;
+            *slot = s;
+            *change = c;
+            if (c == w->steps) {
+                if (i) {
+                    move_to_front(set, i, set[i]);
+                    m->older_worth = m->older_worth < 1000 ? m->older_worth + 8 : m->older_worth;
+                }
+                return best;
+            }
+        }
+    }
+    if (ways > 1 && m->older_worth > -1000)
+        m->older_worth--; /* looked at the older ones for nothing */
+    return best;
+}
+
+/* The walk in the victim slot is complete: it becomes the latest of those
+ * that started at its first state. */
+static void remember(struct memo *m, struct kept_walk *w, int steps, int more, uint64_t generation)
+{
+    int slot = m->victim;
+    w->steps = steps;
+    w->more = more;
+    w->generation = generation;
+    w->id = MLK_NO_STACK;
+    w->complete = 1;
+    if (steps)
+        walk_to_front(m, w, slot);
+    m->last = slot;
+    m->victim = (slot + 1) % MEMO_WALKS;
+}
+
+
+#endif
