@@ -187,21 +187,57 @@ int mlk_trailers_possible(void)
 
 /* ---- malloc family ------------------------------------------------------ */
 
+/* malloc's recording ways, each reached by a jump from malloc (its last
+ * call), so that their frames -- which the walk start's frame address
+ * needs -- are not malloc's: an allocation that is not recorded (sampling,
+ * not collecting) then costs no frame at all.  (Their return address is
+ * still the program's.) */
+static __attribute__((noinline)) void *malloc_trailed(size_t size)
+{
+    void *p = mlk_real.malloc(size + MLK_TRAILER_SIZE);
+    if (p)
+        trailed(p, size, MLK_KIND_MALLOC, MALLOC_TAG);
+    return p;
+}
+
+static __attribute__((noinline)) void *malloc_recorded(size_t size)
+{
+    void *p = mlk_real.malloc(size);
+    if (p) {
+        BEGIN_HOOK();
+        MLK_WALK_FROM_HERE();
+        mlk_record_alloc(p, size, MLK_KIND_MALLOC);
+        END_HOOK();
+    }
+    return p;
+}
+
+/* The sampling countdown ran out: a new draw says whether this one is recorded. */
+static __attribute__((noinline)) void *malloc_sample_due(size_t size)
+{
+    if (!mlk_sample_slow(size))
+        return mlk_real.malloc(size);
+    return malloc_recorded(size);
+}
+
 EXPORT void *malloc(size_t size)
 {
     if (!READY())
         return mlk_boot_alloc(size, 16);
-    if (TRAILING() && TRAILABLE(size)) {
-        void *p = mlk_real.malloc(size + MLK_TRAILER_SIZE);
-        if (p)
-            trailed(p, size, MLK_KIND_MALLOC, MALLOC_TAG);
-        return p;
-    }
+    if (TRAILING() && TRAILABLE(size))
+        return malloc_trailed(size);
     if (EARLY(size))
         return mlk_early_malloc(size, 0);
-    void *p = mlk_real.malloc(size);
-    after_alloc(p, size, MLK_KIND_MALLOC);
-    return p;
+    if (RECORDING()) {
+        if (MLK_LIKELY(!mlk_sample_bytes))
+            return malloc_recorded(size);
+        /* Sampled by its size before the real call rather than after (the
+         * same draws, but for an allocation that fails): not this one. */
+        if (mlk_sample_countdown(size))
+            return mlk_real.malloc(size);
+        return malloc_sample_due(size);
+    }
+    return mlk_real.malloc(size);
 }
 
 /* Whether our malloc comes before the next one in the program's symbol
