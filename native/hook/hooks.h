@@ -120,14 +120,20 @@ extern MLK_HIDDEN __thread int mlk_in_early __attribute__((tls_model("initial-ex
 /* Mapping calls made by that allocator itself. */
 #define BY_THE_ALLOCATOR() mlk_is_allocator_address((uint64_t)__builtin_return_address(0))
 
+/* A new block without a trailer recorded, its walk starting at the
+ * caller of the function this expands in. */
+static inline __attribute__((always_inline)) void recorded(void *p, size_t size, int kind)
+{
+    BEGIN_HOOK();
+    MLK_WALK_FROM_HERE();
+    mlk_record_alloc(p, size, kind);
+    END_HOOK();
+}
+
 static inline __attribute__((always_inline)) void after_alloc(void *p, size_t size, int kind)
 {
-    if (p && RECORDING() && mlk_sample(size)) {
-        BEGIN_HOOK();
-        MLK_WALK_FROM_HERE();
-        mlk_record_alloc(p, size, kind);
-        END_HOOK();
-    }
+    if (p && RECORDING() && mlk_sample(size))
+        recorded(p, size, kind);
 }
 
 /* The family whose blocks `call` (MLK_CALL_*) frees. */

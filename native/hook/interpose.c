@@ -203,12 +203,8 @@ static __attribute__((noinline)) void *malloc_trailed(size_t size)
 static __attribute__((noinline)) void *malloc_recorded(size_t size)
 {
     void *p = mlk_real.malloc(size);
-    if (p) {
-        BEGIN_HOOK();
-        MLK_WALK_FROM_HERE();
-        mlk_record_alloc(p, size, MLK_KIND_MALLOC);
-        END_HOOK();
-    }
+    if (p)
+        recorded(p, size, MLK_KIND_MALLOC);
     return p;
 }
 

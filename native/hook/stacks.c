@@ -376,11 +376,14 @@ void mlk_stacks_fork_child(void)
 
 int mlk_stack_owns_stripe(void) { return stripe_plus_one - 1 < SHARED_STRIPE - 1; }
 
+/* A plain add to a counter of a stripe this thread owns. */
+#define OWN_ADD(counter, v) __atomic_store_n(&(counter), __atomic_load_n(&(counter), __ATOMIC_RELAXED) + (v), __ATOMIC_RELAXED)
+
 /* Adds v to a counter of this thread's stripe. */
 static inline void bump(unsigned stripe_plus_one_, uint64_t *counter, uint64_t v)
 {
     if (stripe_plus_one_ != SHARED_STRIPE)
-        __atomic_store_n(counter, __atomic_load_n(counter, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
+        OWN_ADD(*counter, v);
     else
         __atomic_add_fetch(counter, v, __ATOMIC_RELAXED);
 }
@@ -412,9 +415,6 @@ static __attribute__((noinline)) void add_slow(uint32_t id, size_t a, uint64_t v
     if (vc)
         bump(s, (uint64_t *)(at + c), vc);
 }
-
-/* A plain add to a counter of a stripe this thread owns. */
-#define OWN_ADD(counter, v) __atomic_store_n(&(counter), __atomic_load_n(&(counter), __ATOMIC_RELAXED) + (v), __ATOMIC_RELAXED)
 
 static inline void count_alloc(uint32_t id, uint64_t bytes)
 {

@@ -116,6 +116,19 @@ static __attribute__((noinline)) int claim_flag(void)
     return -1;
 }
 
+/* Raises the thread's busy flag: 1, or 0 (lowered again) when a fork is
+ * under way, which must not split a counter update. */
+static inline int raise_busy(uint32_t *busy)
+{
+    __atomic_store_n(busy, 1, __ATOMIC_RELAXED);
+    /* Store, then load: no fence here; fork's membarrier is one. */
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    if (MLK_LIKELY(!__atomic_load_n(&forking, __ATOMIC_RELAXED)))
+        return 1;
+    __atomic_store_n(busy, 0, __ATOMIC_RELEASE);
+    return 0;
+}
+
 /* Begins a counter update that fork must not split; returns the thread's
  * busy flag, or NULL when it took its lock instead. */
 static inline uint32_t *update_begin(void)
@@ -127,12 +140,8 @@ static inline uint32_t *update_begin(void)
     }
     if (MLK_LIKELY(busy != FLAG_LOCK)) {
         for (;;) {
-            __atomic_store_n(busy, 1, __ATOMIC_RELAXED);
-            /* Store, then load: no fence here; fork's membarrier is one. */
-            __atomic_signal_fence(__ATOMIC_SEQ_CST);
-            if (MLK_LIKELY(!__atomic_load_n(&forking, __ATOMIC_RELAXED)))
+            if (MLK_LIKELY(raise_busy(busy)))
                 return busy;
-            __atomic_store_n(busy, 0, __ATOMIC_RELEASE);
             while (__atomic_load_n(&forking, __ATOMIC_ACQUIRE))
                 mlk_syscall6(SYS_sched_yield, 0, 0, 0, 0, 0, 0);
         }
@@ -305,10 +314,7 @@ void mlk_trailer_uncount(void *p, uint64_t meta, uint64_t reserved)
         return;
     }
     mlk_in_hook = 1;
-    __atomic_store_n(busy, 1, __ATOMIC_RELAXED);
-    __atomic_signal_fence(__ATOMIC_SEQ_CST); /* (as update_begin) */
-    if (MLK_UNLIKELY(__atomic_load_n(&forking, __ATOMIC_RELAXED))) {
-        __atomic_store_n(busy, 0, __ATOMIC_RELEASE);
+    if (MLK_UNLIKELY(!raise_busy(busy))) {
         mlk_in_hook = 0;
         uncount_slow(p, meta, reserved); /* (it waits for the fork) */
         return;
