@@ -318,26 +318,13 @@ static struct kept_walk *recall_first(struct memo *m, uint64_t ip, uint64_t sp, 
     uint16_t tag;
     uint16_t *set = first_set(m, ip, sp, &tag);
     struct kept_walk *best = NULL;
-    /* The latest walk from this state first, on its own: most often the
-     * answer (sqlite3: 3 walks in 4), then nothing else is looked at. */
-    int s = set[0] & 0xff;
-    if ((set[0] & 0xff00) == tag && s < MEMO_WALKS && s != m->victim) {
-        struct kept_walk *w = walk_at(m, s);
-        if (walk_starts_at(w, ip, sp, bp, generation)) {
-            best = w;
-            *slot = s;
-            *change = first_change(w, 0);
-            if (*change == w->steps)
-                return best;
-        }
-    }
     /* Looking past the most recent walk pays where the same few paths
      * alternate (sqlite3: 92% of walks found whole with the older ones, 41%
      * without), not where paths are many (cc1: each one costs a check to
      * where it parts, for few finds). */
     int ways = m->older_worth > 0 || (++m->walks_since_check & 63) == 0 ? MEMO_FIRST_WAYS : 1;
-    for (int i = 1; i < ways; i++) {
-        s = set[i] & 0xff;
+    for (int i = 0; i < ways; i++) {
+        int s = set[i] & 0xff;
         if ((set[i] & 0xff00) != tag || s >= MEMO_WALKS || s == m->victim)
             continue;
         struct kept_walk *w = walk_at(m, s);
