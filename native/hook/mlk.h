@@ -113,6 +113,9 @@ MLK_HIDDEN int mlk_backtrace(uint64_t *ips, int max, int *truncated, int kind, u
  * paths -- found without the walk's machinery; else MLK_NO_STACK, and
  * mlk_backtrace walks.  max: the depth. */
 MLK_HIDDEN uint32_t mlk_walk_known(int max, int kind, uint32_t unload_epoch);
+/* The same from the older walks remembered from that state, asked where
+ * mlk_walk_known said MLK_NO_STACK (out of line: seldom wanted). */
+MLK_HIDDEN uint32_t mlk_walk_known_older(int max, int kind, uint32_t unload_epoch);
 /* Whether mlk_walk_known may answer for this thread: its last walk was
  * remembering whole walks (not resting from them: most of gcc's cc1's
  * walks are served by remembered paths instead, which it does not look at). */

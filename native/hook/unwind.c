@@ -102,7 +102,9 @@ fast_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload
         struct kept_walk *w = recall_first(m, ip, sp, bp, generation, &slot, &change);
         if (w && change == w->steps && (!w->more || w->steps == max)) {
             /* This whole walk is a remembered one, which stays as it is. */
-            if (w->id != MLK_NO_STACK && w->id_kind == (uint32_t)kind && w->id_epoch == unload_epoch)
+            if (MLK_UNLIKELY(w->nchecks < CHECKS_AT_ONCE))
+                write_checks(m, w); /* found whole again: it may be checked whole from now on */
+            if (w->id_for == ID_FOR(kind, unload_epoch))
                 *known = w->id; /* the frames are not needed: most backtraces end here */
             else
                 for (int k = 0; k < w->steps; k++)
@@ -114,7 +116,7 @@ fast_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload
         }
         /* (Only now: a walk found whole writes nothing.) */
         out = walk_at(m, m->victim);
-        out->complete = 0;
+        out->generation = 0;
         out->sp0 = sp;
         out->bp_upto = out->bp_ok = 0;
         if (w) {
@@ -214,8 +216,50 @@ ended: /* where a remembered walk ended, after the frames taken from it */
     return n;
 not_understood:
     if (out)
-        out->complete = 0; /* half written */
+        out->generation = 0; /* half written */
     return -1;
+}
+
+/* Where mlk_walk_known and mlk_walk_known_older look: the set of walks
+ * remembered from the hook frame's state, or NULL where fast_backtrace must
+ * (no walk start, a resting thread, a window about to turn). */
+struct walk_known_state {
+    uint64_t ip, sp, bp;
+    uint16_t tag;
+};
+
+static inline uint16_t *walk_known_set(struct memo *m, int max, struct walk_known_state *st)
+{
+    uint64_t sp = mlk_walk_start.sp, here = (uint64_t)__builtin_frame_address(0);
+    if (m <= MEMO_NONE || m->max != max || m->payoff.resting || m->payoff.left <= 1 ||
+        !(sp > here && sp - here < 65536))
+        return NULL;
+    /* (No test that ip is not our own code's: a walk is remembered from
+     * the first state past our frames, so from such a state none is found.) */
+    uint64_t ip = mlk_walk_start.ip;
+    *st = (struct walk_known_state){ip, sp, mlk_walk_start.bp, 0};
+    return first_set(m, ip, sp, &st->tag);
+}
+
+/* Way i of the set holds from this state to its end, with its id for this
+ * kind and epoch: counted and named as fast_backtrace would have. */
+static inline __attribute__((always_inline)) uint32_t
+walk_known_way(struct memo *m, uint16_t *set, int i, const struct walk_known_state *st, int max, int kind,
+               uint32_t unload_epoch)
+{
+    int s = set[i] & 0xff;
+    if ((set[i] & 0xff00) != st->tag || s >= MEMO_WALKS || s == m->victim)
+        return MLK_NO_STACK;
+    const struct kept_walk *w = walk_at(m, s);
+    if (!walk_starts_at(w, st->ip, st->sp, st->bp, __atomic_load_n(&rules_generation, __ATOMIC_ACQUIRE)) ||
+        w->id_for != ID_FOR(kind, unload_epoch) || (w->more && w->steps != max) || !walk_holds(m, w))
+        return MLK_NO_STACK;
+    m->payoff.left--; /* (above 1: no turn of the window is due) */
+    m->payoff.finds++;
+    m->last = s;
+    m->last_path = NULL;
+    mlk_walk_start.sp = 0;
+    return w->id;
 }
 
 /* fast_backtrace's most common answer, on its own: its first state from the
@@ -230,29 +274,42 @@ not_understood:
 uint32_t mlk_walk_known(int max, int kind, uint32_t unload_epoch)
 {
     struct memo *m = thread_memo;
-    uint64_t sp = mlk_walk_start.sp, here = (uint64_t)__builtin_frame_address(0);
-    if (m <= MEMO_NONE || m->max != max || m->payoff.resting || m->payoff.left <= 1 ||
-        !(sp > here && sp - here < 65536))
+    struct walk_known_state st;
+    uint16_t *set = walk_known_set(m, max, &st);
+    return set ? walk_known_way(m, set, 0, &st, max, kind, unload_epoch) : MLK_NO_STACK;
+}
+
+/* The same answer from the set's older walks, asked when the latest did
+ * not hold.  sqlite3: 1 walk in 6 is an older one, which went the whole
+ * way through fast_backtrace before, ~600 instructions more each (-4.3M
+ * in all).  (Inside mlk_walk_known, its registers cost the common look
+ * more than it saved: churn +16M; tail-called from it, +1.8M on churn,
+ * where it is never needed; so stack_walked asks, before its frame.)
+ * Looked for in vain, recall_first looks again, so only where older walks
+ * clearly pay: older_worth gains 8 a find there and loses 1 a look in
+ * vain, and sits at its cap (1000) on sqlite3, near 0 on cc1 -- which
+ * paid +7.3M instructions for looking whenever recall_first would (worth
+ * > 0), +5.7M from 512 inside stack_walked's frame, +2.1M before it. */
+#define OLDER_QUICK_WORTH 512
+uint32_t mlk_walk_known_older(int max, int kind, uint32_t unload_epoch)
+{
+    struct memo *m = thread_memo;
+    if (m <= MEMO_NONE || m->older_worth < OLDER_QUICK_WORTH)
         return MLK_NO_STACK;
-    uint64_t ip = mlk_walk_start.ip, bp = mlk_walk_start.bp;
-    if (mlk_is_self_address(ip))
+    struct walk_known_state st;
+    uint16_t *set = walk_known_set(m, max, &st);
+    if (!set)
         return MLK_NO_STACK;
-    uint16_t tag;
-    uint16_t *set = first_set(m, ip, sp, &tag);
-    int s = set[0] & 0xff;
-    if ((set[0] & 0xff00) != tag || s >= MEMO_WALKS || s == m->victim)
-        return MLK_NO_STACK;
-    const struct kept_walk *w = walk_at(m, s);
-    if (!walk_starts_at(w, ip, sp, bp, __atomic_load_n(&rules_generation, __ATOMIC_ACQUIRE)) ||
-        w->id == MLK_NO_STACK || w->id_kind != (uint32_t)kind || w->id_epoch != unload_epoch ||
-        (w->more && w->steps != max) || first_change(w, 0) != w->steps)
-        return MLK_NO_STACK;
-    m->payoff.left--; /* (above 1: no turn of the window is due) */
-    m->payoff.finds++;
-    m->last = s;
-    m->last_path = NULL;
-    mlk_walk_start.sp = 0;
-    return w->id;
+    for (int i = 1; i < MEMO_FIRST_WAYS; i++) {
+        uint16_t way = set[i];
+        uint32_t id = walk_known_way(m, set, i, &st, max, kind, unload_epoch);
+        if (id != MLK_NO_STACK) {
+            move_to_front(set, i, way);
+            m->older_worth = m->older_worth < 1000 ? m->older_worth + 8 : m->older_worth;
+            return id;
+        }
+    }
+    return MLK_NO_STACK;
 }
 
 void mlk_walk_remember_stack(int kind, uint32_t unload_epoch, uint32_t id)
@@ -272,8 +329,7 @@ void mlk_walk_remember_stack(int kind, uint32_t unload_epoch, uint32_t id)
         return;
     struct kept_walk *w = walk_at(m, m->last);
     w->id = id;
-    w->id_kind = (uint32_t)kind;
-    w->id_epoch = unload_epoch;
+    w->id_for = ID_FOR(kind, unload_epoch);
 }
 
 void mlk_unwind_lock_for_fork(int acquire)
@@ -339,6 +395,7 @@ void mlk_unwind_forget(void) {}
 void mlk_unwind_lock_for_fork(int acquire) {}
 void mlk_walk_remember_stack(int kind, uint32_t unload_epoch, uint32_t id) {}
 uint32_t mlk_walk_known(int max, int kind, uint32_t unload_epoch) { return MLK_NO_STACK; }
+uint32_t mlk_walk_known_older(int max, int kind, uint32_t unload_epoch) { return MLK_NO_STACK; }
 
 __thread struct mlk_walk_start mlk_walk_start __attribute__((tls_model("initial-exec")));
 

@@ -95,13 +95,28 @@ struct step {
     uint64_t bp_at;        /* where the saved rbp (the next bp) was read; 0: not read */
 };
 
+/* What checking a remembered walk reads, packed: each stack word the walk
+ * read (a return address; a saved rbp where a rule used one, see bp_upto)
+ * with the value it read, in the walk's order -- 4 instructions a word,
+ * against 7 through the steps (each step's two places, each maybe empty,
+ * and the next step's values), on half the cache lines.  Padded to a
+ * multiple of CHECKS_AT_ONCE with words that always hold. */
+struct check {
+    uint64_t at, want;
+};
+#define CHECKS_AT_ONCE 4
+static const uint64_t check_pad_word; /* 0, always: a padding check reads it */
+
 struct kept_walk {
-    int complete;          /* 0: being written (or never was) */
-    uint64_t generation;   /* rules_generation it was walked under */
+    /* rules_generation it was walked under; 0: being written (or never
+     * was), or a walk of no frames, which is never looked for */
+    uint64_t generation;
     int steps;             /* frames recorded */
     int more;              /* stopped at max: step[steps] is a frame too */
     uint64_t sp0;          /* the first state's sp */
-    uint32_t id, id_kind, id_epoch; /* the stack interned for it (id MLK_NO_STACK: none yet) */
+    uint32_t id;           /* the stack interned for it (MLK_NO_STACK: none yet) */
+    int nchecks;           /* its check list's length: CHECKS_AT_ONCE times some; 1: not written yet */
+    uint64_t id_for;       /* the kind and unload epoch id was interned for (ID_FOR), or ID_FOR_NONE */
     /* Steps before this one may have had a rule that computes the CFA from
      * rbp (-fno-omit-frame-pointer code, alloca): only up to here must the
      * saved rbp words it read be the same for the walk to be the same, and
@@ -116,6 +131,7 @@ struct kept_walk {
 struct paths;
 struct memo {
     struct memo *next_spare;
+    size_t checks_off;     /* where a walk's check list is, from its start */
     struct paths *paths;   /* see "remembered paths"; NULL: not mapped yet */
     int max;               /* frames per walk it is sized for */
     int victim;            /* the walk slot the next new walk goes into */
@@ -145,6 +161,17 @@ static uint64_t rules_generation = 1;
 static inline uint64_t step_sp(const struct kept_walk *w, int k)
 {
     return k ? w->step[k - 1].ra_at + 8 : w->sp0;
+}
+
+/* A walk's checks at most: a return address and a saved rbp per step, padded. */
+#define MEMO_CHECKS(max) ((2 * ((size_t)(max) + 1) + CHECKS_AT_ONCE - 1) / CHECKS_AT_ONCE * CHECKS_AT_ONCE)
+#define ID_FOR(kind, unload_epoch) ((uint64_t)(unload_epoch) << 32 | (uint32_t)(kind))
+#define ID_FOR_NONE (~0ull)
+
+/* Where walk w's own check list goes, in its slot. */
+static inline struct check *checks_of(const struct memo *m, const struct kept_walk *w)
+{
+    return (struct check *)((char *)w + m->checks_off);
 }
 
 static inline struct kept_walk *walk_at(struct memo *m, int slot)
@@ -187,9 +214,10 @@ static struct memo *memo_of_thread(int max)
          * with every word it read still the same -- whose stack that is
          * does not matter.) */
         for (int i = 0; i < MEMO_WALKS; i++)
-            walk_at(m, i)->complete = 0;
+            walk_at(m, i)->generation = 0;
     } else {
-        size_t walk_size = sizeof(struct kept_walk) + (size_t)(max + 1) * sizeof(struct step);
+        size_t checks_off = sizeof(struct kept_walk) + (size_t)(max + 1) * sizeof(struct step);
+        size_t walk_size = checks_off + MEMO_CHECKS(max) * sizeof(struct check);
         size_t size = sizeof(struct memo) + MEMO_WALKS * walk_size;
         m = mlk_map_anon(size);
         if (!m) {
@@ -198,6 +226,7 @@ static struct memo *memo_of_thread(int max)
         }
         m->max = max;
         m->walk_size = walk_size;
+        m->checks_off = checks_off;
     }
     memset(m->firsts, 0xff, sizeof m->firsts);
     m->older_worth = 64;
@@ -233,6 +262,52 @@ static int first_change(const struct kept_walk *w, int k)
     return k;
 }
 
+/* Whether every stack word walk w read still holds what it read: the walk
+ * from its first state is w, whole.  In the walk's order, stopping at the
+ * first that differs: no word is read that the walk itself would not. */
+static inline int walk_holds(const struct memo *m, const struct kept_walk *w)
+{
+    const struct check *c = checks_of(m, w), *end = c + w->nchecks;
+    for (; c < end; c += CHECKS_AT_ONCE)
+        if (*(const uint64_t *)c[0].at != c[0].want || *(const uint64_t *)c[1].at != c[1].want ||
+            *(const uint64_t *)c[2].at != c[2].want || *(const uint64_t *)c[3].at != c[3].want)
+            return 0;
+    return 1;
+}
+_Static_assert(CHECKS_AT_ONCE == 4, "walk_holds checks four words at a time");
+
+/* A new walk's check list is one check that fails: walk_holds says no
+ * until recall_first has found the walk whole once (first_change, by its
+ * steps), which then writes the list (write_checks).  Most walks of a
+ * program with many paths (cc1) are never found again: writing every
+ * walk's list when it was walked cost cc1 0.4%, and testing for a list
+ * not yet written in walk_holds cost churn 1%. */
+static inline void checks_unwritten(const struct memo *m, struct kept_walk *w)
+{
+    struct check *c = checks_of(m, w);
+    c[0] = (struct check){(uint64_t)&check_pad_word, 1};
+    for (int i = 1; i < CHECKS_AT_ONCE; i++) /* (never read: the first fails) */
+        c[i] = (struct check){(uint64_t)&check_pad_word, 0};
+    w->nchecks = 1;
+}
+
+/* Walk w's check list, from its steps (first_change's words, in its order). */
+static __attribute__((noinline)) void write_checks(const struct memo *m, struct kept_walk *w)
+{
+    struct check *c = checks_of(m, w);
+    const struct step *s = w->step;
+    int n = 0;
+    for (int k = 0; k < w->steps; k++) {
+        if (s[k].ra_at)
+            c[n++] = (struct check){s[k].ra_at, s[k + 1].ip};
+        if (k < w->bp_upto && s[k].bp_at)
+            c[n++] = (struct check){s[k].bp_at, s[k + 1].bp};
+    }
+    while (n % CHECKS_AT_ONCE)
+        c[n++] = (struct check){(uint64_t)&check_pad_word, 0};
+    w->nchecks = n;
+}
+
 /* rbp in the state after step k of walk w, from the stack as it is now:
  * the saved rbp the latest step up to k read, else bp_at_start (rbp in
  * w's first state, which was checked).  The walk's own record of it may be
@@ -266,8 +341,8 @@ static void raise_bp_upto(struct kept_walk *w, int upto)
 static inline int walk_starts_at(const struct kept_walk *w, uint64_t ip, uint64_t sp, uint64_t bp,
                                  uint64_t generation)
 {
-    return w->complete && w->generation == generation && w->steps > 0 && w->step[0].ip == ip &&
-           w->sp0 == sp && (w->bp_upto == 0 || w->step[0].bp == bp);
+    return w->generation == generation && w->step[0].ip == ip && w->sp0 == sp &&
+           (w->bp_upto == 0 || w->step[0].bp == bp);
 }
 
 /* The walks that started at a state, most recently used first. */
@@ -356,11 +431,13 @@ static void remember(struct memo *m, struct kept_walk *w, int steps, int more, u
     int slot = m->victim;
     w->steps = steps;
     w->more = more;
-    w->generation = generation;
     w->id = MLK_NO_STACK;
-    w->complete = 1;
-    if (steps)
+    w->id_for = ID_FOR_NONE;
+    if (steps) {
+        checks_unwritten(m, w);
+        w->generation = generation; /* (complete: generation is never 0) */
         walk_to_front(m, w, slot);
+    }
     m->last = slot;
     m->victim = (slot + 1) % MEMO_WALKS;
 }
