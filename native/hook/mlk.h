@@ -163,8 +163,6 @@ MLK_HIDDEN uint32_t mlk_stack_intern(const uint64_t *ips, int depth, int kind, u
 MLK_HIDDEN void mlk_stack_count_alloc(uint32_t id, uint64_t bytes); /* one new block */
 /* Change live bytes/blocks only (frees, partial unmaps, region splits). */
 MLK_HIDDEN void mlk_stack_account(uint32_t id, int64_t bytes, int64_t blocks);
-/* A block with a trailer, counted with its slack (bytes reserved beyond
- * its size), and its free. */
 /* Whether this thread owns a counter stripe (its counts then take plain
  * adds, and never a call). */
 MLK_HIDDEN int mlk_stack_owns_stripe(void);
@@ -172,6 +170,8 @@ MLK_HIDDEN int mlk_stack_owns_stripe(void);
 MLK_HIDDEN void mlk_stacks_init(void);
 /* In a forked child: the stripes the parent's other threads owned are free. */
 MLK_HIDDEN void mlk_stacks_fork_child(void);
+/* A block with a trailer, counted with its slack (bytes reserved beyond
+ * its size), and its free. */
 MLK_HIDDEN void mlk_stack_count_trailed(uint32_t id, uint64_t bytes, uint64_t slack);
 MLK_HIDDEN void mlk_stack_uncount_trailed(uint32_t id, uint64_t bytes, uint64_t slack);
 /* The same for what is not the process's memory -- custom blocks (inside

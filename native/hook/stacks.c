@@ -319,6 +319,10 @@ static uint32_t stripe_owned[MLK_COUNTER_STRIPES - 1]; /* 1: a live thread owns 
 static pthread_key_t stripe_key;   /* its destructor gives the stripe up */
 static int stripe_key_made;
 
+/* Whether stripe s (plus one) is one a thread owns: 1 to SHARED_STRIPE - 1
+ * (not 0, no stripe yet, nor the shared one), in one unsigned test. */
+static inline int owned_stripe(unsigned s) { return s - 1 < SHARED_STRIPE - 1; }
+
 #define STRIPE_CLAIM_AFTER 256
 #define STRIPE_CLAIM_RETRY 65536 /* all were owned: try again after this many */
 
@@ -355,8 +359,7 @@ static __attribute__((noinline)) unsigned claim_stripe(void)
 static inline unsigned stripe_of_thread(void)
 {
     unsigned s = stripe_plus_one;
-    /* (One test for an owner's stripe, 1 to SHARED_STRIPE - 1.) */
-    if (MLK_UNLIKELY(s - 1 >= SHARED_STRIPE - 1) && (!s || --mine.claim_in == 0))
+    if (MLK_UNLIKELY(!owned_stripe(s)) && (!s || --mine.claim_in == 0))
         s = claim_stripe();
     return s;
 }
@@ -374,10 +377,11 @@ void mlk_stacks_fork_child(void)
         stripe_owned[i] = stripe_plus_one == i + 1;
 }
 
-int mlk_stack_owns_stripe(void) { return stripe_plus_one - 1 < SHARED_STRIPE - 1; }
+int mlk_stack_owns_stripe(void) { return owned_stripe(stripe_plus_one); }
 
 /* A plain add to a counter of a stripe this thread owns. */
-#define OWN_ADD(counter, v) __atomic_store_n(&(counter), __atomic_load_n(&(counter), __ATOMIC_RELAXED) + (v), __ATOMIC_RELAXED)
+#define OWN_ADD(counter, v) \
+    __atomic_store_n(&(counter), __atomic_load_n(&(counter), __ATOMIC_RELAXED) + (v), __ATOMIC_RELAXED)
 
 /* Adds v to a counter of this thread's stripe. */
 static inline void bump(unsigned stripe_plus_one_, uint64_t *counter, uint64_t v)
@@ -395,7 +399,7 @@ static inline void bump(unsigned stripe_plus_one_, uint64_t *counter, uint64_t v
 static inline struct mlk_counters *owned_counters(uint32_t id)
 {
     unsigned s = stripe_plus_one;
-    return MLK_LIKELY(s - 1 < SHARED_STRIPE - 1) ? &mlk_stacks()[id].counters[s - 1] : NULL;
+    return MLK_LIKELY(owned_stripe(s)) ? &mlk_stacks()[id].counters[s - 1] : NULL;
 }
 
 #define FIELD(name) offsetof(struct mlk_counters, name)

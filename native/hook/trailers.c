@@ -305,7 +305,9 @@ void mlk_trailer_uncount(void *p, uint64_t meta, uint64_t reserved)
      * saves no registers for one (14 instructions a free): a counted block,
      * no event log, not inside a hook, the thread's busy flag taken and a
      * counter stripe of its own, no fork under way.  Anything else is
-     * uncount_slow's, the same steps with every case. */
+     * uncount_slow's, the same steps with every case.  (busy <= 1: no flag
+     * yet, NULL, or a lock, FLAG_LOCK -- one test, which gcc orders better
+     * than two.) */
     uint32_t stack = mlk_trailer_stack_of(meta);
     uint32_t *busy = flag_busy;
     if (MLK_UNLIKELY(stack == UNCOUNTED || !mlk_ever_collected || mlk_in_hook || (uintptr_t)busy <= 1 ||
