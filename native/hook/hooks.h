@@ -85,6 +85,9 @@ static inline int *thread_errno(void)
 #define MALLOC_TAG MLK_TRAILER_TAG(MLK_FAMILY_MALLOC, 0)
 static inline __attribute__((always_inline)) void trailed(void *p, size_t size, int kind, uint64_t tag)
 {
+    const uint64_t *fp = __builtin_frame_address(0); /* (the hook frame's state: MLK_WALK_FROM_HERE) */
+    if (MLK_LIKELY(mlk_trailer_alloc_fast(p, size, kind, tag, fp[1], (uint64_t)fp + 16, fp[0])))
+        return;
     BEGIN_HOOK();
     MLK_WALK_FROM_HERE();
     mlk_record_trailed(p, mlk_real.malloc_usable_size(p), size, kind, tag);

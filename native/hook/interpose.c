@@ -272,16 +272,26 @@ int mlk_loaded_as_preload(void)
     return o.ours_at < 0 || o.next_at < 0 || o.ours_at < o.next_at;
 }
 
+/* free's every case but the common one (mlk_trailer_free_fast). */
+static __attribute__((noinline)) void free_slow(void *p)
+{
+    if (free_trailed(p, MLK_CALL_FREE, MLK_NO_SIZE, 0))
+        return;
+    if (before_free(p, MLK_CALL_FREE))
+        mlk_real.free(p);
+}
+
 EXPORT void free(void *p)
 {
     if (!p || mlk_is_boot(p))
         return;
     if (!READY())
         return; /* cannot happen: only boot pointers exist before resolution */
-    if (free_trailed(p, MLK_CALL_FREE, MLK_NO_SIZE, 0))
-        return;
-    if (before_free(p, MLK_CALL_FREE))
+    if (MLK_LIKELY(mlk_trailer_free_fast(p, FAMILY_FREED_BY(MLK_CALL_FREE), MLK_NO_SIZE))) {
         mlk_real.free(p);
+        return;
+    }
+    free_slow(p);
 }
 
 /* C23's sized frees (glibc 2.41) and the old cfree: each is free here.

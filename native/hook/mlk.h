@@ -113,6 +113,10 @@ MLK_HIDDEN int mlk_backtrace(uint64_t *ips, int max, int *truncated, int kind, u
  * paths -- found without the walk's machinery; else MLK_NO_STACK, and
  * mlk_backtrace walks.  max: the depth. */
 MLK_HIDDEN uint32_t mlk_walk_known(int max, int kind, uint32_t unload_epoch);
+/* The same from a hook frame's state (ip, sp, bp) given, not mlk_walk_start
+ * (always inlined: the allocation's fast way, mlk_trailer_alloc_fast). */
+MLK_HIDDEN uint32_t mlk_walk_known_at(int max, int kind, uint32_t unload_epoch, uint64_t ip, uint64_t sp,
+                                      uint64_t bp);
 /* The same from the older walks remembered from that state, asked where
  * mlk_walk_known said MLK_NO_STACK (out of line: seldom wanted). */
 MLK_HIDDEN uint32_t mlk_walk_known_older(int max, int kind, uint32_t unload_epoch);
@@ -174,6 +178,16 @@ MLK_HIDDEN void mlk_stacks_fork_child(void);
  * its size), and its free. */
 MLK_HIDDEN void mlk_stack_count_trailed(uint32_t id, uint64_t bytes, uint64_t slack);
 MLK_HIDDEN void mlk_stack_uncount_trailed(uint32_t id, uint64_t bytes, uint64_t slack);
+/* Its two halves, for a free's fast way (mlk_trailer_free_fast): stack
+ * id's counters in the stripe this thread owns (NULL: none), and the
+ * free's counts there. */
+MLK_HIDDEN struct mlk_counters *mlk_stack_owned_counters(uint32_t id);
+MLK_HIDDEN void mlk_stack_uncount_owned(struct mlk_counters *c, uint64_t bytes, uint64_t slack);
+/* And an allocation's (mlk_trailer_alloc_fast): stack id's counters in the
+ * stripe this thread owns -- which mlk_stack_owns_stripe has said it does
+ * -- and the new block's counts there. */
+MLK_HIDDEN struct mlk_counters *mlk_stack_counters_owned(uint32_t id);
+MLK_HIDDEN void mlk_stack_count_owned(struct mlk_counters *c, uint64_t bytes, uint64_t slack);
 /* The same for what is not the process's memory -- custom blocks (inside
  * heap blocks already counted), resources: the stack's counters only. */
 MLK_HIDDEN void mlk_stack_count_alloc_other(uint32_t id, uint64_t bytes);
@@ -301,6 +315,20 @@ MLK_HIDDEN void mlk_trailer_restore(void *p, struct mlk_trailer *t);
 /* Uncounts block p, taken (its meta word), whose trailer sat `reserved`
  * bytes after its start (the trailer's address less the block's). */
 MLK_HIDDEN void mlk_trailer_uncount(void *p, uint64_t taken, uint64_t reserved);
+/* The common free of block p, whose trailer is of `family` and (given:
+ * a sized delete's size, else MLK_NO_SIZE) of that size: checked, marked
+ * freed and uncounted with no call, and 1 -- the caller then frees it for
+ * real; or 0 with nothing done, for the whole way (free_trailed and the
+ * rest).  (Inlined into free and delete: see trailers.c.) */
+MLK_HIDDEN int mlk_trailer_free_fast(void *p, uint32_t family, size_t given);
+/* The common recording of a new block p of `size` (the allocator's, with
+ * room for its trailer), of `kind` and `tag` (mlk_trailer_write's), whose
+ * hook frame's state is (ip, sp, bp): its walk found whole by the quick
+ * look, its trailer written and counted with no call, and 1; or 0 with
+ * nothing done, for the whole way (mlk_record_trailed).  (Inlined into
+ * the hooks: see trailers.c.) */
+MLK_HIDDEN int mlk_trailer_alloc_fast(void *p, uint64_t size, int kind, uint64_t tag, uint64_t ip, uint64_t sp,
+                                      uint64_t bp);
 extern MLK_HIDDEN uint32_t mlk_slack_floor; /* the allocator's smallest usable size, if known */
 MLK_HIDDEN void mlk_trailers_lock_for_fork(int acquire);  /* before fork; after, in the parent */
 MLK_HIDDEN void mlk_trailers_fork_child(void);            /* after fork, in the child */

@@ -327,6 +327,88 @@ void mlk_trailer_uncount(void *p, uint64_t meta, uint64_t reserved)
     mlk_in_hook = 0;
 }
 
+/* The free's fast way: a block of ours in glibc's heap, counted, freed by
+ * its own family (and size), with no event log, quarantine or ignored
+ * ranges, outside a hook, the thread's busy flag and a counter stripe of
+ * its own, no fork under way.  Every test is made before anything is
+ * written, so that a "no" leaves the whole way (free_trailed) a block
+ * untouched; and nothing here is a call, so that free and delete -- which
+ * inline it and then jump to the real free -- save no registers at all
+ * (their prologue and epilogue, the call to mlk_trailer_uncount and its
+ * own were ~30 instructions of a free's ~135: churn).  p: not NULL, not a
+ * bootstrap block, the real functions resolved. */
+__attribute__((always_inline)) inline int mlk_trailer_free_fast(void *p, uint32_t family, size_t given)
+{
+    uint64_t key = mlk_trailer_key;
+    if (MLK_UNLIKELY(!key || !mlk_glibc_heap || mlk_in_hook))
+        return 0;
+    size_t usable = mlk_glibc_usable(p); /* (0 for what is not a chunk of glibc's) */
+    if (MLK_UNLIKELY(usable < MLK_TRAILER_SIZE))
+        return 0;
+    struct mlk_trailer *t = mlk_trailer_at(p, usable);
+    uint64_t meta = t->meta;
+    uint32_t stack = mlk_trailer_stack_of(meta);
+    uint32_t *busy = flag_busy;
+    if (MLK_UNLIKELY(t->check != ((uint64_t)p ^ key) || stack == UNCOUNTED ||
+                     mlk_trailer_family_of(meta) != family ||
+                     (given != MLK_NO_SIZE && given != mlk_trailer_size_of(meta)) || mlk_ignored_count ||
+                     mlk_quarantine_cap || !mlk_ever_collected || (uintptr_t)busy <= 1 ||
+                     (mlk_attention & MLK_ATTEND_EVENTS)))
+        return 0;
+    struct mlk_counters *c = mlk_stack_owned_counters(stack);
+    if (MLK_UNLIKELY(!c))
+        return 0;
+    mlk_in_hook = 1; /* (as in mlk_trailer_uncount: a signal handler's free passes by our busy flag) */
+    if (MLK_UNLIKELY(!raise_busy(busy))) {
+        mlk_in_hook = 0;
+        return 0; /* a fork under way: the whole way waits for it */
+    }
+    t->check ^= MLK_TRAILER_FREED; /* (mlk_trailer_take's mark) */
+    uint64_t size = mlk_trailer_size_of(meta);
+    mlk_stack_uncount_owned(c, size, slack_of(usable - MLK_TRAILER_SIZE, size));
+    __atomic_store_n(busy, 0, __ATOMIC_RELEASE);
+    mlk_in_hook = 0;
+    return 1;
+}
+
+/* The allocation's fast way, as the free's above: a thread whose walks the
+ * quick look answers (mlk_walk_quick), glibc's heap, nothing to attend to,
+ * the thread's busy flag and a counter stripe of its own -- tested first,
+ * before the walk, so that a thread that seldom gets here (cc1's walks are
+ * paths) pays a few tests -- then the quick look itself, inlined, from the
+ * hook frame's state passed in.  No call, so no errno to keep and no
+ * register saves: mlk_record_trailed's, mlk_walk_known's and their calls,
+ * malloc_usable_size's (the chunk header read instead), the walk start's
+ * stores and loads through thread-local storage were ~60 instructions of
+ * the ~290 an allocation cost (churn).  A "no" -- the walk not found whole,
+ * a fork under way -- writes nothing but the quick look's window counts. */
+__attribute__((always_inline)) inline int mlk_trailer_alloc_fast(void *p, uint64_t size, int kind, uint64_t tag,
+                                                                 uint64_t ip, uint64_t sp, uint64_t bp)
+{
+    uint32_t *busy = flag_busy;
+    if (MLK_UNLIKELY(!mlk_walk_quick || !mlk_glibc_heap || mlk_thread_not_recording || mlk_attention ||
+                     mlk_lazy_spawn_at || (uintptr_t)busy <= 1 || size >= MAX_COUNTED_SIZE ||
+                     !mlk_stack_owns_stripe()))
+        return 0;
+    size_t usable = mlk_glibc_usable(p);
+    if (MLK_UNLIKELY(usable < MLK_TRAILER_SIZE))
+        return 0;
+    mlk_in_hook = 1; /* (as BEGIN_HOOK: a signal handler's allocation meanwhile is not recorded) */
+    uint32_t epoch = __atomic_load_n(&mlk_seg->unload_epoch, __ATOMIC_ACQUIRE);
+    uint32_t stack = mlk_walk_known_at((int)mlk_seg->depth, kind, epoch, ip, sp, bp);
+    if (MLK_UNLIKELY(stack >= UNCOUNTED || !raise_busy(busy))) {
+        mlk_in_hook = 0;
+        return 0;
+    }
+    struct mlk_trailer *t = mlk_trailer_at(p, usable);
+    t->meta = size << TRAILER_STACK_BITS | tag | stack;
+    t->check = (uint64_t)p ^ mlk_trailer_key;
+    mlk_stack_count_owned(mlk_stack_counters_owned(stack), size, slack_of(usable - MLK_TRAILER_SIZE, size));
+    __atomic_store_n(busy, 0, __ATOMIC_RELEASE);
+    mlk_in_hook = 0;
+    return 1;
+}
+
 void mlk_trailers_lock_for_fork(int acquire)
 {
     if (acquire) {

@@ -228,17 +228,23 @@ struct walk_known_state {
     uint16_t tag;
 };
 
-static inline uint16_t *walk_known_set(struct memo *m, int max, struct walk_known_state *st)
+static inline __attribute__((always_inline)) uint16_t *walk_known_set_at(struct memo *m, int max, uint64_t ip,
+                                                                          uint64_t sp, uint64_t bp,
+                                                                          struct walk_known_state *st)
 {
-    uint64_t sp = mlk_walk_start.sp, here = (uint64_t)__builtin_frame_address(0);
+    uint64_t here = (uint64_t)__builtin_frame_address(0);
     if (m <= MEMO_NONE || m->max != max || m->payoff.resting || m->payoff.left <= 1 ||
         !(sp > here && sp - here < 65536))
         return NULL;
     /* (No test that ip is not our own code's: a walk is remembered from
      * the first state past our frames, so from such a state none is found.) */
-    uint64_t ip = mlk_walk_start.ip;
-    *st = (struct walk_known_state){ip, sp, mlk_walk_start.bp, 0};
+    *st = (struct walk_known_state){ip, sp, bp, 0};
     return first_set(m, ip, sp, &st->tag);
+}
+
+static inline uint16_t *walk_known_set(struct memo *m, int max, struct walk_known_state *st)
+{
+    return walk_known_set_at(m, max, mlk_walk_start.ip, mlk_walk_start.sp, mlk_walk_start.bp, st);
 }
 
 /* Way i of the set holds from this state to its end, with its id for this
@@ -276,6 +282,18 @@ uint32_t mlk_walk_known(int max, int kind, uint32_t unload_epoch)
     struct memo *m = thread_memo;
     struct walk_known_state st;
     uint16_t *set = walk_known_set(m, max, &st);
+    return set ? walk_known_way(m, set, 0, &st, max, kind, unload_epoch) : MLK_NO_STACK;
+}
+
+/* The same look from a hook frame's state given here rather than through
+ * mlk_walk_start, inlined into the caller: the allocation's fast way
+ * (mlk_trailer_alloc_fast), which makes no call. */
+__attribute__((always_inline)) inline uint32_t mlk_walk_known_at(int max, int kind, uint32_t unload_epoch,
+                                                                 uint64_t ip, uint64_t sp, uint64_t bp)
+{
+    struct memo *m = thread_memo;
+    struct walk_known_state st;
+    uint16_t *set = walk_known_set_at(m, max, ip, sp, bp, &st);
     return set ? walk_known_way(m, set, 0, &st, max, kind, unload_epoch) : MLK_NO_STACK;
 }
 
