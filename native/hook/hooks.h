@@ -83,15 +83,28 @@ static inline int *thread_errno(void)
 /* tag: MLK_TRAILER_TAG, the block's family and alignment (MALLOC_TAG for
  * the malloc family's) */
 #define MALLOC_TAG MLK_TRAILER_TAG(MLK_FAMILY_MALLOC, 0)
-static inline __attribute__((always_inline)) void trailed(void *p, size_t size, int kind, uint64_t tag)
+/* The whole way of recording new block p with a trailer, when the hook's
+ * fast way said no: out of line, so that the fast way saves no registers
+ * for its calls.  The walk start is set: by trailed, in the hook's frame
+ * (which this may replace: a tail call; the start's state is the caller's,
+ * above it).  Returns p. */
+static __attribute__((noinline)) void *trailed_slow(void *p, size_t size, int kind, uint64_t tag, int looked)
+{
+    BEGIN_HOOK();
+    mlk_record_trailed(p, mlk_real.malloc_usable_size(p), size, kind, tag, looked);
+    END_HOOK();
+    return p;
+}
+
+/* Records new block p, the allocator's with room for its trailer; returns p. */
+static inline __attribute__((always_inline)) void *trailed(void *p, size_t size, int kind, uint64_t tag)
 {
     const uint64_t *fp = __builtin_frame_address(0); /* (the hook frame's state: MLK_WALK_FROM_HERE) */
-    if (MLK_LIKELY(mlk_trailer_alloc_fast(p, size, kind, tag, fp[1], (uint64_t)fp + 16, fp[0])))
-        return;
-    BEGIN_HOOK();
+    int fast = mlk_trailer_alloc_fast(p, size, kind, tag, fp[1], (uint64_t)fp + 16, fp[0]);
+    if (MLK_LIKELY(fast > 0))
+        return p;
     MLK_WALK_FROM_HERE();
-    mlk_record_trailed(p, mlk_real.malloc_usable_size(p), size, kind, tag);
-    END_HOOK();
+    return trailed_slow(p, size, kind, tag, fast < 0);
 }
 
 /* The usable size of a block about to be freed, where its trailer ends:

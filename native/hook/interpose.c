@@ -195,9 +195,7 @@ int mlk_trailers_possible(void)
 static __attribute__((noinline)) void *malloc_trailed(size_t size)
 {
     void *p = mlk_real.malloc(size + MLK_TRAILER_SIZE);
-    if (p)
-        trailed(p, size, MLK_KIND_MALLOC, MALLOC_TAG);
-    return p;
+    return p ? trailed(p, size, MLK_KIND_MALLOC, MALLOC_TAG) : p;
 }
 
 static __attribute__((noinline)) void *malloc_recorded(size_t size)

@@ -295,6 +295,13 @@ static inline size_t mlk_glibc_usable(const void *p)
     }
     return size - 8;
 }
+/* The same of a block glibc's allocator has just returned (its header is
+ * glibc's own: nothing to check). */
+static inline size_t mlk_glibc_usable_new(const void *p)
+{
+    uint64_t field = ((const uint64_t *)p)[-1];
+    return (field & ~7ull) - (field & 2 ? 16 : 8);
+}
 MLK_HIDDEN void mlk_trailers_enable(void);
 MLK_HIDDEN int mlk_trailers_in_use(void);   /* collection records blocks with trailers */
 /* Blocks made before collection starts from load get an uncounted trailer
@@ -325,8 +332,8 @@ MLK_HIDDEN int mlk_trailer_free_fast(void *p, uint32_t family, size_t given);
  * room for its trailer), of `kind` and `tag` (mlk_trailer_write's), whose
  * hook frame's state is (ip, sp, bp): its walk found whole by the quick
  * look, its trailer written and counted with no call, and 1; or 0 with
- * nothing done, for the whole way (mlk_record_trailed).  (Inlined into
- * the hooks: see trailers.c.) */
+ * nothing done, for the whole way (mlk_record_trailed), -1 if the quick
+ * look missed.  (Inlined into the hooks: see trailers.c.) */
 MLK_HIDDEN int mlk_trailer_alloc_fast(void *p, uint64_t size, int kind, uint64_t tag, uint64_t ip, uint64_t sp,
                                       uint64_t bp);
 extern MLK_HIDDEN uint32_t mlk_slack_floor; /* the allocator's smallest usable size, if known */
@@ -359,7 +366,8 @@ MLK_HIDDEN int mlk_quarantine_holds(void *p, uint32_t *free_stack);
 MLK_HIDDEN void mlk_quarantine_lock_for_fork(int acquire);
 
 /* tag: MLK_TRAILER_TAG, the family (the call that made it: what must free it) and alignment */
-MLK_HIDDEN void mlk_record_trailed(void *p, size_t usable, size_t size, int kind, uint64_t tag);
+/* (looked: the quick look, mlk_walk_known, was made for this walk and missed.) */
+MLK_HIDDEN void mlk_record_trailed(void *p, size_t usable, size_t size, int kind, uint64_t tag, int looked);
 MLK_HIDDEN int mlk_record_free(void *p); /* 1: it was recorded */
 /* realloc: forget p's block but return its stack and size (1 if tracked) ... */
 MLK_HIDDEN int mlk_record_take(void *p, uint32_t *stack, uint64_t *size);

@@ -49,13 +49,13 @@ static uint32_t stack_walked(int kind, uint32_t epoch)
     return stack_walked_fully(kind, epoch);
 }
 
-static inline uint32_t current_stack(int kind)
+static inline uint32_t current_stack(int kind, int looked)
 {
     /* A walk that matched a remembered one from its first frame comes with
      * the id interned for that one: same frames, kind and unloads. */
     uint32_t epoch = __atomic_load_n(&mlk_seg->unload_epoch, __ATOMIC_ACQUIRE);
     uint32_t id = MLK_NO_STACK;
-    if (mlk_walk_quick)
+    if (mlk_walk_quick && !looked)
         id = mlk_walk_known((int)mlk_seg->depth, kind, epoch);
     if (id == MLK_NO_STACK)
         id = stack_walked(kind, epoch);
@@ -65,7 +65,7 @@ static inline uint32_t current_stack(int kind)
 }
 
 /* For the program's own blocks (api/custom.c): its stack here. */
-uint32_t mlk_current_stack(int kind) { return current_stack(kind); }
+uint32_t mlk_current_stack(int kind) { return current_stack(kind, 0); }
 
 static void dropped_block(void)
 {
@@ -84,7 +84,7 @@ void mlk_record_alloc(void *p, size_t size, int kind)
     /* The block's table line is most likely a cache miss (big heaps: a
      * random line of a big table); the backtrace takes long enough to hide it. */
     mlk_addr_prefetch((uint64_t)p);
-    uint32_t id = current_stack(kind);
+    uint32_t id = current_stack(kind, 0);
     if (id == MLK_NO_STACK)
         return;
     if (mlk_addr_insert((uint64_t)p, id, size, 1))
@@ -93,7 +93,7 @@ void mlk_record_alloc(void *p, size_t size, int kind)
         dropped_block();
 }
 
-void mlk_record_trailed(void *p, size_t usable, size_t size, int kind, uint64_t tag)
+void mlk_record_trailed(void *p, size_t usable, size_t size, int kind, uint64_t tag, int looked)
 {
     /* The trailer is written even without a stack: it is what tells the
      * free that the block is ours. */
@@ -103,7 +103,7 @@ void mlk_record_trailed(void *p, size_t usable, size_t size, int kind, uint64_t 
         mlk_trailer_write_uncounted(p, usable, size, 1);
         return;
     }
-    uint32_t id = current_stack(kind);
+    uint32_t id = current_stack(kind, looked);
     if (!mlk_trailer_write(p, usable, size, id, tag) && id != MLK_NO_STACK)
         dropped_block(); /* a size or stack id beyond what a trailer holds */
 }
@@ -146,7 +146,7 @@ void mlk_record_put_back(void *p, uint32_t stack, uint64_t size)
 
 void mlk_record_mmap(void *p, size_t len, int kind)
 {
-    uint32_t id = current_stack(kind);
+    uint32_t id = current_stack(kind, 0);
     if (id != MLK_NO_STACK && !mlk_region_insert((uint64_t)p, len, id))
         dropped_block();
 }
@@ -166,7 +166,7 @@ void mlk_record_mprotect(void *p, size_t len, int prot)
         return; /* the common case: not a reservation of ours (W^X flips, RELRO) */
     uint32_t id = MLK_NO_STACK;
     if (mlk_collecting && mlk_sample(opened))
-        id = current_stack(MLK_KIND_MMAP);
+        id = current_stack(MLK_KIND_MMAP, 0);
     if (!mlk_region_open((uint64_t)p, len, id))
         dropped_block();
 }

@@ -378,10 +378,12 @@ __attribute__((always_inline)) inline int mlk_trailer_free_fast(void *p, uint32_
  * paths) pays a few tests -- then the quick look itself, inlined, from the
  * hook frame's state passed in.  No call, so no errno to keep and no
  * register saves: mlk_record_trailed's, mlk_walk_known's and their calls,
- * malloc_usable_size's (the chunk header read instead), the walk start's
+ * malloc_usable_size's (the new chunk's header read instead), the walk start's
  * stores and loads through thread-local storage were ~60 instructions of
  * the ~290 an allocation cost (churn).  A "no" -- the walk not found whole,
- * a fork under way -- writes nothing but the quick look's window counts. */
+ * a fork under way -- writes nothing but the quick look's window counts;
+ * -1 says the quick look was made, and missed: the whole way then does not
+ * make it again. */
 __attribute__((always_inline)) inline int mlk_trailer_alloc_fast(void *p, uint64_t size, int kind, uint64_t tag,
                                                                  uint64_t ip, uint64_t sp, uint64_t bp)
 {
@@ -390,15 +392,13 @@ __attribute__((always_inline)) inline int mlk_trailer_alloc_fast(void *p, uint64
                      mlk_lazy_spawn_at || (uintptr_t)busy <= 1 || size >= MAX_COUNTED_SIZE ||
                      !mlk_stack_owns_stripe()))
         return 0;
-    size_t usable = mlk_glibc_usable(p);
-    if (MLK_UNLIKELY(usable < MLK_TRAILER_SIZE))
-        return 0;
+    size_t usable = mlk_glibc_usable_new(p);
     mlk_in_hook = 1; /* (as BEGIN_HOOK: a signal handler's allocation meanwhile is not recorded) */
     uint32_t epoch = __atomic_load_n(&mlk_seg->unload_epoch, __ATOMIC_ACQUIRE);
     uint32_t stack = mlk_walk_known_at((int)mlk_seg->depth, kind, epoch, ip, sp, bp);
     if (MLK_UNLIKELY(stack >= UNCOUNTED || !raise_busy(busy))) {
         mlk_in_hook = 0;
-        return 0;
+        return stack == MLK_NO_STACK ? -1 : 0;
     }
     struct mlk_trailer *t = mlk_trailer_at(p, usable);
     t->meta = size << TRAILER_STACK_BITS | tag | stack;

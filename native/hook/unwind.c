@@ -232,9 +232,7 @@ static inline __attribute__((always_inline)) uint16_t *walk_known_set_at(struct 
                                                                           uint64_t sp, uint64_t bp,
                                                                           struct walk_known_state *st)
 {
-    uint64_t here = (uint64_t)__builtin_frame_address(0);
-    if (m <= MEMO_NONE || m->max != max || m->payoff.resting || m->payoff.left <= 1 ||
-        !(sp > here && sp - here < 65536))
+    if (m <= MEMO_NONE || m->max != max || m->payoff.resting || m->payoff.left <= 1)
         return NULL;
     /* (No test that ip is not our own code's: a walk is remembered from
      * the first state past our frames, so from such a state none is found.) */
@@ -242,9 +240,13 @@ static inline __attribute__((always_inline)) uint16_t *walk_known_set_at(struct 
     return first_set(m, ip, sp, &st->tag);
 }
 
+/* (From mlk_walk_start: set by a hook whose frame is above ours, or not.) */
 static inline uint16_t *walk_known_set(struct memo *m, int max, struct walk_known_state *st)
 {
-    return walk_known_set_at(m, max, mlk_walk_start.ip, mlk_walk_start.sp, mlk_walk_start.bp, st);
+    uint64_t sp = mlk_walk_start.sp, here = (uint64_t)__builtin_frame_address(0);
+    if (!(sp > here && sp - here < 65536))
+        return NULL;
+    return walk_known_set_at(m, max, mlk_walk_start.ip, sp, mlk_walk_start.bp, st);
 }
 
 /* Way i of the set holds from this state to its end, with its id for this
@@ -264,8 +266,15 @@ walk_known_way(struct memo *m, uint16_t *set, int i, const struct walk_known_sta
     m->payoff.finds++;
     m->last = s;
     m->last_path = NULL;
-    mlk_walk_start.sp = 0;
     return w->id;
+}
+
+/* A walk start answered is used (mlk_walk_known, mlk_walk_known_older). */
+static inline uint32_t start_used(uint32_t id)
+{
+    if (id != MLK_NO_STACK)
+        mlk_walk_start.sp = 0;
+    return id;
 }
 
 /* fast_backtrace's most common answer, on its own: its first state from the
@@ -282,7 +291,7 @@ uint32_t mlk_walk_known(int max, int kind, uint32_t unload_epoch)
     struct memo *m = thread_memo;
     struct walk_known_state st;
     uint16_t *set = walk_known_set(m, max, &st);
-    return set ? walk_known_way(m, set, 0, &st, max, kind, unload_epoch) : MLK_NO_STACK;
+    return set ? start_used(walk_known_way(m, set, 0, &st, max, kind, unload_epoch)) : MLK_NO_STACK;
 }
 
 /* The same look from a hook frame's state given here rather than through
@@ -291,6 +300,7 @@ uint32_t mlk_walk_known(int max, int kind, uint32_t unload_epoch)
 __attribute__((always_inline)) inline uint32_t mlk_walk_known_at(int max, int kind, uint32_t unload_epoch,
                                                                  uint64_t ip, uint64_t sp, uint64_t bp)
 {
+    /* (sp: the caller's own frame's state, above it by construction.) */
     struct memo *m = thread_memo;
     struct walk_known_state st;
     uint16_t *set = walk_known_set_at(m, max, ip, sp, bp, &st);
@@ -323,6 +333,7 @@ uint32_t mlk_walk_known_older(int max, int kind, uint32_t unload_epoch)
         uint32_t id = walk_known_way(m, set, i, &st, max, kind, unload_epoch);
         if (id != MLK_NO_STACK) {
             move_to_front(set, i, way);
+            start_used(id);
             m->older_worth = m->older_worth < 1000 ? m->older_worth + 8 : m->older_worth;
             return id;
         }

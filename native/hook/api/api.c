@@ -176,11 +176,27 @@ static void read_check_totals(const struct mlk_header *h, struct memleak_leaks *
         c[i] = (struct memleak_counts){h->check_bytes[i], h->check_blocks[i]};
 }
 
+/* The stack just below the caller's frame, cleared: the frames of ours
+ * that wait for the scan are made over it, and the scan reads this thread's
+ * stack from its stack pointer up -- a slot of those frames left unwritten
+ * would otherwise show it whatever an earlier call of ours at that depth
+ * left there (a hook's saved registers: the program's pointers), a root
+ * the program no longer has.  (valgrind's own frames are never on the
+ * program's stack.)  1 KiB: deeper than the waiting frames, well inside
+ * the smallest thread stack (PTHREAD_STACK_MIN, 16 KiB). */
+static __attribute__((noinline)) void clear_stack_below(void)
+{
+    char below[1024];
+    memset(below, 0, sizeof below);
+    __asm__ volatile("" : : "r"(below) : "memory"); /* (not a dead store) */
+}
+
 /* A reachability scan now (the reporter stops the threads for it, this
  * one waiting): 0 and its totals; -1 when none could be made (not traced,
  * no trailers, ptrace refused: the report says why). */
 static int api_leak_check(struct memleak_leaks *out)
 {
+    clear_stack_below();
     if (out)
         memset(out, 0, sizeof *out);
     int was;
