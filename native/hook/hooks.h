@@ -62,7 +62,7 @@ MLK_HIDDEN void mlk_ensure_real(void);
 #define RECORDING() (MLK_LIKELY(!mlk_in_hook) && mlk_collecting)
 /* errno is libc's thread-local, reached through a call to __errno_location
  * each time; its address never changes for a thread, so ask once. */
-extern MLK_HIDDEN __thread int *mlk_errno_at __attribute__((tls_model("initial-exec")));
+/* (mlk_errno_at: mlk_hot's field, mlk.h.) */
 static inline int *thread_errno(void)
 {
     int *e = mlk_errno_at;

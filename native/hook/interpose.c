@@ -14,9 +14,8 @@
 
 #include "hooks.h"
 
-__thread int mlk_in_hook __attribute__((tls_model("initial-exec")));
+__thread struct mlk_thread_hot mlk_hot __attribute__((tls_model("initial-exec")));
 __thread int mlk_in_early __attribute__((tls_model("initial-exec")));
-__thread int *mlk_errno_at __attribute__((tls_model("initial-exec")));
 struct mlk_real_fns mlk_real;
 
 /* ---- bootstrap: allocations made while dlsym runs ----------------------- */
@@ -270,13 +269,19 @@ int mlk_loaded_as_preload(void)
     return o.ours_at < 0 || o.next_at < 0 || o.ours_at < o.next_at;
 }
 
-/* free's every case but the common one (mlk_trailer_free_fast). */
+/* free where no block has a trailer (sampling, track=table). */
+static __attribute__((noinline)) void free_untrailed(void *p)
+{
+    if (before_free(p, MLK_CALL_FREE))
+        mlk_real.free(p);
+}
+
+/* free's every other case but the common one (mlk_trailer_free_fast). */
 static __attribute__((noinline)) void free_slow(void *p)
 {
     if (free_trailed(p, MLK_CALL_FREE, MLK_NO_SIZE, 0))
         return;
-    if (before_free(p, MLK_CALL_FREE))
-        mlk_real.free(p);
+    free_untrailed(p);
 }
 
 EXPORT void free(void *p)
@@ -285,6 +290,10 @@ EXPORT void free(void *p)
         return;
     if (!READY())
         return; /* cannot happen: only boot pointers exist before resolution */
+    if (MLK_UNLIKELY(!mlk_trailer_key)) { /* sampling, track=table: no trailers, no fast way */
+        free_untrailed(p);
+        return;
+    }
     if (MLK_LIKELY(mlk_trailer_free_fast(p, FAMILY_FREED_BY(MLK_CALL_FREE), MLK_NO_SIZE))) {
         mlk_real.free(p);
         return;

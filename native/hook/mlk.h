@@ -15,6 +15,34 @@
 #define MLK_LIKELY(x) __builtin_expect(!!(x), 1)
 #define MLK_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
+/* ---- the thread's hot words ----------------------------------------------
+ * Thread-local words the hooks' fast ways read, in one object: in a shared
+ * library each thread-local object costs a hook one load of its offset
+ * (initial-exec), so one object is one load where six were six (~5
+ * instructions an allocation, 2 a free).  Each field keeps its owner and
+ * its old name (the macros), documented where it is used. */
+struct memo;
+struct mlk_thread_counts {   /* stacks.c */
+    unsigned stripe_plus_one;
+    unsigned claim_in;
+    int64_t totals[4];
+};
+struct mlk_thread_hot {
+    int in_hook;             /* mlk_in_hook, below */
+    int walk_quick;          /* mlk_walk_quick (unwind.c) */
+    int not_recording;       /* mlk_thread_not_recording (api/lsan.c) */
+    int pad_;
+    uint32_t *busy;          /* trailers.c's flag_busy */
+    struct memo *memo;       /* unwind.c's thread_memo */
+    int *errno_at;           /* mlk_errno_at (hooks.h) */
+    struct mlk_thread_counts counts; /* stacks.c's mine */
+};
+extern MLK_HIDDEN __thread struct mlk_thread_hot mlk_hot __attribute__((tls_model("initial-exec")));
+#define mlk_in_hook (mlk_hot.in_hook)
+#define mlk_walk_quick (mlk_hot.walk_quick)
+#define mlk_thread_not_recording (mlk_hot.not_recording)
+#define mlk_errno_at (mlk_hot.errno_at)
+
 /* ---- rt.c: raw system calls and diagnostics, usable anywhere ---------- */
 MLK_HIDDEN long mlk_syscall6(long n, long a, long b, long c, long d, long e, long f);
 MLK_HIDDEN void *mlk_map_anon(size_t len);     /* NULL on failure */
@@ -123,7 +151,7 @@ MLK_HIDDEN uint32_t mlk_walk_known_older(int max, int kind, uint32_t unload_epoc
 /* Whether mlk_walk_known may answer for this thread: its last walk was
  * remembering whole walks (not resting from them: most of gcc's cc1's
  * walks are served by remembered paths instead, which it does not look at). */
-extern __thread int mlk_walk_quick __attribute__((tls_model("initial-exec")));
+/* (mlk_hot's field, above.) */
 /* Where the next backtrace of this thread may start: the state of a hook's
  * own frame (its return address, CFA and the caller's rbp), so that the walk
  * need not climb back through our frames.  Set right before the hook asks
@@ -220,7 +248,7 @@ MLK_HIDDEN void mlk_custom_lock_for_fork(int acquire);
 MLK_HIDDEN uint64_t mlk_lsan_table(void);
 extern MLK_HIDDEN volatile uint64_t mlk_ignored_count;
 MLK_HIDDEN void mlk_ignored_forget(uint64_t start, uint64_t end);
-extern __thread int mlk_thread_not_recording __attribute__((tls_model("initial-exec")));
+/* (mlk_hot's field, above.) */
 MLK_HIDDEN void mlk_lsan_lock_for_fork(int acquire);
 /* The program's __lsan_default_suppressions(), if it has one, into the
  * segment (as collection first starts). */
@@ -481,7 +509,7 @@ MLK_HIDDEN int mlk_collecting_or_paused(void); /* collecting, or paused from out
 
 /* Thread-local recursion guard: set while this thread runs our own code, so
  * that allocations made by the code we call are passed straight through. */
-extern __thread int mlk_in_hook __attribute__((tls_model("initial-exec")));
+/* (mlk_hot's field, above.) */
 
 /* Runs the statements with this thread's guard up and lock `l` held (our
  * own code that takes a lock outside the hooks: the in-program API); a

@@ -70,7 +70,7 @@ static __thread int flag_plus_one __attribute__((tls_model("initial-exec"))); /*
 /* The thread's busy flag itself, for update_begin's one load: NULL before
  * the thread has one, FLAG_LOCK where it uses a lock. */
 #define FLAG_LOCK ((uint32_t *)1)
-static __thread uint32_t *flag_busy __attribute__((tls_model("initial-exec")));
+#define flag_busy (mlk_hot.busy) /* (mlk.h's hot words) */
 
 static void set_flag(int f)
 {

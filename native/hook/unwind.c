@@ -27,7 +27,6 @@
 #include "unwind_cfi.h"
 
 int mlk_unwind_mode = MLK_UNWIND_FAST;
-__thread int mlk_walk_quick __attribute__((tls_model("initial-exec")));
 
 #if defined(__x86_64__)
 

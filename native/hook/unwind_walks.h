@@ -149,7 +149,7 @@ struct memo {
 };
 
 #define MEMO_NONE ((struct memo *)1) /* this thread cannot have one (exiting, out of memory) */
-static __thread struct memo *thread_memo __attribute__((tls_model("initial-exec")));
+#define thread_memo (mlk_hot.memo) /* this thread's (mlk.h's hot words) */
 static pthread_key_t memo_key;   /* its destructor hands the memo on at thread exit */
 static int memo_key_made;
 static struct memo *spare_memos;

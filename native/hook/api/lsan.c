@@ -32,7 +32,6 @@ static struct mlk_lsan_table table; /* what the scan reads */
 static uint64_t *ignored;           /* sorted; table.ignored_at */
 static uint64_t *roots;             /* [lo, hi) pairs; table.roots_at */
 volatile uint64_t mlk_ignored_count;
-__thread int mlk_thread_not_recording __attribute__((tls_model("initial-exec")));
 static int warned_full;
 /* This thread holds `lock`: a free from a signal handler that interrupted
  * it must not wait for it (mlk_ignored_forget). */
