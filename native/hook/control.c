@@ -172,15 +172,17 @@ uint64_t mlk_lazy_spawn_at;
 
 static void arm_lazy_spawn(void)
 {
-    if (mlk_seg)
-        __atomic_store_n(&mlk_lazy_spawn_at, mlk_seg->stacks_used + LAZY_SPAWN_STACKS,
-                         __ATOMIC_RELAXED);
+    if (!mlk_seg)
+        return;
+    mlk_fast_off_set(MLK_FAST_LAZY_SPAWN, 1); /* (first: the bit never lags its reason) */
+    __atomic_store_n(&mlk_lazy_spawn_at, mlk_seg->stacks_used + LAZY_SPAWN_STACKS, __ATOMIC_RELAXED);
 }
 
 void mlk_lazy_spawn(void)
 {
     if (!__atomic_exchange_n(&mlk_lazy_spawn_at, 0, __ATOMIC_RELAXED))
         return; /* another thread got here first */
+    mlk_fast_off_set(MLK_FAST_LAZY_SPAWN, 0);
     if (mlk_seg && mlk_seg->pid == mlk_getpid() && !mlk_reporter_alive())
         mlk_spawn_reporter();
 }
@@ -268,6 +270,7 @@ int mlk_start_collecting(void)
     __atomic_store_n(&mlk_seg->paused, 0, __ATOMIC_RELEASE);
     __atomic_store_n(&mlk_seg->collecting, 1, __ATOMIC_RELEASE);
     mlk_ever_collected = 1;
+    mlk_fast_off_set(MLK_FAST_NOT_COLLECTED, 0);
     mlk_events_start(); /* before the first block is counted: the log holds them all */
     mlk_collecting = 1;
     if (is_root && !mlk_reporter_alive())
@@ -351,6 +354,7 @@ static void fork_child(void)
          * parent's: stop recording in it. */
         mlk_collecting = 0;
         mlk_ever_collected = 0;
+        mlk_fast_off_set(MLK_FAST_NOT_COLLECTED, 1);
         inert = 1;
         mlk_seg = NULL;
         mlk_warn("fork: cannot copy the segment; the child is not traced", "", "");
@@ -361,6 +365,7 @@ static void fork_child(void)
     mlk_keeper_fork_child();
     keeper_holds_us = mlk_seg ? mlk_keeper_register() : 0;
     mlk_lazy_spawn_at = 0;
+    mlk_fast_off_set(MLK_FAST_LAZY_SPAWN, 0);
     if (mlk_collecting && !keeper_holds_us)
         arm_lazy_spawn();
     mlk_misuse_lock_for_fork(0);

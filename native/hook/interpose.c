@@ -180,6 +180,7 @@ int mlk_trailers_possible(void)
         size_t n = strlen(a.dli_fname);
         mlk_glibc_heap = n >= 9 && strcmp(a.dli_fname + n - 9, "libc.so.6") == 0 &&
                          (n == 9 || a.dli_fname[n - 10] == '/');
+        mlk_fast_off_set(MLK_FAST_NOT_GLIBC, !mlk_glibc_heap);
     }
     return possible;
 }

@@ -43,6 +43,20 @@ extern MLK_HIDDEN __thread struct mlk_thread_hot mlk_hot __attribute__((tls_mode
 #define mlk_thread_not_recording (mlk_hot.not_recording)
 #define mlk_errno_at (mlk_hot.errno_at)
 
+/* Why the fast ways (trailers.c) may not be taken now: a bit each, kept by
+ * the places that change those conditions (mlk_fast_off_set), so that the
+ * fast ways test one word where they tested six.  A bit may be set longer
+ * than its reason lasts (a slower way, never a wrong one); never cleared
+ * while its reason holds. */
+#define MLK_FAST_NO_TRAILERS 1u   /* mlk_trailer_key not made yet */
+#define MLK_FAST_NOT_GLIBC 2u     /* the real malloc is not glibc's (!mlk_glibc_heap) */
+#define MLK_FAST_NOT_COLLECTED 4u /* !mlk_ever_collected */
+#define MLK_FAST_IGNORED 8u       /* mlk_ignored_count != 0 */
+#define MLK_FAST_QUARANTINE 16u   /* mlk_quarantine_cap != 0 */
+#define MLK_FAST_LAZY_SPAWN 32u   /* mlk_lazy_spawn_at != 0 */
+extern MLK_HIDDEN uint32_t mlk_fast_off;
+MLK_HIDDEN void mlk_fast_off_set(uint32_t reason, int holds);
+
 /* ---- rt.c: raw system calls and diagnostics, usable anywhere ---------- */
 MLK_HIDDEN long mlk_syscall6(long n, long a, long b, long c, long d, long e, long f);
 MLK_HIDDEN void *mlk_map_anon(size_t len);     /* NULL on failure */

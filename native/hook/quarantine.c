@@ -41,6 +41,7 @@ void mlk_quarantine_start(uint64_t bytes)
         return;
     }
     mlk_quarantine_cap = bytes;
+    mlk_fast_off_set(MLK_FAST_QUARANTINE, bytes != 0);
     mlk_seg->quarantine_cap = bytes;
 }
 

@@ -47,6 +47,16 @@
 
 uint64_t mlk_trailer_key;
 
+uint32_t mlk_fast_off = MLK_FAST_NO_TRAILERS | MLK_FAST_NOT_GLIBC | MLK_FAST_NOT_COLLECTED;
+
+void mlk_fast_off_set(uint32_t reason, int holds)
+{
+    if (holds)
+        __atomic_or_fetch(&mlk_fast_off, reason, __ATOMIC_SEQ_CST);
+    else
+        __atomic_and_fetch(&mlk_fast_off, ~reason, __ATOMIC_SEQ_CST);
+}
+
 static struct {
     mlk_lock_t lock;
 } __attribute__((aligned(64))) thread_locks[THREAD_LOCKS];
@@ -170,6 +180,7 @@ static void make_key(void)
     if (r)
         key ^= r[1];
     __atomic_store_n(&mlk_trailer_key, key | 1, __ATOMIC_RELEASE);
+    mlk_fast_off_set(MLK_FAST_NO_TRAILERS, 0);
 }
 
 static int collecting_with_trailers;
@@ -339,9 +350,11 @@ void mlk_trailer_uncount(void *p, uint64_t meta, uint64_t reserved)
  * bootstrap block, the real functions resolved. */
 __attribute__((always_inline)) inline int mlk_trailer_free_fast(void *p, uint32_t family, size_t given)
 {
-    uint64_t key = mlk_trailer_key;
-    if (MLK_UNLIKELY(!key || !mlk_glibc_heap || mlk_in_hook))
+    if (MLK_UNLIKELY((mlk_fast_off & (MLK_FAST_NO_TRAILERS | MLK_FAST_NOT_GLIBC | MLK_FAST_NOT_COLLECTED |
+                                      MLK_FAST_IGNORED | MLK_FAST_QUARANTINE)) ||
+                     mlk_in_hook))
         return 0;
+    uint64_t key = mlk_trailer_key;
     size_t usable = mlk_glibc_usable(p); /* (0 for what is not a chunk of glibc's) */
     if (MLK_UNLIKELY(usable < MLK_TRAILER_SIZE))
         return 0;
@@ -351,8 +364,7 @@ __attribute__((always_inline)) inline int mlk_trailer_free_fast(void *p, uint32_
     uint32_t *busy = flag_busy;
     if (MLK_UNLIKELY(t->check != ((uint64_t)p ^ key) || stack == UNCOUNTED ||
                      mlk_trailer_family_of(meta) != family ||
-                     (given != MLK_NO_SIZE && given != mlk_trailer_size_of(meta)) || mlk_ignored_count ||
-                     mlk_quarantine_cap || !mlk_ever_collected || (uintptr_t)busy <= 1 ||
+                     (given != MLK_NO_SIZE && given != mlk_trailer_size_of(meta)) || (uintptr_t)busy <= 1 ||
                      (mlk_attention & MLK_ATTEND_EVENTS)))
         return 0;
     struct mlk_counters *c = mlk_stack_owned_counters(stack);
@@ -388,9 +400,9 @@ __attribute__((always_inline)) inline int mlk_trailer_alloc_fast(void *p, uint64
                                                                  uint64_t ip, uint64_t sp, uint64_t bp)
 {
     uint32_t *busy = flag_busy;
-    if (MLK_UNLIKELY(!mlk_walk_quick || !mlk_glibc_heap || mlk_thread_not_recording || mlk_attention ||
-                     mlk_lazy_spawn_at || (uintptr_t)busy <= 1 || size >= MAX_COUNTED_SIZE ||
-                     !mlk_stack_owns_stripe()))
+    if (MLK_UNLIKELY(!mlk_walk_quick || (mlk_fast_off & (MLK_FAST_NOT_GLIBC | MLK_FAST_LAZY_SPAWN)) ||
+                     mlk_thread_not_recording || mlk_attention || (uintptr_t)busy <= 1 ||
+                     size >= MAX_COUNTED_SIZE || !mlk_stack_owns_stripe()))
         return 0;
     size_t usable = mlk_glibc_usable_new(p);
     mlk_in_hook = 1; /* (as BEGIN_HOOK: a signal handler's allocation meanwhile is not recorded) */

@@ -82,6 +82,7 @@ void mlk_ignore_object(const void *p)
         ignored[i] = at;
         __atomic_store_n(&table.nignored, table.nignored + 1, __ATOMIC_RELEASE);
         __atomic_store_n(&mlk_ignored_count, table.nignored, __ATOMIC_RELAXED);
+        mlk_fast_off_set(MLK_FAST_IGNORED, 1);
     });
 }
 
@@ -99,6 +100,7 @@ void mlk_ignored_forget(uint64_t start, uint64_t end)
             memmove(&ignored[i], &ignored[j], (table.nignored - j) * sizeof *ignored);
             __atomic_store_n(&table.nignored, table.nignored - (j - i), __ATOMIC_RELEASE);
             __atomic_store_n(&mlk_ignored_count, table.nignored, __ATOMIC_RELAXED);
+            mlk_fast_off_set(MLK_FAST_IGNORED, table.nignored != 0);
         }
     });
 }
