@@ -214,10 +214,9 @@ static __attribute__((noinline)) void *malloc_sample_due(size_t size)
     return malloc_recorded(size);
 }
 
-EXPORT void *malloc(size_t size)
+/* malloc once the real functions are known. */
+static inline __attribute__((always_inline)) void *malloc_ready(size_t size)
 {
-    if (!READY())
-        return mlk_boot_alloc(size, 16);
     if (TRAILING() && TRAILABLE(size))
         return malloc_trailed(size);
     if (EARLY(size))
@@ -232,6 +231,23 @@ EXPORT void *malloc(size_t size)
         return malloc_sample_due(size);
     }
     return mlk_real.malloc(size);
+}
+
+/* malloc before they are: they are looked up (a call, out of line so that
+ * malloc's own frame keeps nothing for it), or the bootstrap arena answers
+ * while the lookup itself allocates. */
+static __attribute__((noinline)) void *malloc_unready(size_t size)
+{
+    if (!READY())
+        return mlk_boot_alloc(size, 16);
+    return malloc_ready(size);
+}
+
+EXPORT void *malloc(size_t size)
+{
+    if (MLK_UNLIKELY(!mlk_real.free))
+        return malloc_unready(size);
+    return malloc_ready(size);
 }
 
 /* Whether our malloc comes before the next one in the program's symbol
@@ -280,6 +296,8 @@ static __attribute__((noinline)) void free_untrailed(void *p)
 /* free's every other case but the common one (mlk_trailer_free_fast). */
 static __attribute__((noinline)) void free_slow(void *p)
 {
+    if (!READY())
+        return; /* cannot happen: only boot pointers exist before resolution */
     if (free_trailed(p, MLK_CALL_FREE, MLK_NO_SIZE, 0))
         return;
     free_untrailed(p);
@@ -289,8 +307,12 @@ EXPORT void free(void *p)
 {
     if (!p || mlk_is_boot(p))
         return;
-    if (!READY())
-        return; /* cannot happen: only boot pointers exist before resolution */
+    /* (READY's resolution is a call: in free_slow, so that this frame
+     * keeps nothing for it.) */
+    if (MLK_UNLIKELY(!mlk_real.free)) {
+        free_slow(p);
+        return;
+    }
     if (MLK_UNLIKELY(!mlk_trailer_key)) { /* sampling, track=table: no trailers, no fast way */
         free_untrailed(p);
         return;

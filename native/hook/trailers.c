@@ -404,14 +404,15 @@ __attribute__((always_inline)) inline int mlk_trailer_alloc_fast(void *p, uint64
                      mlk_thread_not_recording || mlk_attention || (uintptr_t)busy <= 1 ||
                      size >= MAX_COUNTED_SIZE || !mlk_stack_owns_stripe()))
         return 0;
-    size_t usable = mlk_glibc_usable_new(p);
     mlk_in_hook = 1; /* (as BEGIN_HOOK: a signal handler's allocation meanwhile is not recorded) */
     uint32_t epoch = __atomic_load_n(&mlk_seg->unload_epoch, __ATOMIC_ACQUIRE);
     uint32_t stack = mlk_walk_known_at((int)mlk_seg->depth, kind, epoch, ip, sp, bp);
+    busy = flag_busy; /* (again, and the usable size only now: fewer registers held across the look) */
     if (MLK_UNLIKELY(stack >= UNCOUNTED || !raise_busy(busy))) {
         mlk_in_hook = 0;
         return stack == MLK_NO_STACK ? -1 : 0;
     }
+    size_t usable = mlk_glibc_usable_new(p);
     struct mlk_trailer *t = mlk_trailer_at(p, usable);
     t->meta = size << TRAILER_STACK_BITS | tag | stack;
     t->check = (uint64_t)p ^ mlk_trailer_key;
