@@ -99,11 +99,11 @@ static __attribute__((noinline)) void *trailed_slow(void *p, size_t size, int ki
 /* Records new block p, the allocator's with room for its trailer; returns p. */
 static inline __attribute__((always_inline)) void *trailed(void *p, size_t size, int kind, uint64_t tag)
 {
-    const uint64_t *fp = __builtin_frame_address(0); /* (the hook frame's state: MLK_WALK_FROM_HERE) */
-    int fast = mlk_trailer_alloc_fast(p, size, kind, tag, fp[1], (uint64_t)fp + 16, fp[0]);
+    struct mlk_walk_start here = MLK_FRAME_HERE();
+    int fast = mlk_trailer_alloc_fast(p, size, kind, tag, here);
     if (MLK_LIKELY(fast > 0))
         return p;
-    MLK_WALK_FROM_HERE();
+    mlk_walk_start = here;
     return trailed_slow(p, size, kind, tag, fast < 0);
 }
 

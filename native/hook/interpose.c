@@ -313,12 +313,12 @@ EXPORT void free(void *p)
         free_slow(p);
         return;
     }
-    if (MLK_UNLIKELY(!mlk_trailer_key)) { /* sampling, track=table: no trailers, no fast way */
-        free_untrailed(p);
-        return;
-    }
     if (MLK_LIKELY(mlk_trailer_free_fast(p, FAMILY_FREED_BY(MLK_CALL_FREE), MLK_NO_SIZE))) {
         mlk_real.free(p);
+        return;
+    }
+    if (!mlk_trailer_key) { /* sampling, track=table: no block has a trailer */
+        free_untrailed(p);
         return;
     }
     free_slow(p);

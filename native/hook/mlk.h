@@ -174,16 +174,16 @@ struct mlk_walk_start {
     uint64_t ip, sp, bp;
 };
 extern __thread struct mlk_walk_start mlk_walk_start __attribute__((tls_model("initial-exec")));
-/* __builtin_frame_address(0) makes the compiler keep rbp as the frame
- * pointer of the function this expands in: [rbp] is the caller's rbp,
- * [rbp + 8] the return address, rbp + 16 the CFA. */
-#define MLK_WALK_FROM_HERE()                                                                       \
-    do {                                                                                           \
+/* The state of the frame of the function this expands in (a struct
+ * mlk_walk_start): __builtin_frame_address(0) makes the compiler keep rbp
+ * as its frame pointer -- [rbp] is the caller's rbp, [rbp + 8] the return
+ * address, rbp + 16 the CFA. */
+#define MLK_FRAME_HERE()                                                                           \
+    ({                                                                                             \
         const uint64_t *fp_ = __builtin_frame_address(0);                                          \
-        mlk_walk_start.ip = (uint64_t)__builtin_return_address(0);                                 \
-        mlk_walk_start.bp = fp_[0];                                                                \
-        mlk_walk_start.sp = (uint64_t)fp_ + 16;                                                    \
-    } while (0)
+        (struct mlk_walk_start){fp_[1], (uint64_t)fp_ + 16, fp_[0]};                               \
+    })
+#define MLK_WALK_FROM_HERE() (mlk_walk_start = MLK_FRAME_HERE())
 MLK_HIDDEN void mlk_unwind_init(void);  /* before the first mlk_backtrace */
 /* A module was unloaded: its addresses may now hold other code, whose
  * unwind rules differ, so cached rules are dropped. */
@@ -220,16 +220,14 @@ MLK_HIDDEN void mlk_stacks_fork_child(void);
  * its size), and its free. */
 MLK_HIDDEN void mlk_stack_count_trailed(uint32_t id, uint64_t bytes, uint64_t slack);
 MLK_HIDDEN void mlk_stack_uncount_trailed(uint32_t id, uint64_t bytes, uint64_t slack);
-/* Its two halves, for a free's fast way (mlk_trailer_free_fast): stack
- * id's counters in the stripe this thread owns (NULL: none), and the
- * free's counts there. */
+/* Their halves, for the fast ways (trailers.c): stack id's counters in
+ * the stripe this thread owns (NULL: it owns none), the same where
+ * mlk_stack_owns_stripe has said it does (the allocation asks before its
+ * walk), and a new block's or a free's counts there. */
 MLK_HIDDEN struct mlk_counters *mlk_stack_owned_counters(uint32_t id);
-MLK_HIDDEN void mlk_stack_uncount_owned(struct mlk_counters *c, uint64_t bytes, uint64_t slack);
-/* And an allocation's (mlk_trailer_alloc_fast): stack id's counters in the
- * stripe this thread owns -- which mlk_stack_owns_stripe has said it does
- * -- and the new block's counts there. */
-MLK_HIDDEN struct mlk_counters *mlk_stack_counters_owned(uint32_t id);
+MLK_HIDDEN struct mlk_counters *mlk_stack_owned_counters_known(uint32_t id);
 MLK_HIDDEN void mlk_stack_count_owned(struct mlk_counters *c, uint64_t bytes, uint64_t slack);
+MLK_HIDDEN void mlk_stack_uncount_owned(struct mlk_counters *c, uint64_t bytes, uint64_t slack);
 /* The same for what is not the process's memory -- custom blocks (inside
  * heap blocks already counted), resources: the stack's counters only. */
 MLK_HIDDEN void mlk_stack_count_alloc_other(uint32_t id, uint64_t bytes);
@@ -372,12 +370,11 @@ MLK_HIDDEN void mlk_trailer_uncount(void *p, uint64_t taken, uint64_t reserved);
 MLK_HIDDEN int mlk_trailer_free_fast(void *p, uint32_t family, size_t given);
 /* The common recording of a new block p of `size` (the allocator's, with
  * room for its trailer), of `kind` and `tag` (mlk_trailer_write's), whose
- * hook frame's state is (ip, sp, bp): its walk found whole by the quick
+ * hook frame's state is `at` (MLK_FRAME_HERE): its walk found whole by the quick
  * look, its trailer written and counted with no call, and 1; or 0 with
  * nothing done, for the whole way (mlk_record_trailed), -1 if the quick
  * look missed.  (Inlined into the hooks: see trailers.c.) */
-MLK_HIDDEN int mlk_trailer_alloc_fast(void *p, uint64_t size, int kind, uint64_t tag, uint64_t ip, uint64_t sp,
-                                      uint64_t bp);
+MLK_HIDDEN int mlk_trailer_alloc_fast(void *p, uint64_t size, int kind, uint64_t tag, struct mlk_walk_start at);
 extern MLK_HIDDEN uint32_t mlk_slack_floor; /* the allocator's smallest usable size, if known */
 MLK_HIDDEN void mlk_trailers_lock_for_fork(int acquire);  /* before fork; after, in the parent */
 MLK_HIDDEN void mlk_trailers_fork_child(void);            /* after fork, in the child */

@@ -446,26 +446,42 @@ static inline void account(uint32_t id, int64_t bytes, int64_t blocks)
     OWN_ADD(c->freed_count, -blocks);
 }
 
+/* The thread's totals of an allocation and a free (memleak_thread). */
+static inline void totals_alloc(int64_t bytes, int64_t blocks)
+{
+    mine.totals[0] += bytes;
+    mine.totals[2] += blocks;
+}
+
+static inline void totals_free(int64_t bytes, int64_t blocks)
+{
+    mine.totals[1] += bytes;
+    mine.totals[3] += blocks;
+}
+
 /* (Each: the thread's totals first, so that the counters' slow way is a
  * tail call.) */
 void mlk_stack_count_alloc(uint32_t id, uint64_t bytes)
 {
-    mine.totals[0] += (int64_t)bytes;
-    mine.totals[2]++;
+    totals_alloc((int64_t)bytes, 1);
     count_alloc(id, bytes);
 }
 
 void mlk_stack_account(uint32_t id, int64_t bytes, int64_t blocks)
 {
-    mine.totals[1] -= bytes;
-    mine.totals[3] -= blocks;
+    totals_free(-bytes, -blocks);
     account(id, bytes, blocks);
 }
 
 /* (Inlined into the trailer's write and free, across files by the link-time
  * optimizer: then their owner's path makes no call at all and saves no
  * registers for one -- sqlite3 -0.9M instructions, churn -2.4M.) */
-__attribute__((always_inline)) inline struct mlk_counters *mlk_stack_counters_owned(uint32_t id)
+__attribute__((always_inline)) inline struct mlk_counters *mlk_stack_owned_counters(uint32_t id)
+{
+    return owned_counters(id);
+}
+
+__attribute__((always_inline)) inline struct mlk_counters *mlk_stack_owned_counters_known(uint32_t id)
 {
     return &mlk_stacks()[id].counters[stripe_plus_one - 1];
 }
@@ -473,8 +489,7 @@ __attribute__((always_inline)) inline struct mlk_counters *mlk_stack_counters_ow
 __attribute__((always_inline)) inline void mlk_stack_count_owned(struct mlk_counters *c, uint64_t bytes,
                                                                  uint64_t slack)
 {
-    mine.totals[0] += (int64_t)bytes;
-    mine.totals[2]++;
+    totals_alloc((int64_t)bytes, 1);
     OWN_ADD(c->alloc_count, 1);
     OWN_ADD(c->alloc_bytes, bytes);
     OWN_ADD(c->alloc_slack, slack);
@@ -484,24 +499,17 @@ __attribute__((always_inline)) inline void mlk_stack_count_trailed(uint32_t id, 
 {
     struct mlk_counters *c = owned_counters(id);
     if (MLK_UNLIKELY(!c)) {
-        mine.totals[0] += (int64_t)bytes;
-        mine.totals[2]++;
+        totals_alloc((int64_t)bytes, 1);
         add_slow(id, FIELD(alloc_count), 1, FIELD(alloc_bytes), bytes, FIELD(alloc_slack), slack);
         return;
     }
     mlk_stack_count_owned(c, bytes, slack);
 }
 
-__attribute__((always_inline)) inline struct mlk_counters *mlk_stack_owned_counters(uint32_t id)
-{
-    return owned_counters(id);
-}
-
 __attribute__((always_inline)) inline void mlk_stack_uncount_owned(struct mlk_counters *c, uint64_t bytes,
                                                                    uint64_t slack)
 {
-    mine.totals[1] += (int64_t)bytes;
-    mine.totals[3]++;
+    totals_free((int64_t)bytes, 1);
     OWN_ADD(c->freed_bytes, (int64_t)bytes);
     OWN_ADD(c->freed_count, 1);
     OWN_ADD(c->freed_slack, slack);
@@ -511,8 +519,7 @@ __attribute__((always_inline)) inline void mlk_stack_uncount_trailed(uint32_t id
 {
     struct mlk_counters *c = owned_counters(id);
     if (MLK_UNLIKELY(!c)) {
-        mine.totals[1] += (int64_t)bytes;
-        mine.totals[3]++;
+        totals_free((int64_t)bytes, 1);
         add_slow(id, FIELD(freed_bytes), bytes, FIELD(freed_count), 1, FIELD(freed_slack), slack);
         return;
     }

@@ -139,6 +139,25 @@ static inline int raise_busy(uint32_t *busy)
     return 0;
 }
 
+/* An owner's counter update outside a hook, on the fast ways: the guard up
+ * (a signal handler's allocation or free meanwhile passes by, and leaves
+ * our busy flag alone), then the busy flag; 0, with both down again, when
+ * a fork is under way (the whole way then waits for it). */
+static inline int owner_update_begin(uint32_t *busy)
+{
+    mlk_in_hook = 1;
+    if (MLK_LIKELY(raise_busy(busy)))
+        return 1;
+    mlk_in_hook = 0;
+    return 0;
+}
+
+static inline void owner_update_end(uint32_t *busy)
+{
+    __atomic_store_n(busy, 0, __ATOMIC_RELEASE);
+    mlk_in_hook = 0;
+}
+
 /* Begins a counter update that fork must not split; returns the thread's
  * busy flag, or NULL when it took its lock instead. */
 static inline uint32_t *update_begin(void)
@@ -219,6 +238,21 @@ void mlk_trailers_decide_early(int allocator_has_usable_size)
     mlk_early_trailers = 1;
 }
 
+/* Block p's trailer t says "ours": its meta word (trailer_format.h). */
+static inline void trailer_set(void *p, struct mlk_trailer *t, uint64_t meta)
+{
+    t->meta = meta;
+    t->check = (uint64_t)p ^ mlk_trailer_key;
+}
+
+static inline uint64_t counted_meta(uint64_t size, uint64_t tag, uint32_t stack)
+{
+    return size << TRAILER_STACK_BITS | tag | stack;
+}
+
+/* "Ours, freed" instead of "ours": a second free of it says so (misuse.c). */
+static inline void trailer_mark_freed(struct mlk_trailer *t) { t->check ^= MLK_TRAILER_FREED; }
+
 void mlk_trailer_write_uncounted(void *p, size_t usable, size_t size, int ours)
 {
     struct mlk_trailer *t = mlk_trailer_at(p, usable);
@@ -227,10 +261,10 @@ void mlk_trailer_write_uncounted(void *p, size_t usable, size_t size, int ours)
      * the environment it sets for descendants), which the scan follows but
      * does not count as the program's; else the size asked for, as valgrind
      * counts it. */
-    t->meta = ours ? MLK_TRAILER_OURS_META
-                   : size <= MLK_TRAILER_SIZE_MASK ? MLK_TRAILER_SIZED | (uint64_t)size << TRAILER_STACK_BITS | UNCOUNTED
-                                                    : UNCOUNTED;
-    t->check = (uint64_t)p ^ mlk_trailer_key;
+    trailer_set(p, t,
+                ours ? MLK_TRAILER_OURS_META
+                : size <= MLK_TRAILER_SIZE_MASK ? MLK_TRAILER_SIZED | (uint64_t)size << TRAILER_STACK_BITS | UNCOUNTED
+                                                 : UNCOUNTED);
 }
 
 _Static_assert(MLK_STACKS_CAP - 1 <= MLK_TRAILER_ID_MASK, "a stack id leaves the family's bits alone");
@@ -254,8 +288,7 @@ int mlk_trailer_write(void *p, size_t usable, uint64_t size, uint32_t stack, uin
 {
     struct mlk_trailer *t = mlk_trailer_at(p, usable);
     int counted = stack < UNCOUNTED && size < MAX_COUNTED_SIZE;
-    t->meta = counted ? size << TRAILER_STACK_BITS | tag | stack : UNCOUNTED;
-    t->check = (uint64_t)p ^ mlk_trailer_key;
+    trailer_set(p, t, counted ? counted_meta(size, tag, stack) : UNCOUNTED);
     if (counted) {
         uint32_t *busy = update_begin();
         mlk_stack_count_trailed(stack, size, slack_of(usable - MLK_TRAILER_SIZE, size));
@@ -271,14 +304,14 @@ uint64_t mlk_trailer_take(struct mlk_trailer *t)
     if (MLK_UNLIKELY(mlk_ignored_count)) /* the block ends: pointers into it are no longer ignored */
         mlk_ignored_forget(t->check ^ mlk_trailer_key, (uint64_t)t + MLK_TRAILER_SIZE);
     /* No longer "ours" (the memory may become anyone's block, at the same
-     * address), but "ours, freed": a second free of it says so (misuse.c). */
-    t->check ^= MLK_TRAILER_FREED;
+     * address). */
+    trailer_mark_freed(t);
     return meta;
 }
 
 void mlk_trailer_restore(void *p, struct mlk_trailer *t)
 {
-    t->check = (uint64_t)p ^ mlk_trailer_key;
+    trailer_set(p, t, t->meta);
 }
 
 /* mlk_trailer_uncount's every case (see there). */
@@ -326,16 +359,13 @@ void mlk_trailer_uncount(void *p, uint64_t meta, uint64_t reserved)
         uncount_slow(p, meta, reserved);
         return;
     }
-    mlk_in_hook = 1;
-    if (MLK_UNLIKELY(!raise_busy(busy))) {
-        mlk_in_hook = 0;
+    if (MLK_UNLIKELY(!owner_update_begin(busy))) {
         uncount_slow(p, meta, reserved); /* (it waits for the fork) */
         return;
     }
     uint64_t size = mlk_trailer_size_of(meta);
     mlk_stack_uncount_trailed(stack, size, slack_of(reserved, size));
-    __atomic_store_n(busy, 0, __ATOMIC_RELEASE);
-    mlk_in_hook = 0;
+    owner_update_end(busy);
 }
 
 /* The free's fast way: a block of ours in glibc's heap, counted, freed by
@@ -368,18 +398,12 @@ __attribute__((always_inline)) inline int mlk_trailer_free_fast(void *p, uint32_
                      (mlk_attention & MLK_ATTEND_EVENTS)))
         return 0;
     struct mlk_counters *c = mlk_stack_owned_counters(stack);
-    if (MLK_UNLIKELY(!c))
+    if (MLK_UNLIKELY(!c) || MLK_UNLIKELY(!owner_update_begin(busy)))
         return 0;
-    mlk_in_hook = 1; /* (as in mlk_trailer_uncount: a signal handler's free passes by our busy flag) */
-    if (MLK_UNLIKELY(!raise_busy(busy))) {
-        mlk_in_hook = 0;
-        return 0; /* a fork under way: the whole way waits for it */
-    }
-    t->check ^= MLK_TRAILER_FREED; /* (mlk_trailer_take's mark) */
+    trailer_mark_freed(t);
     uint64_t size = mlk_trailer_size_of(meta);
     mlk_stack_uncount_owned(c, size, slack_of(usable - MLK_TRAILER_SIZE, size));
-    __atomic_store_n(busy, 0, __ATOMIC_RELEASE);
-    mlk_in_hook = 0;
+    owner_update_end(busy);
     return 1;
 }
 
@@ -388,7 +412,7 @@ __attribute__((always_inline)) inline int mlk_trailer_free_fast(void *p, uint32_
  * the thread's busy flag and a counter stripe of its own -- tested first,
  * before the walk, so that a thread that seldom gets here (cc1's walks are
  * paths) pays a few tests -- then the quick look itself, inlined, from the
- * hook frame's state passed in.  No call, so no errno to keep and no
+ * hook frame's state passed in (`at`).  No call, so no errno to keep and no
  * register saves: mlk_record_trailed's, mlk_walk_known's and their calls,
  * malloc_usable_size's (the new chunk's header read instead), the walk start's
  * stores and loads through thread-local storage were ~60 instructions of
@@ -397,7 +421,7 @@ __attribute__((always_inline)) inline int mlk_trailer_free_fast(void *p, uint32_
  * -1 says the quick look was made, and missed: the whole way then does not
  * make it again. */
 __attribute__((always_inline)) inline int mlk_trailer_alloc_fast(void *p, uint64_t size, int kind, uint64_t tag,
-                                                                 uint64_t ip, uint64_t sp, uint64_t bp)
+                                                                 struct mlk_walk_start at)
 {
     uint32_t *busy = flag_busy;
     if (MLK_UNLIKELY(!mlk_walk_quick || (mlk_fast_off & (MLK_FAST_NOT_GLIBC | MLK_FAST_LAZY_SPAWN)) ||
@@ -406,19 +430,16 @@ __attribute__((always_inline)) inline int mlk_trailer_alloc_fast(void *p, uint64
         return 0;
     mlk_in_hook = 1; /* (as BEGIN_HOOK: a signal handler's allocation meanwhile is not recorded) */
     uint32_t epoch = __atomic_load_n(&mlk_seg->unload_epoch, __ATOMIC_ACQUIRE);
-    uint32_t stack = mlk_walk_known_at((int)mlk_seg->depth, kind, epoch, ip, sp, bp);
+    uint32_t stack = mlk_walk_known_at((int)mlk_seg->depth, kind, epoch, at.ip, at.sp, at.bp);
     busy = flag_busy; /* (again, and the usable size only now: fewer registers held across the look) */
     if (MLK_UNLIKELY(stack >= UNCOUNTED || !raise_busy(busy))) {
         mlk_in_hook = 0;
         return stack == MLK_NO_STACK ? -1 : 0;
     }
     size_t usable = mlk_glibc_usable_new(p);
-    struct mlk_trailer *t = mlk_trailer_at(p, usable);
-    t->meta = size << TRAILER_STACK_BITS | tag | stack;
-    t->check = (uint64_t)p ^ mlk_trailer_key;
-    mlk_stack_count_owned(mlk_stack_counters_owned(stack), size, slack_of(usable - MLK_TRAILER_SIZE, size));
-    __atomic_store_n(busy, 0, __ATOMIC_RELEASE);
-    mlk_in_hook = 0;
+    trailer_set(p, mlk_trailer_at(p, usable), counted_meta(size, tag, stack));
+    mlk_stack_count_owned(mlk_stack_owned_counters_known(stack), size, slack_of(usable - MLK_TRAILER_SIZE, size));
+    owner_update_end(busy);
     return 1;
 }
 
