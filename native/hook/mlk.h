@@ -155,10 +155,10 @@ MLK_HIDDEN int mlk_backtrace(uint64_t *ips, int max, int *truncated, int kind, u
  * paths -- found without the walk's machinery; else MLK_NO_STACK, and
  * mlk_backtrace walks.  max: the depth. */
 MLK_HIDDEN uint32_t mlk_walk_known(int max, int kind, uint32_t unload_epoch);
-/* The same from a hook frame's state (ip, sp, bp) given, not mlk_walk_start
- * (always inlined: the allocation's fast way, mlk_trailer_alloc_fast). */
-MLK_HIDDEN uint32_t mlk_walk_known_at(int max, int kind, uint32_t unload_epoch, uint64_t ip, uint64_t sp,
-                                      uint64_t bp);
+/* The same from a hook frame's state given, not mlk_walk_start (always
+ * inlined: the allocation's fast way, mlk_trailer_alloc_fast). */
+struct mlk_walk_start;
+MLK_HIDDEN uint32_t mlk_walk_known_at(int max, int kind, uint32_t unload_epoch, struct mlk_walk_start at);
 /* The same from the older walks remembered from that state, asked where
  * mlk_walk_known said MLK_NO_STACK (out of line: seldom wanted). */
 MLK_HIDDEN uint32_t mlk_walk_known_older(int max, int kind, uint32_t unload_epoch);

@@ -430,7 +430,7 @@ __attribute__((always_inline)) inline int mlk_trailer_alloc_fast(void *p, uint64
         return 0;
     mlk_in_hook = 1; /* (as BEGIN_HOOK: a signal handler's allocation meanwhile is not recorded) */
     uint32_t epoch = __atomic_load_n(&mlk_seg->unload_epoch, __ATOMIC_ACQUIRE);
-    uint32_t stack = mlk_walk_known_at((int)mlk_seg->depth, kind, epoch, at.ip, at.sp, at.bp);
+    uint32_t stack = mlk_walk_known_at((int)mlk_seg->depth, kind, epoch, at);
     busy = flag_busy; /* (again, and the usable size only now: fewer registers held across the look) */
     if (MLK_UNLIKELY(stack >= UNCOUNTED || !raise_busy(busy))) {
         mlk_in_hook = 0;

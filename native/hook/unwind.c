@@ -227,25 +227,30 @@ struct walk_known_state {
     uint16_t tag;
 };
 
-static inline __attribute__((always_inline)) uint16_t *walk_known_set_at(struct memo *m, int max, uint64_t ip,
-                                                                          uint64_t sp, uint64_t bp,
+static inline __attribute__((always_inline)) uint16_t *walk_known_set_at(struct memo *m, int max,
+                                                                          struct mlk_walk_start at,
                                                                           struct walk_known_state *st)
 {
     if (m <= MEMO_NONE || m->max != max || m->payoff.resting || m->payoff.left <= 1)
         return NULL;
     /* (No test that ip is not our own code's: a walk is remembered from
      * the first state past our frames, so from such a state none is found.) */
-    *st = (struct walk_known_state){ip, sp, bp, 0};
-    return first_set(m, ip, sp, &st->tag);
+    *st = (struct walk_known_state){at.ip, at.sp, at.bp, 0};
+    return first_set(m, at.ip, at.sp, &st->tag);
 }
 
-/* (From mlk_walk_start: set by a hook whose frame is above ours, or not.) */
-static inline uint16_t *walk_known_set(struct memo *m, int max, struct walk_known_state *st)
+/* mlk_walk_start was set by a hook whose frame is above ours (else it is
+ * cleared, or stale). */
+static inline __attribute__((always_inline)) int walk_start_above(void)
 {
     uint64_t sp = mlk_walk_start.sp, here = (uint64_t)__builtin_frame_address(0);
-    if (!(sp > here && sp - here < 65536))
-        return NULL;
-    return walk_known_set_at(m, max, mlk_walk_start.ip, sp, mlk_walk_start.bp, st);
+    return sp > here && sp - here < 65536;
+}
+
+static inline __attribute__((always_inline)) uint16_t *walk_known_set(struct memo *m, int max,
+                                                                       struct walk_known_state *st)
+{
+    return walk_start_above() ? walk_known_set_at(m, max, mlk_walk_start, st) : NULL;
 }
 
 /* Way i of the set holds from this state to its end, with its id for this
@@ -285,25 +290,22 @@ static inline uint32_t start_used(uint32_t id)
  * another walk) is left to it, untouched.  (Its own frame, its big
  * function's register saves and current_stack's were ~60 instructions of
  * the ~200 a walk found whole cost: churn, sqlite3.) */
-uint32_t mlk_walk_known(int max, int kind, uint32_t unload_epoch)
+/* The look from a hook frame's state given, `at` (MLK_FRAME_HERE; its sp
+ * above us by construction): mlk_walk_known's, and inlined into the
+ * allocation's fast way (mlk_trailer_alloc_fast), which makes no call. */
+__attribute__((always_inline)) inline uint32_t mlk_walk_known_at(int max, int kind, uint32_t unload_epoch,
+                                                                 struct mlk_walk_start at)
 {
     struct memo *m = thread_memo;
     struct walk_known_state st;
-    uint16_t *set = walk_known_set(m, max, &st);
-    return set ? start_used(walk_known_way(m, set, 0, &st, max, kind, unload_epoch)) : MLK_NO_STACK;
+    uint16_t *set = walk_known_set_at(m, max, at, &st);
+    return set ? walk_known_way(m, set, 0, &st, max, kind, unload_epoch) : MLK_NO_STACK;
 }
 
-/* The same look from a hook frame's state given here rather than through
- * mlk_walk_start, inlined into the caller: the allocation's fast way
- * (mlk_trailer_alloc_fast), which makes no call. */
-__attribute__((always_inline)) inline uint32_t mlk_walk_known_at(int max, int kind, uint32_t unload_epoch,
-                                                                 uint64_t ip, uint64_t sp, uint64_t bp)
+uint32_t mlk_walk_known(int max, int kind, uint32_t unload_epoch)
 {
-    /* (sp: the caller's own frame's state, above it by construction.) */
-    struct memo *m = thread_memo;
-    struct walk_known_state st;
-    uint16_t *set = walk_known_set_at(m, max, ip, sp, bp, &st);
-    return set ? walk_known_way(m, set, 0, &st, max, kind, unload_epoch) : MLK_NO_STACK;
+    return walk_start_above() ? start_used(mlk_walk_known_at(max, kind, unload_epoch, mlk_walk_start))
+                              : MLK_NO_STACK;
 }
 
 /* The same answer from the set's older walks, asked when the latest did
