@@ -313,12 +313,15 @@ EXPORT void free(void *p)
         free_slow(p);
         return;
     }
-    if (MLK_LIKELY(mlk_trailer_free_fast(p, FAMILY_FREED_BY(MLK_CALL_FREE), MLK_NO_SIZE))) {
-        mlk_real.free(p);
+    /* (Sampling, track=table: no block has a trailer.  Tested here though
+     * the fast way's word says it too: asked after the fast way, it cost
+     * sampled churn 2.4% for 0.1% of full capture's.) */
+    if (MLK_UNLIKELY(!mlk_trailer_key)) {
+        free_untrailed(p);
         return;
     }
-    if (!mlk_trailer_key) { /* sampling, track=table: no block has a trailer */
-        free_untrailed(p);
+    if (MLK_LIKELY(mlk_trailer_free_fast(p, FAMILY_FREED_BY(MLK_CALL_FREE), MLK_NO_SIZE))) {
+        mlk_real.free(p);
         return;
     }
     free_slow(p);
