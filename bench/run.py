@@ -3,7 +3,10 @@
 heaptrack and (where not too slow) under valgrind memcheck, interleaved in
 the same run (A B C D A B C D ...).  Inputs are generated here; nothing is
 downloaded.  Prints and writes a table of median wall time, ratio to bare
-and peak RSS (program, and for libmemleak its reporter).
+and peak RSS (program, and for libmemleak its reporter).  A server
+workload (kv-server: bench/programs/kvserver.cc, 4 connections, a thread
+each) is timed by its bare client's wall time to have a fixed load served
+-- 1 / throughput -- and its RSS is the server's.
 
     python bench/run.py                 # all workloads, 3 rounds
     python bench/run.py --rounds 5 --only churn sqlite3
@@ -94,6 +97,19 @@ def gen_deep(out):
     return exe
 
 
+def gen_kvserver(out):
+    """The threaded server and its load generator, built here."""
+    built = []
+    for name, compiler, flags in (("kvserver", "g++", ["-O2", "-g", "-pthread"]),
+                                  ("kvclient", "gcc", ["-O2", "-g", "-pthread"])):
+        exe = os.path.join(out, name)
+        src = os.path.join(HERE, "programs", name + (".cc" if compiler == "g++" else ".c"))
+        if not os.path.exists(exe) or os.path.getmtime(exe) < os.path.getmtime(src):
+            subprocess.run([compiler, *flags, src, "-o", exe], check=True)
+        built.append(exe)
+    return built
+
+
 SHELL_LOOP = "for i in $(seq 300); do /bin/true; x=$(echo hi); done"
 
 
@@ -107,6 +123,7 @@ def gen_measure(out):
 
 def workloads(out):
     cc1 = subprocess.run(["gcc", "-print-prog-name=cc1"], capture_output=True, text=True).stdout.strip()
+    kvserver, kvclient = gen_kvserver(out)
     return {
         "sqlite3": (["sqlite3", ":memory:"], gen_sqlite(out), True),
         "jq": (["jq", "-c", "map(select(.score > 0.5)) | length", gen_json(out)], None, False),
@@ -119,7 +136,13 @@ def workloads(out):
         "deep-threads": ([gen_deep(out), "20", "2"], None, False),
         # 900 short processes: what tracing every process of a script costs
         "shell": (["bash", "-c", SHELL_LOOP], None, False),
+        # a threaded server driven flat out on loopback: 4 connections x 1M requests,
+        # a thread each (the client, run bare, says when all were answered)
+        "kv-server": ([kvserver, PORT_FILE], None, False, [kvclient, PORT, "4", "1000000"]),
     }
+
+
+PORT_FILE, PORT = "{port_file}", "{port}"  # filled in by run_once for a server's run
 
 
 SAMPLE_BYTES = 524288  # jemalloc's and tcmalloc's usual mean sampling interval
@@ -150,16 +173,46 @@ def _wait_for_reporters(work, timeout=300):
         time.sleep(0.1)
 
 
-def run_once(tool, argv, stdin_path, out, timeout):
+def _bare_env():
+    env = dict(os.environ)
+    for name in ("LD_PRELOAD", "MEMLEAK_CONFIG", "MEMLEAK_ROOT_PID", "MEMLEAK_KEEPER"):
+        env.pop(name, None)
+    return env
+
+
+def _drive(driver, port_file, server, timeout):
+    """A server's run: its port once written, the bare client's wall seconds
+    to have its load served, or None if the server ended first or the client
+    did not end within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(port_file):
+        if server.poll() is not None or time.monotonic() > deadline:
+            return None
+        time.sleep(0.05)
+    port = open(port_file).read().strip()
+    t0 = time.monotonic()
+    try:
+        client = subprocess.run([port if a == PORT else a for a in driver], env=_bare_env(), timeout=timeout,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    except subprocess.TimeoutExpired:
+        return None
+    wall = time.monotonic() - t0
+    if client.returncode != 0:
+        raise RuntimeError(f"{' '.join(driver)}: {client.stderr.strip() or 'exited with %d' % client.returncode}")
+    return wall
+
+
+def run_once(tool, argv, stdin_path, out, timeout, driver=None):
     """Returns (wall seconds, peak RSS of the program in KiB, reporter peak KiB or None),
     or None if the run did not end within `timeout` seconds (it is killed: a tool
-    that hangs -- heaptrack once did, in a forked shell -- must not stop the bench)."""
+    that hangs -- heaptrack once did, in a forked shell -- must not stop the bench).
+    With a `driver` (a server's client), the seconds are the client's: see _drive."""
     work = os.path.join(out, "run-" + tool)
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    env = dict(os.environ)
-    env.pop("LD_PRELOAD", None)
-    cmd = list(argv)
+    env = _bare_env()
+    port_file = os.path.join(work, "port")
+    cmd = [port_file if a == PORT_FILE else a for a in argv]
     # Every process of a run reports into its work directory (a process that
     # changes directory too), so that the run waits for its own reporters.
     config = f"mtraceinit,dir={work}"
@@ -167,7 +220,6 @@ def run_once(tool, argv, stdin_path, out, timeout):
         env["LD_PRELOAD"] = preload_path()
         env["MEMLEAK_PYTHON"] = sys.executable
         env["MEMLEAK_CONFIG"] = config
-        env.pop("MEMLEAK_ROOT_PID", None)
     elif tool == "libmemleak-libgcc":
         env["LD_PRELOAD"] = preload_path()
         env["MEMLEAK_PYTHON"] = sys.executable
@@ -177,26 +229,29 @@ def run_once(tool, argv, stdin_path, out, timeout):
         env["MEMLEAK_PYTHON"] = sys.executable
         env["MEMLEAK_CONFIG"] = f"{config},sample={SAMPLE_BYTES}"
     elif tool == "heaptrack":
-        cmd = ["heaptrack", "-o", os.path.join(work, "ht"), *argv]
+        cmd = ["heaptrack", "-o", os.path.join(work, "ht"), *cmd]
     elif tool == "valgrind":
-        cmd = ["valgrind", "--tool=memcheck", "--leak-check=full", "--log-file=" + os.path.join(work, "vg.log"), *argv]
+        cmd = ["valgrind", "--tool=memcheck", "--leak-check=full", "--log-file=" + os.path.join(work, "vg.log"), *cmd]
     stdin = open(stdin_path) if stdin_path else subprocess.DEVNULL
     result = os.path.join(work, "measure.out")
     proc = subprocess.Popen([gen_measure(out), result, *cmd], cwd=work, env=env, stdin=stdin,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        status = proc.wait(timeout=timeout)
+        served = _drive(driver, port_file, proc, timeout) if driver else 0.0
+        status = proc.wait(timeout=timeout) if served is not None else None
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        return None
+        status = None
     finally:
         if stdin_path:
             stdin.close()
+    if status is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return None
     if status != 0:
         raise RuntimeError(f"{tool}: the measuring wrapper exited with {status}")
     wall_s, rss_kb, code = open(result).read().split()
-    wall, maxrss = float(wall_s), int(rss_kb)
+    wall, maxrss = (served or float(wall_s)), int(rss_kb)
     if code != "0":
         raise RuntimeError(f"{tool}: {' '.join(cmd)} exited with {code}")
     reporter = None
@@ -239,7 +294,7 @@ def main():
     hung = {}
     for rnd in range(args.rounds):
         for name in names:
-            argv, stdin_path, valgrind_ok = wl[name]
+            argv, stdin_path, valgrind_ok, *driver = wl[name]
             for tool in tools:
                 if tool == "valgrind" and not valgrind_ok:
                     continue
@@ -247,7 +302,7 @@ def main():
                     continue  # one valgrind round: it is slow and steady
                 bare_runs = results.get((name, "bare"))
                 limit = max(120.0, 100 * bare_runs[0][0]) if bare_runs else 3600.0
-                run = run_once(tool, argv, stdin_path, out, limit)
+                run = run_once(tool, argv, stdin_path, out, limit, *driver)
                 if run is None:
                     hung[(name, tool)] = hung.get((name, tool), 0) + 1
                     print(f"round {rnd + 1} {name:8} {tool:18} did not end in {limit:.0f} s: killed",
