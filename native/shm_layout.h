@@ -403,7 +403,7 @@ struct mlk_header {
      * MLK_ADDR_SHARD_BYTES long, with the address of its slot array at
      * MLK_ADDR_SLOTS_AT and the slot mask at MLK_ADDR_MASK_AT; a slot is
      * {address (0: empty), size << MLK_ADDR_STACK_BITS | stack}.  The scan
-     * lists these blocks beside the trailed ones (native/reporter/scan.c). */
+     * lists these blocks beside the trailed ones (native/reporter/scan_blocks.c). */
     uint64_t addr_table;
     /* Stacks whose walk followed frame pointers through code no unwind
      * table covers (native/hook/unwind_fp.c), and the frames so found: the

@@ -1,6 +1,6 @@
 /* The format of a block's trailer: written by the hook library
  * (native/hook/trailers.c, struct mlk_trailer in mlk.h), read from the stopped
- * program by the reachability scan (native/reporter/scan.c).  A trailer is
+ * program by the reachability scan (native/reporter/scan_blocks.c).  A trailer is
  * a block's last 16 usable bytes, two words:
  *   meta  = log2 alignment << MLK_TRAILER_ALIGN_SHIFT | size << MLK_TRAILER_STACK_BITS
  *           | family << MLK_TRAILER_FAMILY_SHIFT | stack id, for a counted
