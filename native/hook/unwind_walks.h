@@ -141,6 +141,10 @@ struct memo {
     unsigned walks_since_check;
     struct payoff payoff;  /* whether remembering whole walks pays (see MEMO_WINDOW) */
     size_t walk_size;
+    /* Per walk slot, the slot of the walk that came next the last time the
+     * next one was not the latest of its first state (MEMO_WALKS or more:
+     * none): see mlk_walk_known_older. */
+    uint8_t next_of[MEMO_WALKS];
     /* Per first state (hashed), the walks that started there, most recently
      * used first: other bits of the state's hash << 8 | slot (MEMO_WALKS or
      * more: none). */
@@ -229,6 +233,7 @@ static struct memo *memo_of_thread(int max)
         m->checks_off = checks_off;
     }
     memset(m->firsts, 0xff, sizeof m->firsts);
+    memset(m->next_of, 0xff, sizeof m->next_of);
     m->older_worth = 64;
     payoff_start(&m->payoff);
     m->victim = 0;
@@ -422,6 +427,14 @@ static struct kept_walk *recall_first(struct memo *m, uint64_t ip, uint64_t sp, 
     if (ways > 1 && m->older_worth > -1000)
         m->older_worth--; /* looked at the older ones for nothing */
     return best;
+}
+
+/* Walk `slot` came after walk `prev` (-1: none known) other than as the
+ * latest of its first state: the guess mlk_walk_known_older tries first. */
+static inline void learn_next(struct memo *m, int prev, int slot)
+{
+    if (prev >= 0)
+        m->next_of[prev] = (uint8_t)slot;
 }
 
 /* The walk in the victim slot is complete: it becomes the latest of those
