@@ -137,6 +137,25 @@ def test_eight_threads_leaking_from_one_stack_exact_total(workdir, config):
 
 
 @pytest.mark.parametrize("config", TRACKING)
+def test_six_threads_new_and_sized_delete_past_the_owned_stripes_exact(workdir, config):
+    """Threads past the first two count on the shared stripe (locked adds,
+    their own fast ways): new, sized delete, delete[] and malloc/free from
+    six threads at once, exact."""
+    prog = compile_program("threads_cxx.cc")
+    t = Traced([prog], workdir, config=config)
+    t.expect("joined")
+    report = t.signal_report(1)
+    t.resume()
+    assert t.finish() == 0
+    sites = by_site(report)
+    assert sites["site_cxx_keep()"] == (6 * 4000 * 56, 6 * 4000)
+    assert sites["site_cxx_malloc(unsigned long)"] == (6 * 2000 * 24, 6 * 2000)
+    assert "site_cxx_churn()" not in sites
+    assert "site_cxx_array(unsigned long)" not in sites
+    assert int(report.header["allocations"]) >= 6 * 4000 * 4
+
+
+@pytest.mark.parametrize("config", TRACKING)
 def test_fork_child_has_its_own_reports_with_inherited_blocks(workdir, config):
     prog = compile_program("forker.c")
     t = Traced([prog], workdir, config=config, stdin=False)

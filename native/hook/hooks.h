@@ -87,11 +87,22 @@ static inline int *thread_errno(void)
  * fast way said no: out of line, so that the fast way saves no registers
  * for its calls.  The walk start is set: by trailed, in the hook's frame
  * (which this may replace: a tail call; the start's state is the caller's,
- * above it).  Returns p. */
-static __attribute__((noinline)) void *trailed_slow(void *p, size_t size, int kind, uint64_t tag, int looked)
+ * above it).  fast: what the fast way said (0; -1, its quick look missed;
+ * MLK_FAST_SHARED_NEXT).  Returns p. */
+static __attribute__((noinline)) void *trailed_slow(void *p, size_t size, int kind, uint64_t tag, int fast)
 {
+    if (MLK_UNLIKELY(fast == MLK_FAST_SHARED_NEXT)) {
+        /* The fast way was not tried only because this thread owns no
+         * counter stripe: one on the shared stripe may take it here
+         * (mlk_stack_shares_fast), out of the owners' way. */
+        fast = mlk_trailer_alloc_shared(p, size, kind, tag, mlk_walk_start);
+        if (fast > 0) {
+            mlk_walk_start.sp = 0; /* (used) */
+            return p;
+        }
+    }
     BEGIN_HOOK();
-    mlk_record_trailed(p, mlk_real.malloc_usable_size(p), size, kind, tag, looked);
+    mlk_record_trailed(p, mlk_real.malloc_usable_size(p), size, kind, tag, fast < 0);
     END_HOOK();
     return p;
 }
@@ -104,7 +115,7 @@ static inline __attribute__((always_inline)) void *trailed(void *p, size_t size,
     if (MLK_LIKELY(fast > 0))
         return p;
     mlk_walk_start = here;
-    return trailed_slow(p, size, kind, tag, fast < 0);
+    return trailed_slow(p, size, kind, tag, fast);
 }
 
 /* The usable size of a block about to be freed, where its trailer ends:
@@ -190,6 +201,16 @@ static inline __attribute__((always_inline)) int before_free(void *p, int call)
             return 1;
     }
     return !held_back(p, call);
+}
+
+/* The free's fast way for a thread on the shared stripe, which the fast
+ * way (mlk_trailer_free_fast) leaves to the whole way: tried there first
+ * (sampling, or a thread that owns a stripe, passes with one test).
+ * Returns 1 when the block was freed. */
+static inline __attribute__((always_inline)) int free_shared(void *p, int call, size_t given, size_t align)
+{
+    return !MLK_LIKELY(align || !mlk_trailer_key || mlk_stack_owns_stripe()) &&
+           mlk_trailer_free_shared(p, FAMILY_FREED_BY(call), given, mlk_real.free);
 }
 
 /* A block with a trailer is forgotten by its trailer alone, before the

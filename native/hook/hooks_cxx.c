@@ -140,7 +140,7 @@ NEW_HOOK(_ZnamSt11align_val_tRKSt9nothrow_t, K, MLK_FAMILY_NEW_ARRAY_ALIGNED, 1,
         static delete_fn next;                                                                     \
         if (!READY())                                                                              \
             return;                                                                                \
-        if (free_trailed(p, call, size, al)) /* the runtime's delete would only call free */       \
+        if (free_shared(p, call, size, al) || free_trailed(p, call, size, al)) /* (as free) */     \
             return;                                                                                \
         if (MLK_UNLIKELY(!next))                                                                   \
             next = (delete_fn)next_symbol(#mangled);                                               \

@@ -298,7 +298,7 @@ static __attribute__((noinline)) void free_slow(void *p)
 {
     if (!READY())
         return; /* cannot happen: only boot pointers exist before resolution */
-    if (free_trailed(p, MLK_CALL_FREE, MLK_NO_SIZE, 0))
+    if (free_shared(p, MLK_CALL_FREE, MLK_NO_SIZE, 0) || free_trailed(p, MLK_CALL_FREE, MLK_NO_SIZE, 0))
         return;
     free_untrailed(p);
 }

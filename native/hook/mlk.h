@@ -228,6 +228,12 @@ MLK_HIDDEN struct mlk_counters *mlk_stack_owned_counters(uint32_t id);
 MLK_HIDDEN struct mlk_counters *mlk_stack_owned_counters_known(uint32_t id);
 MLK_HIDDEN void mlk_stack_count_owned(struct mlk_counters *c, uint64_t bytes, uint64_t slack);
 MLK_HIDDEN void mlk_stack_uncount_owned(struct mlk_counters *c, uint64_t bytes, uint64_t slack);
+/* And for a thread on the shared stripe (locked adds): whether it may count
+ * there without the slow way now (no claim of a stripe due; counted down),
+ * and a new block's or a free's counts there. */
+MLK_HIDDEN int mlk_stack_shares_fast(void);
+MLK_HIDDEN void mlk_stack_count_shared(uint32_t id, uint64_t bytes, uint64_t slack);
+MLK_HIDDEN void mlk_stack_uncount_shared(uint32_t id, uint64_t bytes, uint64_t slack);
 /* The same for what is not the process's memory -- custom blocks (inside
  * heap blocks already counted), resources: the stack's counters only. */
 MLK_HIDDEN void mlk_stack_count_alloc_other(uint32_t id, uint64_t bytes);
@@ -368,6 +374,9 @@ MLK_HIDDEN void mlk_trailer_uncount(void *p, uint64_t taken, uint64_t reserved);
  * real; or 0 with nothing done, for the whole way (free_trailed and the
  * rest).  (Inlined into free and delete: see trailers.c.) */
 MLK_HIDDEN int mlk_trailer_free_fast(void *p, uint32_t family, size_t given);
+/* The same for a thread counting on the shared stripe, which then calls
+ * real_free itself (the whole ways of free and delete try it first). */
+MLK_HIDDEN int mlk_trailer_free_shared(void *p, uint32_t family, size_t given, void (*real_free)(void *));
 /* The common recording of a new block p of `size` (the allocator's, with
  * room for its trailer), of `kind` and `tag` (mlk_trailer_write's), whose
  * hook frame's state is `at` (MLK_FRAME_HERE): its walk found whole by the quick
@@ -375,6 +384,11 @@ MLK_HIDDEN int mlk_trailer_free_fast(void *p, uint32_t family, size_t given);
  * nothing done, for the whole way (mlk_record_trailed), -1 if the quick
  * look missed.  (Inlined into the hooks: see trailers.c.) */
 MLK_HIDDEN int mlk_trailer_alloc_fast(void *p, uint64_t size, int kind, uint64_t tag, struct mlk_walk_start at);
+/* The same for a thread counting on the shared stripe (locked adds; the
+ * whole way tries it where the fast way said MLK_FAST_SHARED_NEXT: it was
+ * not tried for that reason alone). */
+#define MLK_FAST_SHARED_NEXT (-2)
+MLK_HIDDEN int mlk_trailer_alloc_shared(void *p, uint64_t size, int kind, uint64_t tag, struct mlk_walk_start at);
 extern MLK_HIDDEN uint32_t mlk_slack_floor; /* the allocator's smallest usable size, if known */
 MLK_HIDDEN void mlk_trailers_lock_for_fork(int acquire);  /* before fork; after, in the parent */
 MLK_HIDDEN void mlk_trailers_fork_child(void);            /* after fork, in the child */

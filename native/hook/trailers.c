@@ -354,8 +354,10 @@ void mlk_trailer_uncount(void *p, uint64_t meta, uint64_t reserved)
      * than two.) */
     uint32_t stack = mlk_trailer_stack_of(meta);
     uint32_t *busy = flag_busy;
+    int shared = 0; /* (a thread on the shared stripe: locked adds, see mlk_stack_shares_fast) */
     if (MLK_UNLIKELY(stack == UNCOUNTED || !mlk_ever_collected || mlk_in_hook || (uintptr_t)busy <= 1 ||
-                     (mlk_attention & MLK_ATTEND_EVENTS) || !mlk_stack_owns_stripe())) {
+                     (mlk_attention & MLK_ATTEND_EVENTS) ||
+                     (!mlk_stack_owns_stripe() && !(shared = mlk_stack_shares_fast())))) {
         uncount_slow(p, meta, reserved);
         return;
     }
@@ -364,7 +366,10 @@ void mlk_trailer_uncount(void *p, uint64_t meta, uint64_t reserved)
         return;
     }
     uint64_t size = mlk_trailer_size_of(meta);
-    mlk_stack_uncount_trailed(stack, size, slack_of(reserved, size));
+    if (MLK_UNLIKELY(shared))
+        mlk_stack_uncount_shared(stack, size, slack_of(reserved, size));
+    else
+        mlk_stack_uncount_trailed(stack, size, slack_of(reserved, size));
     owner_update_end(busy);
 }
 
@@ -378,7 +383,8 @@ void mlk_trailer_uncount(void *p, uint64_t meta, uint64_t reserved)
  * (their prologue and epilogue, the call to mlk_trailer_uncount and its
  * own were ~30 instructions of a free's ~135: churn).  p: not NULL, not a
  * bootstrap block, the real functions resolved. */
-__attribute__((always_inline)) inline int mlk_trailer_free_fast(void *p, uint32_t family, size_t given)
+/* (shared: the same for a thread on the shared stripe, as alloc_fast_as.) */
+static __attribute__((always_inline)) inline int free_fast_as(void *p, uint32_t family, size_t given, int shared)
 {
     if (MLK_UNLIKELY((mlk_fast_off & (MLK_FAST_NO_TRAILERS | MLK_FAST_NOT_GLIBC | MLK_FAST_NOT_COLLECTED |
                                       MLK_FAST_IGNORED | MLK_FAST_QUARANTINE)) ||
@@ -397,13 +403,31 @@ __attribute__((always_inline)) inline int mlk_trailer_free_fast(void *p, uint32_
                      (given != MLK_NO_SIZE && given != mlk_trailer_size_of(meta)) || (uintptr_t)busy <= 1 ||
                      (mlk_attention & MLK_ATTEND_EVENTS)))
         return 0;
-    struct mlk_counters *c = mlk_stack_owned_counters(stack);
-    if (MLK_UNLIKELY(!c) || MLK_UNLIKELY(!owner_update_begin(busy)))
+    struct mlk_counters *c = shared ? NULL : mlk_stack_owned_counters(stack);
+    if (MLK_UNLIKELY(shared ? !mlk_stack_shares_fast() : !c) || MLK_UNLIKELY(!owner_update_begin(busy)))
         return 0;
     trailer_mark_freed(t);
     uint64_t size = mlk_trailer_size_of(meta);
-    mlk_stack_uncount_owned(c, size, slack_of(usable - MLK_TRAILER_SIZE, size));
+    uint64_t slack = slack_of(usable - MLK_TRAILER_SIZE, size);
+    if (shared)
+        mlk_stack_uncount_shared(stack, size, slack);
+    else
+        mlk_stack_uncount_owned(c, size, slack);
     owner_update_end(busy);
+    return 1;
+}
+
+__attribute__((always_inline)) inline int mlk_trailer_free_fast(void *p, uint32_t family, size_t given)
+{
+    return free_fast_as(p, family, given, 0);
+}
+
+__attribute__((noinline)) int mlk_trailer_free_shared(void *p, uint32_t family, size_t given,
+                                                       void (*real_free)(void *))
+{
+    if (!free_fast_as(p, family, given, 1))
+        return 0;
+    real_free(p);
     return 1;
 }
 
@@ -419,15 +443,20 @@ __attribute__((always_inline)) inline int mlk_trailer_free_fast(void *p, uint32_
  * the ~290 an allocation cost (churn).  A "no" -- the walk not found whole,
  * a fork under way -- writes nothing but the quick look's window counts;
  * -1 says the quick look was made, and missed: the whole way then does not
- * make it again. */
-__attribute__((always_inline)) inline int mlk_trailer_alloc_fast(void *p, uint64_t size, int kind, uint64_t tag,
-                                                                 struct mlk_walk_start at)
+ * make it again; MLK_FAST_SHARED_NEXT, that the thread owns no counter
+ * stripe (and nothing else said no). */
+/* (shared: the same for a thread on the shared stripe, which counts with
+ * locked adds -- a constant, each caller its own copy.) */
+static __attribute__((always_inline)) inline int alloc_fast_as(void *p, uint64_t size, int kind, uint64_t tag,
+                                                               struct mlk_walk_start at, int shared)
 {
     uint32_t *busy = flag_busy;
-    if (MLK_UNLIKELY(!mlk_walk_quick || (mlk_fast_off & (MLK_FAST_NOT_GLIBC | MLK_FAST_LAZY_SPAWN)) ||
-                     mlk_thread_not_recording || mlk_attention || (uintptr_t)busy <= 1 ||
-                     size >= MAX_COUNTED_SIZE || !mlk_stack_owns_stripe()))
+    if (MLK_UNLIKELY((shared && !mlk_stack_shares_fast()) || !mlk_walk_quick ||
+                     (mlk_fast_off & (MLK_FAST_NOT_GLIBC | MLK_FAST_LAZY_SPAWN)) || mlk_thread_not_recording ||
+                     mlk_attention || (uintptr_t)busy <= 1 || size >= MAX_COUNTED_SIZE))
         return 0;
+    if (MLK_UNLIKELY(!shared && !mlk_stack_owns_stripe()))
+        return MLK_FAST_SHARED_NEXT; /* (only that: the whole way tries mlk_trailer_alloc_shared) */
     mlk_in_hook = 1; /* (as BEGIN_HOOK: a signal handler's allocation meanwhile is not recorded) */
     uint32_t epoch = __atomic_load_n(&mlk_seg->unload_epoch, __ATOMIC_ACQUIRE);
     uint32_t stack = mlk_walk_known_at((int)mlk_seg->depth, kind, epoch, at);
@@ -438,9 +467,27 @@ __attribute__((always_inline)) inline int mlk_trailer_alloc_fast(void *p, uint64
     }
     size_t usable = mlk_glibc_usable_new(p);
     trailer_set(p, mlk_trailer_at(p, usable), counted_meta(size, tag, stack));
-    mlk_stack_count_owned(mlk_stack_owned_counters_known(stack), size, slack_of(usable - MLK_TRAILER_SIZE, size));
+    uint64_t slack = slack_of(usable - MLK_TRAILER_SIZE, size);
+    if (shared)
+        mlk_stack_count_shared(stack, size, slack);
+    else
+        mlk_stack_count_owned(mlk_stack_owned_counters_known(stack), size, slack);
     owner_update_end(busy);
     return 1;
+}
+
+__attribute__((always_inline)) inline int mlk_trailer_alloc_fast(void *p, uint64_t size, int kind, uint64_t tag,
+                                                                 struct mlk_walk_start at)
+{
+    return alloc_fast_as(p, size, kind, tag, at, 0);
+}
+
+/* The same for a thread on the shared stripe, tried by the whole way
+ * (trailed_slow) when the fast way was not: out of line, so that the
+ * owners' fast way is as it was. */
+__attribute__((noinline)) int mlk_trailer_alloc_shared(void *p, uint64_t size, int kind, uint64_t tag, struct mlk_walk_start at)
+{
+    return alloc_fast_as(p, size, kind, tag, at, 1);
 }
 
 void mlk_trailers_lock_for_fork(int acquire)
