@@ -231,7 +231,9 @@ static inline __attribute__((always_inline)) uint16_t *walk_known_set_at(struct 
                                                                           struct mlk_walk_start at,
                                                                           struct walk_known_state *st)
 {
-    if (m <= MEMO_NONE || m->max != max || m->payoff.resting || m->payoff.left <= 1)
+    /* (Not resting: every caller has tested mlk_walk_quick, which
+     * fast_backtrace sets to "not resting" each time the window turns.) */
+    if (m <= MEMO_NONE || m->max != max || m->payoff.left <= 1)
         return NULL;
     /* (No test that ip is not our own code's: a walk is remembered from
      * the first state past our frames, so from such a state none is found.) */
@@ -267,7 +269,9 @@ walk_known_slot(struct memo *m, int s, const struct walk_known_state *st, int ma
     m->payoff.left--; /* (above 1: no turn of the window is due) */
     m->payoff.finds++;
     m->last = s;
-    m->last_path = NULL;
+    /* (m->last_path is left as it is: a walk found here has its id, so no
+     * mlk_walk_remember_stack follows it, and the one that may follow a
+     * later walk comes after fast_backtrace, which clears last_path.) */
     return w->id;
 }
 
