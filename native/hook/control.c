@@ -357,6 +357,7 @@ static void fork_child(void)
         mlk_fast_off_set(MLK_FAST_NOT_COLLECTED, 1);
         inert = 1;
         mlk_seg = NULL;
+        mlk_stacks_base = NULL;
         mlk_warn("fork: cannot copy the segment; the child is not traced", "", "");
     }
     mlk_events_fork_child();

@@ -116,7 +116,11 @@ MLK_HIDDEN void mlk_segment_fork_prepare(void);
 MLK_HIDDEN void mlk_segment_fork_parent(void);
 MLK_HIDDEN int mlk_segment_fork_child(void);
 MLK_HIDDEN int mlk_segment_move_fd(int lo, int hi); /* 0 = now outside lo..hi */
-MLK_HIDDEN struct mlk_stack *mlk_stacks(void);
+/* The segment's stacks array: kept in a variable of its own, set with
+ * mlk_seg (the counters' every update found it through mlk_seg's header,
+ * a second load; a forked child maps its copy at the same address). */
+extern MLK_HIDDEN struct mlk_stack *mlk_stacks_base;
+static inline struct mlk_stack *mlk_stacks(void) { return mlk_stacks_base; }
 MLK_HIDDEN uint64_t *mlk_frames(void);
 MLK_HIDDEN struct mlk_module *mlk_modules(void);
 MLK_HIDDEN char *mlk_strings(void);

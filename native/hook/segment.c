@@ -13,6 +13,7 @@
 #include "mlk.h"
 
 struct mlk_header *mlk_seg;
+struct mlk_stack *mlk_stacks_base;
 int mlk_seg_fd = -1;
 
 #define MODULES_CAP 8192ull
@@ -230,6 +231,7 @@ int mlk_segment_create(uint32_t depth, const char *dir, const char *listen, cons
     h->sample_bytes = mlk_sample_bytes;
     h->start_time_ns = mlk_now_ns(CLOCK_REALTIME);
     h->seg_fd = (uint32_t)fd;
+    mlk_stacks_base = (struct mlk_stack *)((char *)h + stacks_off);
     mlk_seg = h;
     mlk_seg_fd = fd;
 
@@ -274,7 +276,6 @@ int mlk_segment_move_fd(int lo, int hi)
     return 0;
 }
 
-struct mlk_stack *mlk_stacks(void) { return (struct mlk_stack *)((char *)mlk_seg + mlk_seg->stacks_off); }
 uint64_t *mlk_frames(void) { return (uint64_t *)((char *)mlk_seg + mlk_seg->frames_off); }
 struct mlk_module *mlk_modules(void) { return (struct mlk_module *)((char *)mlk_seg + mlk_seg->modules_off); }
 char *mlk_strings(void) { return (char *)mlk_seg + mlk_seg->strings_off; }
