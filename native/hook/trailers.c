@@ -458,8 +458,10 @@ static __attribute__((always_inline)) inline int alloc_fast_as(void *p, uint64_t
     if (MLK_UNLIKELY(!shared && !mlk_stack_owns_stripe()))
         return MLK_FAST_SHARED_NEXT; /* (only that: the whole way tries mlk_trailer_alloc_shared) */
     mlk_in_hook = 1; /* (as BEGIN_HOOK: a signal handler's allocation meanwhile is not recorded) */
-    uint32_t epoch = __atomic_load_n(&mlk_seg->unload_epoch, __ATOMIC_ACQUIRE);
-    uint32_t stack = mlk_walk_known_at((int)mlk_seg->depth, kind, epoch, at);
+    const struct mlk_header *seg = mlk_seg; /* (once: after the acquire below it would be loaded again) */
+    int depth = (int)seg->depth;
+    uint32_t epoch = __atomic_load_n(&seg->unload_epoch, __ATOMIC_ACQUIRE);
+    uint32_t stack = mlk_walk_known_at(depth, kind, epoch, at);
     busy = flag_busy; /* (again, and the usable size only now: fewer registers held across the look) */
     if (MLK_UNLIKELY(stack >= UNCOUNTED || !raise_busy(busy))) {
         mlk_in_hook = 0;
