@@ -10,9 +10,13 @@ How each is told apart, without the program's help:
     part and, above it, the rest of the 64 MiB reserved PROT_NONE;
   - a block too big for the heaps is a mapping of its own that starts with
     a chunk header marked IS_MMAPPED (two words read from the process);
-  - a thread's stack is an rw mapping right above its guard page (a small
-    PROT_NONE mapping), as glibc's pthread_create lays it out; the main
-    thread's is [stack];
+  - a thread's stack is the rw mapping its stack pointer is in, for a
+    thread waiting in a system call (/proc/PID/task/TID/syscall says
+    where); else an rw mapping right above its guard page (a small
+    PROT_NONE mapping), as glibc's pthread_create lays it out -- a guard
+    that an arena's PROT_NONE reserve happens to lie right below merges
+    with it and is no longer small, so the pointer is asked first; the
+    main thread's is [stack];
   - libmtrace.so's mappings, its segment (a memfd named libmemleak) and
     its tables (mapped inside the address range it reserves for them,
     the segment's own_lo..own_hi) are the tracer's.
@@ -23,6 +27,8 @@ Everything read here is the program's to change while it runs: a mapping
 that comes or goes between two reads is counted where it was seen, and a
 misread costs one report's split, never a wrong path or an exception."""
 
+import bisect
+import os
 from dataclasses import dataclass, field
 
 from libmemleak.daemon import glibc_arenas, report_core
@@ -31,6 +37,7 @@ from libmemleak.daemon.header_parts import SELF_LIBRARY
 
 HEAP_MAX_SIZE = 64 << 20       # glibc's arena heap alignment on 64-bit
 GUARD_MAX = 1 << 20            # a thread stack's guard is a page or a few
+THREADS_MAX = 1 << 16          # threads whose stack pointers are read, at most
 IS_MMAPPED = 2
 SMAPS_BYTES_MAX = 64 << 20     # more than any process's smaps: a bigger one is cut
 # Shared memory that is not a file's data (a file mapped shared and
@@ -87,6 +94,35 @@ def read_smaps(pid):
     return out
 
 
+def thread_stack_pointers(pid):
+    """The stack pointers of the process's threads that wait in a system
+    call or are blocked (/proc/PID/task/TID/syscall: "NR ARGS... SP PC",
+    or "-1 SP PC"), sorted; a running thread ("running") or a file that
+    cannot be read gives none."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")[:THREADS_MAX]
+    except OSError:
+        return []
+    sps = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/syscall", "rb") as f:
+                fields = f.read(512).split()
+        except OSError:
+            continue
+        if len(fields) >= 3:
+            try:
+                sps.append(int(fields[-2], 16))
+            except ValueError:
+                pass
+    return sorted(sps)
+
+
+def _holds_a_stack_pointer(sps, m):
+    i = bisect.bisect_left(sps, m.start)
+    return i < len(sps) and sps[i] < m.end
+
+
 def _anonymous(m):
     return not m.path or m.path.startswith("[anon")
 
@@ -110,6 +146,7 @@ def measure(pid, own=(0, 0)):
     maps = read_smaps(pid)
     if isinstance(maps, str):
         return maps
+    sps = thread_stack_pointers(pid)
     use = MemoryUse()
     use.arenas.append([0, 0])  # the main arena's [heap] (none: glibc's malloc used no brk)
     arena_of = {}   # a 64 MiB window's start -> index in use.arenas
@@ -135,6 +172,8 @@ def measure(pid, own=(0, 0)):
                     arena_of[window] = len(use.arenas)
                     use.arenas.append([0, 0])
                 _add(use.arenas[arena_of[window]], m.rss, size)
+            elif m.perms.startswith("rw") and _holds_a_stack_pointer(sps, m):
+                name = "thread-stacks"
             elif (m.perms.startswith("rw") and prev is not None and prev.end == m.start
                   and prev.perms.startswith("---") and _anonymous(prev)
                   # (a guard just above the tracer's reserved range merges with it)
