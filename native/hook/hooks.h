@@ -94,7 +94,7 @@ static __attribute__((noinline)) void *trailed_slow(void *p, size_t size, int ki
     if (MLK_UNLIKELY(fast == MLK_FAST_SHARED_NEXT)) {
         /* The fast way was not tried only because this thread owns no
          * counter stripe: one on the shared stripe may take it here
-         * (mlk_stack_shares_fast), out of the owners' way. */
+         * (mlk_stack_on_shared_stripe), out of the owners' way. */
         fast = mlk_trailer_alloc_shared(p, size, kind, tag, mlk_walk_start);
         if (fast > 0) {
             mlk_walk_start.sp = 0; /* (used) */
@@ -209,8 +209,11 @@ static inline __attribute__((always_inline)) int before_free(void *p, int call)
  * Returns 1 when the block was freed. */
 static inline __attribute__((always_inline)) int free_shared(void *p, int call, size_t given, size_t align)
 {
-    return !MLK_LIKELY(align || !mlk_trailer_key || mlk_stack_owns_stripe()) &&
-           mlk_trailer_free_shared(p, FAMILY_FREED_BY(call), given, mlk_real.free);
+    if (MLK_LIKELY(align || !mlk_trailer_key || mlk_stack_owns_stripe()) ||
+        !mlk_trailer_free_shared(p, FAMILY_FREED_BY(call), given))
+        return 0;
+    mlk_real.free(p);
+    return 1;
 }
 
 /* A block with a trailer is forgotten by its trailer alone, before the

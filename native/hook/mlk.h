@@ -232,12 +232,12 @@ MLK_HIDDEN struct mlk_counters *mlk_stack_owned_counters(uint32_t id);
 MLK_HIDDEN struct mlk_counters *mlk_stack_owned_counters_known(uint32_t id);
 MLK_HIDDEN void mlk_stack_count_owned(struct mlk_counters *c, uint64_t bytes, uint64_t slack);
 MLK_HIDDEN void mlk_stack_uncount_owned(struct mlk_counters *c, uint64_t bytes, uint64_t slack);
-/* And for a thread on the shared stripe (locked adds): whether it may count
- * there without the slow way now (no claim of a stripe due; counted down),
- * and a new block's or a free's counts there. */
-MLK_HIDDEN int mlk_stack_shares_fast(void);
-MLK_HIDDEN void mlk_stack_count_shared(uint32_t id, uint64_t bytes, uint64_t slack);
-MLK_HIDDEN void mlk_stack_uncount_shared(uint32_t id, uint64_t bytes, uint64_t slack);
+/* Whether this thread counts on the shared stripe (it owns none), and a
+ * new block's or a free's counts by a thread that owns none, inline
+ * (locked adds; a stripe claimed when one is due). */
+MLK_HIDDEN int mlk_stack_on_shared_stripe(void);
+MLK_HIDDEN void mlk_stack_count_unowned(uint32_t id, uint64_t bytes, uint64_t slack);
+MLK_HIDDEN void mlk_stack_uncount_unowned(uint32_t id, uint64_t bytes, uint64_t slack);
 /* The same for what is not the process's memory -- custom blocks (inside
  * heap blocks already counted), resources: the stack's counters only. */
 MLK_HIDDEN void mlk_stack_count_alloc_other(uint32_t id, uint64_t bytes);
@@ -378,9 +378,9 @@ MLK_HIDDEN void mlk_trailer_uncount(void *p, uint64_t taken, uint64_t reserved);
  * real; or 0 with nothing done, for the whole way (free_trailed and the
  * rest).  (Inlined into free and delete: see trailers.c.) */
 MLK_HIDDEN int mlk_trailer_free_fast(void *p, uint32_t family, size_t given);
-/* The same for a thread counting on the shared stripe, which then calls
- * real_free itself (the whole ways of free and delete try it first). */
-MLK_HIDDEN int mlk_trailer_free_shared(void *p, uint32_t family, size_t given, void (*real_free)(void *));
+/* The same for a thread counting on the shared stripe (the whole ways of
+ * free and delete try it first). */
+MLK_HIDDEN int mlk_trailer_free_shared(void *p, uint32_t family, size_t given);
 /* The common recording of a new block p of `size` (the allocator's, with
  * room for its trailer), of `kind` and `tag` (mlk_trailer_write's), whose
  * hook frame's state is `at` (MLK_FRAME_HERE): its walk found whole by the quick

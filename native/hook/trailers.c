@@ -354,10 +354,9 @@ void mlk_trailer_uncount(void *p, uint64_t meta, uint64_t reserved)
      * than two.) */
     uint32_t stack = mlk_trailer_stack_of(meta);
     uint32_t *busy = flag_busy;
-    int shared = 0; /* (a thread on the shared stripe: locked adds, see mlk_stack_shares_fast) */
     if (MLK_UNLIKELY(stack == UNCOUNTED || !mlk_ever_collected || mlk_in_hook || (uintptr_t)busy <= 1 ||
                      (mlk_attention & MLK_ATTEND_EVENTS) ||
-                     (!mlk_stack_owns_stripe() && !(shared = mlk_stack_shares_fast())))) {
+                     (!mlk_stack_owns_stripe() && !mlk_stack_on_shared_stripe()))) {
         uncount_slow(p, meta, reserved);
         return;
     }
@@ -366,10 +365,7 @@ void mlk_trailer_uncount(void *p, uint64_t meta, uint64_t reserved)
         return;
     }
     uint64_t size = mlk_trailer_size_of(meta);
-    if (MLK_UNLIKELY(shared))
-        mlk_stack_uncount_shared(stack, size, slack_of(reserved, size));
-    else
-        mlk_stack_uncount_trailed(stack, size, slack_of(reserved, size));
+    mlk_stack_uncount_trailed(stack, size, slack_of(reserved, size)); /* (the shared stripe's way too) */
     owner_update_end(busy);
 }
 
@@ -404,13 +400,13 @@ static __attribute__((always_inline)) inline int free_fast_as(void *p, uint32_t 
                      (mlk_attention & MLK_ATTEND_EVENTS)))
         return 0;
     struct mlk_counters *c = shared ? NULL : mlk_stack_owned_counters(stack);
-    if (MLK_UNLIKELY(shared ? !mlk_stack_shares_fast() : !c) || MLK_UNLIKELY(!owner_update_begin(busy)))
+    if (MLK_UNLIKELY(shared ? !mlk_stack_on_shared_stripe() : !c) || MLK_UNLIKELY(!owner_update_begin(busy)))
         return 0;
     trailer_mark_freed(t);
     uint64_t size = mlk_trailer_size_of(meta);
     uint64_t slack = slack_of(usable - MLK_TRAILER_SIZE, size);
     if (shared)
-        mlk_stack_uncount_shared(stack, size, slack);
+        mlk_stack_uncount_unowned(stack, size, slack);
     else
         mlk_stack_uncount_owned(c, size, slack);
     owner_update_end(busy);
@@ -422,13 +418,9 @@ __attribute__((always_inline)) inline int mlk_trailer_free_fast(void *p, uint32_
     return free_fast_as(p, family, given, 0);
 }
 
-__attribute__((noinline)) int mlk_trailer_free_shared(void *p, uint32_t family, size_t given,
-                                                       void (*real_free)(void *))
+__attribute__((noinline)) int mlk_trailer_free_shared(void *p, uint32_t family, size_t given)
 {
-    if (!free_fast_as(p, family, given, 1))
-        return 0;
-    real_free(p);
-    return 1;
+    return free_fast_as(p, family, given, 1);
 }
 
 /* The allocation's fast way, as the free's above: a thread whose walks the
@@ -446,12 +438,12 @@ __attribute__((noinline)) int mlk_trailer_free_shared(void *p, uint32_t family, 
  * make it again; MLK_FAST_SHARED_NEXT, that the thread owns no counter
  * stripe (and nothing else said no). */
 /* (shared: the same for a thread on the shared stripe, which counts with
- * locked adds -- a constant, each caller its own copy.) */
+ * mlk_stack_count_unowned -- a constant, each caller its own copy.) */
 static __attribute__((always_inline)) inline int alloc_fast_as(void *p, uint64_t size, int kind, uint64_t tag,
                                                                struct mlk_walk_start at, int shared)
 {
     uint32_t *busy = flag_busy;
-    if (MLK_UNLIKELY((shared && !mlk_stack_shares_fast()) || !mlk_walk_quick ||
+    if (MLK_UNLIKELY((shared && !mlk_stack_on_shared_stripe()) || !mlk_walk_quick ||
                      (mlk_fast_off & (MLK_FAST_NOT_GLIBC | MLK_FAST_LAZY_SPAWN)) || mlk_thread_not_recording ||
                      mlk_attention || (uintptr_t)busy <= 1 || size >= MAX_COUNTED_SIZE))
         return 0;
@@ -471,7 +463,7 @@ static __attribute__((always_inline)) inline int alloc_fast_as(void *p, uint64_t
     trailer_set(p, mlk_trailer_at(p, usable), counted_meta(size, tag, stack));
     uint64_t slack = slack_of(usable - MLK_TRAILER_SIZE, size);
     if (shared)
-        mlk_stack_count_shared(stack, size, slack);
+        mlk_stack_count_unowned(stack, size, slack);
     else
         mlk_stack_count_owned(mlk_stack_owned_counters_known(stack), size, slack);
     owner_update_end(busy);

@@ -340,9 +340,17 @@ uint32_t mlk_walk_known(int max, int kind, uint32_t unload_epoch)
  * quick look missed it, is remembered (next_of), tried first here (17k of
  * sqlite3's 32k looks), and -- the saving -- put at the front once its
  * predecessor is found, so that the quick look finds it itself: sqlite3
- * 371.6M -> 368.2M instructions, 1.212x -> 1.200x est. cycles; churn and
- * cc1 unmoved (their states have one walk each, or they rest).  (Trying
+ * 371.6M -> 368.2M instructions; churn and cc1 unmoved (their states have one walk each, or they rest).  (Trying
  * the guess inside the quick look instead: sqlite3 -0.3M, churn +3.7M.) */
+
+/* Which way of the set is `way` (its tag and slot), or -1. */
+static int way_of(const uint16_t *set, uint16_t way)
+{
+    for (int j = 0; j < MEMO_FIRST_WAYS; j++)
+        if (set[j] == way)
+            return j;
+    return -1;
+}
 
 /* Walk `slot` of this set was just found other than as its latest: the
  * front (what the quick look tries) becomes the walk that came after it
@@ -350,14 +358,11 @@ uint32_t mlk_walk_known(int max, int kind, uint32_t unload_epoch)
 static void front_for_next(struct memo *m, uint16_t *set, uint16_t tag, int slot)
 {
     int next = m->next_of[slot];
-    int want = next < MEMO_WALKS ? next : slot;
-    for (int pass = 0; pass < 2; pass++, want = slot)
-        for (int j = 0; j < MEMO_FIRST_WAYS; j++)
-            if (set[j] == (tag | want)) {
-                if (j)
-                    move_to_front(set, j, set[j]);
-                return;
-            }
+    int j = next < MEMO_WALKS ? way_of(set, tag | next) : -1;
+    if (j < 0)
+        j = way_of(set, tag | slot);
+    if (j > 0)
+        move_to_front(set, j, set[j]);
 }
 uint32_t mlk_walk_known_older(int max, int kind, uint32_t unload_epoch)
 {
