@@ -123,11 +123,8 @@ def test_cxx_operators_templates_and_bad_alloc(workdir, config):
 
 @pytest.mark.parametrize("config", TRACKING)
 def test_eight_threads_leaking_from_one_stack_exact_total(workdir, config):
-    prog = compile_program("threads.c")
-    t = Traced([prog], workdir, config=config)
-    t.expect("joined")
-    report = t.signal_report(1)
-    t.resume()
+    t = Traced([compile_program("threads.c")], workdir, config=config)
+    [report] = t.reports_at("joined")
     assert t.finish() == 0
     assert report.header["tracking"] == tracking_of(config)
     sites = by_site(report)
@@ -141,11 +138,8 @@ def test_six_threads_new_and_sized_delete_past_the_owned_stripes_exact(workdir, 
     """Threads past the first two count on the shared stripe (locked adds,
     their own fast ways): new, sized delete, delete[] and malloc/free from
     six threads at once, exact."""
-    prog = compile_program("threads_cxx.cc")
-    t = Traced([prog], workdir, config=config)
-    t.expect("joined")
-    report = t.signal_report(1)
-    t.resume()
+    t = Traced([compile_program("threads_cxx.cc")], workdir, config=config)
+    [report] = t.reports_at("joined")
     assert t.finish() == 0
     sites = by_site(report)
     assert sites["site_cxx_keep()"] == (6 * 4000 * 56, 6 * 4000)
