@@ -3,12 +3,12 @@ test reproduces one trap with a real program, the real command and real
 signals, and checks the fix."""
 
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import time
-
-import shutil
 
 import pytest
 
@@ -397,7 +397,11 @@ def test_a_user_who_cannot_run_the_reporters_python_is_told_once_with_the_remedy
 def private_python_for_another_user(tmp_path):
     private = tmp_path / "home"
     private.mkdir(mode=0o700)
-    os.symlink(sys.executable, private / "python")
+    # A script, not a symlink: a venv's python reached through a link in
+    # another directory finds no pyvenv.cfg and none of the venv's modules,
+    # and root's setpriv, which the tracer sees first, would say so too.
+    (private / "python").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    os.chmod(private / "python", 0o755)
     work = tmp_path / "work"
     work.mkdir()
     os.chmod(work, 0o777)

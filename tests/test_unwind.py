@@ -95,7 +95,7 @@ def test_remembered_paths_give_every_path_exactly(tmp_path, flags, depth):
     path keeps 40 blocks of 100 + p bytes, whether its stack ends at _start
     (depth 16) or is cut off one frame above the four levels (depth 5);
     with THREADS, 40 more from a second thread that was handed the first
-    one's paths."""
+    one's memo (its paths are not the second thread's own)."""
     prog = compile_program("keyedpaths.c", *flags, name="keyedpaths" + "".join(flags))
     got = stacks(tmp_path, prog, f"mtraceinit,unwind=fast,depth={depth}", ["done"])
     seen = {}

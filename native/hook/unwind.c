@@ -84,7 +84,7 @@ fast_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload
     struct memo *m = memo_of_thread(max);
     struct kept_walk *out = NULL; /* where this walk is written down */
     struct paths *pc = NULL;      /* where a resting thread's walk is looked for */
-    struct path **last_path = NULL;
+    struct memo *path_memo = NULL; /* whose they are */
     if (m) {
         m->last = -1;
         m->last_path = NULL;
@@ -92,7 +92,7 @@ fast_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload
         mlk_walk_quick = trying;
         if (!trying) {
             pc = paths_of(m);
-            last_path = &m->last_path;
+            path_memo = m;
             m = NULL; /* this walk is neither looked for nor written down as a whole walk */
         }
     }
@@ -190,7 +190,7 @@ fast_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload
 
 walk_unrecorded: /* a resting thread, or one that keeps no walks (exiting, out of memory) */
     if (pc > PATHS_NONE && n == 0) {
-        r = path_walk(pc, last_path, ips, max, truncated, kind, unload_epoch, known, ip, sp, bp, (uint32_t)generation);
+        r = path_walk(path_memo, pc, ips, max, truncated, kind, unload_epoch, known, ip, sp, bp, (uint32_t)generation);
         if (r != PATH_PLAIN)
             return r;
     }

@@ -39,6 +39,9 @@ MLK_HIDDEN int mlk_in_loaded_object(uint64_t pc);
  * MLK_FP_STEP_BP_UNSURE when that rbp is not on the stack above, 0 when
  * the frame does not check out (the walk ends). */
 #define MLK_FP_STEP_BP_UNSURE 2
+/* The end of this thread's stack when sp lies on it and its extent is
+ * known (see unwind_fp.c), else 0. */
+MLK_HIDDEN uint64_t mlk_fp_stack_end(uint64_t sp);
 MLK_HIDDEN int mlk_fp_step(uint64_t sp, uint64_t bp, uint64_t *ra, uint64_t *caller_bp);
 MLK_HIDDEN void mlk_fp_init(void); /* the main thread's stack extent */
 /* libgcc's _Unwind_Backtrace, the fallback for all the rest. */

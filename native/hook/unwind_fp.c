@@ -95,6 +95,11 @@ static inline uint64_t stack_end(uint64_t sp)
     return 0;
 }
 
+uint64_t mlk_fp_stack_end(uint64_t sp)
+{
+    return stack_end(sp);
+}
+
 int mlk_fp_step(uint64_t sp, uint64_t bp, uint64_t *ra, uint64_t *caller_bp)
 {
     uint64_t end = stack_end(sp);

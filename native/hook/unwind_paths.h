@@ -13,16 +13,16 @@
  * allocator wrappers, so its walks differ only from the second or third
  * frame on.  A path is such a walk made short: its first PATH_KEY_STEPS
  * frames and the state after them are its key, and the rest is the list of
- * the stack words the walk read from there on, in the order it read them,
- * with the values it read.  (A saved rbp word is kept only if a later rule
- * computes its CFA from it: other rbp values are whatever the register held
- * and must not make the path differ.)  The rules are a function of the
- * address, so from the same state the walk reads the same words as long as
- * it reads the same values: checking a path is one load and compare per
- * word, in the walk's order, stopping at the first that differs (so no
- * word is read that the walk itself would not read), and a path that holds
- * gives the frames, how the walk ended, and the stack id interned for it --
- * no walk by rules past the key, no hashing and looking up of the stack.
+ * the stack words the walk read from there on, in the order it read them
+ * (where, and a fingerprint of the values it read).  (A saved rbp word is
+ * kept only if a later rule computes its CFA from it: other rbp values are
+ * whatever the register held and must not make the path differ.)  The
+ * rules are a function of the address, so from the same state the walk
+ * reads the same words as long as it reads the same values: checking a
+ * path is one load and mix per word (see struct path for why every word
+ * is read, and when that is safe), and a path that holds gives the frames,
+ * how the walk ended, and the stack id interned for it -- no walk by rules
+ * past the key, no hashing and looking up of the stack.
  *
  * Paths sharing a key (the same wrappers called from the same place) sit
  * together in one set, most recently used first.  Paths are replaced in
@@ -42,33 +42,44 @@
 #define PATH_IDX_BITS 14           /* a set entry: tag bits | path index + 1 */
 #define PATH_IDX_MASK ((1u << PATH_IDX_BITS) - 1)
 #define PATH_MAX_COUNT PATH_IDX_MASK
-#define PATH_WORDS_AT_ONCE 4
 #define PATH_BYTES (4u << 20)      /* the most one thread's paths may take */
 
-/* 12 bytes: the lines a check reads are most of its cost (cc1: 8.1k paths,
- * several times the last-level cache). */
-struct path_word {
-    uint32_t at;                   /* where the walk read it, from the state's sp */
-    uint64_t expect;               /* what it read */
-} __attribute__((packed));
-
+/* A path is checked by a fingerprint of the words it read
+ * (words_fingerprint), not by their values one by one: the values were
+ * most of its size (cc1: a path of ~13 words took 4 cache lines, and its
+ * checks caused 3.0M of the run's 5.6M last-level read misses), and the
+ * positions alone, 2 bytes a word, leave a path of up to 13 words on one
+ * line.  The fingerprint starts from the key's hash (path_hash, a
+ * bijection of each key frame: the set's tag names them with 31 bits
+ * only).
+ *
+ * Every word is read, not only up to the first that differs as the walk
+ * would: so a path is kept only where every word it reads lies on this
+ * thread's own stack, between the state's sp and the stack's known end
+ * (unwind_fp.c's extent; none known, as on a signal stack: no path), and
+ * is used only by the thread that wrote it (owner: its memo's, counted up
+ * each time a thread takes the memo) from exactly that sp -- whose words
+ * up to that end stay mapped for the thread's life. */
+#define PATH_HEAD_BYTES 38 /* (13 words on its first line) */
 struct path {
-    uint64_t ip[PATH_KEY_STEPS + 1]; /* the key: first frames, and the state's ip after them */
-    uint64_t sp, bp;               /* the state's sp and rbp (rbp compared only if bp_in_key) */
-    uint32_t generation;           /* rules_generation it was walked under; 0: being written */
+    uint64_t sp;                   /* the state's sp after the key (compared exactly) */
+    uint64_t gen_owner;            /* rules_generation << 32 | memo owner; 0: being written */
+    uint64_t check;                /* the fingerprint of the key's frames, rbp if bp_in_key, the words */
     uint32_t id, id_epoch;         /* the stack interned for it (id MLK_NO_STACK: none yet) */
     uint8_t id_kind;
     uint8_t bp_in_key;             /* a rule uses the state's rbp before any saved one is read */
     uint8_t frames;                /* frames of the whole walk */
     uint8_t more;                  /* it stopped at max */
     uint16_t nwords;
-    struct path_word word[];       /* 2 x (max - PATH_KEY_STEPS) at most */
+    uint16_t at[];                 /* where each word is, in eighths above sp, in the walk's order */
 } __attribute__((aligned(64)));
+_Static_assert(offsetof(struct path, at) == PATH_HEAD_BYTES, "a path's head, then its words");
 
 struct paths {
     uint32_t count;                /* paths it has room for */
     uint32_t victim;               /* the one the next new path replaces */
     size_t path_size;
+    uint32_t max_words;            /* positions a path has room for */
     struct payoff payoff;          /* whether paths pay */
     uint32_t sets[1u << PATH_SET_BITS][PATH_WAYS];
     /* then `count` paths of path_size bytes */
@@ -87,8 +98,8 @@ static struct paths *paths_of(struct memo *m)
         return m->paths;
     if (m->max <= PATH_KEY_STEPS + 1)
         return m->paths = PATHS_NONE; /* no room for a path past its key */
-    size_t words = 2 * (size_t)m->max; /* a return address and a saved rbp per step, at most */
-    size_t path_size = (sizeof(struct path) + words * sizeof(struct path_word) + 63) & ~(size_t)63;
+    size_t words = 2 * (size_t)(m->max - PATH_KEY_STEPS); /* a return address and a saved rbp per step, at most */
+    size_t path_size = (PATH_HEAD_BYTES + words * sizeof(uint16_t) + 63) & ~(size_t)63;
     size_t count = (PATH_BYTES - PATHS_HEAD) / path_size;
     if (count > PATH_MAX_COUNT)
         count = PATH_MAX_COUNT;
@@ -97,6 +108,7 @@ static struct paths *paths_of(struct memo *m)
         return m->paths = PATHS_NONE;
     pc->count = (uint32_t)count;
     pc->path_size = path_size;
+    pc->max_words = (uint32_t)((path_size - PATH_HEAD_BYTES) / sizeof(uint16_t));
     payoff_start(&pc->payoff);
     return m->paths = pc;
 }
@@ -115,47 +127,54 @@ static inline uint64_t path_hash(const uint64_t *ips, uint64_t ip, uint64_t sp)
     return h ^ h >> 29;
 }
 
-/* Whether every stack word path p read (from the state's sp) still holds
- * what it read.  Four at a time -- 4 instructions a word, where a loop's
- * test and step made it 7 (cc1 reads ~13 a walk) -- after the odd ones
- * (nwords % 4) one by one: padding the list to a multiple of four instead
- * made a check read one more of the path's lines as often as not (cc1:
- * +0.7M last-level misses, more than the instructions saved).  In the
- * walk's order, stopping at the first word that differs (the ||s): no
- * word is read that the walk itself would not. */
-#define PATH_WORD_HOLDS(w) (*(const uint64_t *)(sp + (w).at) == (w).expect)
-static inline int path_holds(const struct path *p, uint64_t sp)
+/* ---- fingerprints of stack words -------------------------------------------
+ * Each value goes into the fingerprint by a step that is a bijection of the
+ * value for a given fingerprint and of the fingerprint for a given value --
+ * so words that differ in one place never match, in two or more with odds
+ * of 2^-64 -- two words a multiplication: (h ^ a) * k1 + b, times k2, then
+ * rotated so that the high bits reach the low ones in the next step. */
+static inline uint64_t words_mix2(uint64_t h, uint64_t a, uint64_t b)
 {
-    const struct path_word *w = p->word, *end = w + p->nwords;
-    switch (p->nwords % PATH_WORDS_AT_ONCE) {
-    case 3:
-        if (!PATH_WORD_HOLDS(*w))
-            return 0;
-        w++;
-        /* fall through */
-    case 2:
-        if (!PATH_WORD_HOLDS(*w))
-            return 0;
-        w++;
-        /* fall through */
-    case 1:
-        if (!PATH_WORD_HOLDS(*w))
-            return 0;
-        w++;
-    }
-    for (; w < end; w += PATH_WORDS_AT_ONCE)
-        if (!PATH_WORD_HOLDS(w[0]) || !PATH_WORD_HOLDS(w[1]) || !PATH_WORD_HOLDS(w[2]) || !PATH_WORD_HOLDS(w[3]))
-            return 0;
-    return 1;
+    h = ((h ^ a) * 0x9fb21c651e98df25ull + b) * 0xc2b2ae3d27d4eb4full;
+    return h << 31 | h >> 33;
 }
-_Static_assert(PATH_WORDS_AT_ONCE == 4, "path_holds checks four words at a time");
+
+static inline uint64_t words_mix1(uint64_t h, uint64_t a)
+{
+    h = (h ^ a) * 0x9fb21c651e98df25ull;
+    return h << 31 | h >> 33;
+}
+
+/* The fingerprint of the n words at `at` (eighths above sp), from h on: the
+ * odd one first, then two at a time. */
+#define WORD_AT(i) (*(const uint64_t *)(sp + (uint64_t)at[i] * 8))
+static inline uint64_t words_fingerprint(uint64_t h, const uint16_t *at, unsigned n, uint64_t sp)
+{
+    const uint16_t *end = at + n;
+    if (n & 1)
+        h = words_mix1(h, WORD_AT(0)), at++;
+    for (; at < end; at += 2)
+        h = words_mix2(h, WORD_AT(0), WORD_AT(1));
+    return h;
+}
+
+/* The same of values given in a list (when a path is written). */
+static uint64_t values_fingerprint(uint64_t h, const uint64_t *v, unsigned n)
+{
+    unsigned i = 0;
+    if (n & 1)
+        h = words_mix1(h, v[i++]);
+    for (; i < n; i += 2)
+        h = words_mix2(h, v[i], v[i + 1]);
+    return h;
+}
 
 /* The walk from state (ip, sp, bp) through the remembered paths; returns as
  * fast_backtrace does, or PATH_PLAIN: walk by the rules alone. */
 #define PATH_PLAIN (-2)
 /* (Inline: a call and its register saves were 1% of cc1's cost.) */
 static inline __attribute__((always_inline)) int
-path_walk(struct paths *pc, struct path **last, uint64_t *ips, int max, int *truncated, int kind, uint32_t unload_epoch,
+path_walk(struct memo *m, struct paths *pc, uint64_t *ips, int max, int *truncated, int kind, uint32_t unload_epoch,
           uint32_t *known, uint64_t ip, uint64_t sp, uint64_t bp, uint32_t generation)
 {
     const uint64_t *rules = cache;
@@ -171,6 +190,8 @@ path_walk(struct paths *pc, struct path **last, uint64_t *ips, int max, int *tru
             return r < 0 ? -1 : k + 1;
     }
     uint64_t h = path_hash(ips, ip, sp);
+    uint64_t gen_owner = (uint64_t)generation << 32 | m->owner;
+    uint64_t key_check = h; /* (a bijection of each key frame: see path_hash) */
     uint32_t tag = (uint32_t)h & ~PATH_IDX_MASK;
     uint32_t *set = pc->sets[h >> (64 - PATH_SET_BITS)];
     for (int w = 0; w < PATH_WAYS; w++) {
@@ -178,13 +199,10 @@ path_walk(struct paths *pc, struct path **last, uint64_t *ips, int max, int *tru
         if ((e & ~PATH_IDX_MASK) != tag || !(e & PATH_IDX_MASK))
             continue;
         struct path *p = path_at(pc, (e & PATH_IDX_MASK) - 1);
-        int same_key = p->generation == generation && p->ip[PATH_KEY_STEPS] == ip && p->sp == sp &&
-                       (!p->bp_in_key || p->bp == bp);
-        for (int k = 0; k < PATH_KEY_STEPS; k++)
-            same_key &= p->ip[k] == ips[k];
-        if (!same_key)
+        if (p->sp != sp || p->gen_owner != gen_owner)
             continue;
-        if (!path_holds(p, sp))
+        uint64_t c = p->bp_in_key ? words_mix1(key_check, bp) : key_check;
+        if (words_fingerprint(c, p->at, p->nwords, sp) != p->check)
             continue;
         /* This walk is the path's. */
         for (uint32_t i = 0, moved = e; i <= (uint32_t)w; i++) { /* to the front (not memmove: a call) */
@@ -207,9 +225,10 @@ path_walk(struct paths *pc, struct path **last, uint64_t *ips, int max, int *tru
     struct path *p = path_at(pc, pc->victim);
     uint64_t ip_at_key = ip, sp_at_key = sp, bp_at_key = bp;
     uint64_t used[(2 * MLK_MAX_DEPTH + 63) / 64] = {0};
+    uint64_t value[2 * MLK_MAX_DEPTH];
+    uint64_t reach = 0; /* the furthest word above the state's sp */
     int nw = 0, last_bp_word = -1, bp_used_first = 0, n = PATH_KEY_STEPS;
-    int keep = 1; /* every word within 4 GiB above the state's sp */
-    p->generation = 0;
+    p->gen_owner = 0;
     for (;; n++) {
         if (n >= max) {
             *truncated = 1;
@@ -225,45 +244,57 @@ path_walk(struct paths *pc, struct path **last, uint64_t *ips, int max, int *tru
         }
         if (MLK_UNLIKELY(r < 0))
             return -1;
+        /* (Below the state's sp, or in no eighth that fits: reach says so.) */
         if (ra_at) {
-            keep &= ra_at - sp_at_key < (1ull << 32);
+            reach |= ra_at - sp_at_key;
             used[nw / 64] |= 1ull << (nw % 64);
-            p->word[nw++] = (struct path_word){(uint32_t)(ra_at - sp_at_key), ip};
+            p->at[nw] = (uint16_t)((ra_at - sp_at_key) / 8);
+            value[nw++] = ip;
         }
         if (bp_at) {
-            keep &= bp_at - sp_at_key < (1ull << 32);
+            reach |= bp_at - sp_at_key;
             last_bp_word = nw;
-            p->word[nw++] = (struct path_word){(uint32_t)(bp_at - sp_at_key), bp};
+            p->at[nw] = (uint16_t)((bp_at - sp_at_key) / 8);
+            value[nw++] = bp;
         }
         if (r == 0) {
             n++;
             break;
         }
     }
-    if (!keep)
+    /* Kept only where each word is an eighth that fits, and the furthest
+     * lies on this thread's stack (see struct path). */
+    uint64_t furthest = 0;
+    for (int i = 0; i < nw; i++)
+        furthest = p->at[i] > furthest ? p->at[i] : furthest;
+    uint64_t end = mlk_fp_stack_end(sp_at_key);
+    if ((reach & 7) || reach >= 8ull << 16 || !end || sp_at_key >= end || (end - sp_at_key) / 8 <= furthest ||
+        (uint32_t)nw > pc->max_words)
         return n;
     /* (Saved rbp words no rule used are not the path's: the register's
      * value then is whatever the code kept in it, and must not matter.) */
+    uint64_t c = path_hash(ips, ip_at_key, sp_at_key);
+    if (bp_used_first)
+        c = words_mix1(c, bp_at_key);
     int kept = 0;
     for (int i = 0; i < nw; i++)
-        if (used[i / 64] >> (i % 64) & 1)
-            p->word[kept++] = p->word[i];
+        if (used[i / 64] >> (i % 64) & 1) {
+            value[kept] = value[i];
+            p->at[kept++] = p->at[i];
+        }
     p->nwords = (uint16_t)kept;
-    for (int k = 0; k < PATH_KEY_STEPS; k++)
-        p->ip[k] = ips[k];
-    p->ip[PATH_KEY_STEPS] = ip_at_key;
+    p->check = values_fingerprint(c, value, (unsigned)kept);
     p->sp = sp_at_key;
-    p->bp = bp_at_key;
     p->bp_in_key = (uint8_t)bp_used_first;
     p->frames = (uint8_t)n;
     p->more = (uint8_t)*truncated;
     p->id = MLK_NO_STACK;
-    p->generation = generation;
+    p->gen_owner = (uint64_t)generation << 32 | m->owner;
     for (int w = PATH_WAYS - 1; w > 0; w--)
         set[w] = set[w - 1];
     set[0] = tag | (pc->victim + 1);
     pc->victim = pc->victim + 1 < pc->count ? pc->victim + 1 : 0;
-    *last = p;
+    m->last_path = p;
     return n;
 }
 

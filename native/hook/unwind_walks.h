@@ -138,6 +138,7 @@ struct memo {
     int last;              /* the slot whose walk the last backtrace returned, or -1 */
     struct path *last_path; /* or the path it wrote down (see path_walk), or NULL */
     int older_worth;       /* > 0: looking past the latest walk of a first state has paid */
+    uint32_t owner;        /* counted up each time a thread takes it: whose its paths are */
     unsigned walks_since_check;
     struct payoff payoff;  /* whether remembering whole walks pays (see MEMO_WINDOW) */
     size_t walk_size;
@@ -235,6 +236,7 @@ static struct memo *memo_of_thread(int max)
     memset(m->firsts, 0xff, sizeof m->firsts);
     memset(m->next_of, 0xff, sizeof m->next_of);
     m->older_worth = 64;
+    m->owner++; /* (the paths of the thread that had it are not this one's: see struct path) */
     payoff_start(&m->payoff);
     m->victim = 0;
     m->last = -1;

@@ -10,7 +10,8 @@
  * each path keeps ROUNDS / 768 blocks per run.
  * -DMIXED_FRAMES: levels 1 and 3 keep a frame pointer (CFA from rbp).
  * -DTHREADS: the rounds run in a thread, then again in a second one, which
- * is handed the first one's remembered paths (and most likely its stack). */
+ * is handed the first one's remembered walks and paths (and most likely its
+ * stack): they must not be taken for its own. */
 #include <pthread.h>
 #include <stdlib.h>
 
