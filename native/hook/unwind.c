@@ -101,7 +101,7 @@ fast_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload
         struct kept_walk *w = recall_first(m, ip, sp, bp, generation, &slot, &change);
         if (w && change == w->steps && (!w->more || w->steps == max)) {
             /* This whole walk is a remembered one, which stays as it is. */
-            if (MLK_UNLIKELY(w->nchecks < CHECKS_AT_ONCE))
+            if (MLK_UNLIKELY(!w->checks_written))
                 write_checks(m, w); /* found whole again: it may be checked whole from now on */
             if (w->id_for == ID_FOR(kind, unload_epoch))
                 *known = w->id; /* the frames are not needed: most backtraces end here */
@@ -264,7 +264,7 @@ walk_known_slot(struct memo *m, int s, const struct walk_known_state *st, int ma
         return MLK_NO_STACK;
     const struct kept_walk *w = walk_at(m, s);
     if (!walk_starts_at(w, st->ip, st->sp, st->bp, __atomic_load_n(&rules_generation, __ATOMIC_ACQUIRE)) ||
-        w->id_for != ID_FOR(kind, unload_epoch) || (w->more && w->steps != max) || !walk_holds(m, w))
+        w->id_for != ID_FOR(kind, unload_epoch) || (w->more && w->steps != max) || !walk_holds(m, w, st->sp))
         return MLK_NO_STACK;
     m->payoff.left--; /* (above 1: no turn of the window is due) */
     m->payoff.finds++;
