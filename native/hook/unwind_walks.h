@@ -189,9 +189,12 @@ static inline struct check_group *checks_of(const struct memo *m, const struct k
     return (struct check_group *)((char *)w + m->checks_off);
 }
 
+/* Walks start on cache lines, so that a walk's head and first step (what
+ * walk_starts_at reads) are one line. */
+#define MEMO_HEAD ((sizeof(struct memo) + 63) & ~(size_t)63)
 static inline struct kept_walk *walk_at(struct memo *m, int slot)
 {
-    return (struct kept_walk *)((char *)(m + 1) + (size_t)slot * m->walk_size);
+    return (struct kept_walk *)((char *)m + MEMO_HEAD + (size_t)slot * m->walk_size);
 }
 
 static inline uint64_t state_hash(uint64_t ip, uint64_t sp)
@@ -232,8 +235,8 @@ static struct memo *memo_of_thread(int max)
             walk_at(m, i)->generation = 0;
     } else {
         size_t checks_off = sizeof(struct kept_walk) + (size_t)(max + 1) * sizeof(struct step);
-        size_t walk_size = checks_off + CHECK_GROUPS(MEMO_CHECKS(max)) * sizeof(struct check_group);
-        size_t size = sizeof(struct memo) + MEMO_WALKS * walk_size;
+        size_t walk_size = (checks_off + CHECK_GROUPS(MEMO_CHECKS(max)) * sizeof(struct check_group) + 63) & ~(size_t)63;
+        size_t size = MEMO_HEAD + MEMO_WALKS * walk_size;
         m = mlk_map_anon(size);
         if (!m) {
             thread_memo = MEMO_NONE;
