@@ -88,14 +88,16 @@ static inline int *thread_errno(void)
  * for its calls.  The walk start is set: by trailed, in the hook's frame
  * (which this may replace: a tail call; the start's state is the caller's,
  * above it).  fast: what the fast way said (0; -1, its quick look missed;
- * MLK_FAST_SHARED_NEXT).  Returns p. */
+ * MLK_FAST_SHARED_NEXT; MLK_FAST_RESTING).  Returns p. */
 static __attribute__((noinline)) void *trailed_slow(void *p, size_t size, int kind, uint64_t tag, int fast)
 {
-    if (MLK_UNLIKELY(fast == MLK_FAST_SHARED_NEXT)) {
+    if (MLK_UNLIKELY(fast == MLK_FAST_SHARED_NEXT || fast == MLK_FAST_RESTING)) {
         /* The fast way was not tried only because this thread owns no
-         * counter stripe: one on the shared stripe may take it here
-         * (mlk_stack_on_shared_stripe), out of the owners' way. */
-        fast = mlk_trailer_alloc_shared(p, size, kind, tag, mlk_walk_start);
+         * counter stripe, or rests from whole walks: one on the shared
+         * stripe (mlk_stack_on_shared_stripe), or whose walk is a
+         * remembered path, may take it here, out of the owners' way. */
+        fast = fast == MLK_FAST_SHARED_NEXT ? mlk_trailer_alloc_shared(p, size, kind, tag, mlk_walk_start)
+                                            : mlk_trailer_alloc_by_path(p, size, kind, tag, mlk_walk_start);
         if (fast > 0) {
             mlk_walk_start.sp = 0; /* (used) */
             return p;

@@ -166,6 +166,9 @@ MLK_HIDDEN uint32_t mlk_walk_known_at(int max, int kind, uint32_t unload_epoch, 
 /* The same from the older walks remembered from that state, asked where
  * mlk_walk_known said MLK_NO_STACK (out of line: seldom wanted). */
 MLK_HIDDEN uint32_t mlk_walk_known_older(int max, int kind, uint32_t unload_epoch);
+/* The same for a thread resting from whole walks (!mlk_walk_quick), from
+ * its remembered paths and the hook frame's state `at`. */
+MLK_HIDDEN uint32_t mlk_walk_known_path(int max, int kind, uint32_t unload_epoch, struct mlk_walk_start at);
 /* Whether mlk_walk_known may answer for this thread: its last walk was
  * remembering whole walks (not resting from them: most of gcc's cc1's
  * walks are served by remembered paths instead, which it does not look at). */
@@ -393,6 +396,11 @@ MLK_HIDDEN int mlk_trailer_alloc_fast(void *p, uint64_t size, int kind, uint64_t
  * not tried for that reason alone). */
 #define MLK_FAST_SHARED_NEXT (-2)
 MLK_HIDDEN int mlk_trailer_alloc_shared(void *p, uint64_t size, int kind, uint64_t tag, struct mlk_walk_start at);
+/* The same for a thread resting from whole walks, its stack found by its
+ * remembered paths (mlk_walk_known_path; the whole way tries it where the
+ * fast way said MLK_FAST_RESTING), on its own stripe or the shared one. */
+#define MLK_FAST_RESTING (-3)
+MLK_HIDDEN int mlk_trailer_alloc_by_path(void *p, uint64_t size, int kind, uint64_t tag, struct mlk_walk_start at);
 extern MLK_HIDDEN uint32_t mlk_slack_floor; /* the allocator's smallest usable size, if known */
 MLK_HIDDEN void mlk_trailers_lock_for_fork(int acquire);  /* before fork; after, in the parent */
 MLK_HIDDEN void mlk_trailers_fork_child(void);            /* after fork, in the child */

@@ -436,28 +436,38 @@ __attribute__((noinline)) int mlk_trailer_free_shared(void *p, uint32_t family, 
  * a fork under way -- writes nothing but the quick look's window counts;
  * -1 says the quick look was made, and missed: the whole way then does not
  * make it again; MLK_FAST_SHARED_NEXT, that the thread owns no counter
- * stripe (and nothing else said no). */
-/* (shared: the same for a thread on the shared stripe, which counts with
- * mlk_stack_count_unowned -- a constant, each caller its own copy.) */
+ * stripe (and nothing else said no); MLK_FAST_RESTING, that the thread
+ * rests from whole walks (ditto). */
+/* (way: the owners' (ALLOC_OWNED); the same for a thread on the shared
+ * stripe, which counts with mlk_stack_count_unowned (ALLOC_SHARED); or for
+ * a thread resting from whole walks, its stack by its remembered paths, on
+ * either stripe (ALLOC_BY_PATH) -- a constant, each caller its own copy.) */
+enum alloc_way { ALLOC_OWNED, ALLOC_SHARED, ALLOC_BY_PATH };
 static __attribute__((always_inline)) inline int alloc_fast_as(void *p, uint64_t size, int kind, uint64_t tag,
-                                                               struct mlk_walk_start at, int shared)
+                                                               struct mlk_walk_start at, enum alloc_way way)
 {
     uint32_t *busy = flag_busy;
-    if (MLK_UNLIKELY((shared && !mlk_stack_on_shared_stripe()) || !mlk_walk_quick ||
+    if (MLK_UNLIKELY((way == ALLOC_SHARED && !mlk_stack_on_shared_stripe()) ||
                      (mlk_fast_off & (MLK_FAST_NOT_GLIBC | MLK_FAST_LAZY_SPAWN)) || mlk_thread_not_recording ||
                      mlk_attention || (uintptr_t)busy <= 1 || size >= MAX_COUNTED_SIZE))
         return 0;
-    if (MLK_UNLIKELY(!shared && !mlk_stack_owns_stripe()))
+    if (MLK_UNLIKELY(way == ALLOC_BY_PATH ? mlk_walk_quick : !mlk_walk_quick))
+        return way == ALLOC_OWNED ? MLK_FAST_RESTING : 0; /* (the whole way tries mlk_trailer_alloc_by_path) */
+    if (MLK_UNLIKELY(way == ALLOC_OWNED && !mlk_stack_owns_stripe()))
         return MLK_FAST_SHARED_NEXT; /* (only that: the whole way tries mlk_trailer_alloc_shared) */
+    int shared = way == ALLOC_SHARED || (way == ALLOC_BY_PATH && !mlk_stack_owns_stripe());
+    if (way == ALLOC_BY_PATH && shared && !mlk_stack_on_shared_stripe())
+        return 0;
     mlk_in_hook = 1; /* (as BEGIN_HOOK: a signal handler's allocation meanwhile is not recorded) */
     const struct mlk_header *seg = mlk_seg; /* (once: after the acquire below it would be loaded again) */
     int depth = (int)seg->depth;
     uint32_t epoch = __atomic_load_n(&seg->unload_epoch, __ATOMIC_ACQUIRE);
-    uint32_t stack = mlk_walk_known_at(depth, kind, epoch, at);
+    uint32_t stack = way == ALLOC_BY_PATH ? mlk_walk_known_path(depth, kind, epoch, at)
+                                          : mlk_walk_known_at(depth, kind, epoch, at);
     busy = flag_busy; /* (again, and the usable size only now: fewer registers held across the look) */
     if (MLK_UNLIKELY(stack >= UNCOUNTED || !raise_busy(busy))) {
         mlk_in_hook = 0;
-        return stack == MLK_NO_STACK ? -1 : 0;
+        return stack == MLK_NO_STACK && way != ALLOC_BY_PATH ? -1 : 0;
     }
     size_t usable = mlk_glibc_usable_new(p);
     trailer_set(p, mlk_trailer_at(p, usable), counted_meta(size, tag, stack));
@@ -473,7 +483,7 @@ static __attribute__((always_inline)) inline int alloc_fast_as(void *p, uint64_t
 __attribute__((always_inline)) inline int mlk_trailer_alloc_fast(void *p, uint64_t size, int kind, uint64_t tag,
                                                                  struct mlk_walk_start at)
 {
-    return alloc_fast_as(p, size, kind, tag, at, 0);
+    return alloc_fast_as(p, size, kind, tag, at, ALLOC_OWNED);
 }
 
 /* The same for a thread on the shared stripe, tried by the whole way
@@ -481,7 +491,14 @@ __attribute__((always_inline)) inline int mlk_trailer_alloc_fast(void *p, uint64
  * owners' fast way is as it was. */
 __attribute__((noinline)) int mlk_trailer_alloc_shared(void *p, uint64_t size, int kind, uint64_t tag, struct mlk_walk_start at)
 {
-    return alloc_fast_as(p, size, kind, tag, at, 1);
+    return alloc_fast_as(p, size, kind, tag, at, ALLOC_SHARED);
+}
+
+/* And for a thread resting from whole walks (cc1), out of line likewise. */
+__attribute__((noinline)) int mlk_trailer_alloc_by_path(void *p, uint64_t size, int kind, uint64_t tag,
+                                                        struct mlk_walk_start at)
+{
+    return alloc_fast_as(p, size, kind, tag, at, ALLOC_BY_PATH);
 }
 
 void mlk_trailers_lock_for_fork(int acquire)

@@ -169,6 +169,40 @@ static uint64_t values_fingerprint(uint64_t h, const uint64_t *v, unsigned n)
     return h;
 }
 
+/* The path of the key ips[0..PATH_KEY_STEPS-1] with state (ip, sp, bp)
+ * after it whose words all hold (its owner's, under this generation),
+ * moved to the front of its set; or NULL.  *set_out, *tag_out: where a new
+ * path of this key goes. */
+static inline __attribute__((always_inline)) struct path *
+path_find(struct paths *pc, const uint64_t *ips, uint64_t ip, uint64_t sp, uint64_t bp, uint64_t gen_owner,
+          uint32_t **set_out, uint32_t *tag_out)
+{
+    uint64_t h = path_hash(ips, ip, sp);
+    uint64_t key_check = h; /* (a bijection of each key frame: see path_hash) */
+    uint32_t tag = (uint32_t)h & ~PATH_IDX_MASK;
+    uint32_t *set = pc->sets[h >> (64 - PATH_SET_BITS)];
+    *set_out = set;
+    *tag_out = tag;
+    for (int w = 0; w < PATH_WAYS; w++) {
+        uint32_t e = set[w];
+        if ((e & ~PATH_IDX_MASK) != tag || !(e & PATH_IDX_MASK))
+            continue;
+        struct path *p = path_at(pc, (e & PATH_IDX_MASK) - 1);
+        if (p->sp != sp || p->gen_owner != gen_owner)
+            continue;
+        uint64_t c = p->bp_in_key ? words_mix1(key_check, bp) : key_check;
+        if (words_fingerprint(c, p->at, p->nwords, sp) != p->check)
+            continue;
+        for (uint32_t i = 0, moved = e; i <= (uint32_t)w; i++) { /* to the front (not memmove: a call) */
+            uint32_t t = set[i];
+            set[i] = moved;
+            moved = t;
+        }
+        return p;
+    }
+    return NULL;
+}
+
 /* The walk from state (ip, sp, bp) through the remembered paths; returns as
  * fast_backtrace does, or PATH_PLAIN: walk by the rules alone. */
 #define PATH_PLAIN (-2)
@@ -189,34 +223,17 @@ path_walk(struct memo *m, struct paths *pc, uint64_t *ips, int max, int *truncat
         if (r <= 0)
             return r < 0 ? -1 : k + 1;
     }
-    uint64_t h = path_hash(ips, ip, sp);
-    uint64_t gen_owner = (uint64_t)generation << 32 | m->owner;
-    uint64_t key_check = h; /* (a bijection of each key frame: see path_hash) */
-    uint32_t tag = (uint32_t)h & ~PATH_IDX_MASK;
-    uint32_t *set = pc->sets[h >> (64 - PATH_SET_BITS)];
-    for (int w = 0; w < PATH_WAYS; w++) {
-        uint32_t e = set[w];
-        if ((e & ~PATH_IDX_MASK) != tag || !(e & PATH_IDX_MASK))
-            continue;
-        struct path *p = path_at(pc, (e & PATH_IDX_MASK) - 1);
-        if (p->sp != sp || p->gen_owner != gen_owner)
-            continue;
-        uint64_t c = p->bp_in_key ? words_mix1(key_check, bp) : key_check;
-        if (words_fingerprint(c, p->at, p->nwords, sp) != p->check)
-            continue;
-        /* This walk is the path's. */
-        for (uint32_t i = 0, moved = e; i <= (uint32_t)w; i++) { /* to the front (not memmove: a call) */
-            uint32_t t = set[i];
-            set[i] = moved;
-            moved = t;
-        }
+    uint32_t *set, tag;
+    struct path *found = path_find(pc, ips, ip, sp, bp, (uint64_t)generation << 32 | m->owner, &set, &tag);
+    if (found) {
         pc->payoff.finds++;
-        if (MLK_LIKELY(p->id != MLK_NO_STACK && p->id_kind == (uint8_t)kind && p->id_epoch == unload_epoch)) {
-            *truncated = p->more;
-            *known = p->id;
-            return p->frames;
+        if (MLK_LIKELY(found->id != MLK_NO_STACK && found->id_kind == (uint8_t)kind &&
+                       found->id_epoch == unload_epoch)) {
+            *truncated = found->more;
+            *known = found->id;
+            return found->frames;
         }
-        break; /* its frames are walked again, and its id is this walk's */
+        /* (else its frames are walked again, and its id is this walk's) */
     }
     /* A new path (or one whose frames are wanted): the rest of the walk by
      * the rules, written down in the slot of the path it replaces (unusable

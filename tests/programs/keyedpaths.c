@@ -11,7 +11,10 @@
  * -DMIXED_FRAMES: levels 1 and 3 keep a frame pointer (CFA from rbp).
  * -DTHREADS: the rounds run in a thread, then again in a second one, which
  * is handed the first one's remembered walks and paths (and most likely its
- * stack): they must not be taken for its own. */
+ * stack): they must not be taken for its own.
+ * -DCONCURRENT: four threads at once -- two past the owned counter stripes,
+ * each resting from whole walks and counting its paths' blocks on the
+ * shared stripe. */
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -82,6 +85,14 @@ int main(void)
         if (pthread_create(&thread, NULL, rounds, NULL) != 0 || pthread_join(thread, NULL) != 0)
             return 1;
     }
+#elif defined(CONCURRENT)
+    pthread_t threads[4];
+    for (int t = 0; t < 4; t++)
+        if (pthread_create(&threads[t], NULL, rounds, NULL) != 0)
+            return 1;
+    for (int t = 0; t < 4; t++)
+        if (pthread_join(threads[t], NULL) != 0)
+            return 1;
 #else
     rounds(NULL);
 #endif
