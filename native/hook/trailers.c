@@ -447,16 +447,16 @@ static __attribute__((always_inline)) inline int alloc_fast_as(void *p, uint64_t
                                                                struct mlk_walk_start at, enum alloc_way way)
 {
     uint32_t *busy = flag_busy;
-    if (MLK_UNLIKELY((way == ALLOC_SHARED && !mlk_stack_on_shared_stripe()) ||
-                     (mlk_fast_off & (MLK_FAST_NOT_GLIBC | MLK_FAST_LAZY_SPAWN)) || mlk_thread_not_recording ||
+    if (MLK_UNLIKELY((mlk_fast_off & (MLK_FAST_NOT_GLIBC | MLK_FAST_LAZY_SPAWN)) || mlk_thread_not_recording ||
                      mlk_attention || (uintptr_t)busy <= 1 || size >= MAX_COUNTED_SIZE))
         return 0;
     if (MLK_UNLIKELY(way == ALLOC_BY_PATH ? mlk_walk_quick : !mlk_walk_quick))
         return way == ALLOC_OWNED ? MLK_FAST_RESTING : 0; /* (the whole way tries mlk_trailer_alloc_by_path) */
     if (MLK_UNLIKELY(way == ALLOC_OWNED && !mlk_stack_owns_stripe()))
         return MLK_FAST_SHARED_NEXT; /* (only that: the whole way tries mlk_trailer_alloc_shared) */
+    /* The stripe it counts on (the owners': theirs, by the test above). */
     int shared = way == ALLOC_SHARED || (way == ALLOC_BY_PATH && !mlk_stack_owns_stripe());
-    if (way == ALLOC_BY_PATH && shared && !mlk_stack_on_shared_stripe())
+    if (shared && !mlk_stack_on_shared_stripe())
         return 0;
     mlk_in_hook = 1; /* (as BEGIN_HOOK: a signal handler's allocation meanwhile is not recorded) */
     const struct mlk_header *seg = mlk_seg; /* (once: after the acquire below it would be loaded again) */

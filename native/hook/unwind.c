@@ -404,18 +404,11 @@ uint32_t mlk_walk_known_path(int max, int kind, uint32_t unload_epoch, struct ml
     struct paths *pc = m->paths;
     if (pc <= PATHS_NONE || pc->payoff.resting || pc->payoff.left <= 1)
         return MLK_NO_STACK;
-    const uint64_t *rules = cache;
-    uint64_t ips[PATH_KEY_STEPS], ip = at.ip, sp = at.sp, bp = at.bp, ra_at, bp_at;
-    int uses_bp;
-    for (int k = 0; k < PATH_KEY_STEPS; k++) {
-        ips[k] = ip;
-        if (RULE_STEP(ip, sp, bp, ra_at, bp_at, uses_bp) <= 0)
-            return MLK_NO_STACK;
-    }
-    (void)uses_bp; /* (the key's steps are the path's, whatever rbp they used) */
+    uint64_t ips[PATH_KEY_STEPS], ip = at.ip, sp = at.sp, bp = at.bp, h;
+    if (path_key(ips, &ip, &sp, &bp) != PATH_KEY_WHOLE)
+        return MLK_NO_STACK;
     uint32_t generation = (uint32_t)__atomic_load_n(&rules_generation, __ATOMIC_ACQUIRE);
-    uint32_t *set, tag;
-    struct path *p = path_find(pc, ips, ip, sp, bp, (uint64_t)generation << 32 | m->owner, &set, &tag);
+    struct path *p = path_find(pc, ips, ip, sp, bp, path_gen_owner(m, generation), &h);
     if (!p || p->id == MLK_NO_STACK || p->id_kind != (uint8_t)kind || p->id_epoch != unload_epoch)
         return MLK_NO_STACK; /* (one found was moved to its set's front, as fast_backtrace will) */
     m->payoff.left--; /* (both above 1: no turn due) */

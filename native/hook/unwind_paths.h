@@ -79,7 +79,6 @@ struct paths {
     uint32_t count;                /* paths it has room for */
     uint32_t victim;               /* the one the next new path replaces */
     size_t path_size;
-    uint32_t max_words;            /* positions a path has room for */
     struct payoff payoff;          /* whether paths pay */
     uint32_t sets[1u << PATH_SET_BITS][PATH_WAYS];
     /* then `count` paths of path_size bytes */
@@ -98,7 +97,10 @@ static struct paths *paths_of(struct memo *m)
         return m->paths;
     if (m->max <= PATH_KEY_STEPS + 1)
         return m->paths = PATHS_NONE; /* no room for a path past its key */
-    size_t words = 2 * (size_t)(m->max - PATH_KEY_STEPS); /* a return address and a saved rbp per step, at most */
+    /* A return address and a saved rbp per step past the key, at most:
+     * room for every word a walk of m->max frames reads (path_walk is
+     * given only this memo's max). */
+    size_t words = 2 * (size_t)(m->max - PATH_KEY_STEPS);
     size_t path_size = (PATH_HEAD_BYTES + words * sizeof(uint16_t) + 63) & ~(size_t)63;
     size_t count = (PATH_BYTES - PATHS_HEAD) / path_size;
     if (count > PATH_MAX_COUNT)
@@ -108,7 +110,6 @@ static struct paths *paths_of(struct memo *m)
         return m->paths = PATHS_NONE;
     pc->count = (uint32_t)count;
     pc->path_size = path_size;
-    pc->max_words = (uint32_t)((path_size - PATH_HEAD_BYTES) / sizeof(uint16_t));
     payoff_start(&pc->payoff);
     return m->paths = pc;
 }
@@ -169,20 +170,54 @@ static uint64_t values_fingerprint(uint64_t h, const uint64_t *v, unsigned n)
     return h;
 }
 
+/* A key's hash (path_hash) names its set, and its tag in the set. */
+static inline uint32_t *path_set_of(struct paths *pc, uint64_t h)
+{
+    return pc->sets[h >> (64 - PATH_SET_BITS)];
+}
+#define PATH_TAG(h) ((uint32_t)(h) & ~PATH_IDX_MASK)
+
+/* What a path is compared with besides its words: the rules' generation it
+ * was walked under, and whose it is (see struct path). */
+static inline uint64_t path_gen_owner(const struct memo *m, uint32_t generation)
+{
+    return (uint64_t)generation << 32 | m->owner;
+}
+
+/* The first PATH_KEY_STEPS frames from state (*ip, *sp, *bp), by the rules,
+ * into ips, and the state after them: PATH_KEY_WHOLE; else the walk ended
+ * within them, with that many frames, or -1 (libgcc's turn). */
+#define PATH_KEY_WHOLE (MLK_MAX_DEPTH + 1)
+static inline __attribute__((always_inline)) int path_key(uint64_t *ips, uint64_t *ipp, uint64_t *spp,
+                                                          uint64_t *bpp)
+{
+    const uint64_t *rules = cache;
+    uint64_t ip = *ipp, sp = *spp, bp = *bpp, ra_at, bp_at;
+    int uses_bp; /* (the key's steps are the path's, whatever rbp they used) */
+    for (int k = 0; k < PATH_KEY_STEPS; k++) {
+        ips[k] = ip;
+        int r = RULE_STEP(ip, sp, bp, ra_at, bp_at, uses_bp);
+        if (r <= 0)
+            return r < 0 ? -1 : k + 1;
+    }
+    (void)uses_bp;
+    *ipp = ip, *spp = sp, *bpp = bp;
+    return PATH_KEY_WHOLE;
+}
+
 /* The path of the key ips[0..PATH_KEY_STEPS-1] with state (ip, sp, bp)
- * after it whose words all hold (its owner's, under this generation),
- * moved to the front of its set; or NULL.  *set_out, *tag_out: where a new
- * path of this key goes. */
+ * after it whose words all hold (gen_owner: path_gen_owner's), moved to the
+ * front of its set; or NULL.  *h_out: the key's hash (where a new path of
+ * this key goes). */
 static inline __attribute__((always_inline)) struct path *
 path_find(struct paths *pc, const uint64_t *ips, uint64_t ip, uint64_t sp, uint64_t bp, uint64_t gen_owner,
-          uint32_t **set_out, uint32_t *tag_out)
+          uint64_t *h_out)
 {
     uint64_t h = path_hash(ips, ip, sp);
     uint64_t key_check = h; /* (a bijection of each key frame: see path_hash) */
-    uint32_t tag = (uint32_t)h & ~PATH_IDX_MASK;
-    uint32_t *set = pc->sets[h >> (64 - PATH_SET_BITS)];
-    *set_out = set;
-    *tag_out = tag;
+    uint32_t tag = PATH_TAG(h);
+    uint32_t *set = path_set_of(pc, h);
+    *h_out = h;
     for (int w = 0; w < PATH_WAYS; w++) {
         uint32_t e = set[w];
         if ((e & ~PATH_IDX_MASK) != tag || !(e & PATH_IDX_MASK))
@@ -216,15 +251,11 @@ path_walk(struct memo *m, struct paths *pc, uint64_t *ips, int max, int *truncat
     int r, uses_bp;
     if (!payoff_try(&pc->payoff))
         return PATH_PLAIN;
-    /* The key: the first frames by the rules. */
-    for (int k = 0; k < PATH_KEY_STEPS; k++) {
-        ips[k] = ip;
-        r = RULE_STEP(ip, sp, bp, ra_at, bp_at, uses_bp);
-        if (r <= 0)
-            return r < 0 ? -1 : k + 1;
-    }
-    uint32_t *set, tag;
-    struct path *found = path_find(pc, ips, ip, sp, bp, (uint64_t)generation << 32 | m->owner, &set, &tag);
+    r = path_key(ips, &ip, &sp, &bp);
+    if (r != PATH_KEY_WHOLE)
+        return r;
+    uint64_t h;
+    struct path *found = path_find(pc, ips, ip, sp, bp, path_gen_owner(m, generation), &h);
     if (found) {
         pc->payoff.finds++;
         if (MLK_LIKELY(found->id != MLK_NO_STACK && found->id_kind == (uint8_t)kind &&
@@ -240,7 +271,7 @@ path_walk(struct memo *m, struct paths *pc, uint64_t *ips, int max, int *truncat
      * meanwhile).  Which saved rbp words a later rule used is known only at
      * the end: `used` has a bit per word. */
     struct path *p = path_at(pc, pc->victim);
-    uint64_t ip_at_key = ip, sp_at_key = sp, bp_at_key = bp;
+    uint64_t sp_at_key = sp, bp_at_key = bp;
     uint64_t used[(2 * MLK_MAX_DEPTH + 63) / 64] = {0};
     uint64_t value[2 * MLK_MAX_DEPTH];
     uint64_t reach = 0; /* the furthest word above the state's sp */
@@ -285,12 +316,11 @@ path_walk(struct memo *m, struct paths *pc, uint64_t *ips, int max, int *truncat
     for (int i = 0; i < nw; i++)
         furthest = p->at[i] > furthest ? p->at[i] : furthest;
     uint64_t end = mlk_fp_stack_end(sp_at_key);
-    if ((reach & 7) || reach >= 8ull << 16 || !end || sp_at_key >= end || (end - sp_at_key) / 8 <= furthest ||
-        (uint32_t)nw > pc->max_words)
+    if ((reach & 7) || reach >= 8ull << 16 || !end || sp_at_key >= end || (end - sp_at_key) / 8 <= furthest)
         return n;
     /* (Saved rbp words no rule used are not the path's: the register's
      * value then is whatever the code kept in it, and must not matter.) */
-    uint64_t c = path_hash(ips, ip_at_key, sp_at_key);
+    uint64_t c = h; /* (the key's hash: path_find's start too) */
     if (bp_used_first)
         c = words_mix1(c, bp_at_key);
     int kept = 0;
@@ -306,10 +336,11 @@ path_walk(struct memo *m, struct paths *pc, uint64_t *ips, int max, int *truncat
     p->frames = (uint8_t)n;
     p->more = (uint8_t)*truncated;
     p->id = MLK_NO_STACK;
-    p->gen_owner = (uint64_t)generation << 32 | m->owner;
+    p->gen_owner = path_gen_owner(m, generation);
+    uint32_t *set = path_set_of(pc, h);
     for (int w = PATH_WAYS - 1; w > 0; w--)
         set[w] = set[w - 1];
-    set[0] = tag | (pc->victim + 1);
+    set[0] = PATH_TAG(h) | (pc->victim + 1);
     pc->victim = pc->victim + 1 < pc->count ? pc->victim + 1 : 0;
     m->last_path = p;
     return n;

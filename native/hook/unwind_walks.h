@@ -125,7 +125,6 @@ struct kept_walk {
     uint32_t id;           /* the stack interned for it (MLK_NO_STACK: none yet) */
     uint16_t ngroups;      /* its check list's length, in groups */
     uint8_t checks_written; /* its list is (else it is one that fails: checks_unwritten) */
-    uint8_t unused;
     uint64_t id_for;       /* the kind and unload epoch id was interned for (ID_FOR), or ID_FOR_NONE */
     /* Steps before this one may have had a rule that computes the CFA from
      * rbp (-fno-omit-frame-pointer code, alloca): only up to here must the
