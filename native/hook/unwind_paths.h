@@ -51,7 +51,11 @@
  * positions alone, 2 bytes a word, leave a path of up to 13 words on one
  * line.  The fingerprint starts from the key's hash (path_hash, a
  * bijection of each key frame: the set's tag names them with 31 bits
- * only).
+ * only) mixed with the rules' generation and the path's owner
+ * (path_gen_owner): compared through the fingerprint rather than kept as
+ * a field, they leave the head 30 bytes, so up to 17 words are on its
+ * first line (cc1's paths, ~13.5 words on average, spilled onto a second
+ * line half the time: 368k last-level misses).
  *
  * Every word is read, not only up to the first that differs as the walk
  * would: so a path is kept only where every word it reads lies on this
@@ -60,11 +64,11 @@
  * is used only by the thread that wrote it (owner: its memo's, counted up
  * each time a thread takes the memo) from exactly that sp -- whose words
  * up to that end stay mapped for the thread's life. */
-#define PATH_HEAD_BYTES 38 /* (13 words on its first line) */
+#define PATH_HEAD_BYTES 30 /* (17 words on its first line) */
 struct path {
-    uint64_t sp;                   /* the state's sp after the key (compared exactly) */
-    uint64_t gen_owner;            /* rules_generation << 32 | memo owner; 0: being written */
-    uint64_t check;                /* the fingerprint of the key's frames, rbp if bp_in_key, the words */
+    uint64_t sp;                   /* the state's sp after the key (compared exactly); 0: being written */
+    uint64_t check;                /* the fingerprint of the key's frames, generation and owner, rbp if
+                                      bp_in_key, the words (path_check_start, then words_fingerprint) */
     uint32_t id, id_epoch;         /* the stack interned for it (id MLK_NO_STACK: none yet) */
     uint8_t id_kind;
     uint8_t bp_in_key;             /* a rule uses the state's rbp before any saved one is read */
@@ -184,6 +188,14 @@ static inline uint64_t path_gen_owner(const struct memo *m, uint32_t generation)
     return (uint64_t)generation << 32 | m->owner;
 }
 
+/* Where a path's fingerprint starts: the key's hash h, then gen_owner,
+ * then the state's rbp where the path's first rule uses it. */
+static inline uint64_t path_check_start(uint64_t h, uint64_t gen_owner, int bp_in_key, uint64_t bp)
+{
+    uint64_t c = words_mix1(h, gen_owner);
+    return bp_in_key ? words_mix1(c, bp) : c;
+}
+
 /* The first PATH_KEY_STEPS frames from state (*ip, *sp, *bp), by the rules,
  * into ips, and the state after them: PATH_KEY_WHOLE; else the walk ended
  * within them, with that many frames, or -1 (libgcc's turn). */
@@ -214,7 +226,7 @@ path_find(struct paths *pc, const uint64_t *ips, uint64_t ip, uint64_t sp, uint6
           uint64_t *h_out)
 {
     uint64_t h = path_hash(ips, ip, sp);
-    uint64_t key_check = h; /* (a bijection of each key frame: see path_hash) */
+    uint64_t key_check = words_mix1(h, gen_owner); /* (h: a bijection of each key frame, see path_hash) */
     uint32_t tag = PATH_TAG(h);
     uint32_t *set = path_set_of(pc, h);
     *h_out = h;
@@ -223,7 +235,7 @@ path_find(struct paths *pc, const uint64_t *ips, uint64_t ip, uint64_t sp, uint6
         if ((e & ~PATH_IDX_MASK) != tag || !(e & PATH_IDX_MASK))
             continue;
         struct path *p = path_at(pc, (e & PATH_IDX_MASK) - 1);
-        if (p->sp != sp || p->gen_owner != gen_owner)
+        if (p->sp != sp)
             continue;
         uint64_t c = p->bp_in_key ? words_mix1(key_check, bp) : key_check;
         if (words_fingerprint(c, p->at, p->nwords, sp) != p->check)
@@ -276,7 +288,7 @@ path_walk(struct memo *m, struct paths *pc, uint64_t *ips, int max, int *truncat
     uint64_t value[2 * MLK_MAX_DEPTH];
     uint64_t reach = 0; /* the furthest word above the state's sp */
     int nw = 0, last_bp_word = -1, bp_used_first = 0, n = PATH_KEY_STEPS;
-    p->gen_owner = 0;
+    p->sp = 0; /* (found by no key until written whole) */
     for (;; n++) {
         if (n >= max) {
             *truncated = 1;
@@ -320,9 +332,7 @@ path_walk(struct memo *m, struct paths *pc, uint64_t *ips, int max, int *truncat
         return n;
     /* (Saved rbp words no rule used are not the path's: the register's
      * value then is whatever the code kept in it, and must not matter.) */
-    uint64_t c = h; /* (the key's hash: path_find's start too) */
-    if (bp_used_first)
-        c = words_mix1(c, bp_at_key);
+    uint64_t c = path_check_start(h, path_gen_owner(m, generation), bp_used_first, bp_at_key);
     int kept = 0;
     for (int i = 0; i < nw; i++)
         if (used[i / 64] >> (i % 64) & 1) {
@@ -331,12 +341,11 @@ path_walk(struct memo *m, struct paths *pc, uint64_t *ips, int max, int *truncat
         }
     p->nwords = (uint16_t)kept;
     p->check = values_fingerprint(c, value, (unsigned)kept);
-    p->sp = sp_at_key;
     p->bp_in_key = (uint8_t)bp_used_first;
     p->frames = (uint8_t)n;
     p->more = (uint8_t)*truncated;
     p->id = MLK_NO_STACK;
-    p->gen_owner = path_gen_owner(m, generation);
+    p->sp = sp_at_key; /* (last: usable from now on) */
     uint32_t *set = path_set_of(pc, h);
     for (int w = PATH_WAYS - 1; w > 0; w--)
         set[w] = set[w - 1];
