@@ -220,25 +220,25 @@ not_understood:
 }
 
 /* Where mlk_walk_known and mlk_walk_known_older look: the set of walks
- * remembered from the hook frame's state, or NULL where fast_backtrace must
- * (no walk start, a resting thread, a window about to turn). */
+ * remembered from the hook frame's state (its index), or -1 where
+ * fast_backtrace must (no walk start, a resting thread, a window about to
+ * turn). */
 struct walk_known_state {
     uint64_t ip, sp, bp;
     uint16_t tag;
 };
 
-static inline __attribute__((always_inline)) uint16_t *walk_known_set_at(struct memo *m, int max,
-                                                                          struct mlk_walk_start at,
-                                                                          struct walk_known_state *st)
+static inline __attribute__((always_inline)) int walk_known_set_at(struct memo *m, int max, struct mlk_walk_start at,
+                                                                    struct walk_known_state *st)
 {
     /* (Not resting: every caller has tested mlk_walk_quick, which
      * fast_backtrace sets to "not resting" each time the window turns.) */
     if (m <= MEMO_NONE || m->max != max || m->payoff.left <= 1)
-        return NULL;
+        return -1;
     /* (No test that ip is not our own code's: a walk is remembered from
      * the first state past our frames, so from such a state none is found.) */
     *st = (struct walk_known_state){at.ip, at.sp, at.bp, 0};
-    return first_set(m, at.ip, at.sp, &st->tag);
+    return (int)first_index(at.ip, at.sp, &st->tag);
 }
 
 /* mlk_walk_start was set by a hook whose frame is above ours (else it is
@@ -249,10 +249,9 @@ static inline __attribute__((always_inline)) int walk_start_above(void)
     return sp > here && sp - here < 65536;
 }
 
-static inline __attribute__((always_inline)) uint16_t *walk_known_set(struct memo *m, int max,
-                                                                       struct walk_known_state *st)
+static inline __attribute__((always_inline)) int walk_known_set(struct memo *m, int max, struct walk_known_state *st)
 {
-    return walk_start_above() ? walk_known_set_at(m, max, mlk_walk_start, st) : NULL;
+    return walk_start_above() ? walk_known_set_at(m, max, mlk_walk_start, st) : -1;
 }
 
 /* Way i of the set holds from this state to its end, with its id for this
@@ -275,13 +274,14 @@ walk_known_slot(struct memo *m, int s, const struct walk_known_state *st, int ma
     return w->id;
 }
 
+/* (way: a set's entry, the tag of its state << 8 | its slot) */
 static inline __attribute__((always_inline)) uint32_t
-walk_known_way(struct memo *m, uint16_t *set, int i, const struct walk_known_state *st, int max, int kind,
+walk_known_way(struct memo *m, uint16_t way, const struct walk_known_state *st, int max, int kind,
                uint32_t unload_epoch)
 {
-    if ((set[i] & 0xff00) != st->tag)
+    if ((way & 0xff00) != st->tag)
         return MLK_NO_STACK;
-    return walk_known_slot(m, set[i] & 0xff, st, max, kind, unload_epoch);
+    return walk_known_slot(m, way & 0xff, st, max, kind, unload_epoch);
 }
 
 /* A walk start answered is used (mlk_walk_known, mlk_walk_known_older). */
@@ -309,8 +309,8 @@ __attribute__((always_inline)) inline uint32_t mlk_walk_known_at(int max, int ki
 {
     struct memo *m = thread_memo;
     struct walk_known_state st;
-    uint16_t *set = walk_known_set_at(m, max, at, &st);
-    return set ? walk_known_way(m, set, 0, &st, max, kind, unload_epoch) : MLK_NO_STACK;
+    int set = walk_known_set_at(m, max, at, &st);
+    return set >= 0 ? walk_known_way(m, m->latest[set], &st, max, kind, unload_epoch) : MLK_NO_STACK;
 }
 
 uint32_t mlk_walk_known(int max, int kind, uint32_t unload_epoch)
@@ -362,7 +362,7 @@ static void front_for_next(struct memo *m, uint16_t *set, uint16_t tag, int slot
     if (j < 0)
         j = way_of(set, tag | slot);
     if (j > 0)
-        move_to_front(set, j, set[j]);
+        move_to_front(m, set, j, set[j]);
 }
 uint32_t mlk_walk_known_older(int max, int kind, uint32_t unload_epoch)
 {
@@ -370,13 +370,14 @@ uint32_t mlk_walk_known_older(int max, int kind, uint32_t unload_epoch)
     if (m <= MEMO_NONE || m->older_worth < OLDER_QUICK_WORTH)
         return MLK_NO_STACK;
     struct walk_known_state st;
-    uint16_t *set = walk_known_set(m, max, &st);
-    if (!set)
+    int at = walk_known_set(m, max, &st);
+    if (at < 0)
         return MLK_NO_STACK;
+    uint16_t *set = m->firsts[at];
     int prev = m->last;
     uint32_t id = prev >= 0 ? walk_known_slot(m, m->next_of[prev], &st, max, kind, unload_epoch) : MLK_NO_STACK;
     for (int i = 1; id == MLK_NO_STACK && i < MEMO_FIRST_WAYS; i++) {
-        id = walk_known_way(m, set, i, &st, max, kind, unload_epoch);
+        id = walk_known_way(m, set[i], &st, max, kind, unload_epoch);
         if (id != MLK_NO_STACK)
             learn_next(m, prev, set[i] & 0xff);
     }

@@ -155,9 +155,13 @@ struct memo {
      * next one was not the latest of its first state (MEMO_WALKS or more:
      * none): see mlk_walk_known_older. */
     uint8_t next_of[MEMO_WALKS];
+    /* Each set's front (firsts[i][0]) again, side by side: all the quick
+     * look reads of the sets (mlk_walk_known_at), 2 KiB where the fronts
+     * of the sets in use were a cache line each of 16 KiB. */
+    uint16_t latest[1 << MEMO_FIRST_SET_BITS];
     /* Per first state (hashed), the walks that started there, most recently
      * used first: other bits of the state's hash << 8 | slot (MEMO_WALKS or
-     * more: none). */
+     * more: none).  Changed by move_to_front only, which keeps `latest`. */
     uint16_t firsts[1 << MEMO_FIRST_SET_BITS][MEMO_FIRST_WAYS];
     /* then MEMO_WALKS walks of walk_size bytes */
 };
@@ -246,6 +250,7 @@ static struct memo *memo_of_thread(int max)
         m->checks_off = checks_off;
     }
     memset(m->firsts, 0xff, sizeof m->firsts);
+    memset(m->latest, 0xff, sizeof m->latest);
     memset(m->next_of, 0xff, sizeof m->next_of);
     m->older_worth = 64;
     m->owner++; /* (the paths of the thread that had it are not this one's: see struct path) */
@@ -378,18 +383,23 @@ static inline int walk_starts_at(const struct kept_walk *w, uint64_t ip, uint64_
 }
 
 /* The walks that started at a state, most recently used first. */
-static inline uint16_t *first_set(struct memo *m, uint64_t ip, uint64_t sp, uint16_t *tag)
+static inline unsigned first_index(uint64_t ip, uint64_t sp, uint16_t *tag)
 {
     uint64_t h = state_hash(ip, sp);
     *tag = (uint16_t)((h >> 16 & 0xff) << 8);
-    return m->firsts[h >> (64 - MEMO_FIRST_SET_BITS)];
+    return (unsigned)(h >> (64 - MEMO_FIRST_SET_BITS));
+}
+
+static inline uint16_t *first_set(struct memo *m, uint64_t ip, uint64_t sp, uint16_t *tag)
+{
+    return m->firsts[first_index(ip, sp, tag)];
 }
 
 /* Way i of a set becomes `way`, moved to the front: the ways before it
  * move back one.  (The set is 16 bytes: shifted as one 128-bit value --
  * gcc made the loop a call to memmove, 58 instructions a move on sqlite3.) */
 _Static_assert(MEMO_FIRST_WAYS * sizeof(uint16_t) == 16, "a set of first states is one 128-bit value");
-static inline void move_to_front(uint16_t *set, int i, uint16_t way)
+static inline void move_to_front(struct memo *m, uint16_t *set, int i, uint16_t way)
 {
     unsigned __int128 v;
     memcpy(&v, set, sizeof v);
@@ -397,22 +407,23 @@ static inline void move_to_front(uint16_t *set, int i, uint16_t way)
     unsigned __int128 after = i < MEMO_FIRST_WAYS - 1 ? v >> (16 * (i + 1)) << (16 * (i + 1)) : 0;
     v = after | before << 16 | way;
     memcpy(set, &v, sizeof v);
+    m->latest[(set - m->firsts[0]) / MEMO_FIRST_WAYS] = way;
 }
 
 /* `way` to the front of its set: from where its slot is, else from the last way. */
-static void to_front(uint16_t *set, uint16_t way)
+static void to_front(struct memo *m, uint16_t *set, uint16_t way)
 {
     int i = 0;
     while (i < MEMO_FIRST_WAYS - 1 && (set[i] & 0xff) != (way & 0xff))
         i++;
-    move_to_front(set, i, way);
+    move_to_front(m, set, i, way);
 }
 
 static void walk_to_front(struct memo *m, const struct kept_walk *w, int slot)
 {
     uint16_t tag;
     uint16_t *set = first_set(m, w->step[0].ip, w->sp0, &tag);
-    to_front(set, tag | (uint16_t)slot);
+    to_front(m, set, tag | (uint16_t)slot);
 }
 
 /* The remembered walk that started at state (ip, sp, bp) and is the same
@@ -444,7 +455,7 @@ static struct kept_walk *recall_first(struct memo *m, uint64_t ip, uint64_t sp, 
             *change = c;
             if (c == w->steps) {
                 if (i) {
-                    move_to_front(set, i, set[i]);
+                    move_to_front(m, set, i, set[i]);
                     m->older_worth = m->older_worth < 1000 ? m->older_worth + 8 : m->older_worth;
                 }
                 return best;
