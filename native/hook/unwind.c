@@ -31,6 +31,7 @@ int mlk_unwind_mode = MLK_UNWIND_FAST;
 #if defined(__x86_64__)
 
 #include "unwind_rules.h"
+#include "unwind_words.h"
 #include "unwind_walks.h"
 #include "unwind_paths.h"
 
@@ -101,8 +102,8 @@ fast_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload
         struct kept_walk *w = recall_first(m, ip, sp, bp, generation, &slot, &change);
         if (w && change == w->steps && (!w->more || w->steps == max)) {
             /* This whole walk is a remembered one, which stays as it is. */
-            if (MLK_UNLIKELY(!w->checks_written))
-                write_checks(m, w); /* found whole again: it may be checked whole from now on */
+            if (MLK_UNLIKELY(!w->list_tried))
+                write_list(m, w); /* found whole again: it may be checked whole from now on */
             if (w->id_for == ID_FOR(kind, unload_epoch))
                 *known = w->id; /* the frames are not needed: most backtraces end here */
             else
@@ -116,6 +117,7 @@ fast_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload
         /* (Only now: a walk found whole writes nothing.) */
         out = walk_at(m, m->victim);
         out->generation = 0;
+        out->quick_sp = 0;
         out->sp0 = sp;
         out->bp_upto = out->bp_ok = 0;
         if (w) {
@@ -257,13 +259,15 @@ static inline __attribute__((always_inline)) int walk_known_set(struct memo *m, 
 /* Way i of the set holds from this state to its end, with its id for this
  * kind and epoch: counted and named as fast_backtrace would have. */
 static inline __attribute__((always_inline)) uint32_t
-walk_known_slot(struct memo *m, int s, const struct walk_known_state *st, int max, int kind, uint32_t unload_epoch)
+walk_known_slot(struct memo *m, int s, const struct walk_known_state *st, int kind, uint32_t unload_epoch)
 {
-    if (s >= MEMO_WALKS || s == m->victim)
+    /* (The victim slot too: its walk is whole until fast_backtrace starts
+     * writing over it, which first clears quick_sp.) */
+    if (s >= MEMO_WALKS)
         return MLK_NO_STACK;
     const struct kept_walk *w = walk_at(m, s);
-    if (!walk_starts_at(w, st->ip, st->sp, st->bp, __atomic_load_n(&rules_generation, __ATOMIC_ACQUIRE)) ||
-        w->id_for != ID_FOR(kind, unload_epoch) || (w->more && w->steps != max) || !walk_holds(m, w, st->sp))
+    if (w->quick_sp != st->sp || w->id_for != ID_FOR(kind, unload_epoch) ||
+        !walk_holds(w, st->ip, st->sp, st->bp, __atomic_load_n(&rules_generation, __ATOMIC_ACQUIRE)))
         return MLK_NO_STACK;
     m->payoff.left--; /* (above 1: no turn of the window is due) */
     m->payoff.finds++;
@@ -276,12 +280,11 @@ walk_known_slot(struct memo *m, int s, const struct walk_known_state *st, int ma
 
 /* (way: a set's entry, the tag of its state << 8 | its slot) */
 static inline __attribute__((always_inline)) uint32_t
-walk_known_way(struct memo *m, uint16_t way, const struct walk_known_state *st, int max, int kind,
-               uint32_t unload_epoch)
+walk_known_way(struct memo *m, uint16_t way, const struct walk_known_state *st, int kind, uint32_t unload_epoch)
 {
     if ((way & 0xff00) != st->tag)
         return MLK_NO_STACK;
-    return walk_known_slot(m, way & 0xff, st, max, kind, unload_epoch);
+    return walk_known_slot(m, way & 0xff, st, kind, unload_epoch);
 }
 
 /* A walk start answered is used (mlk_walk_known, mlk_walk_known_older). */
@@ -310,7 +313,7 @@ __attribute__((always_inline)) inline uint32_t mlk_walk_known_at(int max, int ki
     struct memo *m = thread_memo;
     struct walk_known_state st;
     int set = walk_known_set_at(m, max, at, &st);
-    return set >= 0 ? walk_known_way(m, m->latest[set], &st, max, kind, unload_epoch) : MLK_NO_STACK;
+    return set >= 0 ? walk_known_way(m, m->latest[set], &st, kind, unload_epoch) : MLK_NO_STACK;
 }
 
 uint32_t mlk_walk_known(int max, int kind, uint32_t unload_epoch)
@@ -375,9 +378,9 @@ uint32_t mlk_walk_known_older(int max, int kind, uint32_t unload_epoch)
         return MLK_NO_STACK;
     uint16_t *set = m->firsts[at];
     int prev = m->last;
-    uint32_t id = prev >= 0 ? walk_known_slot(m, m->next_of[prev], &st, max, kind, unload_epoch) : MLK_NO_STACK;
+    uint32_t id = prev >= 0 ? walk_known_slot(m, m->next_of[prev], &st, kind, unload_epoch) : MLK_NO_STACK;
     for (int i = 1; id == MLK_NO_STACK && i < MEMO_FIRST_WAYS; i++) {
-        id = walk_known_way(m, set[i], &st, max, kind, unload_epoch);
+        id = walk_known_way(m, set[i], &st, kind, unload_epoch);
         if (id != MLK_NO_STACK)
             learn_next(m, prev, set[i] & 0xff);
     }

@@ -95,37 +95,37 @@ struct step {
     uint64_t bp_at;        /* where the saved rbp (the next bp) was read; 0: not read */
 };
 
-/* What checking a remembered walk reads, packed: each stack word the walk
- * read (a return address; a saved rbp where a rule used one, see bp_upto)
- * with the value it read, in the walk's order -- 4 instructions a word,
- * against 7 through the steps (each step's two places, each maybe empty,
- * and the next step's values).  Four words a group: where each is, in
- * eighths above the walk's first sp (2 bytes), then their values -- 40
- * bytes where an address and a value a word took 64 (a walk of 16 frames:
- * 3 cache lines instead of 5).  Padded to whole groups with copies of the
- * first word, which holds by then.  A word below the first sp or 2^16
- * eighths above it (or off the stack: the 0 a frame-pointer step whose rbp
- * is not believed "reads"): no list, and the walk is never found by
- * walk_holds (only by recall_first).  sqlite3: 240k fewer first-level
- * misses, -0.5% est. cycles. */
-#define CHECKS_AT_ONCE 4
-struct check_group {
-    uint16_t at[CHECKS_AT_ONCE];
-    uint64_t want[CHECKS_AT_ONCE];
-};
-#define CHECK_GROUPS(n) (((n) + CHECKS_AT_ONCE - 1) / CHECKS_AT_ONCE)
-
+/* What checking a remembered walk reads, on its first cache line: where
+ * each stack word the walk read is (a return address; a saved rbp where a
+ * rule used one, see bp_upto), in eighths above the walk's first sp and in
+ * its order, and one fingerprint of the values it read (words_fingerprint,
+ * started from walk_seed: the first state's ip, rbp where it matters, and
+ * the rules' generation) -- with the walk's stack id, all the quick look
+ * reads (mlk_walk_known_at): 2 bytes a word, so a walk of up to 17 words is
+ * checked on one line, where the words with their values took 3 or 4
+ * besides the walk's head (sqlite3: its quick looks missed the first-level
+ * cache ~600k times).  Every word is read, so a list is written only where
+ * all lie on this thread's own stack, between the first sp and the
+ * stack's known end (as a path's, see struct path: a memo's walks are
+ * dropped when another thread takes it). */
+#define QUICK_WORDS 49 /* (the list's two lines: a walk of 16 frames reads 34 words at most) */
 struct kept_walk {
+    /* -- the list, first: what the quick look reads -- */
+    uint64_t quick_sp;     /* sp0, once the list is written; 0: none (see write_list) */
+    uint64_t sum;          /* the fingerprint of its words' values, from walk_seed */
+    uint64_t id_for;       /* the kind and unload epoch id was interned for (ID_FOR), or ID_FOR_NONE */
+    uint32_t id;           /* the stack interned for it (MLK_NO_STACK: none yet) */
+    uint8_t nwords;
+    uint8_t bp_in_seed;    /* bp_upto > 0: the first state's rbp is part of it */
+    uint16_t at[QUICK_WORDS];
+    /* -- the walk -- */
     /* rules_generation it was walked under; 0: being written (or never
      * was), or a walk of no frames, which is never looked for */
     uint64_t generation;
     int steps;             /* frames recorded */
     int more;              /* stopped at max: step[steps] is a frame too */
     uint64_t sp0;          /* the first state's sp */
-    uint32_t id;           /* the stack interned for it (MLK_NO_STACK: none yet) */
-    uint16_t ngroups;      /* its check list's length, in groups */
-    uint8_t checks_written; /* its list is (else it is one that fails: checks_unwritten) */
-    uint64_t id_for;       /* the kind and unload epoch id was interned for (ID_FOR), or ID_FOR_NONE */
+    int list_tried;        /* write_list ran (else the list is not written yet) */
     /* Steps before this one may have had a rule that computes the CFA from
      * rbp (-fno-omit-frame-pointer code, alloca): only up to here must the
      * saved rbp words it read be the same for the walk to be the same, and
@@ -136,11 +136,12 @@ struct kept_walk {
     int bp_ok;             /* the states up to this one have their rbp right */
     struct step step[];    /* steps + 1: the last is the state after the last step */
 };
+_Static_assert(offsetof(struct kept_walk, at) + 17 * sizeof(uint16_t) == 64, "17 words on the first line");
+_Static_assert(offsetof(struct kept_walk, generation) == 128, "the list on two lines");
 
 struct paths;
 struct memo {
     struct memo *next_spare;
-    size_t checks_off;     /* where a walk's check list is, from its start */
     struct paths *paths;   /* see "remembered paths"; NULL: not mapped yet */
     int max;               /* frames per walk it is sized for */
     int victim;            /* the walk slot the next new walk goes into */
@@ -186,12 +187,6 @@ static inline uint64_t step_sp(const struct kept_walk *w, int k)
 #define ID_FOR(kind, unload_epoch) ((uint64_t)(unload_epoch) << 32 | (uint32_t)(kind))
 #define ID_FOR_NONE (~0ull)
 
-/* Where walk w's own check list goes, in its slot. */
-static inline struct check_group *checks_of(const struct memo *m, const struct kept_walk *w)
-{
-    return (struct check_group *)((char *)w + m->checks_off);
-}
-
 /* Walks start on cache lines, so that a walk's head and first step (what
  * walk_starts_at reads) are one line. */
 #define MEMO_HEAD ((sizeof(struct memo) + 63) & ~(size_t)63)
@@ -234,11 +229,12 @@ static struct memo *memo_of_thread(int max)
          * paths stay: one is used only from a state it was walked from,
          * with every word it read still the same -- whose stack that is
          * does not matter.) */
-        for (int i = 0; i < MEMO_WALKS; i++)
+        for (int i = 0; i < MEMO_WALKS; i++) {
             walk_at(m, i)->generation = 0;
+            walk_at(m, i)->quick_sp = 0; /* (its list's words may lie beyond this thread's stack) */
+        }
     } else {
-        size_t checks_off = sizeof(struct kept_walk) + (size_t)(max + 1) * sizeof(struct step);
-        size_t walk_size = (checks_off + CHECK_GROUPS(MEMO_CHECKS(max)) * sizeof(struct check_group) + 63) & ~(size_t)63;
+        size_t walk_size = (sizeof(struct kept_walk) + (size_t)(max + 1) * sizeof(struct step) + 63) & ~(size_t)63;
         size_t size = MEMO_HEAD + MEMO_WALKS * walk_size;
         m = mlk_map_anon(size);
         if (!m) {
@@ -247,7 +243,6 @@ static struct memo *memo_of_thread(int max)
         }
         m->max = max;
         m->walk_size = walk_size;
-        m->checks_off = checks_off;
     }
     memset(m->firsts, 0xff, sizeof m->firsts);
     memset(m->latest, 0xff, sizeof m->latest);
@@ -286,42 +281,46 @@ static int first_change(const struct kept_walk *w, int k)
     return k;
 }
 
-/* Whether every stack word walk w read still holds what it read: the walk
- * from its first state is w, whole.  In the walk's order, stopping at the
- * first that differs: no word is read that the walk itself would not. */
-#define CHECK_HOLDS(g, i) (*(const uint64_t *)(sp0 + (uint64_t)(g)->at[i] * 8) == (g)->want[i])
-/* (sp0: the walk's, which the caller has compared with its state's.) */
-static inline int walk_holds(const struct memo *m, const struct kept_walk *w, uint64_t sp0)
+/* Where checking walk w's list starts: its first state's ip (the state's
+ * sp is compared exactly), rbp where a rule uses it (bp_upto > 0: see
+ * walk_starts_at), and the rules' generation. */
+static inline uint64_t walk_seed(uint64_t ip, uint64_t generation, int bp_in_seed, uint64_t bp)
 {
-    const struct check_group *g = checks_of(m, w), *end = g + w->ngroups;
-    for (; g < end; g++)
-        if (!CHECK_HOLDS(g, 0) || !CHECK_HOLDS(g, 1) || !CHECK_HOLDS(g, 2) || !CHECK_HOLDS(g, 3))
-            return 0;
-    return 1;
-}
-_Static_assert(CHECKS_AT_ONCE == 4, "walk_holds checks four words at a time");
-
-/* A new walk's check list is one that fails -- the word at its first sp is
- * 0 and 1 -- until recall_first has found the walk whole once
- * (first_change, by its steps), which then writes the list (write_checks).
- * Most walks of a program with many paths (cc1) are never found again:
- * writing every walk's list when it was walked cost cc1 0.4%, and testing
- * for a list not yet written in walk_holds cost churn 1%. */
-static inline void checks_unwritten(const struct memo *m, struct kept_walk *w)
-{
-    struct check_group *g = checks_of(m, w);
-    *g = (struct check_group){{0, 0, 0, 0}, {0, 1, 0, 0}};
-    w->ngroups = 1;
-    w->checks_written = 0;
+    uint64_t c = words_mix1(generation, ip); /* (a bijection of ip, spread over all 64 bits) */
+    return bp_in_seed ? words_mix1(c, bp) : c;
 }
 
-/* Walk w's check list, from its steps (first_change's words, in its order). */
-static __attribute__((noinline)) void write_checks(const struct memo *m, struct kept_walk *w)
+/* Whether walk w, started from (ip, sp, bp) -- sp compared with its list's
+ * quick_sp by the caller -- still holds: every stack word it read holds
+ * what it read (the fingerprint of them all; see struct kept_walk). */
+static inline int walk_holds(const struct kept_walk *w, uint64_t ip, uint64_t sp, uint64_t bp, uint64_t generation)
+{
+    return words_fingerprint(walk_seed(ip, generation, w->bp_in_seed, bp), w->at, w->nwords, sp) == w->sum;
+}
+
+/* A new walk has no list (quick_sp 0: the quick look never finds it) until
+ * recall_first has found it whole once (first_change, by its steps), which
+ * then writes the list (write_list).  Most walks of a program with many
+ * paths (cc1) are never found again: writing every walk's list when it was
+ * walked cost cc1 0.4%. */
+static inline void list_unwritten(struct kept_walk *w)
+{
+    w->quick_sp = 0;
+    w->list_tried = 0;
+}
+
+/* Walk w's list, from its steps (first_change's words, in its order), where
+ * it may have one: every word within 2^16 eighths above sp0 and on this
+ * thread's stack, no more than QUICK_WORDS of them, and not a walk cut at
+ * another depth than the memo's (max). */
+static __attribute__((noinline)) void write_list(const struct memo *m, struct kept_walk *w)
 {
     const struct step *s = w->step;
-    uint64_t at[MEMO_CHECKS(MLK_MAX_DEPTH)], value[MEMO_CHECKS(MLK_MAX_DEPTH)], off = 0;
+    uint64_t at[MEMO_CHECKS(MLK_MAX_DEPTH)], value[MEMO_CHECKS(MLK_MAX_DEPTH)], off = 0, furthest = 0;
     int n = 0;
-    w->checks_written = 1; /* (or tried: not again) */
+    w->list_tried = 1; /* (not again) */
+    if (w->more && w->steps != m->max)
+        return;
     for (int k = 0; k < w->steps; k++) {
         if (s[k].ra_at) {
             at[n] = s[k].ra_at - w->sp0;
@@ -332,17 +331,19 @@ static __attribute__((noinline)) void write_checks(const struct memo *m, struct 
             value[n++] = s[k + 1].bp;
         }
     }
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         off |= at[i];
-    if ((off & 7) || off >= 8ull << 16)
-        return; /* a word below sp0, or too far above it: the list stays one that fails */
-    struct check_group *g = checks_of(m, w);
-    for (int i = 0; i < (int)CHECK_GROUPS(n) * CHECKS_AT_ONCE; i++) {
-        int from = i < n ? i : 0; /* (padding: the first word again) */
-        g[i / CHECKS_AT_ONCE].at[i % CHECKS_AT_ONCE] = (uint16_t)(at[from] / 8);
-        g[i / CHECKS_AT_ONCE].want[i % CHECKS_AT_ONCE] = value[from];
+        furthest = at[i] > furthest ? at[i] : furthest;
     }
-    w->ngroups = (uint16_t)CHECK_GROUPS(n);
+    uint64_t end = mlk_fp_stack_end(w->sp0);
+    if (n > QUICK_WORDS || (off & 7) || off >= 8ull << 16 || !end || w->sp0 >= end || end - w->sp0 <= furthest)
+        return; /* a word below sp0, too far above it or off this thread's stack: no list */
+    for (int i = 0; i < n; i++)
+        w->at[i] = (uint16_t)(at[i] / 8);
+    w->nwords = (uint8_t)n;
+    w->bp_in_seed = w->bp_upto > 0;
+    w->sum = values_fingerprint(walk_seed(s[0].ip, w->generation, w->bp_in_seed, s[0].bp), value, (unsigned)n);
+    w->quick_sp = w->sp0; /* (last: usable from now on) */
 }
 
 /* rbp in the state after step k of walk w, from the stack as it is now:
@@ -485,7 +486,7 @@ static void remember(struct memo *m, struct kept_walk *w, int steps, int more, u
     w->id = MLK_NO_STACK;
     w->id_for = ID_FOR_NONE;
     if (steps) {
-        checks_unwritten(m, w);
+        list_unwritten(w);
         w->generation = generation; /* (complete: generation is never 0) */
         walk_to_front(m, w, slot);
     }

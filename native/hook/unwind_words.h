@@ -1,0 +1,52 @@
+/* Fingerprints of stack words: how remembered walks (unwind_walks.h) and
+ * paths (unwind_paths.h) check, in one pass and one cache line, that every
+ * word a walk read still holds the value it read.  Included by unwind.c
+ * alone, inside its x86-64 part, before both. */
+#ifndef MLK_UNWIND_WORDS_H
+#define MLK_UNWIND_WORDS_H
+
+/* ---- fingerprints of stack words -------------------------------------------
+ * Each value goes into the fingerprint by a step that is a bijection of the
+ * value for a given fingerprint and of the fingerprint for a given value --
+ * so words that differ in one place never match, in two or more with odds
+ * of 2^-64 -- two words a multiplication: (h ^ a) * k + b, times k, then
+ * rotated so that the high bits reach the low ones in the next step.  (One
+ * odd constant for both: one register held through the loop, not two.) */
+#define WORDS_K 0x9fb21c651e98df25ull
+static inline uint64_t words_mix2(uint64_t h, uint64_t a, uint64_t b)
+{
+    h = ((h ^ a) * WORDS_K + b) * WORDS_K;
+    return h << 31 | h >> 33;
+}
+
+static inline uint64_t words_mix1(uint64_t h, uint64_t a)
+{
+    h = (h ^ a) * WORDS_K;
+    return h << 31 | h >> 33;
+}
+
+/* The fingerprint of the n words at `at` (eighths above sp), from h on: the
+ * odd one first, then two at a time. */
+#define WORD_AT(i) (*(const uint64_t *)(sp + (uint64_t)at[i] * 8))
+static inline uint64_t words_fingerprint(uint64_t h, const uint16_t *at, unsigned n, uint64_t sp)
+{
+    const uint16_t *end = at + n;
+    if (n & 1)
+        h = words_mix1(h, WORD_AT(0)), at++;
+    for (; at < end; at += 2)
+        h = words_mix2(h, WORD_AT(0), WORD_AT(1));
+    return h;
+}
+
+/* The same of values given in a list (when a path or a walk's list is written). */
+static uint64_t values_fingerprint(uint64_t h, const uint64_t *v, unsigned n)
+{
+    unsigned i = 0;
+    if (n & 1)
+        h = words_mix1(h, v[i++]);
+    for (; i < n; i += 2)
+        h = words_mix2(h, v[i], v[i + 1]);
+    return h;
+}
+
+#endif
