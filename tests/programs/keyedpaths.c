@@ -12,9 +12,9 @@
  * -DTHREADS: the rounds run in a thread, then again in a second one, which
  * is handed the first one's remembered walks and paths (and most likely its
  * stack): they must not be taken for its own.
- * -DCONCURRENT: four threads at once -- two past the owned counter stripes,
- * each resting from whole walks and counting its paths' blocks on the
- * shared stripe. */
+ * -DCONCURRENT: eight threads at once -- two past the six that own counter
+ * stripes, each resting from whole walks and counting its paths' blocks on
+ * the shared stripe. */
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -86,11 +86,11 @@ int main(void)
             return 1;
     }
 #elif defined(CONCURRENT)
-    pthread_t threads[4];
-    for (int t = 0; t < 4; t++)
+    pthread_t threads[8];
+    for (int t = 0; t < 8; t++)
         if (pthread_create(&threads[t], NULL, rounds, NULL) != 0)
             return 1;
-    for (int t = 0; t < 4; t++)
+    for (int t = 0; t < 8; t++)
         if (pthread_join(threads[t], NULL) != 0)
             return 1;
 #else
