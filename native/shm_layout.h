@@ -20,7 +20,7 @@
  */
 
 #define MLK_MAGIC 0x314b4c4d454d4c4b
-#define MLK_LAYOUT_VERSION 21
+#define MLK_LAYOUT_VERSION 22
 #define MLK_API_LABEL_MAX 64
 #define MLK_LAST_REPORT_MAX 512
 #define MLK_MAX_DEPTH 64
@@ -93,7 +93,7 @@
  * of the threads: one cache line.  Counting only upwards (allocated, freed)
  * takes two adds per allocation and two per free; live = allocated - freed,
  * summed over the stripes. */
-#define MLK_COUNTER_STRIPES 7
+#define MLK_COUNTER_STRIPES 8
 struct mlk_counters {
     uint64_t alloc_count;   /* allocations ever made from this stack */
     uint64_t alloc_bytes;
@@ -107,18 +107,20 @@ struct mlk_counters {
     uint64_t reserved[2];
 };
 
-/* One distinct allocation backtrace and what is live from it: 512 bytes, in
- * eight cache lines.  The first says which stack it is -- written once, then
+/* One distinct allocation backtrace and what is live from it: 576 bytes, in
+ * nine cache lines.  The first says which stack it is -- written once, then
  * read by every lookup of the stack -- and holds the reporter's baseline.
  * The others are counter stripes, each thread counting in one of them: the
- * first six threads to count much own one each (plain adds, no locked
+ * first seven threads to count much own one each (plain adds, no locked
  * instructions), every other thread adds to the last with atomic adds
  * (native/hook/stacks.c).  Threads allocating and freeing through the same
  * stack then do not fight over one cache line, and nobody slows the
- * lookups.  (Six owners, not two: a server's four workers all own one --
+ * lookups.  (Seven owners, not two: a server's four workers all own one --
  * the threads on the shared stripe took a slower way besides, bench/'s
- * kv-server 837.5M -> 736.4M instructions; a stack's lines touched stay
- * two, its identity and one stripe.) */
+ * kv-server 837.5M -> 736.3M instructions; a stack's lines touched stay
+ * two, its identity and one stripe.  Nine lines, an odd number, so that
+ * consecutive stacks' counter lines fall in every set of a cache: with
+ * eight, a thread's lines of all stacks met in an eighth of the sets.) */
 struct mlk_stack {
     uint64_t hash;          /* of kind, unload_epoch and frames */
     uint32_t state;         /* MLK_STACK_*; READY once the fields below are final */
@@ -132,7 +134,7 @@ struct mlk_stack {
     int64_t reported_allocs; /* reporter: allocations made as of the last report */
     uint32_t flags;         /* MLK_STACK_CUT; final once state is READY */
     uint32_t reserved;
-    struct mlk_counters counters[7]; /* MLK_COUNTER_STRIPES */
+    struct mlk_counters counters[8]; /* MLK_COUNTER_STRIPES */
 };
 
 /* One loaded ELF object.  Entries are never removed: an unloaded object keeps

@@ -97,7 +97,7 @@ def test_remembered_paths_give_every_path_exactly(tmp_path, flags, depth):
     (depth 16) or is cut off one frame above the four levels (depth 5);
     with THREADS, 40 more from a second thread that was handed the first
     one's memo (its paths are not the second thread's own); with CONCURRENT,
-    320 from eight threads at once, two of them counting on the shared
+    360 from nine threads at once, two of them counting on the shared
     stripe."""
     prog = compile_program("keyedpaths.c", *flags, name="keyedpaths" + "".join(flags))
     got = stacks(tmp_path, prog, f"mtraceinit,unwind=fast,depth={depth}", ["done"])
@@ -111,7 +111,7 @@ def test_remembered_paths_give_every_path_exactly(tmp_path, flags, depth):
         path = sum(int(n[-1]) << (2 * level) for level, n in enumerate(names[:4]))
         assert path not in seen, key
         seen[path] = value
-    runs = 2 if "-DTHREADS" in flags else 8 if "-DCONCURRENT" in flags else 1
+    runs = 2 if "-DTHREADS" in flags else 9 if "-DCONCURRENT" in flags else 1
     assert seen == {p: (runs * 40 * (100 + p), runs * 40) for p in range(256)}
 
 

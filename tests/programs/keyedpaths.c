@@ -12,7 +12,7 @@
  * -DTHREADS: the rounds run in a thread, then again in a second one, which
  * is handed the first one's remembered walks and paths (and most likely its
  * stack): they must not be taken for its own.
- * -DCONCURRENT: eight threads at once -- two past the six that own counter
+ * -DCONCURRENT: nine threads at once -- two past the seven that own counter
  * stripes, each resting from whole walks and counting its paths' blocks on
  * the shared stripe. */
 #include <pthread.h>
@@ -86,11 +86,11 @@ int main(void)
             return 1;
     }
 #elif defined(CONCURRENT)
-    pthread_t threads[8];
-    for (int t = 0; t < 8; t++)
+    pthread_t threads[9];
+    for (int t = 0; t < 9; t++)
         if (pthread_create(&threads[t], NULL, rounds, NULL) != 0)
             return 1;
-    for (int t = 0; t < 8; t++)
+    for (int t = 0; t < 9; t++)
         if (pthread_join(threads[t], NULL) != 0)
             return 1;
 #else

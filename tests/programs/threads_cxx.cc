@@ -1,6 +1,6 @@
-// Nine threads allocating with new and freeing with (sized) delete at once,
+// Ten threads allocating with new and freeing with (sized) delete at once,
 // besides malloc and free: a server's pattern past the threads that own a
-// counter stripe (the first six), whose counts go to the shared stripe.
+// counter stripe (the first seven), whose counts go to the shared stripe.
 // Totals must be exact.
 #include <pthread.h>
 #include <cstdio>
@@ -9,13 +9,13 @@
 
 #include "checkpoint.h"
 
-const int THREADS = 9, PER_THREAD = 4000;
+const int THREADS = 10, PER_THREAD = 4000;
 
 struct Node {
     char payload[56];
 };
 
-__attribute__((noinline)) Node *site_cxx_keep() { return new Node(); }   // kept: 9 * 4000 x 56 bytes
+__attribute__((noinline)) Node *site_cxx_keep() { return new Node(); }   // kept: 10 * 4000 x 56 bytes
 __attribute__((noinline)) Node *site_cxx_churn() { return new Node(); }  // deleted (sized) at once
 __attribute__((noinline)) char *site_cxx_array(size_t n) { return new char[n]; }  // delete[]d at once
 __attribute__((noinline)) void *site_cxx_malloc(size_t n) { return malloc(n); }   // half kept
@@ -32,7 +32,7 @@ static void *worker(void *arg)
         delete[] a;
         void *m = site_cxx_malloc(24);
         if (i % 2)
-            free(m);  // kept: 9 * 2000 x 24 bytes
+            free(m);  // kept: 10 * 2000 x 24 bytes
     }
     return nullptr;
 }
