@@ -258,6 +258,15 @@ int mlk_got_find_ours(char *why, size_t why_len)
 }
 
 
+void *mlk_got_ours_for(const char *name)
+{
+    int i = routed_index(name);
+    char why[128];
+    if (i < 0 || mlk_got_find_ours(why, sizeof why) != 0)
+        return NULL;
+    return ours[i];
+}
+
 int mlk_module_defines(const struct dl_phdr_info *info, const char *name)
 {
     return mlk_module_symbol(info, name) != 0;

@@ -18,6 +18,8 @@ struct mlk_got_pass {
 /* Our hooks' addresses, looked up once (dlsym on our own library).  0, or
  * -1 with why. */
 int mlk_got_find_ours(char *why, size_t why_len);
+/* Our definition of `name` if it is one we route (hooks_dlsym.c), else NULL. */
+void *mlk_got_ours_for(const char *name);
 /* Route one module's entries for the names of `pass` (ours left alone).
  * Returns 1 when remembering failed (stop iterating), else 0. */
 int mlk_got_route_module(struct dl_phdr_info *info, struct mlk_got_pass *pass);

@@ -1,0 +1,49 @@
+"""Allocations through libc's malloc looked up in libc's own handle
+(dlsym/dlvsym on dlopen("libc.so.6"), Python's ctypes.CDLL("libc.so.6")):
+the lookup hands back the tracer's hook, so they are counted exactly;
+the program's RTLD_NEXT and RTLD_DEFAULT lookups are its own as before."""
+
+import sys
+
+from helpers import Traced, by_site, compile_program
+
+
+def test_malloc_looked_up_in_libc_handle_is_traced_exactly(tmp_path):
+    prog = compile_program("dlsym_libc.c", "-ldl")
+    t = Traced([prog], tmp_path, config="mtraceinit")
+    [report] = t.reports_at("done")
+    assert t.finish() == 0, t.stderr  # 3: RTLD_NEXT found another malloc; 4: a missing name was found
+    assert by_site(report)["site_dlsym_malloc"] == (30 * 700, 30)
+    [final] = [r for r in t.reports() if r.header["reason"] == "exit"]
+    assert by_site(final)["site_dlsym_malloc"] == (-30 * 700, -30)  # freed through libc's free: seen
+
+
+LEAK_PY = """
+import ctypes, sys
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+kept = [libc.malloc(1234) for _ in range(40)]
+for _ in range(25):
+    libc.free(libc.malloc(4321))
+sys.stdout.write("checkpoint done\\n")
+sys.stdout.flush()
+sys.stdin.readline()
+"""
+
+
+def test_python_ctypes_libc_malloc_is_traced(tmp_path):
+    """The real consumer: Python's ctypes, through libffi."""
+    script = tmp_path / "leak.py"
+    script.write_text(LEAK_PY)
+    t = Traced([sys.executable, str(script)], tmp_path, config="mtraceinit")
+    [report] = t.reports_at("done")
+    assert t.finish() == 0, t.stderr
+    sizes = {}
+    for e in report.entries:
+        if e.bytes and e.blocks and e.bytes == 1234 * e.blocks:
+            sizes[1234] = sizes.get(1234, 0) + e.blocks
+        if e.bytes and e.blocks and e.bytes == 4321 * e.blocks:
+            sizes[4321] = sizes.get(4321, 0) + e.blocks
+    assert sizes.get(1234) == 40, sizes
+    assert 4321 not in sizes, sizes  # freed through libc.free: seen too
