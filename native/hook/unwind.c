@@ -256,7 +256,7 @@ static inline __attribute__((always_inline)) int walk_known_set(struct memo *m, 
     return walk_start_above() ? walk_known_set_at(m, max, mlk_walk_start, st) : -1;
 }
 
-/* Way i of the set holds from this state to its end, with its id for this
+/* Walk slot s holds from this state to its end, with its id for this
  * kind and epoch: counted and named as fast_backtrace would have. */
 static inline __attribute__((always_inline)) uint32_t
 walk_known_slot(struct memo *m, int s, const struct walk_known_state *st, int kind, uint32_t unload_epoch)

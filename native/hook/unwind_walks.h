@@ -187,8 +187,9 @@ static inline uint64_t step_sp(const struct kept_walk *w, int k)
 #define ID_FOR(kind, unload_epoch) ((uint64_t)(unload_epoch) << 32 | (uint32_t)(kind))
 #define ID_FOR_NONE (~0ull)
 
-/* Walks start on cache lines, so that a walk's head and first step (what
- * walk_starts_at reads) are one line. */
+/* Walks start on cache lines, so that a walk's list (what the quick look
+ * reads) is its first line, and its head with its first step's state (what
+ * walk_starts_at reads) one line too. */
 #define MEMO_HEAD ((sizeof(struct memo) + 63) & ~(size_t)63)
 static inline struct kept_walk *walk_at(struct memo *m, int slot)
 {
