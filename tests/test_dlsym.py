@@ -1,11 +1,14 @@
 """Allocations through libc's malloc looked up in libc's own handle
 (dlsym/dlvsym on dlopen("libc.so.6"), Python's ctypes.CDLL("libc.so.6")):
 the lookup hands back the tracer's hook, so they are counted exactly;
-the program's RTLD_NEXT and RTLD_DEFAULT lookups are its own as before."""
+the program's RTLD_NEXT and RTLD_DEFAULT lookups are its own as before.
+And a library loaded by dlmopen into a namespace of its own, whose C
+library the tracer is not in front of: not seen, and said so."""
 
+import subprocess
 import sys
 
-from helpers import Traced, by_site, compile_program
+from helpers import PROGRAMS, Traced, by_site, cli, compile_program
 
 
 def test_malloc_looked_up_in_libc_handle_is_traced_exactly(tmp_path):
@@ -42,3 +45,18 @@ def test_python_ctypes_libc_malloc_is_traced(tmp_path):
     through_ffi = [(e.bytes, e.blocks) for e in report.entries
                    if any("libffi" in (f.module or "") for f in e.frames[:3])]
     assert through_ffi == [(40 * 1234, 40)], through_ffi  # the 4321-byte ones freed through libc.free: seen
+
+
+def test_dlmopen_into_its_own_namespace_is_said_not_seen(tmp_path):
+    lib = tmp_path / "libownns.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib), f"{PROGRAMS}/dlmopen_lib.c"], check=True)
+    prog = compile_program("dlmopen_main.c", "-ldl")
+    t = Traced([prog, str(lib)], tmp_path, config="mtraceinit")
+    [report] = t.reports_at("done")
+    assert t.finish() == 0, t.stderr
+    line = (f"{lib} was loaded by dlmopen into a link-map namespace of its own, with its own C library: "
+            "allocations made there are not seen")
+    assert f"libmemleak: {line}" in t.stderr.splitlines()  # said at once, on stderr
+    assert report.header["blind"] == line                  # and in every report
+    assert by_site(report)["site_own_namespace_main"] == (10 * 333, 10)
+    assert cli("check", tmp_path, "--max-leaks", "0").returncode == 3  # no verdict over a blind spot

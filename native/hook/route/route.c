@@ -549,6 +549,18 @@ static int new_family_module(struct dl_phdr_info *info, size_t size, void *found
     return 0;
 }
 
+void mlk_route_say_blind(const char *line)
+{
+    mlk_lock(&after_lock);
+    if (!strstr(mlk_blind, line)) {
+        append(mlk_blind, sizeof mlk_blind, mlk_blind[0] ? "; " : "");
+        append(mlk_blind, sizeof mlk_blind, line);
+        mlk_warn(line, "", "");
+        mlk_segment_say_routing(mlk_blind, mlk_routed);
+    }
+    mlk_unlock(&after_lock);
+}
+
 void mlk_route_after_dlopen(void *handle)
 {
     if (!handle || !__atomic_load_n(&started, __ATOMIC_ACQUIRE))

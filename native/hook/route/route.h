@@ -63,6 +63,10 @@ void mlk_route_unpatch_held(void);
 int mlk_route_commit_held(const uint64_t *pcs, int npcs);
 void mlk_route_say_held(const char *why_not_written, char *blind, size_t blind_len, char *routed,
                         size_t routed_len);
+/* One more line for the blind list (not seen, and why), from outside the
+ * routing (hooks_maps.c: dlmopen): said once on stderr, and in every report
+ * from now on (the segment's blind line). */
+void mlk_route_say_blind(const char *line);
 /* After a dlopen (not under attach, whose offset tables see to it): the
  * families the module opened and its dependencies define (a plugin linked
  * with libmimalloc, loaded RTLD_LOCAL), routed like those at start; what
