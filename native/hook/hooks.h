@@ -45,6 +45,11 @@ MLK_HIDDEN void mlk_real_redirect(void *from, void *to);
 /* Its routing could not be written after all: calls to `from` again. */
 MLK_HIDDEN void mlk_real_unredirect(void *from);
 
+/* For dlopen of a bare name from `caller` (its return address): the path
+ * the loader would have found in the caller's own DT_RUNPATH/DT_RPATH, in
+ * out; NULL: pass the name as it is (dlopen_search.c). */
+MLK_HIDDEN const char *mlk_dlopen_search(const char *file, uintptr_t caller, char *out, size_t out_len);
+
 /* Bootstrap: allocations made while dlsym runs (interpose.c). */
 #define MLK_BOOT_ARENA (64 * 1024)
 extern MLK_HIDDEN char mlk_boot_arena[MLK_BOOT_ARENA];

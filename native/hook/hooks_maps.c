@@ -136,7 +136,9 @@ EXPORT void *dlopen(const char *file, int mode)
         mlk_modules_catch_up();
         END_HOOK();
     }
-    void *h = mlk_real.dlopen(file, mode);
+    char found[4096];
+    const char *path = mlk_dlopen_search(file, (uintptr_t)__builtin_return_address(0), found, sizeof found);
+    void *h = mlk_real.dlopen(path ? path : file, mode);
     if (h && !mlk_in_hook) {
         BEGIN_HOOK();
         mlk_after_dl_change();

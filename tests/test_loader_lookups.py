@@ -2,8 +2,10 @@
 (dlsym/dlvsym on dlopen("libc.so.6"), Python's ctypes.CDLL("libc.so.6")):
 the lookup hands back the tracer's hook, so they are counted exactly;
 the program's RTLD_NEXT and RTLD_DEFAULT lookups are its own as before.
-And a library loaded by dlmopen into a namespace of its own, whose C
-library the tracer is not in front of: not seen, and said so."""
+A library loaded by dlmopen into a namespace of its own, whose C library
+the tracer is not in front of: not seen, and said so.  And a plugin the
+program dlopens by its bare name from its own DT_RUNPATH: found as
+without the tracer (whose dlopen hook is the loader's caller)."""
 
 import subprocess
 import sys
@@ -60,3 +62,18 @@ def test_dlmopen_into_its_own_namespace_is_said_not_seen(tmp_path):
     assert report.header["blind"] == line                  # and in every report
     assert by_site(report)["site_own_namespace_main"] == (10 * 333, 10)
     assert cli("check", tmp_path, "--max-leaks", "0").returncode == 3  # no verdict over a blind spot
+
+
+def test_dlopen_of_a_bare_name_searches_the_callers_runpath(tmp_path):
+    (tmp_path / "plug").mkdir()
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "plug" / "libplugin.so"),
+                    f"{PROGRAMS}/dlmopen_lib.c"], check=True)
+    prog = tmp_path / "runpath"
+    subprocess.run(["gcc", "-g", f"-I{PROGRAMS}", f"{PROGRAMS}/dlopen_runpath.c", "-o", str(prog), "-ldl",
+                    "-Wl,--enable-new-dtags,-rpath,$ORIGIN/plug"], check=True)
+    bare = subprocess.run([str(prog)], input=b"\n", capture_output=True)
+    assert bare.returncode == 0, bare  # the program itself is right
+    t = Traced([str(prog)], tmp_path, config="mtraceinit")
+    [report] = t.reports_at("done")
+    assert t.finish() == 0, t.stderr  # 2: the plugin was not found; 3: the missing name was
+    assert by_site(report)["lib_alloc"] == (20 * 555, 20)
