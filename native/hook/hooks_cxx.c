@@ -121,15 +121,15 @@ NEW_HOOK(_ZnamSt11align_val_tRKSt9nothrow_t, K, MLK_FAMILY_NEW_ARRAY_ALIGNED, 1,
  * al: the aligned forms' alignment, else 0 (all for misuse.c: a block of
  * another family, size or alignment is recorded). */
 /* (The common delete -- not an aligned one -- in its fast way first, as
- * free's: interpose.c; the rest in mangled##_slow, READY's call too.) */
+ * free's: interpose.c; the rest in mangled##_slow, READY's call and the
+ * bootstrap blocks too: the fast way says no to both.) */
 #define DELETE_HOOK(mangled, call, size, al, params, args)                                         \
     static __attribute__((noinline)) void mangled##_slow params;                                  \
     EXPORT void mangled params                                                                     \
     {                                                                                              \
-        if (!p || mlk_is_boot(p))                                                                  \
+        if (!p)                                                                                    \
             return;                                                                                \
-        if (!(al) && MLK_LIKELY(mlk_real.free != NULL) &&                                          \
-            MLK_LIKELY(mlk_trailer_free_fast(p, FAMILY_FREED_BY(call), size))) {                   \
+        if (!(al) && MLK_LIKELY(mlk_trailer_free_fast(p, FAMILY_FREED_BY(call), size))) {          \
             mlk_real.free(p); /* the runtime's delete would only call free */                      \
             return;                                                                                \
         }                                                                                          \
@@ -138,7 +138,7 @@ NEW_HOOK(_ZnamSt11align_val_tRKSt9nothrow_t, K, MLK_FAMILY_NEW_ARRAY_ALIGNED, 1,
     static __attribute__((noinline)) void mangled##_slow params                                   \
     {                                                                                              \
         static delete_fn next;                                                                     \
-        if (!READY())                                                                              \
+        if (mlk_is_boot(p) || !READY())                                                            \
             return;                                                                                \
         if (free_shared(p, call, size, al) || free_trailed(p, call, size, al)) /* (as free) */     \
             return;                                                                                \

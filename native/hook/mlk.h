@@ -54,6 +54,7 @@ extern MLK_HIDDEN __thread struct mlk_thread_hot mlk_hot __attribute__((tls_mode
 #define MLK_FAST_IGNORED 8u       /* mlk_ignored_count != 0 */
 #define MLK_FAST_QUARANTINE 16u   /* mlk_quarantine_cap != 0 */
 #define MLK_FAST_LAZY_SPAWN 32u   /* mlk_lazy_spawn_at != 0 */
+#define MLK_FAST_NOT_READY 64u    /* the real functions not looked up yet (interpose.c's resolve) */
 extern MLK_HIDDEN uint32_t mlk_fast_off;
 MLK_HIDDEN void mlk_fast_off_set(uint32_t reason, int holds);
 

@@ -47,7 +47,7 @@
 
 uint64_t mlk_trailer_key;
 
-uint32_t mlk_fast_off = MLK_FAST_NO_TRAILERS | MLK_FAST_NOT_GLIBC | MLK_FAST_NOT_COLLECTED;
+uint32_t mlk_fast_off = MLK_FAST_NO_TRAILERS | MLK_FAST_NOT_GLIBC | MLK_FAST_NOT_COLLECTED | MLK_FAST_NOT_READY;
 
 void mlk_fast_off_set(uint32_t reason, int holds)
 {
@@ -377,13 +377,17 @@ void mlk_trailer_uncount(void *p, uint64_t meta, uint64_t reserved)
  * untouched; and nothing here is a call, so that free and delete -- which
  * inline it and then jump to the real free -- save no registers at all
  * (their prologue and epilogue, the call to mlk_trailer_uncount and its
- * own were ~30 instructions of a free's ~135: churn).  p: not NULL, not a
- * bootstrap block, the real functions resolved. */
+ * own were ~30 instructions of a free's ~135: churn).  p: not NULL.  Before
+ * the real functions are resolved the word says no (MLK_FAST_NOT_READY);
+ * a bootstrap block says no by itself: its word before it is the size
+ * mlk_boot_alloc wrote, so the trailer looked for lies inside the block
+ * (or the size is no chunk's), and it never holds our check word --
+ * whose caller, the whole way, is where bootstrap blocks are told. */
 /* (shared: the same for a thread on the shared stripe, as alloc_fast_as.) */
 static __attribute__((always_inline)) inline int free_fast_as(void *p, uint32_t family, size_t given, int shared)
 {
     if (MLK_UNLIKELY((mlk_fast_off & (MLK_FAST_NO_TRAILERS | MLK_FAST_NOT_GLIBC | MLK_FAST_NOT_COLLECTED |
-                                      MLK_FAST_IGNORED | MLK_FAST_QUARANTINE)) ||
+                                      MLK_FAST_IGNORED | MLK_FAST_QUARANTINE | MLK_FAST_NOT_READY)) ||
                      mlk_in_hook))
         return 0;
     uint64_t key = mlk_trailer_key;
