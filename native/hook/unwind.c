@@ -89,7 +89,7 @@ fast_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload
     if (m) {
         m->last = -1;
         m->last_path = NULL;
-        int trying = payoff_try(&m->payoff);
+        int trying = payoff_try(&m->payoff, whole_walks_bar(m));
         mlk_walk_quick = trying;
         if (!trying) {
             pc = paths_of(m);

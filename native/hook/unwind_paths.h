@@ -90,6 +90,24 @@ struct paths {
 #define PATHS_HEAD ((sizeof(struct paths) + 63) & ~(size_t)63) /* paths start on a cache line */
 #define PATHS_NONE ((struct paths *)1) /* none for this thread (depth too small, or out of memory) */
 
+/* What a window of whole walks must find for whole walks to pay.  Against
+ * walking by the rules alone, one walk in MEMO_MIN_FINDS (bar_alone).  But
+ * once the thread has paths that pay (they exist, and are not resting), a
+ * window of whole walks competes with them: each walk it does not find is
+ * a walk by the rules, written down (cc1: ~2,500 instructions), where a
+ * path found costs ~500 and a whole walk found ~100 -- so whole walks pay
+ * only if nearly all are found, a window that finds fewer sends the thread
+ * back to its paths, and it rests longer before it tries again (its paths,
+ * not the rules, carry it meanwhile).  cc1's windows found 1 walk in 8
+ * often enough that it kept trying: 32.8k of its 837k allocations were
+ * walked by the rules in such windows; now 4.2k. */
+static const struct payoff_bar bar_beside_paths = {MEMO_WINDOW * 3 / 4, MEMO_REST_MAX * 8};
+static inline const struct payoff_bar *whole_walks_bar(const struct memo *m)
+{
+    const struct paths *pc = m->paths;
+    return pc > PATHS_NONE && !pc->payoff.resting ? &bar_beside_paths : &bar_alone;
+}
+
 static inline struct path *path_at(struct paths *pc, uint32_t i)
 {
     return (struct path *)((char *)pc + PATHS_HEAD + (size_t)i * pc->path_size);
@@ -219,7 +237,7 @@ path_walk(struct memo *m, struct paths *pc, uint64_t *ips, int max, int *truncat
     const uint64_t *rules = cache;
     uint64_t ra_at, bp_at;
     int r, uses_bp;
-    if (!payoff_try(&pc->payoff))
+    if (!payoff_try(&pc->payoff, &bar_alone))
         return PATH_PLAIN;
     r = path_key(ips, &ip, &sp, &bp);
     if (r != PATH_KEY_WHOLE)

@@ -56,21 +56,28 @@ struct payoff {
     unsigned resting;
 };
 
+/* What a window must find for remembering to pay, and the longest rest. */
+struct payoff_bar {
+    unsigned min_finds, rest_max;
+};
+/* Against walking by the rules alone (whole walks, and paths). */
+static const struct payoff_bar bar_alone = {MEMO_WINDOW / MEMO_MIN_FINDS, MEMO_REST_MAX};
+
 static void payoff_start(struct payoff *p)
 {
     *p = (struct payoff){MEMO_WINDOW, 0, MEMO_WINDOW, 0};
 }
 
 /* The window or rest is over: what comes next. */
-static __attribute__((noinline)) void payoff_turn(struct payoff *p)
+static __attribute__((noinline)) void payoff_turn(struct payoff *p, const struct payoff_bar *bar)
 {
     if (p->resting) {
         p->resting = 0;
         p->left = MEMO_WINDOW;
-    } else if (p->finds < MEMO_WINDOW / MEMO_MIN_FINDS) {
+    } else if (p->finds < bar->min_finds) {
         p->resting = 1;
-        p->left = p->rest;
-        p->rest = p->rest < MEMO_REST_MAX ? p->rest * 2 : MEMO_REST_MAX;
+        p->left = p->rest < bar->rest_max ? p->rest : bar->rest_max;
+        p->rest = p->left < bar->rest_max ? p->left * 2 : bar->rest_max;
     } else {
         p->rest = MEMO_WINDOW;
         p->left = MEMO_WINDOW;
@@ -79,10 +86,10 @@ static __attribute__((noinline)) void payoff_turn(struct payoff *p)
 }
 
 /* Does this walk try remembering? */
-static inline int payoff_try(struct payoff *p)
+static inline int payoff_try(struct payoff *p, const struct payoff_bar *bar)
 {
     if (MLK_UNLIKELY(--p->left == 0))
-        payoff_turn(p);
+        payoff_turn(p, bar);
     return !p->resting;
 }
 
