@@ -115,6 +115,30 @@ def test_remembered_paths_give_every_path_exactly(tmp_path, flags, depth):
     assert seen == {p: (runs * 40 * (100 + p), runs * 40) for p in range(256)}
 
 
+def test_rules_pushed_out_of_the_rule_cache_come_back_exact(tmp_path):
+    """4,096 call sites one frame above the allocator's caller: their
+    return addresses' rules meet in the rule cache (~128 pairs share a
+    slot) and push each other out every round, and come back from the
+    pushed-out rules' table.  Every site keeps exactly its 3 blocks, and the
+    stacks are libgcc's."""
+    prog = compile_program("manyrules.c", "-O2", name="manyrules")
+    (tmp_path / "fast").mkdir()
+    (tmp_path / "gcc").mkdir()
+    fast = stacks(tmp_path / "fast", prog, "mtraceinit,unwind=fast", ["done"])
+    slow = stacks(tmp_path / "gcc", prog, "mtraceinit,unwind=libgcc", ["done"])
+    assert fast == slow
+    seen = {}
+    for key, value in fast.items():
+        names = [f for f, _, _ in key]
+        if names[:1] != ["grab"]:
+            continue
+        assert names[1].startswith("site_") and names[2] == "main", names
+        site = int(names[1][5:], 16)
+        assert site not in seen, names
+        seen[site] = value
+    assert seen == {s: (3 * (16 + (s & 63)), 3) for s in range(4096)}
+
+
 NO_TABLES = ("-O2", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables")
 
 

@@ -469,6 +469,8 @@ void mlk_unwind_init(void)
     mlk_fp_init();
     if (!cache)
         cache = mlk_map_anon(sizeof *cache << CACHE_BITS);
+    if (!victims)
+        victims = mlk_map_anon(sizeof *victims << VICTIM_BITS); /* (none: rules are computed again) */
     if (!memo_key_made)
         memo_key_made = pthread_key_create(&memo_key, memo_release) == 0;
 }
@@ -477,6 +479,9 @@ void mlk_unwind_forget(void)
 {
     /* Every rule word is one store, so clearing them is enough: a walk
      * racing with this recomputes its rule or uses the word it read. */
+    if (victims) /* (first: a rule moving back from them meanwhile is cleared below) */
+        for (uint64_t i = 0; i < (1u << VICTIM_BITS); i++)
+            __atomic_store_n(&victims[i], 0, __ATOMIC_RELAXED);
     if (cache)
         for (uint64_t i = 0; i < (1u << CACHE_BITS); i++)
             __atomic_store_n(&cache[i], 0, __ATOMIC_RELAXED);

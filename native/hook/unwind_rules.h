@@ -71,19 +71,49 @@ static uint64_t pack(int kind, const struct rule_state *st)
            (uint64_t)(uint8_t)(st->rbp_off / 8) << 32 | (uint64_t)(uint16_t)(st->cfa_off / 8) << 48;
 }
 
+/* ---- rules pushed out of their slot ----------------------------------------
+ * The cache is direct-mapped, so two return addresses whose slots meet push
+ * each other's rule out, and computing a rule again costs ~2,000
+ * instructions (finding the FDE, running its CFA program up to the
+ * address): cc1, whose ~11k return addresses fill a sixth of the slots,
+ * computed 23k rules for them.  So a rule pushed out moves to a second,
+ * smaller table (the victims), where the slot's next miss looks before
+ * computing -- and the two trade places.  Only step_slow's way (rule_of)
+ * reads it: a walk step still reads one word.  A victim slot serves the
+ * slots equal in their low VICTIM_BITS bits; its word is a cache word
+ * with the slot's other high bits in bits 45-47 (free in a rule), so that
+ * one 8-byte word still names its address exactly (no tearing between
+ * threads, as the cache's own words). */
+#define VICTIM_BITS 13
+#define VICTIM_HIGH_SHIFT 45
+_Static_assert(CACHE_BITS - VICTIM_BITS == 3, "a victim word keeps the slot's 3 other bits");
+#define VICTIM_HIGH_MASK (7ull << VICTIM_HIGH_SHIFT)
+static uint64_t *victims;
+
 /* The rule for return address ra (the call's rule), computed the first time
- * the address is seen and after another address took its slot. */
+ * the address is seen and after another address took its slot (unless it
+ * is still among the victims). */
 static uint64_t rule_of(uint64_t ra)
 {
     uint64_t h = ra * RULE_MUL, tag = (uint32_t)h, *slot = &cache[RULE_SLOT(h)];
     uint64_t word = __atomic_load_n(slot, __ATOMIC_RELAXED);
     if ((uint32_t)word == tag && word >> 32) /* (a rule kept is never 0 in its upper half: 0 is empty) */
         return word;
-    struct rule_state st;
-    word = pack(mlk_compute_rule(ra - 1, &st), &st) | tag;
-    if (ra < (1ull << 48)) /* (else the tag does not name it exactly: not kept) */
-        __atomic_store_n(slot, word, __ATOMIC_RELAXED);
-    return word;
+    uint64_t high = RULE_SLOT(h) >> VICTIM_BITS << VICTIM_HIGH_SHIFT;
+    uint64_t *victim = victims ? &victims[RULE_SLOT(h) & ((1u << VICTIM_BITS) - 1)] : NULL;
+    uint64_t rule = victim ? __atomic_load_n(victim, __ATOMIC_RELAXED) : 0;
+    if ((uint32_t)rule == tag && (rule & VICTIM_HIGH_MASK) == high && rule >> 32) {
+        rule &= ~VICTIM_HIGH_MASK;
+    } else {
+        struct rule_state st;
+        rule = pack(mlk_compute_rule(ra - 1, &st), &st) | tag;
+        if (ra >= (1ull << 48)) /* (the tag does not name it exactly: not kept) */
+            return rule;
+    }
+    __atomic_store_n(slot, rule, __ATOMIC_RELAXED);
+    if (victim && word >> 32) /* the rule it pushed out */
+        __atomic_store_n(victim, word | high, __ATOMIC_RELAXED);
+    return rule;
 }
 
 
