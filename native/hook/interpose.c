@@ -516,7 +516,8 @@ EXPORT int posix_memalign(void **out, size_t align, size_t size)
     {                                                                                              \
         if (!READY())                                                                              \
             return NULL;                                                                           \
-        if (TRAILING() && TRAILABLE(size)) {                                                       \
+        /* (size_expr too: what is counted, pvalloc's whole pages) */                              \
+        if (TRAILING() && TRAILABLE(size) && TRAILABLE(size_expr)) {                               \
             void *p = mlk_real.trailed_call;                                                           \
             if (p)                                                                                 \
                 trailed(p, size_expr, MLK_KIND_MALLOC, MALLOC_TAG);                                            \

@@ -386,7 +386,8 @@ MLK_HIDDEN int mlk_trailer_free_fast(void *p, uint32_t family, size_t given);
  * free and delete try it first). */
 MLK_HIDDEN int mlk_trailer_free_shared(void *p, uint32_t family, size_t given);
 /* The common recording of a new block p of `size` (the allocator's, with
- * room for its trailer), of `kind` and `tag` (mlk_trailer_write's), whose
+ * room for its trailer; size below MLK_TRAILED_SIZE_MAX: every hook that
+ * trails a block has asked TRAILABLE, hooks.h), of `kind` and `tag` (mlk_trailer_write's), whose
  * hook frame's state is `at` (MLK_FRAME_HERE): its walk found whole by the quick
  * look, its trailer written and counted with no call, and 1; or 0 with
  * nothing done, for the whole way (mlk_record_trailed), -1 if the quick

@@ -450,9 +450,10 @@ enum alloc_way { ALLOC_OWNED, ALLOC_SHARED, ALLOC_BY_PATH };
 static __attribute__((always_inline)) inline int alloc_fast_as(void *p, uint64_t size, int kind, uint64_t tag,
                                                                struct mlk_walk_start at, enum alloc_way way)
 {
+    /* (No test of the size: below MAX_COUNTED_SIZE, the hooks' TRAILABLE.) */
     uint32_t *busy = flag_busy;
     if (MLK_UNLIKELY((mlk_fast_off & (MLK_FAST_NOT_GLIBC | MLK_FAST_LAZY_SPAWN)) || mlk_thread_not_recording ||
-                     mlk_attention || (uintptr_t)busy <= 1 || size >= MAX_COUNTED_SIZE))
+                     mlk_attention || (uintptr_t)busy <= 1))
         return 0;
     if (MLK_UNLIKELY(way == ALLOC_BY_PATH ? mlk_walk_quick : !mlk_walk_quick))
         return way == ALLOC_OWNED ? MLK_FAST_RESTING : 0; /* (the whole way tries mlk_trailer_alloc_by_path) */

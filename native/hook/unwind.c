@@ -111,7 +111,7 @@ fast_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload
                     ips[k] = w->step[k].ip;
             *truncated = w->more;
             m->last = slot;
-            m->payoff.finds++;
+            m->payoff.counts += PAYOFF_FIND;
             return w->steps;
         }
         /* (Only now: a walk found whole writes nothing.) */
@@ -235,7 +235,7 @@ static inline __attribute__((always_inline)) int walk_known_set_at(struct memo *
 {
     /* (Not resting: every caller has tested mlk_walk_quick, which
      * fast_backtrace sets to "not resting" each time the window turns.) */
-    if (m <= MEMO_NONE || m->max != max || m->payoff.left <= 1)
+    if (m <= MEMO_NONE || m->max != max || payoff_left(&m->payoff) <= 1)
         return -1;
     /* (No test that ip is not our own code's: a walk is remembered from
      * the first state past our frames, so from such a state none is found.) */
@@ -269,8 +269,7 @@ walk_known_slot(struct memo *m, int s, const struct walk_known_state *st, int ki
     if (w->quick_sp != st->sp || w->id_for != ID_FOR(kind, unload_epoch) ||
         !walk_holds(w, st->ip, st->sp, st->bp, __atomic_load_n(&rules_generation, __ATOMIC_ACQUIRE)))
         return MLK_NO_STACK;
-    m->payoff.left--; /* (above 1: no turn of the window is due) */
-    m->payoff.finds++;
+    payoff_found(&m->payoff); /* (left above 1: no turn of the window is due) */
     m->last = s;
     /* (m->last_path is left as it is: a walk found here has its id, so no
      * mlk_walk_remember_stack follows it, and the one that may follow a
@@ -403,10 +402,10 @@ uint32_t mlk_walk_known_older(int max, int kind, uint32_t unload_epoch)
 uint32_t mlk_walk_known_path(int max, int kind, uint32_t unload_epoch, struct mlk_walk_start at)
 {
     struct memo *m = thread_memo;
-    if (m <= MEMO_NONE || m->max != max || !m->payoff.resting || m->payoff.left <= 1 || (at.sp & 7))
+    if (m <= MEMO_NONE || m->max != max || !m->payoff.resting || payoff_left(&m->payoff) <= 1 || (at.sp & 7))
         return MLK_NO_STACK;
     struct paths *pc = m->paths;
-    if (pc <= PATHS_NONE || pc->payoff.resting || pc->payoff.left <= 1)
+    if (pc <= PATHS_NONE || pc->payoff.resting || payoff_left(&pc->payoff) <= 1)
         return MLK_NO_STACK;
     uint64_t ips[PATH_KEY_STEPS], ip = at.ip, sp = at.sp, bp = at.bp, h;
     if (path_key(ips, &ip, &sp, &bp) != PATH_KEY_WHOLE)
@@ -415,9 +414,8 @@ uint32_t mlk_walk_known_path(int max, int kind, uint32_t unload_epoch, struct ml
     struct path *p = path_find(pc, ips, ip, sp, bp, path_gen_owner(m, generation), &h);
     if (!p || p->id == MLK_NO_STACK || p->id_kind != (uint8_t)kind || p->id_epoch != unload_epoch)
         return MLK_NO_STACK; /* (one found was moved to its set's front, as fast_backtrace will) */
-    m->payoff.left--; /* (both above 1: no turn due) */
-    pc->payoff.left--;
-    pc->payoff.finds++;
+    m->payoff.counts--; /* (both above 1: no turn due) */
+    payoff_found(&pc->payoff);
     m->last = -1;
     m->last_path = NULL;
     return p->id;

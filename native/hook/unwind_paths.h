@@ -245,7 +245,7 @@ path_walk(struct memo *m, struct paths *pc, uint64_t *ips, int max, int *truncat
     uint64_t h;
     struct path *found = path_find(pc, ips, ip, sp, bp, path_gen_owner(m, generation), &h);
     if (found) {
-        pc->payoff.finds++;
+        pc->payoff.counts += PAYOFF_FIND;
         if (MLK_LIKELY(found->id != MLK_NO_STACK && found->id_kind == (uint8_t)kind &&
                        found->id_epoch == unload_epoch)) {
             *truncated = found->more;

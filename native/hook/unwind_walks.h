@@ -50,11 +50,18 @@
 /* Whether remembering (whole walks, or paths) pays for a thread: counts down
  * a window of walks that try, or a rest of walks that do not. */
 struct payoff {
-    unsigned left;         /* walks to go in this window or rest */
-    unsigned finds;        /* walks found remembered in this window */
+    uint64_t counts;       /* walks to go in this window or rest (payoff_left), and walks found
+                              remembered in this window (payoff_finds): a find is one add */
     unsigned rest;         /* the length of the next rest */
     unsigned resting;
 };
+#define PAYOFF_FIND (1ull << 32)
+static inline unsigned payoff_left(const struct payoff *p) { return (uint32_t)p->counts; }
+static inline unsigned payoff_finds(const struct payoff *p) { return (unsigned)(p->counts >> 32); }
+/* A walk found remembered, with no turn due (payoff_left above 1, so the
+ * low half does not borrow): a walk gone and a find, in one add (the
+ * quick look's four instructions were two adds through a vector register). */
+static inline void payoff_found(struct payoff *p) { p->counts += PAYOFF_FIND - 1; }
 
 /* What a window must find for remembering to pay, and the longest rest. */
 struct payoff_bar {
@@ -65,30 +72,31 @@ static const struct payoff_bar bar_alone = {MEMO_WINDOW / MEMO_MIN_FINDS, MEMO_R
 
 static void payoff_start(struct payoff *p)
 {
-    *p = (struct payoff){MEMO_WINDOW, 0, MEMO_WINDOW, 0};
+    *p = (struct payoff){MEMO_WINDOW, MEMO_WINDOW, 0};
 }
 
 /* The window or rest is over: what comes next. */
 static __attribute__((noinline)) void payoff_turn(struct payoff *p, const struct payoff_bar *bar)
 {
+    unsigned left;
     if (p->resting) {
         p->resting = 0;
-        p->left = MEMO_WINDOW;
-    } else if (p->finds < bar->min_finds) {
+        left = MEMO_WINDOW;
+    } else if (payoff_finds(p) < bar->min_finds) {
         p->resting = 1;
-        p->left = p->rest < bar->rest_max ? p->rest : bar->rest_max;
-        p->rest = p->left < bar->rest_max ? p->left * 2 : bar->rest_max;
+        left = p->rest < bar->rest_max ? p->rest : bar->rest_max;
+        p->rest = left < bar->rest_max ? left * 2 : bar->rest_max;
     } else {
         p->rest = MEMO_WINDOW;
-        p->left = MEMO_WINDOW;
+        left = MEMO_WINDOW;
     }
-    p->finds = 0;
+    p->counts = left; /* (no finds yet) */
 }
 
 /* Does this walk try remembering? */
 static inline int payoff_try(struct payoff *p, const struct payoff_bar *bar)
 {
-    if (MLK_UNLIKELY(--p->left == 0))
+    if (MLK_UNLIKELY((uint32_t)--p->counts == 0)) /* (left is never 0 here: no borrow) */
         payoff_turn(p, bar);
     return !p->resting;
 }
