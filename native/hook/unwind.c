@@ -312,7 +312,12 @@ __attribute__((always_inline)) inline uint32_t mlk_walk_known_at(int max, int ki
     struct memo *m = thread_memo;
     struct walk_known_state st;
     int set = walk_known_set_at(m, max, at, &st);
-    return set >= 0 ? walk_known_way(m, m->latest[set], &st, kind, unload_epoch) : MLK_NO_STACK;
+    /* (The set's front is taken without its tag's test: a walk from
+     * another first state is told by its sp, quick_sp, and by its
+     * fingerprint, which starts from its first ip -- a bijection of it,
+     * walk_seed -- so another ip never matches.  Six instructions a look;
+     * a walk of another state met here touches its line for nothing.) */
+    return set >= 0 ? walk_known_slot(m, m->latest[set] & 0xff, &st, kind, unload_epoch) : MLK_NO_STACK;
 }
 
 uint32_t mlk_walk_known(int max, int kind, uint32_t unload_epoch)
