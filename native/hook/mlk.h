@@ -55,6 +55,7 @@ extern MLK_HIDDEN __thread struct mlk_thread_hot mlk_hot __attribute__((tls_mode
 #define MLK_FAST_QUARANTINE 16u   /* mlk_quarantine_cap != 0 */
 #define MLK_FAST_LAZY_SPAWN 32u   /* mlk_lazy_spawn_at != 0 */
 #define MLK_FAST_NOT_READY 64u    /* the real functions not looked up yet (interpose.c's resolve) */
+#define MLK_FAST_EVENTS 128u      /* the event log records (MLK_ATTEND_EVENTS, which stays set) */
 extern MLK_HIDDEN uint32_t mlk_fast_off;
 MLK_HIDDEN void mlk_fast_off_set(uint32_t reason, int holds);
 

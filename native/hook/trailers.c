@@ -387,7 +387,8 @@ void mlk_trailer_uncount(void *p, uint64_t meta, uint64_t reserved)
 static __attribute__((always_inline)) inline int free_fast_as(void *p, uint32_t family, size_t given, int shared)
 {
     if (MLK_UNLIKELY((mlk_fast_off & (MLK_FAST_NO_TRAILERS | MLK_FAST_NOT_GLIBC | MLK_FAST_NOT_COLLECTED |
-                                      MLK_FAST_IGNORED | MLK_FAST_QUARANTINE | MLK_FAST_NOT_READY)) ||
+                                      MLK_FAST_IGNORED | MLK_FAST_QUARANTINE | MLK_FAST_NOT_READY |
+                                      MLK_FAST_EVENTS)) ||
                      mlk_in_hook))
         return 0;
     uint64_t key = mlk_trailer_key;
@@ -400,8 +401,7 @@ static __attribute__((always_inline)) inline int free_fast_as(void *p, uint32_t 
     uint32_t *busy = flag_busy;
     if (MLK_UNLIKELY(t->check != ((uint64_t)p ^ key) || stack == UNCOUNTED ||
                      mlk_trailer_family_of(meta) != family ||
-                     (given != MLK_NO_SIZE && given != mlk_trailer_size_of(meta)) || (uintptr_t)busy <= 1 ||
-                     (mlk_attention & MLK_ATTEND_EVENTS)))
+                     (given != MLK_NO_SIZE && given != mlk_trailer_size_of(meta)) || (uintptr_t)busy <= 1))
         return 0;
     struct mlk_counters *c = shared ? NULL : mlk_stack_owned_counters(stack);
     if (MLK_UNLIKELY(shared ? !mlk_stack_on_shared_stripe() : !c) || MLK_UNLIKELY(!owner_update_begin(busy)))

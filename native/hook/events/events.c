@@ -233,6 +233,7 @@ void mlk_events_start(void)
     mlk_seg->record_keep_ns = mlk_config.record_keep_ns;
     if (!mlk_seg->events_start_ns)
         mlk_seg->events_start_ns = now_ns();
+    mlk_fast_off_set(MLK_FAST_EVENTS, 1); /* (first: the free's fast way asks the word, not attention) */
     __atomic_or_fetch(&mlk_attention, MLK_ATTEND_EVENTS, __ATOMIC_RELEASE);
 }
 
