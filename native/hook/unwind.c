@@ -256,6 +256,18 @@ static inline __attribute__((always_inline)) int walk_known_set(struct memo *m, 
     return walk_start_above() ? walk_known_set_at(m, max, mlk_walk_start, st) : -1;
 }
 
+/* An id a walk or path was named with (its id_for or id_kind matched):
+ * always one interned, below MLK_STACKS_CAP -- mlk_walk_remember_stack is
+ * given no other -- which the compiler is told, so that the allocation's
+ * fast way does not test it again (as a stack that could be
+ * MLK_TRAILER_UNCOUNTED). */
+static inline uint32_t known_id(uint32_t id)
+{
+    if (id >= MLK_STACKS_CAP)
+        __builtin_unreachable();
+    return id;
+}
+
 /* Walk slot s holds from this state to its end, with its id for this
  * kind and epoch: counted and named as fast_backtrace would have. */
 static inline __attribute__((always_inline)) uint32_t
@@ -274,7 +286,7 @@ walk_known_slot(struct memo *m, int s, const struct walk_known_state *st, int ki
     /* (m->last_path is left as it is: a walk found here has its id, so no
      * mlk_walk_remember_stack follows it, and the one that may follow a
      * later walk comes after fast_backtrace, which clears last_path.) */
-    return w->id;
+    return known_id(w->id);
 }
 
 /* (way: a set's entry, the tag of its state << 8 | its slot) */
@@ -423,13 +435,13 @@ uint32_t mlk_walk_known_path(int max, int kind, uint32_t unload_epoch, struct ml
     payoff_found(&pc->payoff);
     m->last = -1;
     m->last_path = NULL;
-    return p->id;
+    return known_id(p->id);
 }
 
 void mlk_walk_remember_stack(int kind, uint32_t unload_epoch, uint32_t id)
 {
     struct memo *m = thread_memo;
-    if (m <= MEMO_NONE)
+    if (m <= MEMO_NONE || id >= MLK_STACKS_CAP) /* (none such is given: known_id relies on it) */
         return;
     struct path *p = m->last_path;
     if (p) {
