@@ -355,7 +355,9 @@ static inline size_t mlk_glibc_usable(const void *p)
 static inline size_t mlk_glibc_usable_new(const void *p)
 {
     uint64_t field = ((const uint64_t *)p)[-1];
-    return (field & ~7ull) - (field & 2 ? 16 : 8);
+    /* (IS_MMAPPED, 2: 16 bytes of header, else 8 -- as 8 more for that
+     * bit times 4, without a compare: three instructions fewer) */
+    return (field & ~7ull) - 8 - ((field & 2) << 2);
 }
 MLK_HIDDEN void mlk_trailers_enable(void);
 MLK_HIDDEN int mlk_trailers_in_use(void);   /* collection records blocks with trailers */
