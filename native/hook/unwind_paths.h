@@ -182,6 +182,10 @@ static inline __attribute__((always_inline)) int path_key(uint64_t *ips, uint64_
     const uint64_t *rules = cache;
     uint64_t ip = *ipp, sp = *spp, bp = *bpp, ra_at, bp_at;
     int uses_bp; /* (the key's steps are the path's, whatever rbp they used) */
+    /* (Unrolled: the key's frames then stay in registers for path_hash,
+     * where the loop kept them in memory and moved its state around.) */
+    _Static_assert(PATH_KEY_STEPS == 3, "the unroll below");
+#pragma GCC unroll 3
     for (int k = 0; k < PATH_KEY_STEPS; k++) {
         ips[k] = ip;
         int r = RULE_STEP(ip, sp, bp, ra_at, bp_at, uses_bp);
