@@ -403,7 +403,8 @@ MLK_HIDDEN int mlk_trailer_alloc_fast(void *p, uint64_t size, int kind, uint64_t
 MLK_HIDDEN int mlk_trailer_alloc_shared(void *p, uint64_t size, int kind, uint64_t tag, struct mlk_walk_start at);
 /* The same for a thread resting from whole walks, its stack found by its
  * remembered paths (mlk_walk_known_path; the whole way tries it where the
- * fast way said MLK_FAST_RESTING), on its own stripe or the shared one. */
+ * fast way said MLK_FAST_RESTING -- only there: it does not ask again what
+ * the fast way asked before it said so), on its own stripe or the shared one. */
 #define MLK_FAST_RESTING (-3)
 MLK_HIDDEN int mlk_trailer_alloc_by_path(void *p, uint64_t size, int kind, uint64_t tag, struct mlk_walk_start at);
 extern MLK_HIDDEN uint32_t mlk_slack_floor; /* the allocator's smallest usable size, if known */

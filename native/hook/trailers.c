@@ -450,9 +450,13 @@ enum alloc_way { ALLOC_OWNED, ALLOC_SHARED, ALLOC_BY_PATH };
 static __attribute__((always_inline)) inline int alloc_fast_as(void *p, uint64_t size, int kind, uint64_t tag,
                                                                struct mlk_walk_start at, enum alloc_way way)
 {
-    /* (No test of the size: below MAX_COUNTED_SIZE, the hooks' TRAILABLE.) */
+    /* (No test of the size: below MAX_COUNTED_SIZE, the hooks' TRAILABLE.
+     * By path, none of these: that way is tried only where the owners' way
+     * said MLK_FAST_RESTING, after they held, and nothing between changes
+     * them.) */
     uint32_t *busy = flag_busy;
-    if (MLK_UNLIKELY((mlk_fast_off & (MLK_FAST_NOT_GLIBC | MLK_FAST_LAZY_SPAWN)) || mlk_thread_not_recording ||
+    if (way != ALLOC_BY_PATH &&
+        MLK_UNLIKELY((mlk_fast_off & (MLK_FAST_NOT_GLIBC | MLK_FAST_LAZY_SPAWN)) || mlk_thread_not_recording ||
                      mlk_attention || (uintptr_t)busy <= 1))
         return 0;
     if (MLK_UNLIKELY(way == ALLOC_BY_PATH ? mlk_walk_quick : !mlk_walk_quick))
