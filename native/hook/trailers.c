@@ -397,10 +397,13 @@ static __attribute__((always_inline)) inline int free_fast_as(void *p, uint32_t 
         return 0;
     struct mlk_trailer *t = mlk_trailer_at(p, usable);
     uint64_t meta = t->meta;
-    uint32_t stack = mlk_trailer_stack_of(meta);
+    /* (An uncounted block's family reads 7, which is no family: the
+     * family's test turns it away, and past it the stack is a counted
+     * one's -- no test of its own.) */
+    _Static_assert(MLK_FAMILY_NEW_ARRAY_ALIGNED < 7, "no family reads as an uncounted block's");
+    uint32_t stack = (uint32_t)meta & MLK_TRAILER_ID_MASK;
     uint32_t *busy = flag_busy;
-    if (MLK_UNLIKELY(t->check != ((uint64_t)p ^ key) || stack == UNCOUNTED ||
-                     mlk_trailer_family_of(meta) != family ||
+    if (MLK_UNLIKELY(t->check != ((uint64_t)p ^ key) || mlk_trailer_family_of(meta) != family ||
                      (given != MLK_NO_SIZE && given != mlk_trailer_size_of(meta)) || (uintptr_t)busy <= 1))
         return 0;
     struct mlk_counters *c = shared ? NULL : mlk_stack_owned_counters(stack);
