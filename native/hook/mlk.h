@@ -329,7 +329,8 @@ static inline struct mlk_trailer *mlk_trailer_of(void *p, size_t usable)
 extern MLK_HIDDEN int mlk_glibc_heap;
 /* The usable size of glibc chunk p from its header alone -- the checks
  * glibc's free makes before it reads anything else (alignment, a size
- * that wraps or is too small, an mmapped chunk not on page boundaries),
+ * too small, an mmapped chunk not on page boundaries; a size that wraps,
+ * implied by ours below),
  * and 0 when they fail: a pointer glibc would call invalid is never read
  * further.  One check is ours: a chunk of 1 TiB or more is none --
  * the word before a pointer into a block's middle is the program's data
@@ -341,8 +342,11 @@ extern MLK_HIDDEN int mlk_glibc_heap;
 static inline size_t mlk_glibc_usable(const void *p)
 {
     uint64_t a = (uint64_t)p, field = ((const uint64_t *)p)[-1], size = field & ~7ull;
-    /* size < 32 or >= the bound: one unsigned compare */
-    if (MLK_UNLIKELY(((a | size) & 15) || size - 32 >= MLK_CHUNK_SIZE_MAX - 32 || a - 16 > -size))
+    /* size < 32 or >= the bound: one unsigned compare.  (glibc's check
+     * that the chunk does not wrap around the address space, p > -size,
+     * cannot fail under that bound for an address user space has, below
+     * 2^57: not made -- five instructions a free.) */
+    if (MLK_UNLIKELY(((a | size) & 15) || size - 32 >= MLK_CHUNK_SIZE_MAX - 32))
         return 0;
     if (MLK_UNLIKELY(field & 2)) { /* IS_MMAPPED: prev_size is the offset from the mapping's start */
         uint64_t before = ((const uint64_t *)p)[-2];
