@@ -31,7 +31,7 @@ struct mlk_thread_hot {
     int in_hook;             /* mlk_in_hook, below */
     int walk_quick;          /* mlk_walk_quick (unwind.c) */
     int not_recording;       /* mlk_thread_not_recording (api/lsan.c) */
-    int pad_;
+    unsigned fast_alloc;     /* MLK_THREAD_*, below */
     uint32_t *busy;          /* trailers.c's flag_busy */
     struct memo *memo;       /* unwind.c's thread_memo */
     int *errno_at;           /* mlk_errno_at (hooks.h) */
@@ -42,6 +42,25 @@ extern MLK_HIDDEN __thread struct mlk_thread_hot mlk_hot __attribute__((tls_mode
 #define mlk_walk_quick (mlk_hot.walk_quick)
 #define mlk_thread_not_recording (mlk_hot.not_recording)
 #define mlk_errno_at (mlk_hot.errno_at)
+
+/* The thread's own conditions for the allocation's fast way (trailers.c),
+ * a bit each in one word, kept by the places that change them
+ * (mlk_thread_fast_set), so that the fast way tests the word once where it
+ * tested four: its busy flag is a slot's (trailers.c's set_flag), it looks
+ * for whole walks (mlk_walk_quick), it owns a counter stripe (stacks.c),
+ * and -- the one bit that must be clear -- it does not record
+ * (mlk_thread_not_recording).  A new thread's word is 0: no fast way until
+ * each has been set.  Only the thread writes it (inside a hook, or in its
+ * own API calls), so a bit may lag its reason only towards "no". */
+#define MLK_THREAD_FLAG 1u
+#define MLK_THREAD_QUICK 2u
+#define MLK_THREAD_STRIPE 4u
+#define MLK_THREAD_NOT_RECORDING 8u
+#define MLK_THREAD_FAST (MLK_THREAD_FLAG | MLK_THREAD_QUICK | MLK_THREAD_STRIPE)
+static inline void mlk_thread_fast_set(unsigned bit, int holds)
+{
+    mlk_hot.fast_alloc = holds ? mlk_hot.fast_alloc | bit : mlk_hot.fast_alloc & ~bit;
+}
 
 /* Why the fast ways (trailers.c) may not be taken now: a bit each, kept by
  * the places that change those conditions (mlk_fast_off_set), so that the

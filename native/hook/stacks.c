@@ -319,6 +319,14 @@ static int stripe_key_made;
  * (not 0, no stripe yet, nor the shared one), in one unsigned test. */
 static inline int owned_stripe(unsigned s) { return s - 1 < SHARED_STRIPE - 1; }
 
+/* The thread's stripe becomes s (plus one), its fast-way bit with it. */
+static unsigned set_stripe(unsigned s)
+{
+    stripe_plus_one = s;
+    mlk_thread_fast_set(MLK_THREAD_STRIPE, owned_stripe(s));
+    return s;
+}
+
 #define STRIPE_CLAIM_AFTER 256
 #define STRIPE_CLAIM_RETRY 65536 /* all were owned: try again after this many */
 
@@ -326,7 +334,7 @@ static void stripe_release(void *unused)
 {
     (void)unused;
     unsigned s = stripe_plus_one;
-    stripe_plus_one = SHARED_STRIPE; /* this thread's later counts: atomic, on the shared one */
+    set_stripe(SHARED_STRIPE); /* this thread's later counts: atomic, on the shared one */
     mine.claim_in = 0;               /* (never to claim again: 2^32 counts away) */
     if (s && s < SHARED_STRIPE)
         __atomic_store_n(&stripe_owned[s - 1], 0, __ATOMIC_RELEASE); /* after its last plain store */
@@ -336,7 +344,7 @@ static __attribute__((noinline)) unsigned claim_stripe(void)
 {
     if (!stripe_plus_one) { /* the thread's first count */
         mine.claim_in = STRIPE_CLAIM_AFTER;
-        return stripe_plus_one = SHARED_STRIPE;
+        return set_stripe(SHARED_STRIPE);
     }
     mine.claim_in = STRIPE_CLAIM_RETRY;
     for (unsigned i = 0; stripe_key_made && i < SHARED_STRIPE - 1; i++) {
@@ -345,11 +353,11 @@ static __attribute__((noinline)) unsigned claim_stripe(void)
             !__atomic_compare_exchange_n(&stripe_owned[i], &free_, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
             continue;
         if (pthread_setspecific(stripe_key, (void *)1) == 0)
-            return stripe_plus_one = i + 1;
+            return set_stripe(i + 1);
         __atomic_store_n(&stripe_owned[i], 0, __ATOMIC_RELEASE); /* could not be given up at exit */
         break;
     }
-    return stripe_plus_one = SHARED_STRIPE;
+    return set_stripe(SHARED_STRIPE);
 }
 
 static inline unsigned stripe_of_thread(void)

@@ -86,6 +86,7 @@ static void set_flag(int f)
 {
     flag_plus_one = f;
     flag_busy = f > 0 ? &flags[f - 1].busy : f < 0 ? FLAG_LOCK : NULL;
+    mlk_thread_fast_set(MLK_THREAD_FLAG, f > 0);
 }
 static uint32_t forking;
 static int fenced; /* membarrier is registered: flags may be used */
@@ -450,22 +451,41 @@ __attribute__((noinline)) int mlk_trailer_free_shared(void *p, uint32_t family, 
  * a thread resting from whole walks, its stack by its remembered paths, on
  * either stripe (ALLOC_BY_PATH) -- a constant, each caller its own copy.) */
 enum alloc_way { ALLOC_OWNED, ALLOC_SHARED, ALLOC_BY_PATH };
+
+/* Why the owners' fast way is not for this allocation: 0, the whole way;
+ * MLK_FAST_RESTING, or MLK_FAST_SHARED_NEXT, where that alone said no. */
+static __attribute__((noinline)) int owners_way_refused(void)
+{
+    if ((mlk_fast_off & (MLK_FAST_NOT_GLIBC | MLK_FAST_LAZY_SPAWN)) || mlk_thread_not_recording || mlk_attention ||
+        (uintptr_t)flag_busy <= 1)
+        return 0;
+    if (!mlk_walk_quick)
+        return MLK_FAST_RESTING; /* (the whole way tries mlk_trailer_alloc_by_path) */
+    if (!mlk_stack_owns_stripe())
+        return MLK_FAST_SHARED_NEXT; /* (only that: the whole way tries mlk_trailer_alloc_shared) */
+    return 0; /* (the word lags: the whole way) */
+}
 static __attribute__((always_inline)) inline int alloc_fast_as(void *p, uint64_t size, int kind, uint64_t tag,
                                                                struct mlk_walk_start at, enum alloc_way way)
 {
     /* (No test of the size: below MAX_COUNTED_SIZE, the hooks' TRAILABLE.
-     * By path, none of these: that way is tried only where the owners' way
-     * said MLK_FAST_RESTING, after they held, and nothing between changes
-     * them.) */
-    uint32_t *busy = flag_busy;
-    if (way != ALLOC_BY_PATH &&
-        MLK_UNLIKELY((mlk_fast_off & (MLK_FAST_NOT_GLIBC | MLK_FAST_LAZY_SPAWN)) || mlk_thread_not_recording ||
-                     mlk_attention || (uintptr_t)busy <= 1))
+     * The owners': the thread's conditions in one word (MLK_THREAD_FAST),
+     * and why not, out of the way.  By path, none of these: that way is
+     * tried only where the owners' way said MLK_FAST_RESTING, after they
+     * held, and nothing between changes them.) */
+    uint32_t *busy;
+    if (way == ALLOC_OWNED) {
+        if (MLK_UNLIKELY(mlk_hot.fast_alloc != MLK_THREAD_FAST ||
+                         (mlk_fast_off & (MLK_FAST_NOT_GLIBC | MLK_FAST_LAZY_SPAWN)) || mlk_attention))
+            return owners_way_refused();
+    } else if (way == ALLOC_SHARED) {
+        busy = flag_busy;
+        if (MLK_UNLIKELY((mlk_fast_off & (MLK_FAST_NOT_GLIBC | MLK_FAST_LAZY_SPAWN)) || mlk_thread_not_recording ||
+                         mlk_attention || (uintptr_t)busy <= 1 || !mlk_walk_quick))
+            return 0;
+    } else if (MLK_UNLIKELY(mlk_walk_quick)) {
         return 0;
-    if (MLK_UNLIKELY(way == ALLOC_BY_PATH ? mlk_walk_quick : !mlk_walk_quick))
-        return way == ALLOC_OWNED ? MLK_FAST_RESTING : 0; /* (the whole way tries mlk_trailer_alloc_by_path) */
-    if (MLK_UNLIKELY(way == ALLOC_OWNED && !mlk_stack_owns_stripe()))
-        return MLK_FAST_SHARED_NEXT; /* (only that: the whole way tries mlk_trailer_alloc_shared) */
+    }
     /* The stripe it counts on (the owners': theirs, by the test above). */
     int shared = way == ALLOC_SHARED || (way == ALLOC_BY_PATH && !mlk_stack_owns_stripe());
     if (shared && !mlk_stack_on_shared_stripe())

@@ -91,6 +91,7 @@ fast_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload
         m->last_path = NULL;
         int trying = payoff_try(&m->payoff, whole_walks_bar(m));
         mlk_walk_quick = trying;
+        mlk_thread_fast_set(MLK_THREAD_QUICK, trying);
         if (!trying) {
             pc = paths_of(m);
             path_memo = m;

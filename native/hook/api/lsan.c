@@ -141,6 +141,7 @@ void mlk_thread_recording(int on)
     } else {
         mlk_thread_not_recording++;
     }
+    mlk_thread_fast_set(MLK_THREAD_NOT_RECORDING, mlk_thread_not_recording != 0);
 }
 
 void mlk_lsan_lock_for_fork(int acquire)
