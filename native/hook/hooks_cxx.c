@@ -70,8 +70,8 @@ static inline __attribute__((always_inline)) void *new_trailed(size_t size, int 
     EXPORT void *mangled params                                                                    \
     {                                                                                              \
         static new_fn next;                                                                        \
-        if (!READY())                                                                              \
-            return mlk_boot_alloc(size, aligned && (al) > 16 && !((al) & ((al) - 1)) ? (al) : 16);    \
+        /* (Trailing first: it means the real functions are resolved, see   \
+         * interpose.c's malloc.) */                                        \
         if (TRAILING() && TRAILABLE(size)) {                                                       \
             /* Most news: one malloc.  If it fails, the C++ runtime's      \
              * new below runs the new-handler loop or throws. */           \
@@ -81,6 +81,8 @@ static inline __attribute__((always_inline)) void *new_trailed(size_t size, int 
                         MLK_TRAILER_TAG(family, aligned ? __builtin_ctzll(al) : 0));               \
                 return p;                                                                          \
             }                                                                                      \
+        } else if (!READY()) {                                                                     \
+            return mlk_boot_alloc(size, aligned && (al) > 16 && !((al) & ((al) - 1)) ? (al) : 16);    \
         }                                                                                          \
         if (!aligned && EARLY(size)) {                                                             \
             void *p = mlk_early_malloc(size, 0);                                                   \

@@ -247,6 +247,11 @@ static __attribute__((noinline)) void *malloc_unready(size_t size)
 
 EXPORT void *malloc(size_t size)
 {
+    /* (The common case asked first, before READY: trailing means the real
+     * functions are resolved -- the trailer key is made only once they
+     * are, by mlk_trailers_possible or mlk_trailers_decide_early.) */
+    if (MLK_LIKELY(TRAILING() && TRAILABLE(size)))
+        return malloc_trailed(size);
     if (MLK_UNLIKELY(!mlk_real.free))
         return malloc_unready(size);
     return malloc_ready(size);
@@ -370,18 +375,18 @@ EXPORT size_t malloc_usable_size(void *p)
 
 EXPORT void *calloc(size_t n, size_t size)
 {
-    if (!READY()) {
-        size_t total;
-        if (__builtin_mul_overflow(n, size, &total))
-            return NULL;
-        return mlk_boot_alloc(total, 16);
-    }
     size_t total;
+    /* (Trailing first: it means the real functions are resolved, see malloc.) */
     if (TRAILING() && !__builtin_mul_overflow(n, size, &total) && TRAILABLE(total)) {
         void *p = mlk_real.calloc(1, total + MLK_TRAILER_SIZE);
         if (p)
             trailed(p, total, MLK_KIND_MALLOC, MALLOC_TAG);
         return p;
+    }
+    if (!READY()) {
+        if (__builtin_mul_overflow(n, size, &total))
+            return NULL;
+        return mlk_boot_alloc(total, 16);
     }
     if (EARLY(0) && !__builtin_mul_overflow(n, size, &total) && TRAILABLE(total))
         return mlk_early_malloc(total, 1);
