@@ -235,8 +235,12 @@ static inline __attribute__((always_inline)) int walk_known_set_at(struct memo *
                                                                     struct walk_known_state *st)
 {
     /* (Not resting: every caller has tested mlk_walk_quick, which
-     * fast_backtrace sets to "not resting" each time the window turns.) */
-    if (m <= MEMO_NONE || m->max != max || payoff_left(&m->payoff) <= 1)
+     * fast_backtrace sets to "not resting" each time the window turns.
+     * No test of m->max: a thread's memo is made, or handed on, for the
+     * segment's depth (memo_of_thread), which a process never changes --
+     * its forked children copy it -- so it is max.) */
+    (void)max;
+    if (m <= MEMO_NONE || payoff_left(&m->payoff) <= 1)
         return -1;
     /* (No test that ip is not our own code's: a walk is remembered from
      * the first state past our frames, so from such a state none is found.) */
