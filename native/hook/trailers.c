@@ -452,12 +452,20 @@ __attribute__((noinline)) int mlk_trailer_free_shared(void *p, uint32_t family, 
  * either stripe (ALLOC_BY_PATH) -- a constant, each caller its own copy.) */
 enum alloc_way { ALLOC_OWNED, ALLOC_SHARED, ALLOC_BY_PATH };
 
+/* What rules out the allocation's fast ways whatever the thread's walks
+ * and stripe: not glibc's heap, a reporter to start, the thread not
+ * recording, something to attend to, no busy flag of its own. */
+static inline int fast_ways_closed(void)
+{
+    return (mlk_fast_off & (MLK_FAST_NOT_GLIBC | MLK_FAST_LAZY_SPAWN)) || mlk_thread_not_recording || mlk_attention ||
+           (uintptr_t)flag_busy <= 1;
+}
+
 /* Why the owners' fast way is not for this allocation: 0, the whole way;
  * MLK_FAST_RESTING, or MLK_FAST_SHARED_NEXT, where that alone said no. */
 static __attribute__((noinline)) int owners_way_refused(void)
 {
-    if ((mlk_fast_off & (MLK_FAST_NOT_GLIBC | MLK_FAST_LAZY_SPAWN)) || mlk_thread_not_recording || mlk_attention ||
-        (uintptr_t)flag_busy <= 1)
+    if (fast_ways_closed())
         return 0;
     if (!mlk_walk_quick)
         return MLK_FAST_RESTING; /* (the whole way tries mlk_trailer_alloc_by_path) */
@@ -477,15 +485,12 @@ static __attribute__((always_inline)) inline int alloc_fast_as(void *p, uint64_t
      * and why not, out of the way.  By path, none of these: that way is
      * tried only where the owners' way said MLK_FAST_RESTING, after they
      * held, and nothing between changes them.) */
-    uint32_t *busy;
     if (way == ALLOC_OWNED) {
         if (MLK_UNLIKELY(mlk_hot.fast_alloc != MLK_THREAD_FAST ||
                          (mlk_fast_off & (MLK_FAST_NOT_GLIBC | MLK_FAST_LAZY_SPAWN)) || mlk_attention))
             return owners_way_refused();
     } else if (way == ALLOC_SHARED) {
-        busy = flag_busy;
-        if (MLK_UNLIKELY((mlk_fast_off & (MLK_FAST_NOT_GLIBC | MLK_FAST_LAZY_SPAWN)) || mlk_thread_not_recording ||
-                         mlk_attention || (uintptr_t)busy <= 1 || !mlk_walk_quick))
+        if (MLK_UNLIKELY(fast_ways_closed() || !mlk_walk_quick))
             return 0;
     } else if (MLK_UNLIKELY(mlk_walk_quick)) {
         return 0;
@@ -500,7 +505,7 @@ static __attribute__((always_inline)) inline int alloc_fast_as(void *p, uint64_t
     uint32_t epoch = __atomic_load_n(&seg->unload_epoch, __ATOMIC_ACQUIRE);
     uint32_t stack = way == ALLOC_BY_PATH ? mlk_walk_known_path(depth, kind, epoch, at)
                                           : mlk_walk_known_at(depth, kind, epoch, at);
-    busy = flag_busy; /* (again, and the usable size only now: fewer registers held across the look) */
+    uint32_t *busy = flag_busy; /* (only now, as the usable size: fewer registers held across the look) */
     if (MLK_UNLIKELY(stack >= UNCOUNTED || !raise_busy(busy))) {
         mlk_in_hook = 0;
         return stack == MLK_NO_STACK && way != ALLOC_BY_PATH ? -1 : 0;
