@@ -301,13 +301,18 @@ static inline int free_of_nothing_real(void *p)
     return mlk_is_boot(p) || !READY();
 }
 
+/* The free of a block without a trailer, p a real one. */
+static inline void free_real_untrailed(void *p)
+{
+    if (before_free(p, MLK_CALL_FREE))
+        mlk_real.free(p);
+}
+
 /* free where no block has a trailer (sampling, track=table). */
 static __attribute__((noinline)) void free_untrailed(void *p)
 {
-    if (free_of_nothing_real(p))
-        return;
-    if (before_free(p, MLK_CALL_FREE))
-        mlk_real.free(p);
+    if (!free_of_nothing_real(p))
+        free_real_untrailed(p);
 }
 
 /* free's every other case but the common one (mlk_trailer_free_fast). */
@@ -317,7 +322,7 @@ static __attribute__((noinline)) void free_slow(void *p)
         return;
     if (free_shared(p, MLK_CALL_FREE, MLK_NO_SIZE, 0) || free_trailed(p, MLK_CALL_FREE, MLK_NO_SIZE, 0))
         return;
-    free_untrailed(p);
+    free_real_untrailed(p);
 }
 
 EXPORT void free(void *p)
