@@ -12,11 +12,15 @@
  * Before each step's line it prints glibc's malloc_info() -- the oracle for
  * the arenas' statistics the reporter reads from outside; stdin and stdout
  * have buffers of their own, so that nothing allocates while it waits. */
+#include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define TINY 100000
 #define MIXED 10000
@@ -41,11 +45,14 @@ __attribute__((noinline)) static void site_thread_arena(void)
         free(small[i]);
 }
 
-static void *parked(void *unused)
+static int parked_tid[2], past_barrier;
+
+static void *parked(void *which)
 {
-    (void)unused;
+    parked_tid[(intptr_t)which] = (int)syscall(SYS_gettid);
     site_thread_arena();
     pthread_barrier_wait(&fragmented);
+    __atomic_add_fetch(&past_barrier, 1, __ATOMIC_RELEASE);
     pthread_mutex_lock(&park);
     pthread_mutex_unlock(&park);
     for (int i = 1; i < 300; i += 2)
@@ -91,6 +98,38 @@ __attribute__((noinline)) static void site_thin(void)
         }
 }
 
+/* Thread tid sleeps in the kernel (its /proc stat says S).  Raw calls and
+ * a buffer on the stack: nothing allocates. */
+static int sleeping(int tid)
+{
+    char path[64], stat[512];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, stat, sizeof stat - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    stat[n] = 0;
+    const char *end = strrchr(stat, ')');
+    return end && end[1] == ' ' && end[2] == 'S';
+}
+
+/* Until both threads wait for the park mutex in the kernel: a thread
+ * stack is then told by the stack pointer /proc gives for a thread in a
+ * system call.  (Without this wait, under load a thread just past the
+ * barrier could still be running when the report was taken, and its stack
+ * was not told: 2 thread stacks counted of 3.) */
+static void wait_until_parked(void)
+{
+    while (__atomic_load_n(&past_barrier, __ATOMIC_ACQUIRE) < 2)
+        usleep(1000);
+    for (int i = 0; i < 2; i++)
+        while (!sleeping(parked_tid[i]))
+            usleep(1000);
+}
+
 static void step(const char *said)
 {
     char line[16];
@@ -108,9 +147,10 @@ int main(void)
     setvbuf(stdout, out_buffer, _IOFBF, sizeof out_buffer);
     pthread_mutex_lock(&park);
     pthread_barrier_init(&fragmented, NULL, 3);
-    for (int i = 0; i < 2; i++)
-        pthread_create(&t[i], NULL, parked, NULL);
+    for (intptr_t i = 0; i < 2; i++)
+        pthread_create(&t[i], NULL, parked, (void *)i);
     pthread_barrier_wait(&fragmented);
+    wait_until_parked();
     step("parked");
     size_t tiny_slack = site_tiny(), mixed_slack = site_mixed();
     site_fill();
