@@ -91,27 +91,27 @@ static inline int *thread_errno(void)
 /* The whole way of recording new block p with a trailer, when the hook's
  * fast way said no: out of line, so that the fast way saves no registers
  * for its calls.  The walk start is set: by trailed, in the hook's frame
- * (which this may replace: a tail call; the start's state is the caller's,
- * above it).  fast: what the fast way said (0; -1, its quick look missed;
- * MLK_FAST_SHARED_NEXT; MLK_FAST_RESTING).  Returns p. */
+ * (which these may replace: tail calls; the start's state is the caller's,
+ * above it).  looked: the quick look was made, and missed.  Returns p. */
+MLK_HIDDEN void *mlk_trailed_whole(void *p, size_t size, int kind, uint64_t tag, int looked);
+/* A thread that rests from whole walks (its stack by its remembered paths,
+ * mlk_trailer_alloc_by_path), or that counts on the shared stripe
+ * (mlk_trailer_alloc_shared): that way, inlined, then the whole way if it
+ * said no -- a tail call, so that the way that answers nearly every
+ * allocation of such a thread pays one frame (cc1: a frame here that
+ * called the way, which saved its own registers again, was ~40
+ * instructions an allocation). */
+MLK_HIDDEN void *mlk_trailed_resting(void *p, size_t size, int kind, uint64_t tag);
+MLK_HIDDEN void *mlk_trailed_shared(void *p, size_t size, int kind, uint64_t tag);
+/* Which of those, by what the fast way said (0; -1, its quick look
+ * missed; MLK_FAST_SHARED_NEXT; MLK_FAST_RESTING): jumps only. */
 static __attribute__((noinline)) void *trailed_slow(void *p, size_t size, int kind, uint64_t tag, int fast)
 {
-    if (MLK_UNLIKELY(fast == MLK_FAST_SHARED_NEXT || fast == MLK_FAST_RESTING)) {
-        /* The fast way was not tried only because this thread owns no
-         * counter stripe, or rests from whole walks: one on the shared
-         * stripe (mlk_stack_on_shared_stripe), or whose walk is a
-         * remembered path, may take it here, out of the owners' way. */
-        fast = fast == MLK_FAST_SHARED_NEXT ? mlk_trailer_alloc_shared(p, size, kind, tag, mlk_walk_start)
-                                            : mlk_trailer_alloc_by_path(p, size, kind, tag, mlk_walk_start);
-        if (fast > 0) {
-            mlk_walk_start.sp = 0; /* (used) */
-            return p;
-        }
-    }
-    BEGIN_HOOK();
-    mlk_record_trailed(p, mlk_real.malloc_usable_size(p), size, kind, tag, fast < 0);
-    END_HOOK();
-    return p;
+    if (fast == MLK_FAST_RESTING)
+        return mlk_trailed_resting(p, size, kind, tag);
+    if (fast == MLK_FAST_SHARED_NEXT)
+        return mlk_trailed_shared(p, size, kind, tag);
+    return mlk_trailed_whole(p, size, kind, tag, fast < 0);
 }
 
 /* Records new block p, the allocator's with room for its trailer; returns p. */

@@ -189,6 +189,34 @@ int mlk_trailers_possible(void)
 
 /* ---- malloc family ------------------------------------------------------ */
 
+/* The ways after the allocation's fast way (hooks.h's trailed_slow). */
+__attribute__((noinline)) void *mlk_trailed_whole(void *p, size_t size, int kind, uint64_t tag, int looked)
+{
+    BEGIN_HOOK();
+    mlk_record_trailed(p, mlk_real.malloc_usable_size(p), size, kind, tag, looked);
+    END_HOOK();
+    return p;
+}
+
+__attribute__((noinline)) void *mlk_trailed_resting(void *p, size_t size, int kind, uint64_t tag)
+{
+    if (mlk_trailer_alloc_by_path(p, size, kind, tag, mlk_walk_start) > 0) {
+        mlk_walk_start.sp = 0; /* (used) */
+        return p;
+    }
+    return mlk_trailed_whole(p, size, kind, tag, 0);
+}
+
+__attribute__((noinline)) void *mlk_trailed_shared(void *p, size_t size, int kind, uint64_t tag)
+{
+    int fast = mlk_trailer_alloc_shared(p, size, kind, tag, mlk_walk_start);
+    if (fast > 0) {
+        mlk_walk_start.sp = 0; /* (used) */
+        return p;
+    }
+    return mlk_trailed_whole(p, size, kind, tag, fast < 0);
+}
+
 /* malloc's recording ways, each reached by a jump from malloc (its last
  * call), so that their frames -- which the walk start's frame address
  * needs -- are not malloc's: an allocation that is not recorded (sampling,

@@ -484,7 +484,9 @@ static __attribute__((always_inline)) inline int alloc_fast_as(void *p, uint64_t
      * The owners': the thread's conditions in one word (MLK_THREAD_FAST),
      * and why not, out of the way.  By path, none of these: that way is
      * tried only where the owners' way said MLK_FAST_RESTING, after they
-     * held, and nothing between changes them.) */
+     * held, and nothing between changes them; that the thread rests is
+     * asked by mlk_walk_known_path, of the memo itself, which
+     * mlk_walk_quick mirrors.) */
     if (way == ALLOC_OWNED) {
         if (MLK_UNLIKELY(mlk_hot.fast_alloc != MLK_THREAD_FAST ||
                          (mlk_fast_off & (MLK_FAST_NOT_GLIBC | MLK_FAST_LAZY_SPAWN)) || mlk_attention))
@@ -492,8 +494,6 @@ static __attribute__((always_inline)) inline int alloc_fast_as(void *p, uint64_t
     } else if (way == ALLOC_SHARED) {
         if (MLK_UNLIKELY(fast_ways_closed() || !mlk_walk_quick))
             return 0;
-    } else if (MLK_UNLIKELY(mlk_walk_quick)) {
-        return 0;
     }
     /* The stripe it counts on (the owners': theirs, by the test above). */
     int shared = way == ALLOC_SHARED || (way == ALLOC_BY_PATH && !mlk_stack_owns_stripe());
@@ -527,16 +527,16 @@ __attribute__((always_inline)) inline int mlk_trailer_alloc_fast(void *p, uint64
     return alloc_fast_as(p, size, kind, tag, at, ALLOC_OWNED);
 }
 
-/* The same for a thread on the shared stripe, tried by the whole way
- * (trailed_slow) when the fast way was not: out of line, so that the
- * owners' fast way is as it was. */
-__attribute__((noinline)) int mlk_trailer_alloc_shared(void *p, uint64_t size, int kind, uint64_t tag, struct mlk_walk_start at)
+/* The same for a thread on the shared stripe, tried where the fast way
+ * was not (inlined into mlk_trailed_shared, out of the hooks' way, so
+ * that the owners' fast way is as it was). */
+__attribute__((always_inline)) inline int mlk_trailer_alloc_shared(void *p, uint64_t size, int kind, uint64_t tag, struct mlk_walk_start at)
 {
     return alloc_fast_as(p, size, kind, tag, at, ALLOC_SHARED);
 }
 
-/* And for a thread resting from whole walks (cc1), out of line likewise. */
-__attribute__((noinline)) int mlk_trailer_alloc_by_path(void *p, uint64_t size, int kind, uint64_t tag,
+/* And for a thread resting from whole walks (cc1), likewise (mlk_trailed_resting). */
+__attribute__((always_inline)) inline int mlk_trailer_alloc_by_path(void *p, uint64_t size, int kind, uint64_t tag,
                                                         struct mlk_walk_start at)
 {
     return alloc_fast_as(p, size, kind, tag, at, ALLOC_BY_PATH);
