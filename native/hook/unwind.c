@@ -423,8 +423,12 @@ uint32_t mlk_walk_known_older(int max, int kind, uint32_t unload_epoch)
  * allocation's ~1,200 on cc1. */
 uint32_t mlk_walk_known_path(int max, int kind, uint32_t unload_epoch, struct mlk_walk_start at)
 {
+    /* (No test of m->max, as walk_known_set_at; none of at.sp's alignment:
+     * at is a hook frame's MLK_FRAME_HERE, an aligned frame address.  Not
+     * mlk_walk_quick asked, but what it mirrors, m->payoff.resting.) */
+    (void)max;
     struct memo *m = thread_memo;
-    if (m <= MEMO_NONE || m->max != max || !m->payoff.resting || payoff_left(&m->payoff) <= 1 || (at.sp & 7))
+    if (m <= MEMO_NONE || !m->payoff.resting || payoff_left(&m->payoff) <= 1)
         return MLK_NO_STACK;
     struct paths *pc = m->paths;
     if (pc <= PATHS_NONE || pc->payoff.resting || payoff_left(&pc->payoff) <= 1)
