@@ -74,8 +74,10 @@ struct path {
     uint8_t bp_in_key;             /* a rule uses the state's rbp before any saved one is read */
     uint8_t frames;                /* frames of the whole walk */
     uint8_t more;                  /* it stopped at max */
-    uint16_t nwords;
-    uint16_t at[];                 /* where each word is, in eighths above sp, in the walk's order */
+    uint8_t nwords;                /* (at most 2 * (MLK_MAX_DEPTH - PATH_KEY_STEPS)) */
+    uint8_t first;                 /* the low byte of the first word (see path_find) */
+    uint16_t at[];                 /* where each word is, in eighths above sp, in the walk's order (a
+                                      path of none: at[0] is 0, its first byte the word at sp's) */
 } __attribute__((aligned(64)));
 _Static_assert(offsetof(struct path, at) == PATH_HEAD_BYTES, "a path's head, then its words");
 
@@ -215,7 +217,12 @@ path_find(struct paths *pc, const uint64_t *ips, uint64_t ip, uint64_t sp, uint6
         if ((e & ~PATH_IDX_MASK) != tag || !(e & PATH_IDX_MASK))
             continue;
         struct path *p = path_at(pc, (e & PATH_IDX_MASK) - 1);
-        if (p->sp != sp)
+        /* (Paths of one key differ most often in the word read first --
+         * the caller after the key's frames -- and a set holds the key's
+         * paths most recently used first: cc1 looked at 1.35 paths a find,
+         * and computed a fingerprint for each.  A byte of that word rules
+         * most of them out with one load.) */
+        if (p->sp != sp || p->first != (uint8_t)*(const uint64_t *)(sp + (uint64_t)p->at[0] * 8))
             continue;
         uint64_t c = p->bp_in_key ? words_mix1(key_check, bp) : key_check;
         if (words_fingerprint(c, p->at, p->nwords, sp) != p->check)
@@ -319,7 +326,11 @@ path_walk(struct memo *m, struct paths *pc, uint64_t *ips, int max, int *truncat
             value[kept] = value[i];
             p->at[kept++] = p->at[i];
         }
-    p->nwords = (uint16_t)kept;
+    _Static_assert(2 * (MLK_MAX_DEPTH - PATH_KEY_STEPS) <= 255, "a path's words counted in a byte");
+    if (!kept)
+        p->at[0] = 0; /* (room for two words at least: paths_of) */
+    p->first = (uint8_t)(kept ? value[0] : *(const uint64_t *)sp_at_key);
+    p->nwords = (uint8_t)kept;
     p->check = values_fingerprint(c, value, (unsigned)kept);
     p->bp_in_key = (uint8_t)bp_used_first;
     p->frames = (uint8_t)n;
