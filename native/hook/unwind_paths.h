@@ -138,13 +138,15 @@ static struct paths *paths_of(struct memo *m)
     return m->paths = pc;
 }
 
-static const uint64_t path_mul[] = {0xc2b2ae3d27d4eb4full, 0x165667b19e3779f9ull, 0x27d4eb2f165667c5ull,
-                                     0x94d049bb133111ebull};
+/* (Odd, so each product is a bijection of its frame; below 2^31, so that
+ * x86-64 multiplies by an immediate, with no 10-byte load of a constant
+ * into a register first: the mix below spreads them over all the bits.) */
+static const uint64_t path_mul[] = {0x27d4eb2full, 0x165667b1ull, 0x5bd1e995ull, 0x61c88647ull};
 _Static_assert(PATH_KEY_STEPS <= sizeof path_mul / sizeof path_mul[0], "a multiplier per key frame");
 
 static inline uint64_t path_hash(const uint64_t *ips, uint64_t ip, uint64_t sp)
 {
-    uint64_t h = sp + ip * 0x9e3779b97f4a7c15ull;
+    uint64_t h = sp + ip * 0x7feb352dull;
     for (int k = 0; k < PATH_KEY_STEPS; k++)
         h += ips[k] * path_mul[k];
     h ^= h >> 31;
@@ -227,11 +229,12 @@ path_find(struct paths *pc, const uint64_t *ips, uint64_t ip, uint64_t sp, uint6
         uint64_t c = p->bp_in_key ? words_mix1(key_check, bp) : key_check;
         if (words_fingerprint(c, p->at, p->nwords, sp) != p->check)
             continue;
-        for (uint32_t i = 0, moved = e; i <= (uint32_t)w; i++) { /* to the front (not memmove: a call) */
-            uint32_t t = set[i];
-            set[i] = moved;
-            moved = t;
-        }
+        if (w) /* (most finds are the front's already) */
+            for (uint32_t i = 0, moved = e; i <= (uint32_t)w; i++) { /* to the front (not memmove: a call) */
+                uint32_t t = set[i];
+                set[i] = moved;
+                moved = t;
+            }
         return p;
     }
     return NULL;
