@@ -290,7 +290,7 @@ walk_known_slot(struct memo *m, int s, const struct walk_known_state *st, int ki
     m->last = s;
     /* (m->last_path is left as it is: a walk found here has its id, so no
      * mlk_walk_remember_stack follows it, and the one that may follow a
-     * later walk comes after fast_backtrace, which clears last_path.) */
+     * later walk comes after mlk_backtrace, which clears last_path.) */
     return known_id(w->id);
 }
 
@@ -442,8 +442,9 @@ uint32_t mlk_walk_known_path(int max, int kind, uint32_t unload_epoch, struct ml
         return MLK_NO_STACK; /* (one found was moved to its set's front, as fast_backtrace will) */
     m->payoff.counts--; /* (both above 1: no turn due) */
     payoff_found(&pc->payoff);
-    m->last = -1;
-    m->last_path = NULL;
+    /* (m->last and m->last_path are left as they are, as walk_known_slot
+     * leaves them: mlk_backtrace clears them before any walk whose stack
+     * mlk_walk_remember_stack may name.) */
     return known_id(p->id);
 }
 
@@ -517,6 +518,16 @@ __thread struct mlk_walk_start mlk_walk_start __attribute__((tls_model("initial-
 int mlk_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload_epoch, uint32_t *known)
 {
     *known = MLK_NO_STACK;
+    /* No walk or path named for mlk_walk_remember_stack yet: the quick
+     * look and the paths' look leave the one they found named, and a walk
+     * that returns before fast_backtrace's memo is set up (our own frames
+     * only, or libgcc's turn) must not have the id interned for it given
+     * to that one.  (The whole way only: a few stores.) */
+    struct memo *m = thread_memo;
+    if (m > MEMO_NONE) {
+        m->last = -1;
+        m->last_path = NULL;
+    }
     if (mlk_unwind_mode == MLK_UNWIND_FAST && cache) {
         int n = fast_backtrace(ips, max, truncated, kind, unload_epoch, known);
         mlk_walk_start.sp = 0;
