@@ -9,14 +9,16 @@
  * Each value goes into the fingerprint by a step that is a bijection of the
  * value for a given fingerprint and of the fingerprint for a given value --
  * so words that differ in one place never match, in two or more with odds
- * of 2^-64 -- two words a multiplication: (h ^ a) * k + b, times k, then
- * rotated so that the high bits reach the low ones in the next step.  (One
- * odd constant for both: one register held through the loop, not two.) */
+ * of 2^-64 -- two words a multiplication: the fingerprint rotated (so that
+ * its high bits reach the low ones), ^ a, times k, + b.  (b is multiplied
+ * in by the next step's; two words of one step that differ both cancel
+ * only where (x ^ a) * k - (x ^ a') * k = b' - b, as with a second
+ * multiplication after the add, which was one more instruction a pair.
+ * One odd constant for every step: one register held through the loop.) */
 #define WORDS_K 0x9fb21c651e98df25ull
 static inline uint64_t words_mix2(uint64_t h, uint64_t a, uint64_t b)
 {
-    h = ((h ^ a) * WORDS_K + b) * WORDS_K;
-    return h << 31 | h >> 33;
+    return ((h << 31 | h >> 33) ^ a) * WORDS_K + b;
 }
 
 static inline uint64_t words_mix1(uint64_t h, uint64_t a)
