@@ -149,9 +149,11 @@ static inline uint64_t path_hash(const uint64_t *ips, uint64_t ip, uint64_t sp)
     uint64_t h = sp + ip * 0x7feb352dull;
     for (int k = 0; k < PATH_KEY_STEPS; k++)
         h += ips[k] * path_mul[k];
+    /* (The set is named by the top bits, which the multiplication fills
+     * from all the others; the tag's, bits 14-31, come from the sum's low
+     * half and -- by the shift -- its high one.) */
     h ^= h >> 31;
-    h *= 0xbf58476d1ce4e5b9ull;
-    return h ^ h >> 29;
+    return h * 0xbf58476d1ce4e5b9ull;
 }
 
 /* A key's hash (path_hash) names its set, and its tag in the set. */
