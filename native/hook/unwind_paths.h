@@ -62,11 +62,13 @@
  * thread's own stack, between the state's sp and the stack's known end
  * (unwind_fp.c's extent; none known, as on a signal stack: no path), and
  * is used only by the thread that wrote it (owner: its memo's, counted up
- * each time a thread takes the memo) from exactly that sp -- whose words
- * up to that end stay mapped for the thread's life. */
+ * each time a thread takes the memo, and asked with the sp before any
+ * word is read: path_sp) from exactly that sp -- whose words up to that
+ * end stay mapped for the thread's life. */
 #define PATH_HEAD_BYTES 30 /* (17 words on its first line) */
 struct path {
-    uint64_t sp;                   /* the state's sp after the key (compared exactly); 0: being written */
+    uint64_t sp;                   /* the state's sp after the key, with its owner (path_sp; compared
+                                      exactly); 0: being written */
     uint64_t check;                /* the fingerprint of the key's frames, generation and owner, rbp if
                                       bp_in_key, the words (path_check_start, then words_fingerprint) */
     uint32_t id, id_epoch;         /* the stack interned for it (id MLK_NO_STACK: none yet) */
@@ -170,6 +172,17 @@ static inline uint64_t path_gen_owner(const struct memo *m, uint32_t generation)
     return (uint64_t)generation << 32 | m->owner;
 }
 
+/* A path's sp as kept and compared: the state's sp with the low 16 bits of
+ * its owner above an address's 48 (by xor: still exact for one owner), so
+ * that a path written by the thread that had the memo before is turned
+ * away before any of its words is read -- their places, up to that
+ * thread's stack end, may lie beyond this thread's.  (The fingerprint,
+ * which has the whole owner, turned it away only after reading them all.) */
+static inline uint64_t path_sp(uint64_t sp, uint64_t gen_owner)
+{
+    return sp ^ (uint64_t)(uint16_t)gen_owner << 48;
+}
+
 /* Where a path's fingerprint starts: the key's hash h, then gen_owner,
  * then the state's rbp where the path's first rule uses it. */
 static inline uint64_t path_check_start(uint64_t h, uint64_t gen_owner, int bp_in_key, uint64_t bp)
@@ -215,6 +228,7 @@ path_find(struct paths *pc, const uint64_t *ips, uint64_t ip, uint64_t sp, uint6
     uint64_t key_check = words_mix1(h, gen_owner); /* (h: a bijection of each key frame, see path_hash) */
     uint32_t tag = PATH_TAG(h);
     uint32_t *set = path_set_of(pc, h);
+    uint64_t kept_sp = path_sp(sp, gen_owner);
     *h_out = h;
     for (int w = 0; w < PATH_WAYS; w++) {
         uint32_t e = set[w];
@@ -226,7 +240,7 @@ path_find(struct paths *pc, const uint64_t *ips, uint64_t ip, uint64_t sp, uint6
          * paths most recently used first: cc1 looked at 1.35 paths a find,
          * and computed a fingerprint for each.  A byte of that word rules
          * most of them out with one load.) */
-        if (p->sp != sp || p->first != (uint8_t)*(const uint64_t *)(sp + (uint64_t)p->at[0] * 8))
+        if (p->sp != kept_sp || p->first != (uint8_t)*(const uint64_t *)(sp + (uint64_t)p->at[0] * 8))
             continue;
         uint64_t c = p->bp_in_key ? words_mix1(key_check, bp) : key_check;
         if (words_fingerprint(c, p->at, p->nwords, sp) != p->check)
@@ -341,7 +355,7 @@ path_walk(struct memo *m, struct paths *pc, uint64_t *ips, int max, int *truncat
     p->frames = (uint8_t)n;
     p->more = (uint8_t)*truncated;
     p->id = MLK_NO_STACK;
-    p->sp = sp_at_key; /* (last: usable from now on) */
+    p->sp = path_sp(sp_at_key, path_gen_owner(m, generation)); /* (last: usable from now on) */
     uint32_t *set = path_set_of(pc, h);
     for (int w = PATH_WAYS - 1; w > 0; w--)
         set[w] = set[w - 1];
