@@ -139,6 +139,45 @@ def test_rules_pushed_out_of_the_rule_cache_come_back_exact(tmp_path):
     assert seen == {s: (3 * (16 + (s & 63)), 3) for s in range(4096)}
 
 
+def cfa_program_bytes(prog, function):
+    """The length of the CFA program of `function`'s FDE in prog's .eh_frame."""
+    from elftools.elf.elffile import ELFFile
+    with open(prog, "rb") as f:
+        elf = ELFFile(f)
+        address = elf.get_section_by_name(".symtab").get_symbol_by_name(function)[0]["st_value"]
+        for entry in elf.get_dwarf_info().EH_CFI_entries():
+            header = getattr(entry, "header", None)
+            if header is not None and "initial_location" in header and \
+                    header["initial_location"] <= address < header["initial_location"] + header["address_range"]:
+                return header["length"]
+    raise AssertionError(f"no FDE for {function}")
+
+
+def test_rules_of_a_long_cfa_program_come_from_its_marks(tmp_path):
+    """One function with a 6 KB CFA program (tests/programs/longcfa.c): 512
+    call sites, each pushing two stack arguments, so each return address
+    has a rule of its own.  The unwinder runs such a program to its end
+    once, leaving marks, and works each later rule out from the last mark
+    below it (native/hook/unwind_cfi.c); the sites are asked in a shuffled
+    order.  Every site's blocks are under big and main (a rule worked out
+    wrong breaks its site's stack off there: the report groups stacks by
+    line, and the sites share one), to the byte, and the stacks are
+    libgcc's."""
+    prog = compile_program("longcfa.c", "-O2", name="longcfa")
+    assert cfa_program_bytes(prog, "big") >= 4096  # (long enough to be marked: MARKED_MIN_BYTES)
+    (tmp_path / "fast").mkdir()
+    (tmp_path / "gcc").mkdir()
+    fast = stacks(tmp_path / "fast", prog, "mtraceinit,unwind=fast", ["done"])
+    slow = stacks(tmp_path / "gcc", prog, "mtraceinit,unwind=libgcc", ["done"])
+    assert fast == slow
+    # (grab, an allocation wrapper, is folded into its caller by the report)
+    under_big = {key: value for key, value in fast.items() if key and key[0][0] in ("grab", "big")}
+    assert len(under_big) == 1, list(under_big)[:3]
+    (key, value), = under_big.items()
+    assert [f for f, _, _ in key][:2] == ["big", "main"], key
+    assert value == (sum(3 * (16 + i) for i in range(512)), 3 * 512)
+
+
 NO_TABLES = ("-O2", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables")
 
 

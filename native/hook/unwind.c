@@ -511,6 +511,7 @@ void mlk_unwind_forget(void)
         for (uint64_t i = 0; i < (1u << CACHE_BITS); i++)
             __atomic_store_n(&cache[i], 0, __ATOMIC_RELAXED);
     __atomic_add_fetch(&rules_generation, 1, __ATOMIC_RELEASE); /* every thread's remembered walks */
+    mlk_cfa_forget();
 }
 
 __thread struct mlk_walk_start mlk_walk_start __attribute__((tls_model("initial-exec")));

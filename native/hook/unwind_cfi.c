@@ -219,11 +219,68 @@ static int parse_cie(const uint8_t *cie, struct cie *out)
 
 #define MAX_REMEMBER 8
 
-/* Runs insns while loc <= pc.  Returns RULE_UNKNOWN on anything unusual. */
+/* ---- marks: resuming a long CFA program --------------------------------------
+ * A rule is worked out once per return address by running its function's
+ * CFA program from the start up to the address -- again from the start for
+ * each of the function's call sites.  Most programs are short; a few are
+ * not, and they are the ones asked most: cc1's largest, 20 KB of ops for
+ * one function, was run 190 times, 1.9 MB of the 2.1 MB of ops its 5.3k
+ * rules ran (28M instructions).  So a long program, the first time one of
+ * its addresses is asked, is run to its end once, leaving a mark every
+ * MARK_BYTES or so -- its state after an advance, where no remembered
+ * state is pending -- and each address asked after resumes from the last
+ * mark at or below it.  (The run from the start up to any pc at or above a
+ * mark's address does exactly the ops before the mark: resuming there
+ * gives what that run gives.)  One table for the process, a slot per
+ * program (direct-mapped by its FDE's address), taken with a try-lock: a
+ * thread that finds it held -- another thread working a rule out, or the
+ * one it interrupted, for a signal handler's allocation; after fork, a
+ * thread the child does not have -- runs the program from the start. */
+#define MARKED_MIN_BYTES 1024 /* shorter programs run from the start */
+#define MARK_BYTES 256
+#define MARKS 128
+#define MARK_SLOTS 16
+struct cfa_mark {
+    uint64_t loc;
+    const uint8_t *p;
+    struct rule_state st;
+};
+struct fde_marks {
+    const uint8_t *fde; /* whose (NULL: none) */
+    uint32_t generation; /* marks_generation when made */
+    uint32_t n, spacing;
+    uint64_t last_at;   /* (while marking) the program offset of the latest mark */
+    struct cfa_mark mark[MARKS];
+};
+static struct fde_marks *marks; /* MARK_SLOTS of them, mapped at first use */
+static int marks_held, marks_unmapped;
+/* Counted up when a module is unloaded (mlk_cfa_forget): another program
+ * may then sit at a marked FDE's address.  (A count, not a clearing under
+ * the lock: the forget may not wait for a holder.) */
+static uint32_t marks_generation;
+
+void mlk_cfa_forget(void)
+{
+    __atomic_add_fetch(&marks_generation, 1, __ATOMIC_RELEASE);
+}
+
+/* While marking (m), after an advance: a mark here, if it is time. */
+static inline void mark_here(struct fde_marks *m, const uint8_t *start, const uint8_t *p, uint64_t loc,
+                             const struct rule_state *st, int depth)
+{
+    if (m && depth == 0 && m->n < MARKS && (uint64_t)(p - start) >= m->last_at + m->spacing) {
+        m->mark[m->n++] = (struct cfa_mark){loc, p, *st};
+        m->last_at = (uint64_t)(p - start);
+    }
+}
+
+/* Runs insns while loc <= pc.  Returns RULE_UNKNOWN on anything unusual.
+ * m: marks to leave on the way (see above), or NULL. */
 static int run_cfa(const uint8_t *p, const uint8_t *end, const struct cie *cie, uint64_t loc,
-                   uint64_t pc, struct rule_state *st, const struct rule_state *initial)
+                   uint64_t pc, struct rule_state *st, const struct rule_state *initial, struct fde_marks *m)
 {
     struct rule_state saved[MAX_REMEMBER];
+    const uint8_t *start = p;
     int depth = 0;
     while (p < end) {
         uint8_t op = *p++;
@@ -235,6 +292,7 @@ static int run_cfa(const uint8_t *p, const uint8_t *end, const struct cie *cie, 
             loc += low * cie->code_align;
             if (loc > pc)
                 return RULE_OK;
+            mark_here(m, start, p, loc, st, depth);
             continue;
         case 2: /* offset */
             off = (int64_t)uleb(&p) * cie->data_align;
@@ -258,6 +316,7 @@ static int run_cfa(const uint8_t *p, const uint8_t *end, const struct cie *cie, 
             loc += delta * cie->code_align;
             if (loc > pc)
                 return RULE_OK;
+            mark_here(m, start, p, loc, st, depth);
             break;
         }
         case 0x05: /* offset_extended */
@@ -330,6 +389,48 @@ static int run_cfa(const uint8_t *p, const uint8_t *end, const struct cie *cie, 
     return RULE_OK;
 }
 
+/* The FDE program [p, end) of `fde` run up to pc from its marks (made now
+ * if they are another program's): its result; or -1, the table not to be
+ * had (held, or not mapped), nothing done.  *st: the initial state in. */
+static int run_marked(const uint8_t *fde, const uint8_t *p, const uint8_t *end, const struct cie *cie,
+                      uint64_t start, uint64_t pc, struct rule_state *st, const struct rule_state *initial)
+{
+    if (__atomic_exchange_n(&marks_held, 1, __ATOMIC_ACQUIRE))
+        return -1;
+    if (!marks && !marks_unmapped && !(marks = mlk_map_anon(MARK_SLOTS * sizeof *marks)))
+        marks_unmapped = 1;
+    int r = -1;
+    if (marks) {
+        struct fde_marks *m = &marks[((uint64_t)fde * 0x9e3779b97f4a7c15ull) >> 60];
+        _Static_assert(MARK_SLOTS == 16, "the slot is the product's top 4 bits");
+        uint32_t generation = __atomic_load_n(&marks_generation, __ATOMIC_ACQUIRE);
+        if (m->fde != fde || m->generation != generation) {
+            uint64_t len = (uint64_t)(end - p);
+            m->fde = NULL;
+            m->n = 1;
+            m->mark[0] = (struct cfa_mark){start, p, *st}; /* (a run from the start) */
+            m->spacing = len / MARKS > MARK_BYTES ? (uint32_t)(len / MARKS) : MARK_BYTES;
+            m->last_at = 0;
+            struct rule_state whole = *st;
+            (void)run_cfa(p, end, cie, start, UINT64_MAX, &whole, initial, m); /* (marks up to where it stops) */
+            m->fde = fde;
+            m->generation = generation;
+        }
+        uint32_t lo = 0, hi = m->n; /* the last mark at or below pc: mark[0]'s is start, pc's at least */
+        while (hi - lo > 1) {
+            uint32_t mid = (lo + hi) / 2;
+            if (m->mark[mid].loc <= pc)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        *st = m->mark[lo].st;
+        r = run_cfa(m->mark[lo].p, end, cie, m->mark[lo].loc, pc, st, initial, NULL);
+    }
+    __atomic_store_n(&marks_held, 0, __ATOMIC_RELEASE);
+    return r;
+}
+
 /* The rule at pc, computed from the unwind tables. */
 int mlk_compute_rule(uint64_t pc, struct rule_state *st)
 {
@@ -355,10 +456,14 @@ int mlk_compute_rule(uint64_t pc, struct rule_state *st)
         p += uleb(&p);
     struct rule_state initial = {REG_RSP, 8, 0, 0, 1, -8, 0};
     *st = initial;
-    if (run_cfa(cie.insns, cie.end, &cie, start, UINT64_MAX, st, &initial) != RULE_OK)
+    if (run_cfa(cie.insns, cie.end, &cie, start, UINT64_MAX, st, &initial, NULL) != RULE_OK)
         return RULE_UNKNOWN;
     initial = *st;
-    if (run_cfa(p, fde + 4 + len, &cie, start, pc, st, &initial) != RULE_OK)
+    const uint8_t *end = fde + 4 + len;
+    int r = end - p >= MARKED_MIN_BYTES ? run_marked(fde, p, end, &cie, start, pc, st, &initial) : -1;
+    if (r < 0)
+        r = run_cfa(p, end, &cie, start, pc, st, &initial, NULL);
+    if (r != RULE_OK)
         return RULE_UNKNOWN;
     if (st->ra_undefined)
         return RULE_END;

@@ -32,6 +32,9 @@ enum { RULE_OK, RULE_END, RULE_UNKNOWN, RULE_NO_INFO };
  * frame-pointer fallback's turn, unwind_fp.c) or RULE_UNKNOWN (what the
  * fast walk does not do: libgcc's turn). */
 MLK_HIDDEN int mlk_compute_rule(uint64_t pc, struct rule_state *st);
+/* A module was unloaded: the marks left in long CFA programs (see
+ * unwind_cfi.c) are not to be trusted any more. */
+MLK_HIDDEN void mlk_cfa_forget(void);
 /* Is pc inside an object the loader mapped (the executable or a library)? */
 MLK_HIDDEN int mlk_in_loaded_object(uint64_t pc);
 /* One step by the frame-pointer chain from state (sp, bp), if the frame
