@@ -244,7 +244,7 @@ void mlk_modules_scan(void)
 /* Unsynchronised read of the live ranges: a scan only ever replaces the
  * array contents under the lock, and a stale answer merely causes one more
  * scan, so taking the lock on this path is not worth it. */
-static int known(uint64_t ip)
+static int known(uint64_t ip, uint64_t *lo, uint64_t *hi)
 {
     uint32_t n = __atomic_load_n(&live_count, __ATOMIC_ACQUIRE);
     uint32_t a = 0, b = n;
@@ -255,15 +255,22 @@ static int known(uint64_t ip)
         else
             b = m;
     }
-    return a < n && ip >= live[a].lo && ip < live[a].hi;
+    if (a >= n || ip < live[a].lo || ip >= live[a].hi)
+        return 0;
+    *lo = live[a].lo, *hi = live[a].hi;
+    return 1;
 }
 
 int mlk_modules_cover(const uint64_t *ips, int n)
 {
     if (!live)
         return 0;
+    /* (A stack's frames are mostly in one module, the program's: the range
+     * the last frame was in is asked first -- cc1's 8.1k new stacks took a
+     * search of the ranges per frame, 6.9M instructions.) */
+    uint64_t lo = 1, hi = 0;
     for (int i = 0; i < n; i++)
-        if (!known(ips[i]))
+        if (!(ips[i] >= lo && ips[i] < hi) && !known(ips[i], &lo, &hi))
             return 0;
     return 1;
 }
