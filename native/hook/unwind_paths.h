@@ -245,12 +245,10 @@ path_find(struct paths *pc, const uint64_t *ips, uint64_t ip, uint64_t sp, uint6
         uint64_t c = p->bp_in_key ? words_mix1(key_check, bp) : key_check;
         if (words_fingerprint(c, p->at, p->nwords, sp) != p->check)
             continue;
-        if (w) /* (most finds are the front's already) */
-            for (uint32_t i = 0, moved = e; i <= (uint32_t)w; i++) { /* to the front (not memmove: a call) */
-                uint32_t t = set[i];
-                set[i] = moved;
-                moved = t;
-            }
+        if (w) { /* one place forward (most finds are the front's already) */
+            set[w] = set[w - 1];
+            set[w - 1] = e;
+        }
         return p;
     }
     return NULL;
