@@ -439,7 +439,7 @@ uint32_t mlk_walk_known_path(int max, int kind, uint32_t unload_epoch, struct ml
     uint32_t generation = (uint32_t)__atomic_load_n(&rules_generation, __ATOMIC_ACQUIRE);
     struct path *p = path_find(pc, ips, ip, sp, bp, path_gen_owner(m, generation), &h);
     if (!p || p->id == MLK_NO_STACK || p->id_kind != (uint8_t)kind || p->id_epoch != unload_epoch)
-        return MLK_NO_STACK; /* (one found was moved to its set's front, as fast_backtrace will) */
+        return MLK_NO_STACK; /* (one found was moved forward in its set, as fast_backtrace will) */
     m->payoff.counts--; /* (both above 1: no turn due) */
     payoff_found(&pc->payoff);
     /* (m->last and m->last_path are left as they are, as walk_known_slot

@@ -25,7 +25,8 @@
  * past the key, no hashing and looking up of the stack.
  *
  * Paths sharing a key (the same wrappers called from the same place) sit
- * together in one set, most recently used first.  Paths are replaced in
+ * together in one set, a new one first and a found one moved a place
+ * forward (path_find: by how often they are found).  Paths are replaced in
  * turn; a set entry left naming a replaced path does not match its key.
  * cc1: 99% of its walks are a remembered path (8.6k written for 789k
  * walks; bench/run.py's 9.6M walks: 69k), 4.5% fewer cycles in all by
@@ -217,8 +218,8 @@ static inline __attribute__((always_inline)) int path_key(uint64_t *ips, uint64_
 }
 
 /* The path of the key ips[0..PATH_KEY_STEPS-1] with state (ip, sp, bp)
- * after it whose words all hold (gen_owner: path_gen_owner's), moved to the
- * front of its set; or NULL.  *h_out: the key's hash (where a new path of
+ * after it whose words all hold (gen_owner: path_gen_owner's), moved a
+ * place forward in its set; or NULL.  *h_out: the key's hash (where a new path of
  * this key goes). */
 static inline __attribute__((always_inline)) struct path *
 path_find(struct paths *pc, const uint64_t *ips, uint64_t ip, uint64_t sp, uint64_t bp, uint64_t gen_owner,
@@ -236,16 +237,17 @@ path_find(struct paths *pc, const uint64_t *ips, uint64_t ip, uint64_t sp, uint6
             continue;
         struct path *p = path_at(pc, (e & PATH_IDX_MASK) - 1);
         /* (Paths of one key differ most often in the word read first --
-         * the caller after the key's frames -- and a set holds the key's
-         * paths most recently used first: cc1 looked at 1.35 paths a find,
-         * and computed a fingerprint for each.  A byte of that word rules
-         * most of them out with one load.) */
+         * the caller after the key's frames: cc1 looked at 1.35 paths a
+         * find, and computed a fingerprint for each.  A byte of that word
+         * rules most of them out with one load.) */
         if (p->sp != kept_sp || p->first != (uint8_t)*(const uint64_t *)(sp + (uint64_t)p->at[0] * 8))
             continue;
         uint64_t c = p->bp_in_key ? words_mix1(key_check, bp) : key_check;
         if (words_fingerprint(c, p->at, p->nwords, sp) != p->check)
             continue;
-        if (w) { /* one place forward (most finds are the front's already) */
+        if (w) { /* one place forward, not to the front: two paths of one key in turn
+                    each had the other's fingerprint computed first (most finds are the
+                    front's already) */
             set[w] = set[w - 1];
             set[w - 1] = e;
         }
