@@ -87,8 +87,8 @@ fast_backtrace(uint64_t *ips, int max, int *truncated, int kind, uint32_t unload
     struct paths *pc = NULL;      /* where a resting thread's walk is looked for */
     struct memo *path_memo = NULL; /* whose they are */
     if (m) {
-        m->last = -1;
-        m->last_path = NULL;
+        /* (Nothing named for mlk_walk_remember_stack: mlk_backtrace, our
+         * only caller, cleared it -- or memo_of_thread made m just now.) */
         int trying = payoff_try(&m->payoff, whole_walks_bar(m));
         mlk_walk_quick = trying;
         mlk_thread_fast_set(MLK_THREAD_QUICK, trying);
