@@ -198,23 +198,26 @@ __attribute__((noinline)) void *mlk_trailed_whole(void *p, size_t size, int kind
     return p;
 }
 
-__attribute__((noinline)) void *mlk_trailed_resting(void *p, size_t size, int kind, uint64_t tag)
+/* After a way that answered `fast` (mlk_trailer_alloc_fast's answers):
+ * done, its walk start used; or the whole way, a tail call. */
+static inline __attribute__((always_inline)) void *trailed_after(int fast, void *p, size_t size, int kind,
+                                                                 uint64_t tag)
 {
-    if (mlk_trailer_alloc_by_path(p, size, kind, tag, mlk_walk_start) > 0) {
-        mlk_walk_start.sp = 0; /* (used) */
-        return p;
-    }
-    return mlk_trailed_whole(p, size, kind, tag, 0);
-}
-
-__attribute__((noinline)) void *mlk_trailed_shared(void *p, size_t size, int kind, uint64_t tag)
-{
-    int fast = mlk_trailer_alloc_shared(p, size, kind, tag, mlk_walk_start);
     if (fast > 0) {
         mlk_walk_start.sp = 0; /* (used) */
         return p;
     }
     return mlk_trailed_whole(p, size, kind, tag, fast < 0);
+}
+
+__attribute__((noinline)) void *mlk_trailed_resting(void *p, size_t size, int kind, uint64_t tag)
+{
+    return trailed_after(mlk_trailer_alloc_by_path(p, size, kind, tag, mlk_walk_start), p, size, kind, tag);
+}
+
+__attribute__((noinline)) void *mlk_trailed_shared(void *p, size_t size, int kind, uint64_t tag)
+{
+    return trailed_after(mlk_trailer_alloc_shared(p, size, kind, tag, mlk_walk_start), p, size, kind, tag);
 }
 
 /* malloc's recording ways, each reached by a jump from malloc (its last
