@@ -178,18 +178,19 @@ MLK_HIDDEN int mlk_backtrace(uint64_t *ips, int max, int *truncated, int kind, u
  * set) when it is the walk remembered last from that first state, whole
  * and with its id known -- most allocations of programs that repeat their
  * paths -- found without the walk's machinery; else MLK_NO_STACK, and
- * mlk_backtrace walks.  max: the depth. */
-MLK_HIDDEN uint32_t mlk_walk_known(int max, int kind, uint32_t unload_epoch);
+ * mlk_backtrace walks.  (No depth asked: a thread's remembered walks are
+ * made for the segment's, which a process never changes.) */
+MLK_HIDDEN uint32_t mlk_walk_known(int kind, uint32_t unload_epoch);
 /* The same from a hook frame's state given, not mlk_walk_start (always
  * inlined: the allocation's fast way, mlk_trailer_alloc_fast). */
 struct mlk_walk_start;
-MLK_HIDDEN uint32_t mlk_walk_known_at(int max, int kind, uint32_t unload_epoch, struct mlk_walk_start at);
+MLK_HIDDEN uint32_t mlk_walk_known_at(int kind, uint32_t unload_epoch, struct mlk_walk_start at);
 /* The same from the older walks remembered from that state, asked where
  * mlk_walk_known said MLK_NO_STACK (out of line: seldom wanted). */
-MLK_HIDDEN uint32_t mlk_walk_known_older(int max, int kind, uint32_t unload_epoch);
+MLK_HIDDEN uint32_t mlk_walk_known_older(int kind, uint32_t unload_epoch);
 /* The same for a thread resting from whole walks (!mlk_walk_quick), from
  * its remembered paths and the hook frame's state `at`. */
-MLK_HIDDEN uint32_t mlk_walk_known_path(int max, int kind, uint32_t unload_epoch, struct mlk_walk_start at);
+MLK_HIDDEN uint32_t mlk_walk_known_path(int kind, uint32_t unload_epoch, struct mlk_walk_start at);
 /* Whether mlk_walk_known may answer for this thread: its last walk was
  * remembering whole walks (not resting from them: most of gcc's cc1's
  * walks are served by remembered paths instead, which it does not look at). */

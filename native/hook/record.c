@@ -42,7 +42,7 @@ static __attribute__((noinline)) uint32_t stack_walked_fully(int kind, uint32_t 
 static uint32_t stack_walked(int kind, uint32_t epoch)
 {
     if (mlk_walk_quick) {
-        uint32_t id = mlk_walk_known_older((int)mlk_seg->depth, kind, epoch);
+        uint32_t id = mlk_walk_known_older(kind, epoch);
         if (id != MLK_NO_STACK)
             return id;
     }
@@ -56,7 +56,7 @@ static inline uint32_t current_stack(int kind, int looked)
     uint32_t epoch = __atomic_load_n(&mlk_seg->unload_epoch, __ATOMIC_ACQUIRE);
     uint32_t id = MLK_NO_STACK;
     if (mlk_walk_quick && !looked)
-        id = mlk_walk_known((int)mlk_seg->depth, kind, epoch);
+        id = mlk_walk_known(kind, epoch);
     if (id == MLK_NO_STACK)
         id = stack_walked(kind, epoch);
     if (MLK_UNLIKELY(mlk_lazy_spawn_at) && id != MLK_NO_STACK && id >= mlk_lazy_spawn_at)

@@ -500,11 +500,8 @@ static __attribute__((always_inline)) inline int alloc_fast_as(void *p, uint64_t
     if (shared && !mlk_stack_on_shared_stripe())
         return 0;
     mlk_in_hook = 1; /* (as BEGIN_HOOK: a signal handler's allocation meanwhile is not recorded) */
-    const struct mlk_header *seg = mlk_seg; /* (once: after the acquire below it would be loaded again) */
-    int depth = (int)seg->depth;
-    uint32_t epoch = __atomic_load_n(&seg->unload_epoch, __ATOMIC_ACQUIRE);
-    uint32_t stack = way == ALLOC_BY_PATH ? mlk_walk_known_path(depth, kind, epoch, at)
-                                          : mlk_walk_known_at(depth, kind, epoch, at);
+    uint32_t epoch = __atomic_load_n(&mlk_seg->unload_epoch, __ATOMIC_ACQUIRE);
+    uint32_t stack = way == ALLOC_BY_PATH ? mlk_walk_known_path(kind, epoch, at) : mlk_walk_known_at(kind, epoch, at);
     uint32_t *busy = flag_busy; /* (only now, as the usable size: fewer registers held across the look) */
     if (MLK_UNLIKELY(stack >= UNCOUNTED || !raise_busy(busy))) {
         mlk_in_hook = 0;

@@ -231,15 +231,14 @@ struct walk_known_state {
     uint16_t tag;
 };
 
-static inline __attribute__((always_inline)) int walk_known_set_at(struct memo *m, int max, struct mlk_walk_start at,
+static inline __attribute__((always_inline)) int walk_known_set_at(struct memo *m, struct mlk_walk_start at,
                                                                     struct walk_known_state *st)
 {
     /* (Not resting: every caller has tested mlk_walk_quick, which
      * fast_backtrace sets to "not resting" each time the window turns.
      * No test of m->max: a thread's memo is made, or handed on, for the
      * segment's depth (memo_of_thread), which a process never changes --
-     * its forked children copy it -- so it is max.) */
-    (void)max;
+     * its forked children copy it -- so it is the depth asked for.) */
     if (m <= MEMO_NONE || payoff_left(&m->payoff) <= 1)
         return -1;
     /* (No test that ip is not our own code's: a walk is remembered from
@@ -256,9 +255,9 @@ static inline __attribute__((always_inline)) int walk_start_above(void)
     return sp > here && sp - here < 65536;
 }
 
-static inline __attribute__((always_inline)) int walk_known_set(struct memo *m, int max, struct walk_known_state *st)
+static inline __attribute__((always_inline)) int walk_known_set(struct memo *m, struct walk_known_state *st)
 {
-    return walk_start_above() ? walk_known_set_at(m, max, mlk_walk_start, st) : -1;
+    return walk_start_above() ? walk_known_set_at(m, mlk_walk_start, st) : -1;
 }
 
 /* An id a walk or path was named with (its id_for or id_kind matched):
@@ -323,12 +322,11 @@ static inline uint32_t start_used(uint32_t id)
 /* The look from a hook frame's state given, `at` (MLK_FRAME_HERE; its sp
  * above us by construction): mlk_walk_known's, and inlined into the
  * allocation's fast way (mlk_trailer_alloc_fast), which makes no call. */
-__attribute__((always_inline)) inline uint32_t mlk_walk_known_at(int max, int kind, uint32_t unload_epoch,
-                                                                 struct mlk_walk_start at)
+__attribute__((always_inline)) inline uint32_t mlk_walk_known_at(int kind, uint32_t unload_epoch, struct mlk_walk_start at)
 {
     struct memo *m = thread_memo;
     struct walk_known_state st;
-    int set = walk_known_set_at(m, max, at, &st);
+    int set = walk_known_set_at(m, at, &st);
     /* (The set's front is taken without its tag's test: a walk from
      * another first state is told by its sp, quick_sp, and by its
      * fingerprint, which starts from its first ip -- a bijection of it,
@@ -337,9 +335,9 @@ __attribute__((always_inline)) inline uint32_t mlk_walk_known_at(int max, int ki
     return set >= 0 ? walk_known_slot(m, m->latest[set] & 0xff, &st, kind, unload_epoch) : MLK_NO_STACK;
 }
 
-uint32_t mlk_walk_known(int max, int kind, uint32_t unload_epoch)
+uint32_t mlk_walk_known(int kind, uint32_t unload_epoch)
 {
-    return walk_start_above() ? start_used(mlk_walk_known_at(max, kind, unload_epoch, mlk_walk_start))
+    return walk_start_above() ? start_used(mlk_walk_known_at(kind, unload_epoch, mlk_walk_start))
                               : MLK_NO_STACK;
 }
 
@@ -388,13 +386,13 @@ static void front_for_next(struct memo *m, uint16_t *set, uint16_t tag, int slot
     if (j > 0)
         move_to_front(m, set, j, set[j]);
 }
-uint32_t mlk_walk_known_older(int max, int kind, uint32_t unload_epoch)
+uint32_t mlk_walk_known_older(int kind, uint32_t unload_epoch)
 {
     struct memo *m = thread_memo;
     if (m <= MEMO_NONE || m->older_worth < OLDER_QUICK_WORTH)
         return MLK_NO_STACK;
     struct walk_known_state st;
-    int at = walk_known_set(m, max, &st);
+    int at = walk_known_set(m, &st);
     if (at < 0)
         return MLK_NO_STACK;
     uint16_t *set = m->firsts[at];
@@ -421,12 +419,11 @@ uint32_t mlk_walk_known_older(int max, int kind, uint32_t unload_epoch)
  * which then records the block with no more of the whole way: its hook
  * frame, the record and the walk's set-up were ~150 est. cycles of an
  * allocation's ~1,200 on cc1. */
-uint32_t mlk_walk_known_path(int max, int kind, uint32_t unload_epoch, struct mlk_walk_start at)
+uint32_t mlk_walk_known_path(int kind, uint32_t unload_epoch, struct mlk_walk_start at)
 {
     /* (No test of m->max, as walk_known_set_at; none of at.sp's alignment:
      * at is a hook frame's MLK_FRAME_HERE, an aligned frame address.  Not
      * mlk_walk_quick asked, but what it mirrors, m->payoff.resting.) */
-    (void)max;
     struct memo *m = thread_memo;
     if (m <= MEMO_NONE || !m->payoff.resting || payoff_left(&m->payoff) <= 1)
         return MLK_NO_STACK;
@@ -546,9 +543,9 @@ int mlk_frames_by_fp(const uint64_t *ips, int depth, int *ends_there) { return *
 void mlk_unwind_forget(void) {}
 void mlk_unwind_lock_for_fork(int acquire) {}
 void mlk_walk_remember_stack(int kind, uint32_t unload_epoch, uint32_t id) {}
-uint32_t mlk_walk_known(int max, int kind, uint32_t unload_epoch) { return MLK_NO_STACK; }
-uint32_t mlk_walk_known_older(int max, int kind, uint32_t unload_epoch) { return MLK_NO_STACK; }
-uint32_t mlk_walk_known_path(int max, int kind, uint32_t unload_epoch, struct mlk_walk_start at)
+uint32_t mlk_walk_known(int kind, uint32_t unload_epoch) { return MLK_NO_STACK; }
+uint32_t mlk_walk_known_older(int kind, uint32_t unload_epoch) { return MLK_NO_STACK; }
+uint32_t mlk_walk_known_path(int kind, uint32_t unload_epoch, struct mlk_walk_start at)
 {
     return MLK_NO_STACK;
 }
