@@ -380,7 +380,12 @@ struct mlk_header {
      * muntrace) that collection is only paused: reports are still owed. */
     uint64_t collecting_addr;
     uint32_t paused;
-    uint32_t reserved32c;
+    /* MEMLEAK_CONFIG exit_timeout in seconds: how long the root waits for
+     * its exit report.  Its reporter spends at most half of it waiting for
+     * the last reports of descendants already dead (keeper.py), so that
+     * they are on disk when the root exits.  0: it does not wait (nor
+     * does an older build's root). */
+    uint32_t exit_timeout_s;
     /* `libmemleak attach PID` (native/hook/attach.c): CLOCK_REALTIME of the
      * attach, 0 for a process started under the tracer.  Blocks made before
      * it carry no trailer: their frees are counted in unknown_frees.

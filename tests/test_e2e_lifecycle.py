@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from helpers import (PROGRAMS, Traced, by_site, compile_program, report_path, reporters_of,
-                     reports_of, wait_for_file, wait_for_reporter)
+from helpers import (CLI_ENV, PROGRAMS, Traced, by_site, cli_argv, compile_program, report_path,
+                     reporters_of, reports_of, wait_for_file, wait_for_reporter)
 from libmemleak.files import memlog
 
 
@@ -38,7 +38,7 @@ def test_plugin_closed_before_the_report_is_still_named(workdir):
         assert (os.path.basename(entry.frames[0].file), entry.frames[0].line) == ("plugin.c", 4)
 
 
-@pytest.mark.parametrize("how", ["SIGKILL", "abort", "_exit", "SIGSEGV"])
+@pytest.mark.parametrize("how", ["SIGKILL", "abort", "SIGSEGV"])
 def test_death_without_exit_handlers_still_gives_the_final_report(workdir, how):
     prog = compile_program("spin.c")
     t = Traced([prog] + ([how] if how != "SIGKILL" else []), workdir)
@@ -52,6 +52,24 @@ def test_death_without_exit_handlers_still_gives_the_final_report(workdir, how):
     report = memlog.read(wait_for_file(report_path(str(workdir), "spin", t.pid, 1)))
     assert report.header["reason"] == "death"
     assert by_site(report)["site_spin"] == (6060, 1)
+
+
+def test_a_root_leaving_by__exit_has_its_exit_report_written_before_it_is_gone(workdir):
+    """_exit() runs no exit handler (dash ends that way): the root asks for
+    its exit report there, as exit() would, instead of leaving a death
+    report to be written after it -- and after `libmemleak run` -- is gone."""
+    prog = compile_program("spin.c")
+    t = Traced([prog, "_exit"], workdir)
+    t.expect("ready")
+    t.resume()
+    assert t.finish() == 5, t.stderr
+    path = report_path(str(workdir), "spin", t.pid, 1)
+    assert os.path.exists(path)   # the moment the program is gone, not later
+    report = memlog.read(path)
+    assert report.header["reason"] == "exit"
+    assert by_site(report)["site_spin"] == (6060, 1)
+    time.sleep(1)
+    assert not os.path.exists(report_path(str(workdir), "spin", t.pid, 2))   # and no death report after it
 
 
 def test_exec_starts_a_new_traced_image_and_the_old_reporter_leaves(workdir):
@@ -219,6 +237,38 @@ def test_exiting_children_are_reported_by_the_keeper_without_a_reporter_each(wor
         writers.add(report.header["reporter-pid"])
         assert not os.path.exists(report_path(workdir, t.prog, pid, 2))
     assert writers == {root.header["reporter-pid"]}
+
+
+def test_run_returns_with_the_last_report_of_every_dead_descendant_on_disk(workdir):
+    """`libmemleak run make && libmemleak check *.memlog`: the keeper
+    writes a descendant's last report after it is gone, and the root's exit
+    waits for those of every descendant dead by then -- forked children and
+    exec'd compilers alike -- so that they are all there when run returns.
+    The shell (dash ends with _exit) gets its exit report too."""
+    kids = compile_program("manykids.c")
+    source = os.path.join(workdir, "unit.c")
+    with open(source, "w") as f:
+        f.write("int unit(int x) { return x * 3; }\n")
+    script = f"{kids} 6 > kids.out && gcc -O2 -c {source} -o unit.o; true"
+    p = subprocess.Popen(cli_argv("run", "sh", "-c", script), cwd=workdir, env=CLI_ENV,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err
+    names = sorted(os.listdir(workdir))   # at once: nothing may land later
+    reports = [n for n in names if n.endswith(".memlog")]
+    programs = sorted(n.split("-")[0] for n in reports)
+    assert programs == sorted(["sh", "gcc", "cc1", "as"] + ["manykids"] * 7), names
+    assert all(n.endswith("-1.memlog") for n in reports), names   # each one's exit report, once
+    children = [tuple(map(int, line.split())) for line in open(os.path.join(workdir, "kids.out"))]
+    assert len(children) == 6
+    for pid, i in children:
+        report = memlog.read(report_path(workdir, "manykids", pid, 1))
+        assert report.header["reason"] == "exit"
+        assert by_site(report)["site_child"] == (100 + i, 1)
+    shell = memlog.read(report_path(workdir, "sh", p.pid, 1))
+    assert shell.header["reason"] == "exit"
+    assert err.splitlines()[-1] == (f"libmemleak: wrote {workdir}/sh-{p.pid}-1.memlog, and the "
+                                    f"last reports of 10 descendants")
 
 
 def test_a_forked_worker_reports_through_the_keeper_unseen_by_a_subreaper(workdir):

@@ -133,6 +133,7 @@ def test_exceptions_longjmp_coroutines_and_every_way_of_spawning(workdir, unwind
     assert sites["site_after_throw()"] == (111, 1)
     assert sites["site_longjmp_inner()"] == (222, 1)
     assert sites["site_coroutine_alloc()"] == (333, 1)
+    assert sites["site_after_vfork()"] == (444, 1)
     assert "site_throwing(int)" not in sites  # the strings were freed while unwinding
     co = next(e for e in report.entries if e.frames[0].function == "site_coroutine_alloc()")
     assert "coroutine()" in [f.function for f in co.frames]

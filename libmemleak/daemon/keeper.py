@@ -90,6 +90,14 @@ class Keeper:
         self.jobs = queue.Queue()   # (what, ward): "serve", "final", "release"; None: stop
         self.writer = None
         self.written = 0          # reports written for descendants
+        self.final_paths = []     # descendants' last reports (the root's reporter lists them)
+        # The root's exit asks for its dead descendants' last reports first
+        # (settle_for_root_exit): events the writer sets when they are on
+        # disk, and a pipe that wakes the watcher to take them in.
+        self.flushes = []
+        self.flushes_lock = threading.Lock()
+        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.poller.register(self.wake_r, select.POLLIN)
         self.symbolizer = Symbolizer()  # shared: descendants run the same binaries
         self._warned = set()
         self.profile = os.environ.get("MEMLEAK_PROFILE_REPORTER")  # as for the reporter
@@ -140,13 +148,9 @@ class Keeper:
     def _watch(self):
         try:
             while True:
-                for fd, _ in self.poller.poll(POLL_SECONDS * 1000):
-                    if fd == self.listener.fileno():
-                        self.accept_all()
-                    elif fd in self.wards and self.wards[fd].died_at is None:
-                        self.wards[fd].died_at = time.monotonic()
-                        self.poller.unregister(fd)
+                self.take_events(POLL_SECONDS * 1000)
                 self.settle_dead()
+                self.answer_flushes()
                 self.serve_posted()
                 if self.root_done.is_set() and not self.wards:
                     self.accept_all()   # one that registered just now
@@ -160,12 +164,38 @@ class Keeper:
             for ward in self.wards.values():
                 self.jobs.put(("release", ward))
             self.wards.clear()
+            with self.flushes_lock:
+                for done in self.flushes:
+                    self.jobs.put(("flush", done))
+                self.flushes = None   # no more are taken
             self.jobs.put(None)
+
+    def take_events(self, timeout_ms):
+        """Descendants handing themselves over, wards that died, a wake-up.
+        Whether any was handed over (its death is not seen before the next
+        poll)."""
+        taken = False
+        for fd, _ in self.poller.poll(timeout_ms):
+            if fd == self.listener.fileno():
+                self.accept_all()
+                taken = True
+            elif fd == self.wake_r:
+                try:
+                    os.read(self.wake_r, 512)
+                except OSError:
+                    pass
+            elif fd in self.wards and self.wards[fd].died_at is None:
+                self.wards[fd].died_at = time.monotonic()
+                self.poller.unregister(fd)
+        return taken
 
     def _write(self):
         try:
             while (job := self.jobs.get()) is not None:
                 what, ward = job
+                if what == "flush":
+                    ward.set()    # (an event, not a ward) every job before it is done
+                    continue
                 if what == "release":
                     ward.release()
                     continue
@@ -274,6 +304,43 @@ class Keeper:
                                                 f"({header_text(claimed)!r})")
         return directory, name
 
+    # -- the root's exit ------------------------------------------------------
+
+    def settle_for_root_exit(self):
+        """Asked by the root's reporter as the root exits: an event set once
+        the last reports of every descendant dead by now are on disk -- so
+        that `libmemleak run make && libmemleak check *.memlog` finds the
+        compilers' reports, which would otherwise land after make's exit.
+        Descendants still alive (a daemon) do not hold it up."""
+        done = threading.Event()
+        with self.flushes_lock:
+            if self.flushes is None or self.watcher is None:
+                done.set()
+                return done
+            self.flushes.append(done)
+        try:
+            os.write(self.wake_w, b"!")
+        except OSError:
+            pass          # (the pipe is full: the watcher is awake anyway)
+        return done
+
+    def answer_flushes(self):
+        with self.flushes_lock:
+            if not self.flushes:
+                return
+        # Descendants that handed themselves over just before the root's
+        # exit (a short one may have died since), and deaths the last poll
+        # did not report, are taken in first.
+        while self.take_events(0):
+            pass
+        self.settle_dead()
+        if any(w.died_at is not None for w in self.wards.values()):
+            return        # a reporter being started as it died: within GRACE_SECONDS
+        with self.flushes_lock:
+            for done in self.flushes:
+                self.jobs.put(("flush", done))
+            self.flushes.clear()
+
     # -- descendants that died ----------------------------------------------
 
     def settle_dead(self):
@@ -312,6 +379,7 @@ class Keeper:
         if reporter is None:
             return
         h = reporter.h
+        before = len(reporter.written)
         try:
             if what == "final":
                 reporter.final_report()
@@ -324,6 +392,8 @@ class Keeper:
                     if reporter.handle(h.request_seq) == "exit":
                         h.final_done = 1
             self.written += 1
+            if h.final_done and len(reporter.written) > before:
+                self.final_paths.append(reporter.written[-1])
         except Exception as e:  # noqa: BLE001 -- one bad segment must not stop the keeper
             self._warn_once(("report", type(e)), f"keeper cannot report pid {ward.pid}: "
                                                  f"{type(e).__name__}: {e}")

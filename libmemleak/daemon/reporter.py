@@ -107,12 +107,16 @@ class Reporter:
         self.ages = reachability.AgeHistory()  # what this reporter's earlier scans saw
         # `libmemleak run` (not -q) asked for the list of reports at the end,
         # for the process it started (a descendant's parent-pid is set).
-        self.announce = bool(os.environ.get("MEMLEAK_ANNOUNCE")) and not segment.header.parent_pid
+        # Not a descendant's, which the keeper counts in the root's line.
+        self.announce = (bool(os.environ.get("MEMLEAK_ANNOUNCE")) and not segment.header.parent_pid
+                         and os.environ.get("MEMLEAK_ROOT_PID") == str(self.pid))
         # MEMLEAK_SYMBOLIZE=no: frames as module+offset, symbolized on another
         # host (the unsymbolized pprof export, go tool pprof with
         # PPROF_BINARY_PATH); the header's build-ids name the files.
         self.symbolize = os.environ.get("MEMLEAK_SYMBOLIZE", "yes").lower() not in ("no", "0", "off")
         self.recorder = Recorder.of(self)  # the event log (record=), or None
+        self.keeper = None       # the root's first reporter's keeper (reporter_main), or None
+        self.announce_later = False  # the exit's summary waits for the descendants' reports
 
     # -- the loop -----------------------------------------------------------
 
@@ -256,8 +260,11 @@ class Reporter:
         that answers them is written already -- and posts done_seq; the
         report's reason (None: none written)."""
         reason = self.reason()
+        descendants = self.settle_descendants() if reason == "exit" else None
         if reason is not None:
             self.report(reason)
+        if descendants is not None:
+            self.wait_for_descendants(*descendants)
         if reason in ENDS_REPORTER:
             # Before the program goes on: the log ends where its last report
             # does, complete when `run` returns (and the hook logs no more).
@@ -265,6 +272,29 @@ class Reporter:
         self.h.done_seq = request
         futex_wake(self.seg.field_address("done_seq"))
         return reason
+
+    def settle_descendants(self):
+        """The root exits: its keeper writes the last reports of the
+        descendants that died before it, while we write its own, and the
+        program's exit waits for both (keeper.settle_for_root_exit).
+        (event, when asked), or None."""
+        if self.keeper is None or not self.h.exit_timeout_s:
+            return None
+        self.announce_later = self.announce
+        return self.keeper.settle_for_root_exit(), time.monotonic()
+
+    def wait_for_descendants(self, done, asked):
+        # Half of the time the program waits for its exit report, at most:
+        # the rest is its own report's.
+        left = self.h.exit_timeout_s / 2 - (time.monotonic() - asked)
+        if not done.wait(max(left, 0)):
+            self.say_once("descendants' last reports are still being written as the program "
+                          "exits; they land in a moment")
+        if self.announce_later:
+            self.announce_later = False
+            theirs = self.keeper.final_paths
+            say(written_summary(self.written) + (f", and the last reports of {len(theirs)} "
+                                                 f"descendants" if theirs else ""))
 
     def final_report(self):
         """The program died without asking (exit handlers skipped, a signal,
@@ -301,7 +331,7 @@ class Reporter:
                 self.written.append(path)
                 if reason not in FINAL_REASONS:
                     self.record(lambda r: r.on_report(reason))
-                if reason in FINAL_REASONS and self.announce:
+                if reason in FINAL_REASONS and self.announce and not self.announce_later:
                     say(written_summary(self.written))
         except Exception as e:  # a reporter bug must not surface as a traceback
             self.h.report_errors += 1

@@ -55,7 +55,7 @@ def main():
     if keeper is not None:
         keeper.start()
     try:
-        return _run_reporter(segment, directory, name)
+        return _run_reporter(segment, directory, name, keeper)
     finally:
         done()
         # The program is gone (or another image runs): hold none of its
@@ -84,21 +84,21 @@ def _let_go_of_stderr():
     os.close(null)
 
 
-def _run_reporter(segment, directory, name):
+def _run_reporter(segment, directory, name, keeper):
     from libmemleak.daemon import remote
     server = remote.serve_if_asked(segment, say, directory, name)
     try:
-        return _run(segment, directory, name)
+        return _run(segment, directory, name, keeper)
     finally:
         if server is not None:
             server.close()
 
 
-def _run(segment, directory, name):
+def _run(segment, directory, name, keeper):
     profile = os.environ.get("MEMLEAK_PROFILE_REPORTER")  # a file for cProfile stats
     if not profile:
         try:
-            return Reporter(segment, directory, name=name).run()
+            return _reporter(segment, directory, name, keeper).run()
         except Exception as e:  # noqa: BLE001 -- one line on the program's stderr, never a traceback
             if os.environ.get("MEMLEAK_DEBUG"):
                 raise
@@ -108,6 +108,12 @@ def _run(segment, directory, name):
     import cProfile
     profiler = cProfile.Profile()
     try:
-        return profiler.runcall(Reporter(segment, directory, name=name).run)
+        return profiler.runcall(_reporter(segment, directory, name, keeper).run)
     finally:
         profiler.dump_stats(f"{profile}.{os.getpid()}")
+
+
+def _reporter(segment, directory, name, keeper):
+    reporter = Reporter(segment, directory, name=name)
+    reporter.keeper = keeper  # its descendants' last reports are on disk before the root exits
+    return reporter

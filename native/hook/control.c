@@ -263,6 +263,7 @@ int mlk_start_collecting(void)
     mlk_seg->lsan_table = mlk_lsan_table();
     mlk_seg->region_table = mlk_region_table();
     mlk_seg->scan_at_exit = (uint32_t)mlk_config.scan_at_exit;
+    mlk_seg->exit_timeout_s = (uint32_t)(mlk_config.exit_timeout_ms / 1000);
     mlk_seg->scan_heuristics = mlk_config.scan_heuristics;
     mlk_seg->collecting_addr = (uint64_t)(uintptr_t)&mlk_collecting;
     mlk_seg->attention_addr = (uint64_t)(uintptr_t)&mlk_attention;
@@ -510,9 +511,6 @@ __attribute__((constructor)) static void mlk_constructor(void)
         mlk_init();
 }
 
-/* Runs at exit() and return from main, after the program's own atexit
- * handlers and static destructors (our library was initialised before
- * the program, so it is finalised after it). */
 /* The value in kB of a "Key:   1234 kB" line of /proc/self/status. */
 static uint32_t status_kb(const char *status, const char *key)
 {
@@ -544,7 +542,8 @@ static void record_exit_memory(void)
     mlk_seg->exit_hwm_kb = status_kb(buf, "\nVmHWM:");
 }
 
-__attribute__((destructor)) static void mlk_destructor(void)
+/* The exit report, asked for as the process leaves. */
+static void exit_report(void)
 {
     if (!mlk_seg || inert || !mlk_collecting_or_paused() || mlk_seg->pid != mlk_getpid())
         return;
@@ -563,4 +562,22 @@ __attribute__((destructor)) static void mlk_destructor(void)
     else
         mlk_request_report(&mlk_seg->exit_requests, is_root || scan);
     mlk_in_hook = was;
+}
+
+/* Runs at exit() and return from main, after the program's own atexit
+ * handlers and static destructors (our library was initialised before
+ * the program, so it is finalised after it). */
+__attribute__((destructor)) static void mlk_destructor(void) { exit_report(); }
+
+/* The root leaving by _exit() (dash does; so do programs that skip their
+ * exit handlers on purpose) runs no destructor.  Its report would then be a
+ * death report written after it is gone -- after `libmemleak run` has
+ * returned, and the last reports of its dead descendants with it.  So the
+ * root asks for its exit report here, as exit() would.  A descendant's
+ * _exit() leaves it to the keeper's death report, as before: a forked child
+ * that _exits at once (a failed exec, say) must not start a reporter. */
+void mlk_exit_without_handlers(void)
+{
+    if (is_root)
+        exit_report();
 }

@@ -10,6 +10,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "control.h"
 #include "hooks.h"
 #include "resources/resources.h"
 
@@ -123,6 +124,21 @@ EXPORT int execle(const char *path, const char *arg, ...)
     va_end(ap);
     return ok < 0 ? -1 : execve(path, argv, envp);
 }
+
+/* ---- _exit: leaving without exit handlers ----------------------------------
+ * The root's exit report is asked for here (control.c); then the process
+ * ends as glibc's _exit would.  glibc's own exit() reaches its _exit
+ * internally, not through these. */
+EXPORT void _exit(int status)
+{
+    /* Nothing set before the root's check: a vfork child calling this
+     * shares its parent's memory, thread variables included. */
+    mlk_exit_without_handlers();
+    for (;;)
+        mlk_syscall6(SYS_exit_group, status, 0, 0, 0, 0, 0);
+}
+
+EXPORT void _Exit(int status) { _exit(status); }
 
 /* The descriptor calls (close, dup2, ...) are resources/fds.c's: they keep
  * the books of descriptors and protect the segment's own. */

@@ -27,6 +27,7 @@ SITE void *site_throwing(int depth) {
 SITE void *site_after_throw() { return sink = malloc(111); }
 SITE void site_longjmp_inner() { sink = malloc(222); longjmp(jump, 1); }
 SITE void *site_coroutine_alloc() { return sink = malloc(333); }
+SITE void *site_after_vfork() { return sink = malloc(444); }
 static void coroutine() { site_coroutine_alloc(); }
 
 int main() {
@@ -72,6 +73,13 @@ int main() {
     if ((pid = fork()) == 0) { execve("/bin/sh", sh2_argv, more_env); _exit(127); }
     waitpid(pid, &status, 0);
     if (status != 0) return 8;
+    /* A vfork child that leaves by _exit() without an exec shares our
+     * memory, thread variables included: the tracer's _exit must leave
+     * them as they were, or this thread's later blocks go unseen. */
+    if ((pid = vfork()) == 0) _exit(9);
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 9) return 9;
+    site_after_vfork();
     checkpoint("done");
     return 0;
 }
