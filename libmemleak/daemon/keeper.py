@@ -16,7 +16,10 @@ subreaper program could see as its child.  A descendant that cannot reach
 the keeper starts its own reporter, as the root does.
 
 It runs as a thread of the root's reporter and outlives the root for as long
-as it holds a live descendant (a daemon that forked away, say)."""
+as it holds a live descendant (a daemon that forked away, say).  The root's
+exit waits for the last reports of the descendants dead by then
+(settle_for_root_exit): `libmemleak run make` returns with the compilers'
+reports on disk."""
 
 import array
 import os
