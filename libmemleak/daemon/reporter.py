@@ -44,6 +44,7 @@ REASON_FIELDS = (("exit", "exit_requests", "seen_exit"),
                  ("snapshot", "snapshot_requests", "seen_snapshot"))
 FINAL_REASONS = ("exit", "death", "muntrace", "detach")  # no report of this process follows
 ENDS_REPORTER = ("exit", "detach")  # this reporter's work is done
+MAX_EXIT_TIMEOUT = 86400  # seconds: the most exit_timeout= takes (a segment may say anything)
 NOT_THE_PROGRAMS = -1  # a frame left out of reports: our own hooks'
 
 
@@ -286,7 +287,7 @@ class Reporter:
     def wait_for_descendants(self, done, asked):
         # Half of the time the program waits for its exit report, at most:
         # the rest is its own report's.
-        left = self.h.exit_timeout_s / 2 - (time.monotonic() - asked)
+        left = min(self.h.exit_timeout_s, MAX_EXIT_TIMEOUT) / 2 - (time.monotonic() - asked)
         if not done.wait(max(left, 0)):
             self.say_once("descendants' last reports are still being written as the program "
                           "exits; they land in a moment")
