@@ -542,10 +542,17 @@ static void record_exit_memory(void)
     mlk_seg->exit_hwm_kb = status_kb(buf, "\nVmHWM:");
 }
 
-/* The exit report, asked for as the process leaves. */
+/* The exit report, asked for as the process leaves -- once: an _exit()
+ * after our destructor (by a library finalised after us) asks no second
+ * one of a reporter that has ended.  (By pid: a child forked meanwhile asks
+ * its own.) */
+static int exit_asked_by;
+
 static void exit_report(void)
 {
-    if (!mlk_seg || inert || !mlk_collecting_or_paused() || mlk_seg->pid != mlk_getpid())
+    int pid = mlk_getpid();
+    if (!mlk_seg || inert || !mlk_collecting_or_paused() || mlk_seg->pid != pid ||
+        __atomic_exchange_n(&exit_asked_by, pid, __ATOMIC_RELAXED) == pid)
         return;
     int was = mlk_in_hook;
     mlk_in_hook = 1;
