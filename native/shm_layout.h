@@ -560,6 +560,19 @@ struct mlk_header {
     uint64_t alloc_stats_ns;
     uint64_t alloc_stats[6];    /* MLK_ALLOC_STATS */
     char alloc_stats_version[64];
+    /* The root about to exec (native/hook/hooks_process.c): the new image
+     * gets a keeper of its own, so the descendants dead by then have their
+     * last reports written by this one first, as at the root's exit -- else
+     * `run` could return before them.  keeper_wards: descendants the root's
+     * keeper has taken so far (its reporter counts them; the root asks only
+     * when it has taken some since the root last asked -- a shell's exec
+     * tries each directory of PATH in turn).  The root bumps settle_asked
+     * and wakes the reporter (on request_seq's futex); the reporter answers
+     * settle_done = settle_asked. */
+    uint32_t keeper_wards;
+    uint32_t settle_asked;
+    uint32_t settle_done;
+    uint32_t settle_pad;
     struct mlk_misuse misuse[256]; /* MLK_MISUSE_MAX */
 };
 

@@ -271,6 +271,32 @@ def test_run_returns_with_the_last_report_of_every_dead_descendant_on_disk(workd
                                     f"last reports of 10 descendants")
 
 
+def test_a_root_that_execs_has_its_dead_descendants_reports_written_first(workdir):
+    """The new image gets a keeper of its own: the old one writes the last
+    reports of the descendants dead by the exec before the exec goes on,
+    so that they are there when run returns however short the new image.
+    (The report signal first, and the wait for its report, make sure the
+    keeper has started and taken the children in by then.)"""
+    kids = compile_program("manykids.c")
+    # (300 children at once: they die within a moment of the exec, and
+    # writing their reports takes the keeper longer than `true` lives)
+    script = (f"kill -USR1 $$; while [ ! -e sh-$$-1.memlog ]; do sleep 0.05; done; "
+              f"{kids} 300 300 > kids.out && exec true")
+    p = subprocess.Popen(cli_argv("run", "sh", "-c", script), cwd=workdir, env=CLI_ENV,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err
+    names = sorted(n for n in os.listdir(workdir) if n.endswith(".memlog"))   # at once
+    children = [tuple(map(int, line.split())) for line in open(os.path.join(workdir, "kids.out"))]
+    assert len(children) == 300
+    for pid, i in children:
+        assert f"manykids-{pid}-1.memlog" in names, names
+        assert by_site(memlog.read(report_path(workdir, "manykids", pid, 1)))["site_child"] == (100 + i, 1)
+    assert len([n for n in names if n.startswith("manykids-")]) == 301
+    assert memlog.read(report_path(workdir, "sh", p.pid, 1)).header["reason"] == "signal"
+    assert memlog.read(report_path(workdir, "true", p.pid, 1)).header["reason"] == "exit"
+
+
 def test_a_forked_worker_reports_through_the_keeper_unseen_by_a_subreaper(workdir):
     """A worker asked for reports (SIGUSR1) starts no reporter of its own:
     the keeper writes them, exact and in sequence.  Its parent, a child

@@ -17,9 +17,9 @@ the keeper starts its own reporter, as the root does.
 
 It runs as a thread of the root's reporter and outlives the root for as long
 as it holds a live descendant (a daemon that forked away, say).  The root's
-exit waits for the last reports of the descendants dead by then
-(settle_for_root_exit): `libmemleak run make` returns with the compilers'
-reports on disk."""
+exit, and its exec (the new image has a keeper of its own), wait for the
+last reports of the descendants dead by then (settle_dead_descendants):
+`libmemleak run make` returns with the compilers' reports on disk."""
 
 import array
 import os
@@ -77,8 +77,9 @@ class Ward:
 
 
 class Keeper:
-    def __init__(self, listener, say, directory):
+    def __init__(self, listener, say, directory, root_header=None):
         self.listener = listener
+        self.root_header = root_header  # the root's segment header: keeper_wards is counted there
         self.say = say
         self.directory = directory  # the root's: for descendants whose own claim is refused
         self.uid = os.geteuid()
@@ -95,7 +96,7 @@ class Keeper:
         self.written = 0          # reports written for descendants
         self.final_paths = []     # descendants' last reports (the root's reporter lists them)
         # The root's exit asks for its dead descendants' last reports first
-        # (settle_for_root_exit): events the writer sets when they are on
+        # (settle_dead_descendants): events the writer sets when they are on
         # disk, and a pipe that wakes the watcher to take them in.
         self.flushes = []
         self.flushes_lock = threading.Lock()
@@ -110,7 +111,7 @@ class Keeper:
             self.profiler = cProfile.Profile()
 
     @classmethod
-    def inherited(cls, say, directory):
+    def inherited(cls, say, directory, root_header=None):
         """The keeper, if the hook library handed us its listening socket."""
         try:
             listener = socket.socket(fileno=KEEPER_FD)
@@ -127,7 +128,7 @@ class Keeper:
         listener.set_inheritable(False)   # not into the reporters we start
         listener.setblocking(False)
         _raise_descriptor_limit()
-        return cls(listener, say, directory)
+        return cls(listener, say, directory, root_header)
 
     # -- the threads --------------------------------------------------------
 
@@ -290,6 +291,8 @@ class Keeper:
         ward = Ward(pid, segment_fd, pidfd, directory, name, segment_pid)
         self.wards[ward.pidfd] = ward
         self.poller.register(ward.pidfd, select.POLLIN)
+        if self.root_header is not None:  # the root's next exec waits for settle_dead_descendants
+            self.root_header.keeper_wards = (self.root_header.keeper_wards + 1) & 0xffffffff
 
     def vouch(self, pid, segment_fd):
         """(directory, name) for a descendant's reports: what its segment
@@ -309,12 +312,12 @@ class Keeper:
 
     # -- the root's exit ------------------------------------------------------
 
-    def settle_for_root_exit(self):
-        """Asked by the root's reporter as the root exits: an event set once
-        the last reports of every descendant dead by now are on disk -- so
-        that `libmemleak run make && libmemleak check *.memlog` finds the
-        compilers' reports, which would otherwise land after make's exit.
-        Descendants still alive (a daemon) do not hold it up."""
+    def settle_dead_descendants(self):
+        """Asked by the root's reporter as the root exits or execs: an event
+        set once the last reports of every descendant dead by now are on
+        disk -- so that `libmemleak run make && libmemleak check *.memlog`
+        finds the compilers' reports, which would otherwise land after
+        make's exit.  Descendants still alive (a daemon) do not hold it up."""
         done = threading.Event()
         with self.flushes_lock:
             if self.flushes is None or self.watcher is None:

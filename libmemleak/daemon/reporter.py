@@ -129,6 +129,8 @@ class Reporter:
         try:
             while True:
                 self.record(drain)
+                if h.settle_asked != h.settle_done:
+                    self.settle_before_exec()
                 request = h.request_seq
                 if request != h.done_seq:
                     reason = self.handle(request)
@@ -277,12 +279,23 @@ class Reporter:
     def settle_descendants(self):
         """The root exits: its keeper writes the last reports of the
         descendants that died before it, while we write its own, and the
-        program's exit waits for both (keeper.settle_for_root_exit).
+        program's exit waits for both (keeper.settle_dead_descendants).
         (event, when asked), or None."""
         if self.keeper is None or not self.h.exit_timeout_s:
             return None
         self.announce_later = self.announce
-        return self.keeper.settle_for_root_exit(), time.monotonic()
+        return self.keeper.settle_dead_descendants(), time.monotonic()
+
+    def settle_before_exec(self):
+        """The root is about to exec (shm_layout.h, settle_asked): the new
+        image has a keeper of its own, so this one writes the last reports
+        of the descendants dead by now first."""
+        h = self.h
+        asked = h.settle_asked
+        if self.keeper is not None and h.exit_timeout_s:
+            self.keeper.settle_dead_descendants().wait(min(h.exit_timeout_s, MAX_EXIT_TIMEOUT) / 2)
+        h.settle_done = asked
+        futex_wake(self.seg.field_address("settle_done"))
 
     def wait_for_descendants(self, done, asked):
         # Half of the time the program waits for its exit report, at most:

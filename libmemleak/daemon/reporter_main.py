@@ -51,7 +51,8 @@ def main():
     # Before any thread: a killed reporter must not take the last report along.
     done = standby.start(SEGMENT_FD, PIDFD if _is_open(PIDFD) else None,
                          os.path.join(PACKAGE_DIR, "_reporter_main.py"), segment.header)
-    keeper = Keeper.inherited(say, directory)  # the root's first reporter keeps its descendants
+    # The root's first reporter keeps its descendants.
+    keeper = Keeper.inherited(say, directory, segment.header)
     if keeper is not None:
         keeper.start()
     try:

@@ -588,3 +588,35 @@ void mlk_exit_without_handlers(void)
     if (is_root)
         exit_report();
 }
+
+/* The root about to exec: the last reports of the descendants dead by now
+ * are written before the new image -- whose keeper is a new one -- runs
+ * (shm_layout.h, keeper_wards).  Only where the keeper has taken
+ * descendants since the last time: a wrapper that execs at once waits for
+ * nothing (its reporter may not even be up), and a shell's exec, which
+ * tries each directory of PATH in turn, waits once.  At most half of
+ * exit_timeout, as at exit. */
+static uint32_t wards_settled; /* keeper_wards as of the last settle */
+
+void mlk_settle_before_exec(void)
+{
+    struct mlk_header *h = mlk_seg;
+    if (!is_root || !h || inert || h->pid != mlk_getpid())
+        return;
+    uint32_t wards = __atomic_load_n(&h->keeper_wards, __ATOMIC_ACQUIRE);
+    if (wards == wards_settled || !mlk_reporter_alive())
+        return;
+    wards_settled = wards;
+    int was = mlk_in_hook;
+    mlk_in_hook = 1;
+    uint32_t mine = __atomic_add_fetch(&h->settle_asked, 1, __ATOMIC_RELEASE);
+    mlk_futex_wake(&h->request_seq); /* (where the reporter waits) */
+    uint64_t deadline = mlk_now_ns(CLOCK_MONOTONIC) + (uint64_t)mlk_config.exit_timeout_ms * 500000ull;
+    for (;;) {
+        uint32_t done = __atomic_load_n(&h->settle_done, __ATOMIC_ACQUIRE);
+        if ((int32_t)(done - mine) >= 0 || mlk_now_ns(CLOCK_MONOTONIC) > deadline || !mlk_reporter_alive())
+            break;
+        mlk_futex_wait(&h->settle_done, done, 100);
+    }
+    mlk_in_hook = was;
+}

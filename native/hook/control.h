@@ -49,6 +49,7 @@ MLK_HIDDEN void mlk_spawn_reporter(void);  /* async-signal-safe */
 MLK_HIDDEN int mlk_reporter_alive(void);
 MLK_HIDDEN void mlk_ensure_reporter(void);
 MLK_HIDDEN void mlk_exit_without_handlers(void); /* the root's _exit(): its exit report */
+MLK_HIDDEN void mlk_settle_before_exec(void);    /* the root's exec: descendants' reports first */
 MLK_HIDDEN void mlk_say_reporter_failed(void); /* once: why no reporter could start */
 MLK_HIDDEN void mlk_spawn_fork_child(void);
 

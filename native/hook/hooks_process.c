@@ -64,6 +64,7 @@ static void exec_mark(int pending)
             errno = ENOSYS;                                                                        \
             return -1;                                                                             \
         }                                                                                          \
+        mlk_settle_before_exec();                                                                  \
         exec_mark(1);                                                                              \
         mlk_fds_exec_begins();                                                                     \
         int r = next args;                                                                         \
