@@ -95,7 +95,7 @@ class Keeper:
         self.writer = None
         self.written = 0          # reports written for descendants
         self.final_paths = []     # descendants' last reports (the root's reporter lists them)
-        # The root's exit asks for its dead descendants' last reports first
+        # The root's exit and exec ask for its dead descendants' last reports first
         # (settle_dead_descendants): events the writer sets when they are on
         # disk, and a pipe that wakes the watcher to take them in.
         self.flushes = []
@@ -310,7 +310,7 @@ class Keeper:
                                                 f"({header_text(claimed)!r})")
         return directory, name
 
-    # -- the root's exit ------------------------------------------------------
+    # -- the root's exit and exec ---------------------------------------------
 
     def settle_dead_descendants(self):
         """Asked by the root's reporter as the root exits or execs: an event
@@ -335,7 +335,7 @@ class Keeper:
             if not self.flushes:
                 return
         # Descendants that handed themselves over just before the root's
-        # exit (a short one may have died since), and deaths the last poll
+        # exit or exec (a short one may have died since), and deaths the last poll
         # did not report, are taken in first.
         while self.take_events(0):
             pass

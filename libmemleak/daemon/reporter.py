@@ -107,8 +107,8 @@ class Reporter:
         self.touched_refused = None  # why that could not be told for this report
         self.ages = reachability.AgeHistory()  # what this reporter's earlier scans saw
         # `libmemleak run` (not -q) asked for the list of reports at the end,
-        # for the process it started (a descendant's parent-pid is set).
-        # Not a descendant's, which the keeper counts in the root's line.
+        # for the process it started -- not a forked one's (its parent-pid is
+        # set) nor an exec'd descendant's: the root's line counts those.
         self.announce = (bool(os.environ.get("MEMLEAK_ANNOUNCE")) and not segment.header.parent_pid
                          and os.environ.get("MEMLEAK_ROOT_PID") == str(self.pid))
         # MEMLEAK_SYMBOLIZE=no: frames as module+offset, symbolized on another
@@ -293,14 +293,17 @@ class Reporter:
         h = self.h
         asked = h.settle_asked
         if self.keeper is not None and h.exit_timeout_s:
-            self.keeper.settle_dead_descendants().wait(min(h.exit_timeout_s, MAX_EXIT_TIMEOUT) / 2)
+            self.keeper.settle_dead_descendants().wait(self.descendants_wait())
         h.settle_done = asked
         futex_wake(self.seg.field_address("settle_done"))
 
+    def descendants_wait(self):
+        """Seconds the root waits for its descendants' reports, at most: half
+        of the time it waits for its exit report (the rest is its own's)."""
+        return min(self.h.exit_timeout_s, MAX_EXIT_TIMEOUT) / 2
+
     def wait_for_descendants(self, done, asked):
-        # Half of the time the program waits for its exit report, at most:
-        # the rest is its own report's.
-        left = min(self.h.exit_timeout_s, MAX_EXIT_TIMEOUT) / 2 - (time.monotonic() - asked)
+        left = self.descendants_wait() - (time.monotonic() - asked)
         if not done.wait(max(left, 0)):
             self.say_once("descendants' last reports are still being written as the program "
                           "exits; they land in a moment")
