@@ -155,12 +155,13 @@ __attribute__((noinline)) void *mlk_early_malloc(size_t size, int zeroed)
  * again they doubled redis's live bytes (the mapping hooks skip them). */
 void mlk_note_allocator(void)
 {
-    Dl_info info;
+    const void *base;
+    const char *file;
     void *home = real_home((void *)mlk_real.malloc);
-    if (!home || !dladdr(home, &info) || !info.dli_fname)
+    if (!home || !mlk_object_of(home, &base, &file))
         return;
-    const char *name = strrchr(info.dli_fname, '/');
-    name = name ? name + 1 : info.dli_fname;
+    const char *name = strrchr(file, '/');
+    name = name ? name + 1 : file;
     if (strncmp(name, "libc.so", 7) != 0 && strncmp(name, "libc-", 5) != 0)
         mlk_modules_set_allocator(home);
 }
@@ -175,13 +176,14 @@ int mlk_trailers_possible(void)
      * nothing may have called malloc yet -- this once relied on the
      * reporter's environment being built with it.) */
     mlk_ensure_real();
-    Dl_info a, b;
-    int possible = mlk_real.malloc && mlk_real.malloc_usable_size && dladdr(real_home((void *)mlk_real.malloc), &a) &&
-                   dladdr(real_home((void *)mlk_real.malloc_usable_size), &b) && a.dli_fbase == b.dli_fbase;
-    if (possible && a.dli_fname) {
-        size_t n = strlen(a.dli_fname);
-        mlk_glibc_heap = n >= 9 && strcmp(a.dli_fname + n - 9, "libc.so.6") == 0 &&
-                         (n == 9 || a.dli_fname[n - 10] == '/');
+    const void *a, *b;
+    const char *a_file, *b_file;
+    int possible = mlk_real.malloc && mlk_real.malloc_usable_size &&
+                   mlk_object_of(real_home((void *)mlk_real.malloc), &a, &a_file) &&
+                   mlk_object_of(real_home((void *)mlk_real.malloc_usable_size), &b, &b_file) && a == b;
+    if (possible) {
+        size_t n = strlen(a_file);
+        mlk_glibc_heap = n >= 9 && strcmp(a_file + n - 9, "libc.so.6") == 0 && (n == 9 || a_file[n - 10] == '/');
         mlk_fast_off_set(MLK_FAST_NOT_GLIBC, !mlk_glibc_heap);
     }
     return possible;
@@ -313,12 +315,14 @@ static int note_position(struct dl_phdr_info *info, size_t size, void *data)
 
 int mlk_loaded_as_preload(void)
 {
-    Dl_info mine, next;
+    const void *mine, *next;
+    const char *file;
     void *next_malloc = dlsym(RTLD_NEXT, "malloc");
-    if (!dladdr((void *)&mlk_loaded_as_preload, &mine) || !next_malloc || !dladdr(next_malloc, &next))
+    if (!mlk_object_of((void *)&mlk_loaded_as_preload, &mine, &file) || !next_malloc ||
+        !mlk_object_of(next_malloc, &next, &file))
         return 1; /* cannot tell: behave as always */
-    struct lookup_order o = {(uintptr_t)mine.dli_fbase, (uintptr_t)next.dli_fbase, -1, -1, 0};
-    /* dli_fbase is the mapping's start; dlpi_addr the load bias: equal
+    struct lookup_order o = {(uintptr_t)mine, (uintptr_t)next, -1, -1, 0};
+    /* The object's start (dladdr's dli_fbase); dlpi_addr the load bias: equal
      * for shared objects, which both are. */
     dl_iterate_phdr(note_position, &o);
     return o.ours_at < 0 || o.next_at < 0 || o.ours_at < o.next_at;

@@ -314,12 +314,13 @@ void mlk_misuse_segment_made(void)
     static const char *const names[] = {"_Znwm",   "_Znam",   "_ZdlPv",  "_ZdaPv",
                                         "_ZdlPvm", "_ZdaPvm", "_ZnwmSt11align_val_t", "_ZnamSt11align_val_t",
                                         "_ZdlPvSt11align_val_t", "_ZdaPvSt11align_val_t"};
-    Dl_info mine, theirs;
-    if (!dladdr((void *)&mlk_misuse_segment_made, &mine))
+    const void *mine, *theirs;
+    const char *file;
+    if (!mlk_object_of((void *)&mlk_misuse_segment_made, &mine, &file))
         return;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         void *f = dlsym(RTLD_DEFAULT, names[i]);
-        if (f && dladdr(f, &theirs) && theirs.dli_fbase != mine.dli_fbase) {
+        if (f && mlk_object_of(f, &theirs, &file) && theirs != mine) {
             mlk_seg->misuse_no_families = 1;
             return;
         }

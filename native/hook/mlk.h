@@ -80,6 +80,14 @@ MLK_HIDDEN void mlk_fast_off_set(uint32_t reason, int holds);
 
 /* ---- rt.c: raw system calls and diagnostics, usable anywhere ---------- */
 MLK_HIDDEN long mlk_syscall6(long n, long a, long b, long c, long d, long e, long f);
+/* The loaded object holding addr as dladdr names it -- its start (its
+ * dli_fbase) and file name (dli_fname; "" for the main program, where
+ * dladdr says argv[0]) -- without dladdr's search of that object's symbols
+ * for the nearest one, most of its cost: ~80k instructions a call on an
+ * address in libc, and the start asked six such (46% of a traced
+ * /bin/true's instructions).  By glibc 2.35's _dl_find_object (unwind_cfi.c),
+ * else dladdr.  0: in no object. */
+MLK_HIDDEN int mlk_object_of(const void *addr, const void **base, const char **name);
 MLK_HIDDEN void *mlk_map_anon(size_t len);     /* NULL on failure */
 MLK_HIDDEN void mlk_unmap(void *p, size_t len);
 MLK_HIDDEN void mlk_own_range(uint64_t *lo, uint64_t *hi); /* where our own maps are */

@@ -7,12 +7,14 @@
  * maps for itself, such as NSS modules).  A private sorted array of the live
  * ranges answers "is this address known?" without touching the segment. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
 #include <string.h>
 #include <sys/syscall.h>
 
 #include "mlk.h"
+#include "unwind_cfi.h"
 
 struct live_range {
     uint64_t lo, hi;
@@ -309,4 +311,24 @@ void mlk_modules_catch_up(void)
     dl_iterate_phdr(read_subs, &subs);
     if (subs != __atomic_load_n(&scanned_subs, __ATOMIC_RELAXED))
         mlk_modules_scan();
+}
+
+int mlk_object_of(const void *addr, const void **base, const char **name)
+{
+    void *start, *map;
+    int found = mlk_find_object(addr, &start, &map);
+    if (found >= 0) {
+        const struct link_map *lm = map;
+        if (found) {
+            *base = start;
+            *name = lm && lm->l_name ? lm->l_name : "";
+        }
+        return found;
+    }
+    Dl_info info;
+    if (!dladdr(addr, &info))
+        return 0;
+    *base = info.dli_fbase;
+    *name = info.dli_fname ? info.dli_fname : "";
+    return 1;
 }

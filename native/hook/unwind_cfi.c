@@ -126,6 +126,18 @@ int mlk_in_loaded_object(uint64_t pc)
     return _dl_find_object && _dl_find_object((void *)pc, &fo) == 0;
 }
 
+int mlk_find_object(const void *addr, void **start, void **link_map)
+{
+    struct mlk_dl_find_object fo;
+    if (!_dl_find_object)
+        return -1;
+    if (_dl_find_object((void *)addr, &fo) != 0)
+        return 0;
+    *start = fo.dlfo_map_start;
+    *link_map = fo.dlfo_link_map;
+    return 1;
+}
+
 /* Binary search of .eh_frame_hdr's table (datarel sdata4 pairs).  NULL with
  * *no_info set: no table covers pc (code without unwind tables, JIT code). */
 static const uint8_t *find_fde(uint64_t pc, int *no_info)

@@ -37,6 +37,9 @@ MLK_HIDDEN int mlk_compute_rule(uint64_t pc, struct rule_state *st);
 MLK_HIDDEN void mlk_cfa_forget(void);
 /* Is pc inside an object the loader mapped (the executable or a library)? */
 MLK_HIDDEN int mlk_in_loaded_object(uint64_t pc);
+/* _dl_find_object's answer for addr: 1, with the object's start and its
+ * struct link_map; 0, in no object; -1, no _dl_find_object (glibc < 2.35). */
+MLK_HIDDEN int mlk_find_object(const void *addr, void **start, void **link_map);
 /* One step by the frame-pointer chain from state (sp, bp), if the frame
  * at bp checks out: 1 with the return address and the caller's rbp,
  * MLK_FP_STEP_BP_UNSURE when that rbp is not on the stack above, 0 when

@@ -388,15 +388,16 @@ static void family_names(const struct candidate *c, int count, char *out, size_t
 
 void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *routed, size_t routed_len)
 {
-    Dl_info self, where;
+    Dl_info where;
     const ElfW(Sym) *sym;
+    const void *self, *next_base;
+    const char *file;
     blind[0] = routed[0] = 0;
-    if (!dladdr((void *)&mlk_route_start, &self))
+    if (!mlk_object_of((void *)&mlk_route_start, &self, &file))
         return;
     mlk_ensure_real(); /* what our exported hooks forward to, before anything moves */
-    Dl_info next_malloc;
-    const void *next_base = mlk_real.malloc && dladdr((void *)mlk_real.malloc, &next_malloc)
-                                ? next_malloc.dli_fbase : NULL;
+    if (!mlk_real.malloc || !mlk_object_of((void *)mlk_real.malloc, &next_base, &file))
+        next_base = NULL;
     /* The module that wins the malloc family, and which of it it defines. */
     const void *owner = NULL;
     const char *owner_name = NULL;
@@ -408,7 +409,7 @@ void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *r
      * executable's own calls to a malloc it defines itself (direct calls,
      * no table): only the executable is patched there (held). */
     for (size_t i = 0; i < sizeof family / sizeof family[0]; i++) {
-        if (!defined_before_us(RTLD_DEFAULT, family[i], self.dli_fbase, &where, &sym) ||
+        if (!defined_before_us(RTLD_DEFAULT, family[i], self, &where, &sym) ||
             (mlk_attach_mode && !is_executable(where.dli_fbase)))
             continue;
         if (owner && where.dli_fbase != owner)
@@ -426,7 +427,7 @@ void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *r
         say_unseen(blind, blind_len, who, why_not);
     else if (owner) {
         const void *module = owner;
-        int count = collect(RTLD_DEFAULT, 0, self.dli_fbase, &module, c, 0);
+        int count = collect(RTLD_DEFAULT, 0, self, &module, c, 0);
         snprintf(what, sizeof what, "its own %s", names);
         for (int i = 0; i < count; i++)
             c[i].trailed = owner == next_base; /* (under attach: our malloc forwards to it) */
@@ -437,7 +438,7 @@ void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *r
     }
     families_done[0] = owner;
     nfamilies_done = 1;
-    self_base = self.dli_fbase;
+    self_base = self;
     started_why_not = why_not;
     route_families(RTLD_DEFAULT, next_base, why_not, blind, blind_len, routed, routed_len);
     __atomic_store_n(&started, 1, __ATOMIC_RELEASE);
