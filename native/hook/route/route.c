@@ -386,6 +386,8 @@ static void family_names(const struct candidate *c, int count, char *out, size_t
     }
 }
 
+static int new_family_module(struct dl_phdr_info *info, size_t size, void *found);
+
 void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *routed, size_t routed_len)
 {
     Dl_info where;
@@ -440,7 +442,13 @@ void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *r
     nfamilies_done = 1;
     self_base = self;
     started_why_not = why_not;
-    route_families(RTLD_DEFAULT, next_base, why_not, blind, blind_len, routed, routed_len);
+    /* (Most programs load no such family: then none of its ~150 names is
+     * looked up, each failing through the loader's error path -- half of
+     * a traced /bin/true's instructions.) */
+    int found = 0;
+    dl_iterate_phdr(new_family_module, &found);
+    if (found)
+        route_families(RTLD_DEFAULT, next_base, why_not, blind, blind_len, routed, routed_len);
     __atomic_store_n(&started, 1, __ATOMIC_RELEASE);
 }
 
