@@ -320,8 +320,8 @@ class Keeper:
         make's exit.  Descendants still alive (a daemon) do not hold it up."""
         done = threading.Event()
         with self.flushes_lock:
-            if self.flushes is None or self.watcher is None:
-                done.set()
+            if self.flushes is None or self.watcher is None or not self.writer.is_alive():
+                done.set()    # (no keeper, or nobody left to answer: do not wait for it)
                 return done
             self.flushes.append(done)
         try:
