@@ -120,12 +120,6 @@ static int read_encoded(const uint8_t **p, uint8_t enc, uint64_t *out)
     return 1;
 }
 
-int mlk_in_loaded_object(uint64_t pc)
-{
-    struct mlk_dl_find_object fo;
-    return _dl_find_object && _dl_find_object((void *)pc, &fo) == 0;
-}
-
 int mlk_find_object(const void *addr, void **start, void **link_map)
 {
     struct mlk_dl_find_object fo;
@@ -136,6 +130,12 @@ int mlk_find_object(const void *addr, void **start, void **link_map)
     *start = fo.dlfo_map_start;
     *link_map = fo.dlfo_link_map;
     return 1;
+}
+
+int mlk_in_loaded_object(uint64_t pc)
+{
+    void *start, *map;
+    return mlk_find_object((const void *)pc, &start, &map) > 0;
 }
 
 /* Binary search of .eh_frame_hdr's table (datarel sdata4 pairs).  NULL with
