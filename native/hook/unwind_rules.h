@@ -27,9 +27,10 @@
  *   bits 48-63  CFA offset / 8 (signed)
  * The return address is always at CFA - 8 (a rule saying otherwise is "not
  * understood").  An end, not-understood or by-frame-pointer rule has CFA
- * offset 0 from rsp, which no walk step accepts (the return address would
- * be below sp), so the step's one range check sends it, like a slot of
- * another address, to the out-of-line path.  An empty slot (0) is tag 0 with such a rule too. */
+ * offset 0 from rsp, which no walk step takes inline (the return address
+ * would be below sp), so RULE_STEP's test of the offset sends it, like a
+ * slot of another address, to the out-of-line path.  An empty slot (0) is
+ * tag 0 with such a rule too. */
 
 #define CACHE_BITS 16
 /* Odd (so the product names the address exactly) and below 2^31: x86-64
@@ -64,8 +65,11 @@ static uint64_t pack(int kind, const struct rule_state *st)
         return RULE_ENDS;
     if (kind == RULE_NO_INFO)
         return RULE_BY_FP;
+    /* (A CFA below rsp + 8 would put the return address below sp: no walk
+     * step takes it, and RULE_STEP's inline way, which no longer checks an
+     * rsp rule's CFA, relies on every kept rsp rule's being at least 8.) */
     if (kind != RULE_OK || st->ra_off != -8 || !fits_in_eighths(st->cfa_off, 16) ||
-        (st->rbp_saved && !fits_in_eighths(st->rbp_off, 8)) || (st->cfa_reg == REG_RSP && st->cfa_off == 0))
+        (st->rbp_saved && !fits_in_eighths(st->rbp_off, 8)) || (st->cfa_reg == REG_RSP && st->cfa_off < 8))
         return RULE_NOT_UNDERSTOOD;
     return (st->cfa_reg == REG_RBP ? RULE_CFA_FROM_BP : 0) | (st->rbp_saved ? RULE_BP_SAVED : 0) |
            (uint64_t)(uint8_t)(st->rbp_off / 8) << 32 | (uint64_t)(uint16_t)(st->cfa_off / 8) << 48;
@@ -123,12 +127,18 @@ static uint64_t rule_of(uint64_t ra)
  * is not one this unwinder follows (libgcc's turn).
  *
  * The inline part is the step nearly every frame takes: the rule in its
- * slot, a CFA at least 8 above sp, within MAX_FRAME and 8-aligned (sp is:
- * a walk starts from an aligned frame address and each sp is a CFA), as
- * one rotate and compare.  Everything else -- another address's slot, an
- * end, a rule not understood, a stack not as the rule says -- goes to
- * step_slow, which judges with the rule computed if need be.  A macro over
- * the caller's locals: the loop that runs it per frame keeps them in
+ * slot, with a CFA other than 0 above its register.  From rsp -- nearly
+ * every frame of code built without frame pointers -- that is all: pack()
+ * keeps no rsp rule whose CFA is below rsp + 8, and the largest it keeps
+ * is 256 KiB, inside MAX_FRAME; sp is 8-aligned (a walk starts from an
+ * aligned frame address and each sp is a CFA).  From rbp, the CFA must
+ * still be at least 8 above sp, within MAX_FRAME and 8-aligned, as one
+ * rotate and compare.  Everything else -- another address's slot, an
+ * empty one (0), an end, a rule not understood or by frame pointers (all
+ * of CFA offset 0), a stack not as the rule says -- goes to step_slow,
+ * which judges with the rule computed if need be.  (The rsp way without
+ * the range check: cc1, 4 instructions a step.)  A macro over the
+ * caller's locals: the loop that runs it per frame keeps them in
  * registers. */
 struct slow_step {
     uint64_t ip, sp, bp, ra_at, bp_at;
@@ -208,12 +218,20 @@ static __attribute__((noinline)) struct slow_step step_slow(uint64_t ip, uint64_
     ({                                                                                             \
         uint64_t h_ = (ip) * RULE_MUL;                                                             \
         uint64_t rule_ = rules[RULE_SLOT(h_)];                                                     \
-        uint64_t cfa_ = ((rule_ & RULE_CFA_FROM_BP) ? (bp) : (sp)) + (uint64_t)RULE_CFA_OFF(rule_); \
-        uint64_t ra_at_ = cfa_ - 8;                                                                \
-        uint64_t over_ = ra_at_ - (sp);                                                            \
-        int r_;                                                                                    \
-        if (MLK_LIKELY((uint32_t)rule_ == (uint32_t)h_ &&                                          \
-                       ((over_ >> 3) | (over_ << 61)) <= (MAX_FRAME - 8) / 8)) {                   \
+        int64_t off_ = RULE_CFA_OFF(rule_);                                                        \
+        uint64_t cfa_ = 0;                                                                         \
+        int r_, inline_ = 0;                                                                       \
+        if (MLK_LIKELY((uint32_t)rule_ == (uint32_t)h_ && off_ != 0)) {                            \
+            if (MLK_LIKELY(!(rule_ & RULE_CFA_FROM_BP))) {                                         \
+                cfa_ = (sp) + (uint64_t)off_;                                                      \
+                inline_ = 1;                                                                       \
+            } else {                                                                               \
+                cfa_ = (bp) + (uint64_t)off_;                                                      \
+                uint64_t over_ = cfa_ - 8 - (sp);                                                  \
+                inline_ = ((over_ >> 3) | (over_ << 61)) <= (MAX_FRAME - 8) / 8;                   \
+            }                                                                                      \
+        }                                                                                          \
+        if (MLK_LIKELY(inline_)) {                                                                 \
             (uses_bp) = (rule_ & RULE_CFA_FROM_BP) != 0;                                           \
             FOLLOW_RULE(rule_, cfa_, ip, sp, bp, ra_at, bp_at);                                    \
             r_ = (ip) >= 4096;                                                                     \
