@@ -488,9 +488,17 @@ static __attribute__((always_inline)) inline int alloc_fast_as(void *p, uint64_t
      * asked by mlk_walk_known_path, of the memo itself, which
      * mlk_walk_quick mirrors.) */
     if (way == ALLOC_OWNED) {
-        if (MLK_UNLIKELY(mlk_hot.fast_alloc != MLK_THREAD_FAST ||
-                         (mlk_fast_off & (MLK_FAST_NOT_GLIBC | MLK_FAST_LAZY_SPAWN)) || mlk_attention))
+        unsigned closed = (mlk_fast_off & (MLK_FAST_NOT_GLIBC | MLK_FAST_LAZY_SPAWN)) | mlk_attention;
+        if (MLK_UNLIKELY(mlk_hot.fast_alloc != MLK_THREAD_FAST || closed)) {
+            /* A thread that owns its stripe and rests from whole walks
+             * (cc1's, nearly every allocation) is told so here, without
+             * owners_way_refused's call: the word's other bits say what
+             * fast_ways_closed would (a busy flag of its own, recording),
+             * and a bit lags only towards "no". */
+            if (mlk_hot.fast_alloc == (MLK_THREAD_FAST & ~MLK_THREAD_QUICK) && !closed)
+                return MLK_FAST_RESTING;
             return owners_way_refused();
+        }
     } else if (way == ALLOC_SHARED) {
         if (MLK_UNLIKELY(fast_ways_closed() || !mlk_walk_quick))
             return 0;
