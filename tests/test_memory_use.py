@@ -226,3 +226,26 @@ def glibc_free(report):
     n = report.header["memory-malloc-arenas"].split()[0]
     return sum(sum(numbers(report, f"memory-malloc-arena {i}")[k] for k in (2, 3, 5)) for i in range(int(n))) \
         if n.isdigit() else 0
+
+
+def test_a_thread_running_when_its_stack_pointer_is_read_is_asked_again_until_it_waits():
+    """The thread a report signal lands on runs its handler, then waits
+    again: thread_stack_pointers asks a running thread again (bounded), so
+    its stack is told.  tests/programs/spinner.c: a thread that runs until
+    SIGUSR2, the main thread in pause()."""
+    from libmemleak.daemon import memory_use
+    prog = compile_program("spinner.c", "-pthread")
+    p = subprocess.Popen([prog], stdout=subprocess.PIPE, text=True, env=BARE_ENV)
+    try:
+        assert p.stdout.readline().strip() == "spinning"
+        # Running: no stack pointer, however long it is asked for.
+        assert len(memory_use.thread_stack_pointers(p.pid, settle_s=0.05)) == 1  # the main thread's
+        os.kill(p.pid, signal.SIGUSR2)
+        # Stopped by the signal, it waits in pause(): asked again until then.
+        sps = memory_use.thread_stack_pointers(p.pid, settle_s=60)
+        assert len(sps) == 2, sps
+        stacks = [m for m in memory_use.read_smaps(p.pid) if any(m.start <= sp < m.end for sp in sps)]
+        assert len(stacks) == 2 and sum(m.path == "[stack]" for m in stacks) == 1, stacks
+    finally:
+        p.kill()
+        p.wait()

@@ -29,6 +29,7 @@ misread costs one report's split, never a wrong path or an exception."""
 
 import bisect
 import os
+import time
 from dataclasses import dataclass, field
 
 from libmemleak.daemon import glibc_arenas, report_core
@@ -38,6 +39,7 @@ from libmemleak.daemon.header_parts import SELF_LIBRARY
 HEAP_MAX_SIZE = 64 << 20       # glibc's arena heap alignment on 64-bit
 GUARD_MAX = 1 << 20            # a thread stack's guard is a page or a few
 THREADS_MAX = 1 << 16          # threads whose stack pointers are read, at most
+SETTLE_S = 0.02                # how long running threads are asked again (thread_stack_pointers)
 IS_MMAPPED = 2
 SMAPS_BYTES_MAX = 64 << 20     # more than any process's smaps: a bigger one is cut
 # Shared memory that is not a file's data (a file mapped shared and
@@ -94,28 +96,62 @@ def read_smaps(pid):
     return out
 
 
-def thread_stack_pointers(pid):
+def thread_stack_pointers(pid, settle_s=SETTLE_S):
     """The stack pointers of the process's threads that wait in a system
     call or are blocked (/proc/PID/task/TID/syscall: "NR ARGS... SP PC",
-    or "-1 SP PC"), sorted; a running thread ("running") or a file that
-    cannot be read gives none."""
+    or "-1 SP PC"), sorted; a file that cannot be read gives none.
+
+    A thread other than the main one that is running ("running") is asked
+    again for up to settle_s: the thread the report signal landed on wakes
+    from its wait to run the handler that asked for this report, and is
+    back in its wait a moment later -- read at once, its stack was missing
+    from "thread-stacks" under load (a parked thread's, when its stack lies
+    above an arena's reserve, which hides its guard page).  One that stays
+    running (busy) gives none, as before, after that bounded wait."""
     try:
         tids = os.listdir(f"/proc/{pid}/task")[:THREADS_MAX]
     except OSError:
         return []
-    sps = []
+    sps, running = [], []
     for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/syscall", "rb") as f:
-                fields = f.read(512).split()
-        except OSError:
-            continue
-        if len(fields) >= 3:
-            try:
-                sps.append(int(fields[-2], 16))
-            except ValueError:
-                pass
+        sp = _stack_pointer(pid, tid)
+        if sp == RUNNING:
+            if tid != str(pid):  # (the main thread's stack is [stack] anyway)
+                running.append(tid)
+        elif sp is not None:
+            sps.append(sp)
+    deadline = time.monotonic() + settle_s
+    while running and time.monotonic() < deadline:
+        time.sleep(0.001)
+        still = []
+        for tid in running:
+            sp = _stack_pointer(pid, tid)
+            if sp == RUNNING:
+                still.append(tid)
+            elif sp is not None:
+                sps.append(sp)
+        running = still
     return sorted(sps)
+
+
+RUNNING = "running"
+
+
+def _stack_pointer(pid, tid):
+    """Thread tid's stack pointer as its syscall file says, RUNNING, or None."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/syscall", "rb") as f:
+            fields = f.read(512).split()
+    except OSError:
+        return None
+    if fields == [b"running"]:
+        return RUNNING
+    if len(fields) >= 3:
+        try:
+            return int(fields[-2], 16)
+        except ValueError:
+            pass
+    return None
 
 
 def _holds_a_stack_pointer(sps, m):
