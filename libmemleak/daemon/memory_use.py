@@ -39,7 +39,7 @@ from libmemleak.daemon.header_parts import SELF_LIBRARY
 HEAP_MAX_SIZE = 64 << 20       # glibc's arena heap alignment on 64-bit
 GUARD_MAX = 1 << 20            # a thread stack's guard is a page or a few
 THREADS_MAX = 1 << 16          # threads whose stack pointers are read, at most
-SETTLE_S = 0.02                # how long running threads are asked again (thread_stack_pointers)
+SETTLE_S = 0.05                # how long running threads are asked again (thread_stack_pointers)
 IS_MMAPPED = 2
 SMAPS_BYTES_MAX = 64 << 20     # more than any process's smaps: a bigger one is cut
 # Shared memory that is not a file's data (a file mapped shared and
