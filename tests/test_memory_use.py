@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from xml.etree import ElementTree
 
 import pytest
@@ -238,6 +239,12 @@ def test_a_thread_running_when_its_stack_pointer_is_read_is_asked_again_until_it
     p = subprocess.Popen([prog], stdout=subprocess.PIPE, text=True, env=BARE_ENV)
     try:
         assert p.stdout.readline().strip() == "spinning"
+        # (The main thread is not asked again: its stack is [stack] anyway.
+        # Until it is in pause(), it may still be on its way there.)
+        deadline = time.monotonic() + 60
+        while memory_use._stack_pointer(p.pid, str(p.pid)) in (None, memory_use.RUNNING):
+            assert time.monotonic() < deadline, "the main thread never waited"
+            time.sleep(0.01)
         # Running: no stack pointer, however long it is asked for.
         assert len(memory_use.thread_stack_pointers(p.pid, settle_s=0.05)) == 1  # the main thread's
         os.kill(p.pid, signal.SIGUSR2)
