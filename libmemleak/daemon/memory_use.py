@@ -96,6 +96,9 @@ def read_smaps(pid):
     return out
 
 
+RUNNING = "running"  # what a running thread's /proc syscall file says (_stack_pointer)
+
+
 def thread_stack_pointers(pid, settle_s=SETTLE_S):
     """The stack pointers of the process's threads that wait in a system
     call or are blocked (/proc/PID/task/TID/syscall: "NR ARGS... SP PC",
@@ -132,9 +135,6 @@ def thread_stack_pointers(pid, settle_s=SETTLE_S):
                 sps.append(sp)
         running = still
     return sorted(sps)
-
-
-RUNNING = "running"
 
 
 def _stack_pointer(pid, tid):
