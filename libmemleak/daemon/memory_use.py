@@ -105,12 +105,12 @@ def thread_stack_pointers(pid, settle_s=SETTLE_S):
     or "-1 SP PC"), sorted; a file that cannot be read gives none.
 
     A thread other than the main one that is running ("running") is asked
-    again for up to settle_s: the thread the report signal landed on wakes
-    from its wait to run the handler that asked for this report, and is
-    back in its wait a moment later -- read at once, its stack was missing
-    from "thread-stacks" under load (a parked thread's, when its stack lies
-    above an arena's reserve, which hides its guard page).  One that stays
-    running (busy) gives none, as before, after that bounded wait."""
+    again for up to settle_s: one caught between waits -- the thread that
+    ran the report signal's handler, where the main thread blocks the
+    signal, is back in its wait a moment later -- would otherwise go
+    uncounted where its guard page does not tell it either (a guard right
+    above an arena's reserve merges with it).  One that stays running
+    (busy) gives none, as before, after that bounded wait."""
     try:
         tids = os.listdir(f"/proc/{pid}/task")[:THREADS_MAX]
     except OSError:
