@@ -4,6 +4,7 @@ libmemleak/libmlkreport.so (the reporter's per-stack loops, loaded with
 cffi), and ships the layout header beside them, so that the hook library
 and the reporter read the same file."""
 
+import contextlib
 import glob
 import os
 import shlex
@@ -48,26 +49,43 @@ def build_native(out_dir, python=sys.executable):
     cc = shlex.split(os.environ.get("CC", "cc"))
     target = os.path.join(out_dir, "libmtrace.so")
     decoder = capstone_dir()
-    cmd = [*cc, *CFLAGS, f'-DMLK_PYTHON="{python}"', "-I" + os.path.join(decoder, "include"),
-           f'-DMLK_CAPSTONE_BUILT="{os.path.join(decoder, "lib", "libcapstone.so")}"',
-           *sources, "-o", target, *LDFLAGS, *HOOK_LDFLAGS, *LIBS]
-    # Link-time optimization lets the hot path inline across modules (the
-    # hooks, the trailer, the counters): ~2.5% fewer cycles on sqlite3.  A
-    # toolchain without it (clang without the gold plugin) builds without.
-    lto = [cmd[0], *LTO_FLAGS, *cmd[1:]]
-    print(" ".join(shlex.quote(c) for c in lto))
-    if subprocess.call(lto) != 0:
-        print("libmemleak: building again without link-time optimization")
-        subprocess.check_call(cmd)
+    with _replaced_whole(target) as building:
+        cmd = [*cc, *CFLAGS, f'-DMLK_PYTHON="{python}"', "-I" + os.path.join(decoder, "include"),
+               f'-DMLK_CAPSTONE_BUILT="{os.path.join(decoder, "lib", "libcapstone.so")}"',
+               *sources, "-o", building, *LDFLAGS, *HOOK_LDFLAGS, *LIBS]
+        # Link-time optimization lets the hot path inline across modules (the
+        # hooks, the trailer, the counters): ~2.5% fewer cycles on sqlite3.  A
+        # toolchain without it (clang without the gold plugin) builds without.
+        lto = [cmd[0], *LTO_FLAGS, *cmd[1:]]
+        print(" ".join(shlex.quote(c) for c in lto))
+        if subprocess.call(lto) != 0:
+            print("libmemleak: building again without link-time optimization")
+            subprocess.check_call(cmd)
     # The reporter's loops: no hooks, nothing to interpose, no libraries.
     report_sources = sorted(glob.glob(os.path.join(HERE, "native", "reporter", "*.c")))
     report_flags = [f for f in CFLAGS if f != "-fexceptions"]
-    cmd = [*cc, *report_flags, *report_sources, "-o", os.path.join(out_dir, "libmlkreport.so"),
-           *LDFLAGS]
-    print(" ".join(shlex.quote(c) for c in cmd))
-    subprocess.check_call(cmd)
-    shutil.copy(os.path.join(HERE, "native", "shm_layout.h"), os.path.join(out_dir, "shm_layout.h"))
+    with _replaced_whole(os.path.join(out_dir, "libmlkreport.so")) as building:
+        cmd = [*cc, *report_flags, *report_sources, "-o", building, *LDFLAGS]
+        print(" ".join(shlex.quote(c) for c in cmd))
+        subprocess.check_call(cmd)
+    with _replaced_whole(os.path.join(out_dir, "shm_layout.h")) as building:
+        shutil.copy(os.path.join(HERE, "native", "shm_layout.h"), building)
     return target
+
+
+@contextlib.contextmanager
+def _replaced_whole(path):
+    """A name to build path's new content under, which then replaces path
+    in one rename: a process that loads path meanwhile -- a test session
+    running from this tree while another rebuilds it -- gets the old file
+    or the new one, never one being written ("file too short")."""
+    building = f"{path}.building-{os.getpid()}"
+    try:
+        yield building
+        os.replace(building, path)
+    finally:
+        if os.path.exists(building):
+            os.unlink(building)
 
 
 class BuildWithNative(build_py):
