@@ -74,7 +74,7 @@ class Reporter:
     by all of them."""
 
     def __init__(self, segment, directory, segment_fd=SEGMENT_FD, pidfd=PIDFD, symbolizer=None,
-                 name=None, pid=None):
+                 name=None, pid=None, keeper=None):
         self.seg = segment
         self.h = segment.header
         # Where reports go and what they are called, fixed before the program
@@ -116,7 +116,7 @@ class Reporter:
         # PPROF_BINARY_PATH); the header's build-ids name the files.
         self.symbolize = os.environ.get("MEMLEAK_SYMBOLIZE", "yes").lower() not in ("no", "0", "off")
         self.recorder = Recorder.of(self)  # the event log (record=), or None
-        self.keeper = None       # the root's first reporter's keeper (reporter_main), or None
+        self.keeper = keeper     # the root's first reporter's keeper (reporter_main), or None
         self.announce_later = False  # the exit's summary waits for the descendants' reports
 
     # -- the loop -----------------------------------------------------------

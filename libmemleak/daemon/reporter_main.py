@@ -99,7 +99,7 @@ def _run(segment, directory, name, keeper):
     profile = os.environ.get("MEMLEAK_PROFILE_REPORTER")  # a file for cProfile stats
     if not profile:
         try:
-            return _reporter(segment, directory, name, keeper).run()
+            return Reporter(segment, directory, name=name, keeper=keeper).run()
         except Exception as e:  # noqa: BLE001 -- one line on the program's stderr, never a traceback
             if os.environ.get("MEMLEAK_DEBUG"):
                 raise
@@ -109,12 +109,6 @@ def _run(segment, directory, name, keeper):
     import cProfile
     profiler = cProfile.Profile()
     try:
-        return profiler.runcall(_reporter(segment, directory, name, keeper).run)
+        return profiler.runcall(Reporter(segment, directory, name=name, keeper=keeper).run)
     finally:
         profiler.dump_stats(f"{profile}.{os.getpid()}")
-
-
-def _reporter(segment, directory, name, keeper):
-    reporter = Reporter(segment, directory, name=name)
-    reporter.keeper = keeper  # its descendants' last reports are on disk before the root exits
-    return reporter

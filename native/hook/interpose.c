@@ -177,10 +177,10 @@ int mlk_trailers_possible(void)
      * reporter's environment being built with it.) */
     mlk_ensure_real();
     const void *a, *b;
-    const char *a_file, *b_file;
+    const char *a_file;
     int possible = mlk_real.malloc && mlk_real.malloc_usable_size &&
                    mlk_object_of(real_home((void *)mlk_real.malloc), &a, &a_file) &&
-                   mlk_object_of(real_home((void *)mlk_real.malloc_usable_size), &b, &b_file) && a == b;
+                   mlk_object_of(real_home((void *)mlk_real.malloc_usable_size), &b, NULL) && a == b;
     if (possible) {
         size_t n = strlen(a_file);
         mlk_glibc_heap = n >= 9 && strcmp(a_file + n - 9, "libc.so.6") == 0 && (n == 9 || a_file[n - 10] == '/');
@@ -316,10 +316,9 @@ static int note_position(struct dl_phdr_info *info, size_t size, void *data)
 int mlk_loaded_as_preload(void)
 {
     const void *mine, *next;
-    const char *file;
     void *next_malloc = dlsym(RTLD_NEXT, "malloc");
-    if (!mlk_object_of((void *)&mlk_loaded_as_preload, &mine, &file) || !next_malloc ||
-        !mlk_object_of(next_malloc, &next, &file))
+    if (!mlk_object_of((void *)&mlk_loaded_as_preload, &mine, NULL) || !next_malloc ||
+        !mlk_object_of(next_malloc, &next, NULL))
         return 1; /* cannot tell: behave as always */
     struct lookup_order o = {(uintptr_t)mine, (uintptr_t)next, -1, -1, 0};
     /* The object's start (dladdr's dli_fbase); dlpi_addr the load bias: equal

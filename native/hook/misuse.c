@@ -315,12 +315,11 @@ void mlk_misuse_segment_made(void)
                                         "_ZdlPvm", "_ZdaPvm", "_ZnwmSt11align_val_t", "_ZnamSt11align_val_t",
                                         "_ZdlPvSt11align_val_t", "_ZdaPvSt11align_val_t"};
     const void *mine, *theirs;
-    const char *file;
-    if (!mlk_object_of((void *)&mlk_misuse_segment_made, &mine, &file))
+    if (!mlk_object_of((void *)&mlk_misuse_segment_made, &mine, NULL))
         return;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         void *f = dlsym(RTLD_DEFAULT, names[i]);
-        if (f && mlk_object_of(f, &theirs, &file) && theirs != mine) {
+        if (f && mlk_object_of(f, &theirs, NULL) && theirs != mine) {
             mlk_seg->misuse_no_families = 1;
             return;
         }

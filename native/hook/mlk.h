@@ -86,7 +86,7 @@ MLK_HIDDEN long mlk_syscall6(long n, long a, long b, long c, long d, long e, lon
  * for the nearest one, most of its cost: ~80k instructions a call on an
  * address in libc, and the start asked six such (46% of a traced
  * /bin/true's instructions).  By glibc 2.35's _dl_find_object (unwind_cfi.c),
- * else dladdr.  0: in no object. */
+ * else dladdr.  0: in no object.  name may be NULL. */
 MLK_HIDDEN int mlk_object_of(const void *addr, const void **base, const char **name);
 MLK_HIDDEN void *mlk_map_anon(size_t len);     /* NULL on failure */
 MLK_HIDDEN void mlk_unmap(void *p, size_t len);

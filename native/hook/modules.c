@@ -321,7 +321,8 @@ int mlk_object_of(const void *addr, const void **base, const char **name)
         const struct link_map *lm = map;
         if (found) {
             *base = start;
-            *name = lm && lm->l_name ? lm->l_name : "";
+            if (name)
+                *name = lm && lm->l_name ? lm->l_name : "";
         }
         return found;
     }
@@ -329,6 +330,7 @@ int mlk_object_of(const void *addr, const void **base, const char **name)
     if (!dladdr(addr, &info))
         return 0;
     *base = info.dli_fbase;
-    *name = info.dli_fname ? info.dli_fname : "";
+    if (name)
+        *name = info.dli_fname ? info.dli_fname : "";
     return 1;
 }

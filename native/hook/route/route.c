@@ -393,12 +393,11 @@ void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *r
     Dl_info where;
     const ElfW(Sym) *sym;
     const void *self, *next_base;
-    const char *file;
     blind[0] = routed[0] = 0;
-    if (!mlk_object_of((void *)&mlk_route_start, &self, &file))
+    if (!mlk_object_of((void *)&mlk_route_start, &self, NULL))
         return;
     mlk_ensure_real(); /* what our exported hooks forward to, before anything moves */
-    if (!mlk_real.malloc || !mlk_object_of((void *)mlk_real.malloc, &next_base, &file))
+    if (!mlk_real.malloc || !mlk_object_of((void *)mlk_real.malloc, &next_base, NULL))
         next_base = NULL;
     /* The module that wins the malloc family, and which of it it defines. */
     const void *owner = NULL;
