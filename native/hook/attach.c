@@ -86,8 +86,7 @@ void mlk_attach_route_new_modules(void)
  * directory).  Returns "" when attached, else why not, in one line. */
 EXPORT const char *mlk_attach(const char *config)
 {
-    int was = mlk_in_hook;
-    mlk_in_hook = 1;
+    int was = mlk_guard_up();
     status[0] = 0;
     if (mlk_loaded_as_preload())
         set_status("the process is already traced (libmtrace.so preloaded)", "");
@@ -140,8 +139,7 @@ EXPORT uint64_t mlk_attach_places[ATTACH_PLACES_MAX];
  * may hold theirs. */
 EXPORT const char *mlk_attach_patch(int npcs)
 {
-    int was = mlk_in_hook;
-    mlk_in_hook = 1;
+    int was = mlk_guard_up();
     status[0] = 0;
     if (npcs < 0 || npcs > ATTACH_PLACES_MAX)
         set_status("more threads than libmemleak can check (65536)", "");
@@ -156,8 +154,7 @@ EXPORT const char *mlk_attach_patch(int npcs)
  * the executable's patches, if any wait still, were not written. */
 EXPORT const char *mlk_attach_finish(const char *why_not)
 {
-    int was = mlk_in_hook;
-    mlk_in_hook = 1;
+    int was = mlk_guard_up();
     status[0] = 0;
     if (!__atomic_load_n(&attached, __ATOMIC_ACQUIRE)) {
         set_status("the process is not attached", "");
@@ -179,8 +176,7 @@ EXPORT const char *mlk_attach_finish(const char *why_not)
  * report (reason detach) and ends.  Returns "" or why not. */
 EXPORT const char *mlk_detach(void)
 {
-    int was = mlk_in_hook;
-    mlk_in_hook = 1;
+    int was = mlk_guard_up();
     status[0] = 0;
     if (!__atomic_exchange_n(&attached, 0, __ATOMIC_ACQ_REL)) {
         set_status("the process is not attached", "");
@@ -206,8 +202,7 @@ EXPORT int mlk_detach_patches_left(void)
 
 EXPORT const char *mlk_detach_unpatch(void)
 {
-    int was = mlk_in_hook;
-    mlk_in_hook = 1;
+    int was = mlk_guard_up();
     status[0] = 0;
     if (__atomic_load_n(&attached, __ATOMIC_ACQUIRE))
         set_status("the process is attached", "");

@@ -439,8 +439,7 @@ void mlk_init(void)
     int expected = 0;
     if (!__atomic_compare_exchange_n(&init_state, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         return; /* another thread is initialising; it will finish */
-    int was = mlk_in_hook;
-    mlk_in_hook = 1;
+    int was = mlk_guard_up();
     mlk_modules_set_self((void *)&mlk_init);
     if (secure_getenv("MEMLEAK_REPORTER")) {
         inert = 1;
@@ -554,8 +553,7 @@ static void exit_report(void)
     if (!mlk_seg || inert || !mlk_collecting_or_paused() || mlk_seg->pid != pid ||
         __atomic_exchange_n(&exit_asked_by, pid, __ATOMIC_RELAXED) == pid)
         return;
-    int was = mlk_in_hook;
-    mlk_in_hook = 1;
+    int was = mlk_guard_up();
     record_exit_memory();
     /* A descendant the keeper holds leaves its exit report to the keeper
      * (no Python process per exiting child), if the keeper is still there
@@ -607,8 +605,7 @@ void mlk_settle_before_exec(void)
     if (wards == wards_settled || !mlk_reporter_alive())
         return;
     wards_settled = wards;
-    int was = mlk_in_hook;
-    mlk_in_hook = 1;
+    int was = mlk_guard_up();
     uint32_t mine = __atomic_add_fetch(&h->settle_asked, 1, __ATOMIC_RELEASE);
     mlk_futex_wake(&h->request_seq); /* (where the reporter waits) */
     uint64_t deadline = mlk_now_ns(CLOCK_MONOTONIC) + (uint64_t)mlk_config.exit_timeout_ms * 500000ull;

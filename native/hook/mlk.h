@@ -28,11 +28,11 @@ struct mlk_thread_counts {   /* stacks.c */
     int64_t totals[4];
 };
 struct mlk_thread_hot {
-    int in_hook;             /* mlk_in_hook, below */
+    int in_hook;             /* mlk_in_hook, below; MLK_IN_HOOK_BUSY (trailers.c) */
     int walk_quick;          /* mlk_walk_quick (unwind.c) */
     int not_recording;       /* mlk_thread_not_recording (api/lsan.c) */
     unsigned fast_alloc;     /* MLK_THREAD_*, below */
-    uint32_t *busy;          /* trailers.c's flag_busy */
+    int flag_plus_one;       /* trailers.c's: its fork slot (> 0), a lock (< 0), none yet */
     struct memo *memo;       /* unwind.c's thread_memo */
     int *errno_at;           /* mlk_errno_at (hooks.h) */
     struct mlk_thread_counts counts; /* stacks.c's mine */
@@ -583,16 +583,26 @@ MLK_HIDDEN void mlk_stop_collecting(void);
 MLK_HIDDEN int mlk_collecting_or_paused(void); /* collecting, or paused from outside (shm_layout.h) */
 
 /* Thread-local recursion guard: set while this thread runs our own code, so
- * that allocations made by the code we call are passed straight through. */
-/* (mlk_hot's field, above.) */
+ * that allocations made by the code we call are passed straight through.
+ * (mlk_hot's field, above.)  Nonzero is "inside"; its MLK_IN_HOOK_BUSY bit
+ * says more: the thread is part-way through a counter update that fork
+ * must not split (trailers.c), and fork waits for it to drop.  So code
+ * that raises the guard where it may already be up keeps that bit
+ * (`was | 1`), and puts the old value back. */
+#define MLK_IN_HOOK_BUSY 0x40000000
+static inline int mlk_guard_up(void) /* the old value, for `mlk_in_hook = was` */
+{
+    int was = mlk_in_hook;
+    mlk_in_hook = was | 1;
+    return was;
+}
 
 /* Runs the statements with this thread's guard up and lock `l` held (our
  * own code that takes a lock outside the hooks: the in-program API); a
  * `break` in them ends them, not the guard. */
 #define MLK_GUARDED(l, ...)                                                                            \
     do {                                                                                               \
-        int mlk_was_ = mlk_in_hook;                                                                    \
-        mlk_in_hook = 1;                                                                               \
+        int mlk_was_ = mlk_guard_up();                                                                 \
         mlk_lock(l);                                                                                   \
         do {                                                                                           \
             __VA_ARGS__;                                                                               \

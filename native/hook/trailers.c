@@ -26,9 +26,14 @@
  * global `forking` word; fork_prepare sets `forking`, runs
  * membarrier(PRIVATE_EXPEDITED) -- a full barrier on every CPU running one
  * of our threads, so each thread either has its flag visible or will see
- * `forking` -- and waits for the flags to drop.  Without membarrier (old
- * kernels, seccomp), or past FLAG_SLOTS threads at once, a thread uses a
- * lock from a small pool instead; fork takes those too. */
+ * `forking` -- and waits for the flags to drop.  The flag is a bit of the
+ * thread's recursion guard, MLK_IN_HOOK_BUSY (mlk.h), which the fast ways
+ * raise anyway: one store and one load an event where a flag of its own
+ * was a load of its address and two stores more (churn: -5 est. cycles a
+ * malloc/free pair); each thread's slot holds the guard's address for fork
+ * to read.  Without membarrier (old kernels, seccomp), or past
+ * FLAG_SLOTS threads at once, a thread uses a lock from a small pool
+ * instead; fork takes those too. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdlib.h>
@@ -72,20 +77,20 @@ static mlk_lock_t *lock_of_thread(void)
     return &thread_locks[l - 1].lock;
 }
 
+/* A slot per thread that may raise MLK_IN_HOOK_BUSY: the address of its
+ * guard (thread-local), for fork to read.  The guard lives as long as its
+ * thread; slots_lock keeps a thread from leaving (flag_release) while fork
+ * reads its guard. */
 static struct {
-    uint32_t busy;   /* written by its thread only */
+    int *guard;
     uint32_t taken;  /* the slot belongs to a live thread */
-} __attribute__((aligned(64))) flags[FLAG_SLOTS];
-static __thread int flag_plus_one __attribute__((tls_model("initial-exec"))); /* < 0: use a lock */
-/* The thread's busy flag itself, for update_begin's one load: NULL before
- * the thread has one, FLAG_LOCK where it uses a lock. */
-#define FLAG_LOCK ((uint32_t *)1)
-#define flag_busy (mlk_hot.busy) /* (mlk.h's hot words) */
+} flags[FLAG_SLOTS];
+static mlk_lock_t slots_lock;
+#define flag_plus_one (mlk_hot.flag_plus_one) /* (mlk.h's hot words) > 0: its slot; < 0: use a lock; 0: none yet */
 
 static void set_flag(int f)
 {
     flag_plus_one = f;
-    flag_busy = f > 0 ? &flags[f - 1].busy : f < 0 ? FLAG_LOCK : NULL;
     mlk_thread_fast_set(MLK_THREAD_FLAG, f > 0);
 }
 static uint32_t forking;
@@ -105,8 +110,12 @@ static void flag_release(void *unused)
     (void)unused;
     int f = flag_plus_one;
     set_flag(-1); /* frees by later destructors of this thread take a lock */
-    if (f > 0)
+    if (f > 0) {
+        mlk_lock(&slots_lock); /* (not while fork reads the guard) */
+        __atomic_store_n(&flags[f - 1].guard, NULL, __ATOMIC_RELAXED);
+        mlk_unlock(&slots_lock);
         __atomic_store_n(&flags[f - 1].taken, 0, __ATOMIC_RELEASE);
+    }
 }
 
 static __attribute__((noinline)) int claim_flag(void)
@@ -117,6 +126,7 @@ static __attribute__((noinline)) int claim_flag(void)
             if (!__atomic_load_n(&flags[i].taken, __ATOMIC_RELAXED) &&
                 __atomic_compare_exchange_n(&flags[i].taken, &free_, 1, 0, __ATOMIC_ACQUIRE,
                                             __ATOMIC_RELAXED)) {
+                __atomic_store_n(&flags[i].guard, &mlk_in_hook, __ATOMIC_RELEASE); /* before its first busy bit */
                 set_flag(i + 1);
                 pthread_setspecific(flag_key, (void *)1); /* flag_release at thread exit */
                 return i + 1;
@@ -127,63 +137,52 @@ static __attribute__((noinline)) int claim_flag(void)
     return -1;
 }
 
-/* Raises the thread's busy flag: 1, or 0 (lowered again) when a fork is
- * under way, which must not split a counter update. */
-static inline int raise_busy(uint32_t *busy)
+/* Sets the thread's guard to `busy` (MLK_IN_HOOK_BUSY with its bits):
+ * 1, or 0 with the guard back at `was` when a fork is under way, which must
+ * not split a counter update.  (A thread with a slot: flag_plus_one > 0.) */
+static inline int raise_busy(int busy, int was)
 {
-    __atomic_store_n(busy, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&mlk_in_hook, busy, __ATOMIC_RELAXED);
     /* Store, then load: no fence here; fork's membarrier is one. */
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
     if (MLK_LIKELY(!__atomic_load_n(&forking, __ATOMIC_RELAXED)))
         return 1;
-    __atomic_store_n(busy, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&mlk_in_hook, was, __ATOMIC_RELEASE);
     return 0;
 }
 
 /* An owner's counter update outside a hook, on the fast ways: the guard up
- * (a signal handler's allocation or free meanwhile passes by, and leaves
- * our busy flag alone), then the busy flag; 0, with both down again, when
- * a fork is under way (the whole way then waits for it). */
-static inline int owner_update_begin(uint32_t *busy)
-{
-    mlk_in_hook = 1;
-    if (MLK_LIKELY(raise_busy(busy)))
-        return 1;
-    mlk_in_hook = 0;
-    return 0;
-}
+ * and busy at once (a signal handler's allocation or free meanwhile passes
+ * by, and leaves it alone); 0, with the guard down again, when a fork is
+ * under way (the whole way then waits for it). */
+static inline int owner_update_begin(void) { return raise_busy(MLK_IN_HOOK_BUSY, 0); }
 
-static inline void owner_update_end(uint32_t *busy)
-{
-    __atomic_store_n(busy, 0, __ATOMIC_RELEASE);
-    mlk_in_hook = 0;
-}
+static inline void owner_update_end(void) { __atomic_store_n(&mlk_in_hook, 0, __ATOMIC_RELEASE); }
 
-/* Begins a counter update that fork must not split; returns the thread's
- * busy flag, or NULL when it took its lock instead. */
-static inline uint32_t *update_begin(void)
+/* Begins a counter update that fork must not split; returns the guard's
+ * value to put back, or -1 when it took its lock instead. */
+static inline int update_begin(void)
 {
-    uint32_t *busy = flag_busy;
-    if (MLK_UNLIKELY(!busy)) {
-        claim_flag();
-        busy = flag_busy;
-    }
-    if (MLK_LIKELY(busy != FLAG_LOCK)) {
+    int f = flag_plus_one;
+    if (MLK_UNLIKELY(!f))
+        f = claim_flag();
+    if (MLK_LIKELY(f > 0)) {
+        int was = mlk_in_hook;
         for (;;) {
-            if (MLK_LIKELY(raise_busy(busy)))
-                return busy;
+            if (MLK_LIKELY(raise_busy(was | MLK_IN_HOOK_BUSY, was)))
+                return was;
             while (__atomic_load_n(&forking, __ATOMIC_ACQUIRE))
                 mlk_syscall6(SYS_sched_yield, 0, 0, 0, 0, 0, 0);
         }
     }
     mlk_lock(lock_of_thread());
-    return NULL;
+    return -1;
 }
 
-static inline void update_end(uint32_t *busy)
+static inline void update_end(int was)
 {
-    if (MLK_LIKELY(busy != NULL))
-        __atomic_store_n(busy, 0, __ATOMIC_RELEASE);
+    if (MLK_LIKELY(was >= 0))
+        __atomic_store_n(&mlk_in_hook, was, __ATOMIC_RELEASE);
     else
         mlk_unlock(lock_of_thread());
 }
@@ -291,9 +290,9 @@ int mlk_trailer_write(void *p, size_t usable, uint64_t size, uint32_t stack, uin
     int counted = stack < UNCOUNTED && size < MAX_COUNTED_SIZE;
     trailer_set(p, t, counted ? counted_meta(size, tag, stack) : UNCOUNTED);
     if (counted) {
-        uint32_t *busy = update_begin();
+        int was = update_begin();
         mlk_stack_count_trailed(stack, size, slack_of(usable - MLK_TRAILER_SIZE, size));
-        update_end(busy);
+        update_end(was);
         MLK_EVENT_AT_REST(MLK_EVENT_ALLOC, p, size, stack);
     }
     return counted;
@@ -337,9 +336,9 @@ static __attribute__((noinline)) void uncount_slow(void *p, uint64_t meta, uint6
     /* The guard, so that a signal handler that allocates meanwhile passes
      * straight through instead of waiting for this thread's own lock. */
     mlk_in_hook = 1;
-    uint32_t *busy = update_begin();
+    int was = update_begin();
     mlk_stack_uncount_trailed(stack, size, slack);
-    update_end(busy);
+    update_end(was);
     MLK_EVENT(MLK_EVENT_FREE, p, size, stack);
     mlk_in_hook = 0;
 }
@@ -348,31 +347,28 @@ void mlk_trailer_uncount(void *p, uint64_t meta, uint64_t reserved)
 {
     /* The common case on its own, with no call on its way -- so that it
      * saves no registers for one (14 instructions a free): a counted block,
-     * no event log, not inside a hook, the thread's busy flag taken and a
+     * no event log, not inside a hook, the thread's fork slot taken and a
      * counter stripe of its own, no fork under way.  Anything else is
-     * uncount_slow's, the same steps with every case.  (busy <= 1: no flag
-     * yet, NULL, or a lock, FLAG_LOCK -- one test, which gcc orders better
-     * than two.) */
+     * uncount_slow's, the same steps with every case. */
     uint32_t stack = mlk_trailer_stack_of(meta);
-    uint32_t *busy = flag_busy;
-    if (MLK_UNLIKELY(stack == UNCOUNTED || !mlk_ever_collected || mlk_in_hook || (uintptr_t)busy <= 1 ||
+    if (MLK_UNLIKELY(stack == UNCOUNTED || !mlk_ever_collected || mlk_in_hook || flag_plus_one <= 0 ||
                      (mlk_attention & MLK_ATTEND_EVENTS) ||
                      (!mlk_stack_owns_stripe() && !mlk_stack_on_shared_stripe()))) {
         uncount_slow(p, meta, reserved);
         return;
     }
-    if (MLK_UNLIKELY(!owner_update_begin(busy))) {
+    if (MLK_UNLIKELY(!owner_update_begin())) {
         uncount_slow(p, meta, reserved); /* (it waits for the fork) */
         return;
     }
     uint64_t size = mlk_trailer_size_of(meta);
     mlk_stack_uncount_trailed(stack, size, slack_of(reserved, size)); /* (the shared stripe's way too) */
-    owner_update_end(busy);
+    owner_update_end();
 }
 
 /* The free's fast way: a block of ours in glibc's heap, counted, freed by
  * its own family (and size), with no event log, quarantine or ignored
- * ranges, outside a hook, the thread's busy flag and a counter stripe of
+ * ranges, outside a hook, the thread's fork slot and a counter stripe of
  * its own, no fork under way.  Every test is made before anything is
  * written, so that a "no" leaves the whole way (free_trailed) a block
  * untouched; and nothing here is a call, so that free and delete -- which
@@ -403,12 +399,11 @@ static __attribute__((always_inline)) inline int free_fast_as(void *p, uint32_t 
      * one's -- no test of its own.) */
     _Static_assert(MLK_FAMILY_NEW_ARRAY_ALIGNED < 7, "no family reads as an uncounted block's");
     uint32_t stack = (uint32_t)meta & MLK_TRAILER_ID_MASK;
-    uint32_t *busy = flag_busy;
     if (MLK_UNLIKELY(t->check != ((uint64_t)p ^ key) || mlk_trailer_family_of(meta) != family ||
-                     (given != MLK_NO_SIZE && given != mlk_trailer_size_of(meta)) || (uintptr_t)busy <= 1))
+                     (given != MLK_NO_SIZE && given != mlk_trailer_size_of(meta)) || flag_plus_one <= 0))
         return 0;
     struct mlk_counters *c = shared ? NULL : mlk_stack_owned_counters(stack);
-    if (MLK_UNLIKELY(shared ? !mlk_stack_on_shared_stripe() : !c) || MLK_UNLIKELY(!owner_update_begin(busy)))
+    if (MLK_UNLIKELY(shared ? !mlk_stack_on_shared_stripe() : !c) || MLK_UNLIKELY(!owner_update_begin()))
         return 0;
     trailer_mark_freed(t);
     uint64_t size = mlk_trailer_size_of(meta);
@@ -417,7 +412,7 @@ static __attribute__((always_inline)) inline int free_fast_as(void *p, uint32_t 
         mlk_stack_uncount_unowned(stack, size, slack);
     else
         mlk_stack_uncount_owned(c, size, slack);
-    owner_update_end(busy);
+    owner_update_end();
     return 1;
 }
 
@@ -433,7 +428,7 @@ __attribute__((noinline)) int mlk_trailer_free_shared(void *p, uint32_t family, 
 
 /* The allocation's fast way, as the free's above: a thread whose walks the
  * quick look answers (mlk_walk_quick), glibc's heap, nothing to attend to,
- * the thread's busy flag and a counter stripe of its own -- tested first,
+ * the thread's fork slot and a counter stripe of its own -- tested first,
  * before the walk, so that a thread that seldom gets here (cc1's walks are
  * paths) pays a few tests -- then the quick look itself, inlined, from the
  * hook frame's state passed in (`at`).  No call, so no errno to keep and no
@@ -454,11 +449,11 @@ enum alloc_way { ALLOC_OWNED, ALLOC_SHARED, ALLOC_BY_PATH };
 
 /* What rules out the allocation's fast ways whatever the thread's walks
  * and stripe: not glibc's heap, a reporter to start, the thread not
- * recording, something to attend to, no busy flag of its own. */
+ * recording, something to attend to, no fork slot of its own. */
 static inline int fast_ways_closed(void)
 {
     return (mlk_fast_off & (MLK_FAST_NOT_GLIBC | MLK_FAST_LAZY_SPAWN)) || mlk_thread_not_recording || mlk_attention ||
-           (uintptr_t)flag_busy <= 1;
+           flag_plus_one <= 0;
 }
 
 /* Why the owners' fast way is not for this allocation: 0, the whole way;
@@ -493,7 +488,7 @@ static __attribute__((always_inline)) inline int alloc_fast_as(void *p, uint64_t
             /* A thread that owns its stripe and rests from whole walks
              * (cc1's, nearly every allocation) is told so here, without
              * owners_way_refused's call: the word's other bits say what
-             * fast_ways_closed would (a busy flag of its own, recording),
+             * fast_ways_closed would (a fork slot of its own, recording),
              * and a bit lags only towards "no". */
             if (mlk_hot.fast_alloc == (MLK_THREAD_FAST & ~MLK_THREAD_QUICK) && !closed)
                 return MLK_FAST_RESTING;
@@ -507,12 +502,15 @@ static __attribute__((always_inline)) inline int alloc_fast_as(void *p, uint64_t
     int shared = way == ALLOC_SHARED || (way == ALLOC_BY_PATH && !mlk_stack_owns_stripe());
     if (shared && !mlk_stack_on_shared_stripe())
         return 0;
-    mlk_in_hook = 1; /* (as BEGIN_HOOK: a signal handler's allocation meanwhile is not recorded) */
+    /* The guard up and busy from here, the look included (as BEGIN_HOOK:
+     * a signal handler's allocation meanwhile is not recorded; the look
+     * takes no lock and makes no call that could wait for fork). */
+    if (MLK_UNLIKELY(!owner_update_begin()))
+        return 0;
     uint32_t epoch = __atomic_load_n(&mlk_seg->unload_epoch, __ATOMIC_ACQUIRE);
     uint32_t stack = way == ALLOC_BY_PATH ? mlk_walk_known_path(kind, epoch, at) : mlk_walk_known_at(kind, epoch, at);
-    uint32_t *busy = flag_busy; /* (only now, as the usable size: fewer registers held across the look) */
-    if (MLK_UNLIKELY(stack >= UNCOUNTED || !raise_busy(busy))) {
-        mlk_in_hook = 0;
+    if (MLK_UNLIKELY(stack >= UNCOUNTED)) {
+        owner_update_end();
         return stack == MLK_NO_STACK && way != ALLOC_BY_PATH ? -1 : 0;
     }
     size_t usable = mlk_glibc_usable_new(p);
@@ -522,7 +520,7 @@ static __attribute__((always_inline)) inline int alloc_fast_as(void *p, uint64_t
         mlk_stack_count_unowned(stack, size, slack);
     else
         mlk_stack_count_owned(mlk_stack_owned_counters_known(stack), size, slack);
-    owner_update_end(busy);
+    owner_update_end();
     return 1;
 }
 
@@ -555,9 +553,17 @@ void mlk_trailers_lock_for_fork(int acquire)
          * be mid-update: the child's copy would be off by that one event. */
         if (__atomic_load_n(&fenced, __ATOMIC_ACQUIRE))
             mlk_syscall6(SYS_membarrier, MEMBARRIER_PRIVATE_EXPEDITED, 0, 0, 0, 0, 0);
-        for (int i = 0; i < FLAG_SLOTS; i++)
-            while (__atomic_load_n(&flags[i].busy, __ATOMIC_ACQUIRE))
-                __builtin_ia32_pause();
+        /* Not this thread's own guard: busy, it was interrupted part-way by
+         * the signal handler that forks, and resumes the update in both
+         * processes. */
+        mlk_lock(&slots_lock);
+        for (int i = 0; i < FLAG_SLOTS; i++) {
+            int *guard = __atomic_load_n(&flags[i].guard, __ATOMIC_ACQUIRE);
+            if (guard && guard != &mlk_in_hook)
+                while (__atomic_load_n(guard, __ATOMIC_ACQUIRE) & MLK_IN_HOOK_BUSY)
+                    __builtin_ia32_pause();
+        }
+        mlk_unlock(&slots_lock);
     }
     for (unsigned i = 0; i < THREAD_LOCKS; i++) {
         mlk_lock_across_fork(&thread_locks[i].lock, acquire);
@@ -570,8 +576,10 @@ void mlk_trailers_fork_child(void)
 {
     /* One thread now: the others' flags are free again.  The membarrier
      * registration belongs to the address space, which is new. */
-    for (int i = 0; i < FLAG_SLOTS; i++)
+    for (int i = 0; i < FLAG_SLOTS; i++) {
         flags[i].taken = flag_plus_one == i + 1;
+        flags[i].guard = flag_plus_one == i + 1 ? &mlk_in_hook : NULL;
+    }
     if (__atomic_load_n(&fenced, __ATOMIC_RELAXED) && !register_fence()) {
         fenced = 0;
         if (flag_plus_one > 0)

@@ -27,8 +27,7 @@ static struct mlk_header *begin_asking(int *was)
     struct mlk_header *h = mlk_seg;
     if (!h || !mlk_collecting_or_paused())
         return NULL;
-    *was = mlk_in_hook;
-    mlk_in_hook = 1;
+    *was = mlk_guard_up();
     mlk_lock(&asking_lock);
     return h;
 }
@@ -132,8 +131,7 @@ static int kind_of(const char *kind, int create)
 
 static void api_resource_acquire(const char *kind, uint64_t id, uint64_t weight)
 {
-    int was = mlk_in_hook;
-    mlk_in_hook = 1;
+    int was = mlk_guard_up();
     int r = kind_of(kind, 1);
     if (r >= 0)
         mlk_resource_acquire(r, id, weight,
@@ -144,8 +142,7 @@ static void api_resource_acquire(const char *kind, uint64_t id, uint64_t weight)
 
 static void api_resource_release(const char *kind, uint64_t id)
 {
-    int was = mlk_in_hook;
-    mlk_in_hook = 1;
+    int was = mlk_guard_up();
     int r = kind_of(kind, 0);
     if (r >= 0)
         mlk_resource_release(r, id);
@@ -158,8 +155,7 @@ static int api_resource_live(const char *kind, struct memleak_counts *out)
 {
     if (out)
         out->bytes = out->blocks = 0;
-    int was = mlk_in_hook;
-    mlk_in_hook = 1;
+    int was = mlk_guard_up();
     int r = kind_of(kind, 0);
     mlk_in_hook = was;
     if (r < 0 || !out)

@@ -284,8 +284,7 @@ static uint32_t caller_stack(size_t size)
 {
     if (!mlk_seg || !mlk_collecting || !mlk_sample(size))
         return MLK_NO_STACK;
-    int was = mlk_in_hook;
-    mlk_in_hook = 1;
+    int was = mlk_guard_up();
     uint32_t id = mlk_current_stack(MLK_KIND_CUSTOM);
     mlk_in_hook = was;
     return id;
