@@ -399,12 +399,16 @@ static __attribute__((always_inline)) inline int free_fast_as(void *p, uint32_t 
      * one's -- no test of its own.) */
     _Static_assert(MLK_FAMILY_NEW_ARRAY_ALIGNED < 7, "no family reads as an uncounted block's");
     uint32_t stack = (uint32_t)meta & MLK_TRAILER_ID_MASK;
+    /* (The thread's slot and stripe by its word's bits, MLK_THREAD_*: one
+     * test where the two were two tests and a range check.) */
+    unsigned needs = shared ? MLK_THREAD_FLAG : MLK_THREAD_FLAG | MLK_THREAD_STRIPE;
     if (MLK_UNLIKELY(t->check != ((uint64_t)p ^ key) || mlk_trailer_family_of(meta) != family ||
-                     (given != MLK_NO_SIZE && given != mlk_trailer_size_of(meta)) || flag_plus_one <= 0))
+                     (given != MLK_NO_SIZE && given != mlk_trailer_size_of(meta)) ||
+                     (mlk_hot.fast_alloc & needs) != needs))
         return 0;
-    struct mlk_counters *c = shared ? NULL : mlk_stack_owned_counters(stack);
-    if (MLK_UNLIKELY(shared ? !mlk_stack_on_shared_stripe() : !c) || MLK_UNLIKELY(!owner_update_begin()))
+    if (MLK_UNLIKELY(shared && !mlk_stack_on_shared_stripe()) || MLK_UNLIKELY(!owner_update_begin()))
         return 0;
+    struct mlk_counters *c = shared ? NULL : mlk_stack_owned_counters_known(stack);
     trailer_mark_freed(t);
     uint64_t size = mlk_trailer_size_of(meta);
     uint64_t slack = slack_of(usable - MLK_TRAILER_SIZE, size);
