@@ -40,7 +40,11 @@
  * hooks, so that writing a trailer costs one OR for them. */
 #define MLK_TRAILER_TAG(family, log2) \
     ((uint64_t)(family) << MLK_TRAILER_FAMILY_SHIFT | (uint64_t)(log2) << MLK_TRAILER_ALIGN_SHIFT)
-#define MLK_TRAILER_FREED 0x6d6c6b6672656564ull
+/* (A negative 32-bit number: a free marks its block with one instruction,
+ * `xorq $imm32`; and its bits 31..63 all set make `check` of a freed block
+ * the check word of an address no block can have, p ^ FREED being above
+ * user space -- a positive 32-bit one would name a live block 2 GB away.) */
+#define MLK_TRAILER_FREED 0xffffffffdeadf4eeull
 
 #include <stdint.h>
 
