@@ -158,6 +158,10 @@ MLK_HIDDEN uint32_t mlk_string_add(const char *s, uint32_t len);
 
 /* ---- modules.c: the loaded-module map --------------------------------- */
 MLK_HIDDEN void mlk_modules_scan(void);          /* sync with dl_iterate_phdr */
+/* Module unloads seen: the segment's unload_epoch, kept here too so that
+ * an allocation reads it with one load (not the segment's address first),
+ * and from memory no other process can write. */
+extern MLK_HIDDEN uint32_t mlk_unload_epoch;
 MLK_HIDDEN void mlk_modules_catch_up(void);      /* rescan if the loader unloaded behind us */
 MLK_HIDDEN int mlk_modules_cover(const uint64_t *ips, int n); /* all ips known? */
 MLK_HIDDEN void mlk_modules_set_self(const void *any_address_in_libmtrace);

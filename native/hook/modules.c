@@ -16,6 +16,8 @@
 #include "mlk.h"
 #include "unwind_cfi.h"
 
+uint32_t mlk_unload_epoch;
+
 struct live_range {
     uint64_t lo, hi;
     uint32_t module;  /* index into the segment's module array */
@@ -223,6 +225,7 @@ void mlk_modules_scan(void)
             }
         if (!still) {
             mods[live[i].module].unload_epoch = next_epoch;
+            __atomic_add_fetch(&mlk_unload_epoch, 1, __ATOMIC_RELEASE);
             __atomic_add_fetch(&h->unload_epoch, 1, __ATOMIC_RELEASE);
             unloaded = 1;
         }

@@ -53,7 +53,7 @@ static inline uint32_t current_stack(int kind, int looked)
 {
     /* A walk that matched a remembered one from its first frame comes with
      * the id interned for that one: same frames, kind and unloads. */
-    uint32_t epoch = __atomic_load_n(&mlk_seg->unload_epoch, __ATOMIC_ACQUIRE);
+    uint32_t epoch = __atomic_load_n(&mlk_unload_epoch, __ATOMIC_ACQUIRE);
     uint32_t id = MLK_NO_STACK;
     if (mlk_walk_quick && !looked)
         id = mlk_walk_known(kind, epoch);

@@ -511,7 +511,7 @@ static __attribute__((always_inline)) inline int alloc_fast_as(void *p, uint64_t
      * takes no lock and makes no call that could wait for fork). */
     if (MLK_UNLIKELY(!owner_update_begin()))
         return 0;
-    uint32_t epoch = __atomic_load_n(&mlk_seg->unload_epoch, __ATOMIC_ACQUIRE);
+    uint32_t epoch = __atomic_load_n(&mlk_unload_epoch, __ATOMIC_ACQUIRE);
     uint32_t stack = way == ALLOC_BY_PATH ? mlk_walk_known_path(kind, epoch, at) : mlk_walk_known_at(kind, epoch, at);
     if (MLK_UNLIKELY(stack >= UNCOUNTED)) {
         owner_update_end();
