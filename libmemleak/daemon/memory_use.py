@@ -159,6 +159,18 @@ def _holds_a_stack_pointer(sps, m):
     return i < len(sps) and sps[i] < m.end
 
 
+def _arena_heap_start(pid, m):
+    """Whether m, writable and at a 64 MiB boundary, begins an arena's heap:
+    its first words are glibc's heap_info -- its arena (not 0, 8-aligned),
+    the previous heap, the bytes in use and those made writable (neither 0
+    nor over 64 MiB).  A thread's stack can begin at such a boundary too
+    (one that ends where the tracer's range begins did, in 1 run in ~25:
+    its second thread's stack taken for an arena); the bottom of a stack
+    is never-touched zeros."""
+    ar_ptr, _prev, size, writable = report_core.read_words(pid, m.start, 4)
+    return ar_ptr != 0 and ar_ptr % 8 == 0 and 0 < size <= HEAP_MAX_SIZE and 0 < writable <= HEAP_MAX_SIZE
+
+
 def _anonymous(m):
     return not m.path or m.path.startswith("[anon")
 
@@ -202,7 +214,8 @@ def measure(pid, own=(0, 0)):
             name = "code-data"   # files, the vdso
         else:
             window = m.start - m.start % HEAP_MAX_SIZE
-            if window in arena_of or (m.start == window and m.perms.startswith("rw") and size <= HEAP_MAX_SIZE):
+            if window in arena_of or (m.start == window and m.perms.startswith("rw") and size <= HEAP_MAX_SIZE
+                                      and _arena_heap_start(pid, m)):
                 name = "heap"    # an arena's heap: its rw part, then the reserve above it in the window
                 if window not in arena_of:
                     arena_of[window] = len(use.arenas)
