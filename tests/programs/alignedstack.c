@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "sleeping.h"
 
 #define WINDOW (64ul << 20)
 #define STACK (8ul << 20)
@@ -30,23 +31,6 @@ static void *parked(void *unused)
     pthread_mutex_lock(&park);
     pthread_mutex_unlock(&park);
     return NULL;
-}
-
-/* Thread tid sleeps in the kernel (its /proc stat says S). */
-static int sleeping(int tid)
-{
-    char path[64], stat[512];
-    snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, stat, sizeof stat - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    stat[n] = 0;
-    const char *end = strrchr(stat, ')');
-    return end && end[1] == ' ' && end[2] == 'S';
 }
 
 int main(void)

@@ -22,6 +22,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "sleeping.h"
+
 #define TINY 100000
 #define MIXED 10000
 #define FILL 100000
@@ -96,24 +98,6 @@ __attribute__((noinline)) static void site_thin(void)
             free(fill[i]);
             fill[i] = NULL;
         }
-}
-
-/* Thread tid sleeps in the kernel (its /proc stat says S).  Raw calls and
- * a buffer on the stack: nothing allocates. */
-static int sleeping(int tid)
-{
-    char path[64], stat[512];
-    snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, stat, sizeof stat - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    stat[n] = 0;
-    const char *end = strrchr(stat, ')');
-    return end && end[1] == ' ' && end[2] == 'S';
 }
 
 /* Until both threads wait for the park mutex in the kernel: a thread
