@@ -44,9 +44,12 @@ def compile_program(source, *flags, name=None):
         libs = [f for f in flags if f.startswith(("-l", "-Wl,--whole-archive", "-Wl,--no-whole-archive"))
                 or f.endswith(".a")]
         options = [f for f in flags if f not in libs]
-        subprocess.run([cc, *std, "-g", "-O0", *options, path, "-o", out + ".tmp", *libs, "-lpthread"],
+        # (Under a name of this process's own, then renamed: test sessions
+        # run at once share the cache, and one renamed another's .tmp away.)
+        building = f"{out}.building-{os.getpid()}"
+        subprocess.run([cc, *std, "-g", "-O0", *options, path, "-o", building, *libs, "-lpthread"],
                        check=True)
-        os.replace(out + ".tmp", out)
+        os.replace(building, out)
     return out
 
 
