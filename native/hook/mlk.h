@@ -26,7 +26,7 @@ struct mlk_thread_counts {   /* stacks.c */
     unsigned stripe_plus_one;
     unsigned claim_in;
     int64_t totals[4];
-    char *stripe_base;
+    char *stripe_base;       /* set_stripe: where its counters of stack 0 are */
 };
 struct mlk_thread_hot {
     int in_hook;             /* mlk_in_hook, below; MLK_IN_HOOK_BUSY (trailers.c) */
