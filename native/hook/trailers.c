@@ -78,13 +78,10 @@ static mlk_lock_t *lock_of_thread(void)
 }
 
 /* A slot per thread that may raise MLK_IN_HOOK_BUSY: the address of its
- * guard (thread-local), for fork to read.  The guard lives as long as its
- * thread; slots_lock keeps a thread from leaving (flag_release) while fork
- * reads its guard. */
-static struct {
-    int *guard;
-    uint32_t taken;  /* the slot belongs to a live thread */
-} flags[FLAG_SLOTS];
+ * guard (thread-local), for fork to read; NULL, a free slot.  The guard
+ * lives as long as its thread; slots_lock keeps a thread from leaving
+ * (flag_release) while fork reads its guard. */
+static int *guards[FLAG_SLOTS];
 static mlk_lock_t slots_lock;
 #define flag_plus_one (mlk_hot.flag_plus_one) /* (mlk.h's hot words) > 0: its slot; < 0: use a lock; 0: none yet */
 
@@ -112,9 +109,8 @@ static void flag_release(void *unused)
     set_flag(-1); /* frees by later destructors of this thread take a lock */
     if (f > 0) {
         mlk_lock(&slots_lock); /* (not while fork reads the guard) */
-        __atomic_store_n(&flags[f - 1].guard, NULL, __ATOMIC_RELAXED);
+        __atomic_store_n(&guards[f - 1], NULL, __ATOMIC_RELEASE);
         mlk_unlock(&slots_lock);
-        __atomic_store_n(&flags[f - 1].taken, 0, __ATOMIC_RELEASE);
     }
 }
 
@@ -122,11 +118,11 @@ static __attribute__((noinline)) int claim_flag(void)
 {
     if (__atomic_load_n(&fenced, __ATOMIC_ACQUIRE)) {
         for (int i = 0; i < FLAG_SLOTS; i++) {
-            uint32_t free_ = 0;
-            if (!__atomic_load_n(&flags[i].taken, __ATOMIC_RELAXED) &&
-                __atomic_compare_exchange_n(&flags[i].taken, &free_, 1, 0, __ATOMIC_ACQUIRE,
+            int *free_ = NULL;
+            /* (Its guard's address is in the slot before its first busy bit.) */
+            if (!__atomic_load_n(&guards[i], __ATOMIC_RELAXED) &&
+                __atomic_compare_exchange_n(&guards[i], &free_, &mlk_in_hook, 0, __ATOMIC_ACQ_REL,
                                             __ATOMIC_RELAXED)) {
-                __atomic_store_n(&flags[i].guard, &mlk_in_hook, __ATOMIC_RELEASE); /* before its first busy bit */
                 set_flag(i + 1);
                 pthread_setspecific(flag_key, (void *)1); /* flag_release at thread exit */
                 return i + 1;
@@ -562,7 +558,7 @@ void mlk_trailers_lock_for_fork(int acquire)
          * processes. */
         mlk_lock(&slots_lock);
         for (int i = 0; i < FLAG_SLOTS; i++) {
-            int *guard = __atomic_load_n(&flags[i].guard, __ATOMIC_ACQUIRE);
+            int *guard = __atomic_load_n(&guards[i], __ATOMIC_ACQUIRE);
             if (guard && guard != &mlk_in_hook)
                 while (__atomic_load_n(guard, __ATOMIC_ACQUIRE) & MLK_IN_HOOK_BUSY)
                     __builtin_ia32_pause();
@@ -580,14 +576,14 @@ void mlk_trailers_fork_child(void)
 {
     /* One thread now: the others' flags are free again.  The membarrier
      * registration belongs to the address space, which is new. */
-    for (int i = 0; i < FLAG_SLOTS; i++) {
-        flags[i].taken = flag_plus_one == i + 1;
-        flags[i].guard = flag_plus_one == i + 1 ? &mlk_in_hook : NULL;
-    }
+    for (int i = 0; i < FLAG_SLOTS; i++)
+        guards[i] = flag_plus_one == i + 1 ? &mlk_in_hook : NULL;
     if (__atomic_load_n(&fenced, __ATOMIC_RELAXED) && !register_fence()) {
         fenced = 0;
-        if (flag_plus_one > 0)
+        if (flag_plus_one > 0) {
+            guards[flag_plus_one - 1] = NULL;
             set_flag(-1);
+        }
     }
     mlk_trailers_lock_for_fork(0);
 }
