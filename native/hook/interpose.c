@@ -14,7 +14,7 @@
 
 #include "hooks.h"
 
-__thread struct mlk_thread_hot mlk_hot __attribute__((tls_model("initial-exec")));
+__thread struct mlk_thread_hot mlk_hot __attribute__((tls_model("initial-exec"))) = {.no_free_way = 1};
 __thread int mlk_in_early __attribute__((tls_model("initial-exec")));
 struct mlk_real_fns mlk_real;
 

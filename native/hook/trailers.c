@@ -379,10 +379,12 @@ void mlk_trailer_uncount(void *p, uint64_t meta, uint64_t reserved)
 /* (shared: the same for a thread on the shared stripe, as alloc_fast_as.) */
 static __attribute__((always_inline)) inline int free_fast_as(void *p, uint32_t family, size_t given, int shared)
 {
-    if (MLK_UNLIKELY((mlk_fast_off & (MLK_FAST_NO_TRAILERS | MLK_FAST_NOT_GLIBC | MLK_FAST_NOT_COLLECTED |
-                                      MLK_FAST_IGNORED | MLK_FAST_QUARANTINE | MLK_FAST_NOT_READY |
-                                      MLK_FAST_EVENTS)) ||
-                     mlk_in_hook))
+    /* (The owners': outside a hook, with a fork slot and a stripe of its
+     * own, in one word, free_closed; the shared stripe's: outside a hook,
+     * its slot asked below.) */
+    uint32_t off = mlk_fast_off & (MLK_FAST_NO_TRAILERS | MLK_FAST_NOT_GLIBC | MLK_FAST_NOT_COLLECTED |
+                                   MLK_FAST_IGNORED | MLK_FAST_QUARANTINE | MLK_FAST_NOT_READY | MLK_FAST_EVENTS);
+    if (MLK_UNLIKELY(shared ? off || mlk_in_hook : (off | mlk_hot.free_closed) != 0))
         return 0;
     uint64_t key = mlk_trailer_key;
     size_t usable = mlk_glibc_usable(p); /* (0 for what is not a chunk of glibc's) */
@@ -395,12 +397,9 @@ static __attribute__((always_inline)) inline int free_fast_as(void *p, uint32_t 
      * one's -- no test of its own.) */
     _Static_assert(MLK_FAMILY_NEW_ARRAY_ALIGNED < 7, "no family reads as an uncounted block's");
     uint32_t stack = (uint32_t)meta & MLK_TRAILER_ID_MASK;
-    /* (The thread's slot and stripe by its word's bits, MLK_THREAD_*: one
-     * test where the two were two tests and a range check.) */
-    unsigned needs = shared ? MLK_THREAD_FLAG : MLK_THREAD_FLAG | MLK_THREAD_STRIPE;
     if (MLK_UNLIKELY(t->check != ((uint64_t)p ^ key) || mlk_trailer_family_of(meta) != family ||
                      (given != MLK_NO_SIZE && given != mlk_trailer_size_of(meta)) ||
-                     (mlk_hot.fast_alloc & needs) != needs))
+                     (shared && !(mlk_hot.fast_alloc & MLK_THREAD_FLAG))))
         return 0;
     if (MLK_UNLIKELY(shared && !mlk_stack_on_shared_stripe()) || MLK_UNLIKELY(!owner_update_begin()))
         return 0;
@@ -470,6 +469,7 @@ static __attribute__((noinline)) int owners_way_refused(void)
      * load and the store of a writer outside our hooks (the LSan API's).
      * Made whole again here; this allocation takes the whole way. */
     mlk_hot.fast_alloc = MLK_THREAD_FAST;
+    mlk_hot.no_free_way = 0;
     return 0;
 }
 static __attribute__((always_inline)) inline int alloc_fast_as(void *p, uint64_t size, int kind, uint64_t tag,
