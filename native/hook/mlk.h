@@ -69,11 +69,15 @@ extern MLK_HIDDEN __thread struct mlk_thread_hot mlk_hot __attribute__((tls_mode
  * tests it with the guard in one word (free_closed) -- 4 instructions a
  * free.  A new thread's is 1 (mlk_hot's initial value, interpose.c). */
 #define MLK_THREAD_FREE_WAY (MLK_THREAD_FLAG | MLK_THREAD_STRIPE)
-static inline void mlk_thread_fast_set(unsigned bit, int holds)
+/* The word, and no_free_way from it: the one place that writes them. */
+static inline void mlk_thread_fast_word(unsigned word)
 {
-    unsigned word = holds ? mlk_hot.fast_alloc | bit : mlk_hot.fast_alloc & ~bit;
     mlk_hot.fast_alloc = word;
     mlk_hot.no_free_way = (word & MLK_THREAD_FREE_WAY) != MLK_THREAD_FREE_WAY;
+}
+static inline void mlk_thread_fast_set(unsigned bit, int holds)
+{
+    mlk_thread_fast_word(holds ? mlk_hot.fast_alloc | bit : mlk_hot.fast_alloc & ~bit);
 }
 
 /* Why the fast ways (trailers.c) may not be taken now: a bit each, kept by

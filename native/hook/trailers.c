@@ -468,8 +468,7 @@ static __attribute__((noinline)) int owners_way_refused(void)
     /* The word lags: a bit lost to a signal handler's write between the
      * load and the store of a writer outside our hooks (the LSan API's).
      * Made whole again here; this allocation takes the whole way. */
-    mlk_hot.fast_alloc = MLK_THREAD_FAST;
-    mlk_hot.no_free_way = 0;
+    mlk_thread_fast_word(MLK_THREAD_FAST);
     return 0;
 }
 static __attribute__((always_inline)) inline int alloc_fast_as(void *p, uint64_t size, int kind, uint64_t tag,
