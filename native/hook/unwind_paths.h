@@ -10,9 +10,9 @@
  * thread "resting", above), it is most often because the thread's paths are
  * too many for MEMO_WALKS and share their first states: gcc's cc1 makes 829k
  * allocations from 8.1k distinct stacks, nearly all through the same few
- * allocator wrappers, so its walks differ only from the second or third
- * frame on.  A path is such a walk made short: its first PATH_KEY_STEPS
- * frames and the state after them are its key, and the rest is the list of
+ * allocator wrappers, so its walks differ only from the second frame on.
+ * A path is such a walk made short: its first PATH_KEY_STEPS frame(s) and
+ * the state after them are its key, and the rest is the list of
  * the stack words the walk read from there on, in the order it read them
  * (where, and a fingerprint of the values it read).  (A saved rbp word is
  * kept only if a later rule computes its CFA from it: other rbp values are
@@ -24,22 +24,32 @@
  * how the walk ended, and the stack id interned for it -- no walk by rules
  * past the key, no hashing and looking up of the stack.
  *
- * Paths sharing a key (the same wrappers called from the same place) sit
+ * Paths sharing a key (the same wrapper called from the same place) sit
  * together in one set, a new one first and a found one moved a place
  * forward (path_find: by how often they are found).  Paths are replaced in
  * turn; a set entry left naming a replaced path does not match its key.
- * cc1: 99% of its walks are a remembered path (8.6k written for 789k
- * walks; bench/run.py's 9.6M walks: 69k), 4.5% fewer cycles in all by
- * bench/callgrind.py's count.  More than
- * PATH_WAYS paths under one key (tests/programs/manypaths.c: 32) and they
- * push each other out: then the finds fall under MEMO_MIN_FINDS a window
- * and the thread rests from paths as well, walking by the rules alone. */
+ * cc1: 99% of its walks are a remembered path (~7k written for 789k
+ * walks), 4.5% fewer cycles in all by bench/callgrind.py's count.  More
+ * than PATH_WAYS paths under one key (tests/programs/manypaths.c: 128) and
+ * they push each other out: then the finds fall under MEMO_MIN_FINDS a
+ * window and the thread rests from paths as well, walking by the rules
+ * alone.
+ *
+ * One frame of key, not three (session 41): each key step is a rule
+ * lookup, and past the allocator's caller -- whose rules are a handful,
+ * always cached -- they are the program's call sites, cold in the rule
+ * cache (cc1: ~25 cycles of misses and ~40 instructions an allocation).  A
+ * shorter key holds more paths (cc1: 4.0k keys of one frame for 5.6k of
+ * three, up to ~30 paths), so a set has 32 ways, two cache lines; a set's
+ * front line holds nearly every find.  cc1: -31M est. cycles (-0.8%), and
+ * fewer paths written (15.5k walks by the rules, 18.1k before).  With 8 or
+ * 16 ways a key of one frame overflowed its set (+63M, -18M); a key of no
+ * frame (the allocator's caller's state alone) holds too many (+86M). */
 
-#define PATH_KEY_STEPS 3
-/* 8k sets of 8 ways: 256 KiB, touched as used.  (2k sets overflowed on
- * cc1: three times as many paths written, 97% found instead of 99%.) */
-#define PATH_SET_BITS 13
-#define PATH_WAYS 8
+#define PATH_KEY_STEPS 1
+/* 2k sets of 32 ways: 256 KiB, touched as used. */
+#define PATH_SET_BITS 11
+#define PATH_WAYS 32
 #define PATH_IDX_BITS 14           /* a set entry: tag bits | path index + 1 */
 #define PATH_IDX_MASK ((1u << PATH_IDX_BITS) - 1)
 #define PATH_MAX_COUNT PATH_IDX_MASK
@@ -203,9 +213,8 @@ static inline __attribute__((always_inline)) int path_key(uint64_t *ips, uint64_
     uint64_t ip = *ipp, sp = *spp, bp = *bpp, ra_at, bp_at;
     int uses_bp; /* (the key's steps are the path's, whatever rbp they used) */
     /* (Unrolled: the key's frames then stay in registers for path_hash,
-     * where the loop kept them in memory and moved its state around.) */
-    _Static_assert(PATH_KEY_STEPS == 3, "the unroll below");
-#pragma GCC unroll 3
+     * where a loop kept them in memory and moved its state around.) */
+#pragma GCC unroll 4
     for (int k = 0; k < PATH_KEY_STEPS; k++) {
         ips[k] = ip;
         int r = RULE_STEP(ip, sp, bp, ra_at, bp_at, uses_bp);

@@ -2,7 +2,7 @@
  * path differs from the others within its first four frames: four levels
  * of four functions each.  Too many paths for the unwinder's remembered
  * whole walks, so the thread rests from them -- and then its remembered
- * paths (keyed by the first frames and the stack pointer, checked word by
+ * paths (keyed by the first frame(s) and the stack pointer, checked word by
  * word from there on) serve nearly every walk.
  *
  * Path p (0..255) takes at level L (0 innermost) the function for digit L

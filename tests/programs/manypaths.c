@@ -1,9 +1,10 @@
 /* Allocations from 256 call paths taken in turn: too many for the
  * unwinder's remembered whole walks (it remembers the last 64), so after a
  * window of walks the thread rests from them.  Its remembered paths do not
- * pay either (32 paths share each set of first frames: more than a set
- * holds, see keyedpaths.c for paths that do), so it walks by the rules
- * alone.  Then, every so often, it tries remembering again.
+ * pay either (128 paths share each key -- the allocator's caller and level
+ * 0's function -- more than a set holds, see keyedpaths.c for paths that
+ * do), so it walks by the rules alone.  Then, every so often, it tries
+ * remembering again.
  *
  * Path p (0..255) descends through eight levels, taking at level L the
  * function for bit L of p, and allocates 100 + p bytes, on rounds.h's
