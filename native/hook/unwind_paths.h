@@ -76,6 +76,10 @@
  * each time a thread takes the memo, and asked with the sp before any
  * word is read: path_sp) from exactly that sp -- whose words up to that
  * end stay mapped for the thread's life. */
+#define PATH_MORE 0x80
+/* (Bits 32-39: the product's middle, where the words' low bits -- those
+ * in which return addresses differ -- have been mixed in.) */
+#define PATH_LEAD_CHECK(h) ((uint8_t)((h) >> 32))
 #define PATH_HEAD_BYTES 30 /* (17 words on its first line) */
 struct path {
     uint64_t sp;                   /* the state's sp after the key, with its owner (path_sp; compared
@@ -85,8 +89,8 @@ struct path {
     uint32_t id, id_epoch;         /* the stack interned for it (id MLK_NO_STACK: none yet) */
     uint8_t id_kind;
     uint8_t bp_in_key;             /* a rule uses the state's rbp before any saved one is read */
-    uint8_t frames;                /* frames of the whole walk */
-    uint8_t more;                  /* it stopped at max */
+    uint8_t frames_more;           /* frames of the whole walk, | PATH_MORE if it stopped at max */
+    uint8_t lead;                  /* PATH_LEAD_CHECK of the fingerprint after WORDS_LEAD words */
     uint8_t nwords;                /* (at most 2 * (MLK_MAX_DEPTH - PATH_KEY_STEPS)) */
     uint8_t first;                 /* the low byte of the first word (see path_find) */
     uint16_t at[];                 /* where each word is, in eighths above sp, in the walk's order (a
@@ -252,7 +256,20 @@ path_find(struct paths *pc, const uint64_t *ips, uint64_t ip, uint64_t sp, uint6
         if (p->sp != kept_sp || p->first != (uint8_t)*(const uint64_t *)(sp + (uint64_t)p->at[0] * 8))
             continue;
         uint64_t c = p->bp_in_key ? words_mix1(key_check, bp) : key_check;
-        if (words_fingerprint(c, p->at, p->nwords, sp) != p->check)
+        const uint16_t *at = p->at;
+        unsigned n = p->nwords;
+        /* (And a path whose first word's byte holds may still differ further
+         * on: cc1, keyed by one frame, computed 0.44 wrong fingerprints a
+         * find, whole, ~15 words each; 98% of them differed within the
+         * first 8 words.  The fingerprint so far, checked after them,
+         * turns those away: -12M est. cycles.) */
+        if (n >= WORDS_LEAD) {
+            c = words_lead(c, at, sp);
+            if (PATH_LEAD_CHECK(c) != p->lead)
+                continue;
+            at += WORDS_LEAD, n -= WORDS_LEAD;
+        }
+        if (words_fingerprint(c, at, n, sp) != p->check)
             continue;
         if (w) { /* one place forward, not to the front: two paths of one key in turn
                     each had the other's fingerprint computed first (most finds are the
@@ -287,9 +304,9 @@ path_walk(struct memo *m, struct paths *pc, uint64_t *ips, int max, int *truncat
         pc->payoff.counts += PAYOFF_FIND;
         if (MLK_LIKELY(found->id != MLK_NO_STACK && found->id_kind == (uint8_t)kind &&
                        found->id_epoch == unload_epoch)) {
-            *truncated = found->more;
+            *truncated = found->frames_more >> 7;
             *known = found->id;
-            return found->frames;
+            return found->frames_more & ~PATH_MORE;
         }
         /* (else its frames are walked again, and its id is this walk's) */
     }
@@ -359,10 +376,13 @@ path_walk(struct memo *m, struct paths *pc, uint64_t *ips, int max, int *truncat
         p->at[0] = 0; /* (room for two words at least: paths_of) */
     p->first = (uint8_t)(kept ? value[0] : *(const uint64_t *)sp_at_key);
     p->nwords = (uint8_t)kept;
-    p->check = values_fingerprint(c, value, (unsigned)kept);
+    unsigned lead = kept >= WORDS_LEAD ? WORDS_LEAD : 0; /* (as path_find checks it) */
+    c = values_fingerprint(c, value, lead);
+    p->lead = PATH_LEAD_CHECK(c);
+    p->check = values_fingerprint(c, value + lead, (unsigned)kept - lead);
     p->bp_in_key = (uint8_t)bp_used_first;
-    p->frames = (uint8_t)n;
-    p->more = (uint8_t)*truncated;
+    _Static_assert(MLK_MAX_DEPTH < PATH_MORE, "a path's frames counted beside its more bit");
+    p->frames_more = (uint8_t)(n | (*truncated ? PATH_MORE : 0));
     p->id = MLK_NO_STACK;
     p->sp = path_sp(sp_at_key, path_gen_owner(m, generation)); /* (last: usable from now on) */
     uint32_t *set = path_set_of(pc, h);

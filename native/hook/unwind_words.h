@@ -46,6 +46,18 @@ static inline uint64_t words_fingerprint(uint64_t h, const uint16_t *at, unsigne
     return h;
 }
 
+/* The fingerprint's first WORDS_LEAD words, straight-line (words_fingerprint
+ * mixes an even number in the same pairs): a check of the fingerprint so
+ * far can then turn a path away before the rest is read (path_find). */
+#define WORDS_LEAD 8
+static inline __attribute__((always_inline)) uint64_t words_lead(uint64_t h, const uint16_t *at, uint64_t sp)
+{
+#pragma GCC unroll 8
+    for (int i = 0; i < WORDS_LEAD; i += 2)
+        h = words_mix2(h, WORD_AT(i), WORD_AT(i + 1));
+    return h;
+}
+
 /* The same of values given in a list (when a path or a walk's list is written). */
 static uint64_t values_fingerprint(uint64_t h, const uint64_t *v, unsigned n)
 {
