@@ -80,7 +80,7 @@
 /* (Bits 32-39: the product's middle, where the words' low bits -- those
  * in which return addresses differ -- have been mixed in.) */
 #define PATH_LEAD_CHECK(h) ((uint8_t)((h) >> 32))
-#define PATH_HEAD_BYTES 30 /* (17 words on its first line) */
+#define PATH_HEAD_BYTES 32 /* (16 words on its first line) */
 struct path {
     uint64_t sp;                   /* the state's sp after the key, with its owner (path_sp; compared
                                       exactly); 0: being written */
@@ -93,16 +93,19 @@ struct path {
     uint8_t lead;                  /* PATH_LEAD_CHECK of the fingerprint after WORDS_LEAD words */
     uint8_t nwords;                /* (at most 2 * (MLK_MAX_DEPTH - PATH_KEY_STEPS)) */
     uint8_t first;                 /* the low byte of the first word (see path_find) */
+    uint16_t next;                 /* the path found right after it the last time (index + 1), or 0 */
     uint16_t at[];                 /* where each word is, in eighths above sp, in the walk's order (a
                                       path of none: at[0] is 0, its first byte the word at sp's) */
 } __attribute__((aligned(64)));
 _Static_assert(offsetof(struct path, at) == PATH_HEAD_BYTES, "a path's head, then its words");
+_Static_assert(PATH_MAX_COUNT <= UINT16_MAX, "a path's next in 16 bits");
 
 struct paths {
     uint32_t count;                /* paths it has room for */
     uint32_t victim;               /* the one the next new path replaces */
     size_t path_size;
     struct payoff payoff;          /* whether paths pay */
+    uint32_t last;                 /* the path found or written last (index + 1), or 0 */
     uint32_t sets[1u << PATH_SET_BITS][PATH_WAYS];
     /* then `count` paths of path_size bytes */
 };
@@ -230,46 +233,70 @@ static inline __attribute__((always_inline)) int path_key(uint64_t *ips, uint64_
     return PATH_KEY_WHOLE;
 }
 
+/* Whether path p, of this thread's paths, is the walk from state (sp, bp)
+ * after a key whose check is key_check (path_find's), by its words. */
+static inline __attribute__((always_inline)) int path_holds(const struct path *p, uint64_t kept_sp,
+                                                            uint64_t key_check, uint64_t sp, uint64_t bp)
+{
+    /* (Paths of one key differ most often in the word read first -- the
+     * caller after the key's frame.  A byte of that word rules most of them
+     * out with one load.) */
+    if (p->sp != kept_sp || p->first != (uint8_t)*(const uint64_t *)(sp + (uint64_t)p->at[0] * 8))
+        return 0;
+    uint64_t c = p->bp_in_key ? words_mix1(key_check, bp) : key_check;
+    const uint16_t *at = p->at;
+    unsigned n = p->nwords;
+    /* (And a path whose first word's byte holds may still differ further
+     * on: cc1, keyed by one frame, computed 0.44 wrong fingerprints a
+     * find, whole, ~15 words each; 98% of them differed within the first
+     * 8 words.  The fingerprint so far, checked after them, turns those
+     * away: -12M est. cycles.) */
+    if (n >= WORDS_LEAD) {
+        c = words_lead(c, at, sp);
+        if (PATH_LEAD_CHECK(c) != p->lead)
+            return 0;
+        at += WORDS_LEAD, n -= WORDS_LEAD;
+    }
+    return words_fingerprint(c, at, n, sp) == p->check;
+}
+
 /* The path of the key ips[0..PATH_KEY_STEPS-1] with state (ip, sp, bp)
- * after it whose words all hold (gen_owner: path_gen_owner's), moved a
- * place forward in its set; or NULL.  *h_out: the key's hash (where a new path of
- * this key goes). */
+ * after it whose words all hold (gen_owner: path_gen_owner's); or NULL.
+ * *h_out: the key's hash (where a new path of this key goes).
+ *
+ * A program's allocations come in sequences that repeat (cc1: the path
+ * found after a path was the one found after it the time before 86% of
+ * the time), so the path that came after the last one found is looked at
+ * first: when it holds, neither the set's line nor another path's is read
+ * (cc1: -56M est. cycles, -1.5%; a find read the set's line and 1.83
+ * paths' before).  Else the key's set is looked through, and the path
+ * found is moved a place forward in it and becomes the last one's next. */
 static inline __attribute__((always_inline)) struct path *
 path_find(struct paths *pc, const uint64_t *ips, uint64_t ip, uint64_t sp, uint64_t bp, uint64_t gen_owner,
           uint64_t *h_out)
 {
     uint64_t h = path_hash(ips, ip, sp);
     uint64_t key_check = words_mix1(h, gen_owner); /* (h: a bijection of each key frame, see path_hash) */
-    uint32_t tag = PATH_TAG(h);
-    uint32_t *set = path_set_of(pc, h);
     uint64_t kept_sp = path_sp(sp, gen_owner);
     *h_out = h;
+    /* (The links are hints: a path replaced since, or another owner's, or
+     * another key's, is turned away by its check as any other.) */
+    struct path *last = pc->last ? path_at(pc, pc->last - 1) : NULL;
+    if (last && last->next) {
+        struct path *p = path_at(pc, last->next - 1u);
+        if (path_holds(p, kept_sp, key_check, sp, bp)) {
+            pc->last = last->next;
+            return p;
+        }
+    }
+    uint32_t tag = PATH_TAG(h);
+    uint32_t *set = path_set_of(pc, h);
     for (int w = 0; w < PATH_WAYS; w++) {
         uint32_t e = set[w];
         if ((e & ~PATH_IDX_MASK) != tag || !(e & PATH_IDX_MASK))
             continue;
         struct path *p = path_at(pc, (e & PATH_IDX_MASK) - 1);
-        /* (Paths of one key differ most often in the word read first --
-         * the caller after the key's frames: cc1 looked at 1.35 paths a
-         * find, and computed a fingerprint for each.  A byte of that word
-         * rules most of them out with one load.) */
-        if (p->sp != kept_sp || p->first != (uint8_t)*(const uint64_t *)(sp + (uint64_t)p->at[0] * 8))
-            continue;
-        uint64_t c = p->bp_in_key ? words_mix1(key_check, bp) : key_check;
-        const uint16_t *at = p->at;
-        unsigned n = p->nwords;
-        /* (And a path whose first word's byte holds may still differ further
-         * on: cc1, keyed by one frame, computed 0.44 wrong fingerprints a
-         * find, whole, ~15 words each; 98% of them differed within the
-         * first 8 words.  The fingerprint so far, checked after them,
-         * turns those away: -12M est. cycles.) */
-        if (n >= WORDS_LEAD) {
-            c = words_lead(c, at, sp);
-            if (PATH_LEAD_CHECK(c) != p->lead)
-                continue;
-            at += WORDS_LEAD, n -= WORDS_LEAD;
-        }
-        if (words_fingerprint(c, at, n, sp) != p->check)
+        if (!path_holds(p, kept_sp, key_check, sp, bp))
             continue;
         if (w) { /* one place forward, not to the front: two paths of one key in turn
                     each had the other's fingerprint computed first (most finds are the
@@ -277,6 +304,12 @@ path_find(struct paths *pc, const uint64_t *ips, uint64_t ip, uint64_t sp, uint6
             set[w] = set[w - 1];
             set[w - 1] = e;
         }
+        /* (Not a path after itself: a walk whose path's id is not the one
+         * wanted finds it twice, mlk_walk_known_path's look and then
+         * path_walk's.) */
+        if (last && p != last)
+            last->next = (uint16_t)(e & PATH_IDX_MASK);
+        pc->last = e & PATH_IDX_MASK;
         return p;
     }
     return NULL;
@@ -384,11 +417,16 @@ path_walk(struct memo *m, struct paths *pc, uint64_t *ips, int max, int *truncat
     _Static_assert(MLK_MAX_DEPTH < PATH_MORE, "a path's frames counted beside its more bit");
     p->frames_more = (uint8_t)(n | (*truncated ? PATH_MORE : 0));
     p->id = MLK_NO_STACK;
+    p->next = 0;
     p->sp = path_sp(sp_at_key, path_gen_owner(m, generation)); /* (last: usable from now on) */
     uint32_t *set = path_set_of(pc, h);
     for (int w = PATH_WAYS - 1; w > 0; w--)
         set[w] = set[w - 1];
     set[0] = PATH_TAG(h) | (pc->victim + 1);
+    struct path *last = pc->last ? path_at(pc, pc->last - 1) : NULL;
+    if (last && last != p)
+        last->next = (uint16_t)(pc->victim + 1);
+    pc->last = pc->victim + 1;
     pc->victim = pc->victim + 1 < pc->count ? pc->victim + 1 : 0;
     m->last_path = p;
     return n;
