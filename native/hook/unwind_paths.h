@@ -61,12 +61,13 @@
  * checks caused 3.0M of the run's 5.6M last-level read misses), and the
  * positions alone, 2 bytes a word, leave a path of up to 13 words on one
  * line.  The fingerprint starts from the key's hash (path_hash, a
- * bijection of each key frame: the set's tag names them with 31 bits
+ * bijection of each key frame: the set and its tag name them with 29 bits
  * only) mixed with the rules' generation and the path's owner
  * (path_gen_owner): compared through the fingerprint rather than kept as
- * a field, they leave the head 30 bytes, so up to 17 words are on its
- * first line (cc1's paths, ~13.5 words on average, spilled onto a second
- * line half the time: 368k last-level misses).
+ * a field, they leave the head small: 32 bytes with the link to the next
+ * path (see path_find), so up to 16 words are on its first line (cc1's
+ * paths, keyed by one frame, have 15-16; when they had ~13.5 and 10 fitted,
+ * they spilled onto a second line half the time: 368k last-level misses).
  *
  * Every word is read, not only up to the first that differs as the walk
  * would: so a path is kept only where every word it reads lies on this
@@ -337,7 +338,7 @@ path_walk(struct memo *m, struct paths *pc, uint64_t *ips, int max, int *truncat
         pc->payoff.counts += PAYOFF_FIND;
         if (MLK_LIKELY(found->id != MLK_NO_STACK && found->id_kind == (uint8_t)kind &&
                        found->id_epoch == unload_epoch)) {
-            *truncated = found->frames_more >> 7;
+            *truncated = (found->frames_more & PATH_MORE) != 0;
             *known = found->id;
             return found->frames_more & ~PATH_MORE;
         }
