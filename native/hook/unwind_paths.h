@@ -159,6 +159,22 @@ static struct paths *paths_of(struct memo *m)
     return m->paths = pc;
 }
 
+/* A thread takes the memo, and with it these paths, as their owner `owner`.
+ * A path names its owner with 16 bits only (path_sp), so every 65,536
+ * owners the paths are dropped: else one written by the owner as many
+ * owners before could be taken for this thread's from the same sp --
+ * after a server's thread per request, say, whose stacks glibc reuses --
+ * and its words read up to that thread's stack end, not this one's. */
+static void paths_handed_over(struct paths *pc, uint32_t owner)
+{
+    if (pc <= PATHS_NONE)
+        return;
+    pc->last = 0; /* (the other thread's last path) */
+    if ((uint16_t)owner == 0)
+        for (uint32_t i = 0; i < pc->count; i++)
+            path_at(pc, i)->sp = 0;
+}
+
 /* (Odd, so each product is a bijection of its frame; below 2^31, so that
  * x86-64 multiplies by an immediate, with no 10-byte load of a constant
  * into a register first: the mix below spreads them over all the bits.) */
@@ -261,6 +277,17 @@ static inline __attribute__((always_inline)) int path_holds(const struct path *p
     return words_fingerprint(c, at, n, sp) == p->check;
 }
 
+/* Path idx (index + 1) was found by a look through its set, or written:
+ * it is the last one's next (not its own: a walk whose path's id is not
+ * the one wanted finds it twice, mlk_walk_known_path's look and then
+ * path_walk's), and the last one now. */
+static inline void path_follows(struct paths *pc, uint32_t idx)
+{
+    if (pc->last && pc->last != idx)
+        path_at(pc, pc->last - 1)->next = (uint16_t)idx;
+    pc->last = idx;
+}
+
 /* The path of the key ips[0..PATH_KEY_STEPS-1] with state (ip, sp, bp)
  * after it whose words all hold (gen_owner: path_gen_owner's); or NULL.
  * *h_out: the key's hash (where a new path of this key goes).
@@ -282,11 +309,11 @@ path_find(struct paths *pc, const uint64_t *ips, uint64_t ip, uint64_t sp, uint6
     *h_out = h;
     /* (The links are hints: a path replaced since, or another owner's, or
      * another key's, is turned away by its check as any other.) */
-    struct path *last = pc->last ? path_at(pc, pc->last - 1) : NULL;
-    if (last && last->next) {
-        struct path *p = path_at(pc, last->next - 1u);
-        if (path_holds(p, kept_sp, key_check, sp, bp)) {
-            pc->last = last->next;
+    if (pc->last) {
+        uint32_t next = path_at(pc, pc->last - 1)->next;
+        struct path *p = next ? path_at(pc, next - 1) : NULL;
+        if (p && path_holds(p, kept_sp, key_check, sp, bp)) {
+            pc->last = next;
             return p;
         }
     }
@@ -305,12 +332,7 @@ path_find(struct paths *pc, const uint64_t *ips, uint64_t ip, uint64_t sp, uint6
             set[w] = set[w - 1];
             set[w - 1] = e;
         }
-        /* (Not a path after itself: a walk whose path's id is not the one
-         * wanted finds it twice, mlk_walk_known_path's look and then
-         * path_walk's.) */
-        if (last && p != last)
-            last->next = (uint16_t)(e & PATH_IDX_MASK);
-        pc->last = e & PATH_IDX_MASK;
+        path_follows(pc, e & PATH_IDX_MASK);
         return p;
     }
     return NULL;
@@ -424,10 +446,7 @@ path_walk(struct memo *m, struct paths *pc, uint64_t *ips, int max, int *truncat
     for (int w = PATH_WAYS - 1; w > 0; w--)
         set[w] = set[w - 1];
     set[0] = PATH_TAG(h) | (pc->victim + 1);
-    struct path *last = pc->last ? path_at(pc, pc->last - 1) : NULL;
-    if (last && last != p)
-        last->next = (uint16_t)(pc->victim + 1);
-    pc->last = pc->victim + 1;
+    path_follows(pc, pc->victim + 1);
     pc->victim = pc->victim + 1 < pc->count ? pc->victim + 1 : 0;
     m->last_path = p;
     return n;

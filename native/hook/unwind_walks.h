@@ -155,6 +155,7 @@ _Static_assert(offsetof(struct kept_walk, at) + 17 * sizeof(uint16_t) == 64, "17
 _Static_assert(offsetof(struct kept_walk, generation) == 128, "the list on two lines");
 
 struct paths;
+static void paths_handed_over(struct paths *pc, uint32_t owner);
 struct memo {
     struct memo *next_spare;
     struct paths *paths;   /* see "remembered paths"; NULL: not mapped yet */
@@ -265,6 +266,7 @@ static struct memo *memo_of_thread(int max)
     memset(m->next_of, 0xff, sizeof m->next_of);
     m->older_worth = 64;
     m->owner++; /* (the paths of the thread that had it are not this one's: see struct path) */
+    paths_handed_over(m->paths, m->owner);
     payoff_start(&m->payoff);
     m->victim = 0;
     m->last = -1;

@@ -14,7 +14,11 @@
  * stack): they must not be taken for its own.
  * -DCONCURRENT: nine threads at once -- two past the seven that own counter
  * stripes, each resting from whole walks and counting its paths' blocks on
- * the shared stripe. */
+ * the shared stripe.
+ * -DHANDOVERS: as THREADS, with 65,536 threads between the two that each
+ * allocate once and exit: the remembered walks and paths go from thread to
+ * thread, and their owner's 16 bits in a path come round (the paths are
+ * then dropped: see paths_handed_over). */
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -70,6 +74,14 @@ __attribute__((noipa)) static void *descend(int path)
     return p;
 }
 
+static void *once(void *unused)
+{
+    (void)unused;
+    void *volatile p = malloc(24);
+    free(p);
+    return NULL;
+}
+
 static void *rounds(void *unused)
 {
     (void)unused;
@@ -79,11 +91,16 @@ static void *rounds(void *unused)
 
 int main(void)
 {
-#ifdef THREADS
+#if defined(THREADS) || defined(HANDOVERS)
     for (int t = 0; t < 2; t++) {
         pthread_t thread;
         if (pthread_create(&thread, NULL, rounds, NULL) != 0 || pthread_join(thread, NULL) != 0)
             return 1;
+#ifdef HANDOVERS
+        for (int i = 0; t == 0 && i < 65536; i++)
+            if (pthread_create(&thread, NULL, once, NULL) != 0 || pthread_join(thread, NULL) != 0)
+                return 1;
+#endif
     }
 #elif defined(CONCURRENT)
     pthread_t threads[9];
