@@ -426,10 +426,16 @@ static inline struct mlk_counters *stripe_counters(uint32_t id, unsigned s)
     return (struct mlk_counters *)((char *)mlk_stacks() + ((uint64_t)id * 9 + s) * 64);
 }
 
+/* Stack id's counters in the stripe this thread owns (set_stripe's base:
+ * stripe_counters(id, stripe_plus_one), with one add). */
+static inline struct mlk_counters *counters_at_base(uint32_t id)
+{
+    return (struct mlk_counters *)(mine.stripe_base + (uint64_t)id * sizeof(struct mlk_stack));
+}
+
 static inline struct mlk_counters *owned_counters(uint32_t id)
 {
-    unsigned s = stripe_plus_one;
-    return MLK_LIKELY(owned_stripe(s)) ? stripe_counters(id, s) : NULL;
+    return MLK_LIKELY(owned_stripe(stripe_plus_one)) ? counters_at_base(id) : NULL;
 }
 
 #define FIELD(name) offsetof(struct mlk_counters, name)
@@ -517,7 +523,7 @@ __attribute__((always_inline)) inline struct mlk_counters *mlk_stack_owned_count
 
 __attribute__((always_inline)) inline struct mlk_counters *mlk_stack_owned_counters_known(uint32_t id)
 {
-    return (struct mlk_counters *)(mine.stripe_base + (uint64_t)id * sizeof(struct mlk_stack));
+    return counters_at_base(id);
 }
 
 __attribute__((always_inline)) inline void mlk_stack_count_owned(struct mlk_counters *c, uint64_t bytes,
