@@ -128,6 +128,39 @@ def test_misuse_hold_keeps_a_program_alive_that_glibc_would_abort(tmp_path):
     assert "8 bytes inside a 100-byte block malloc'd" in text, text
 
 
+WILD = {
+    ("double-free", "free", "site_free_merged_again", "site_alloc_merged"): 1,
+    # its pages went back to the kernel at the first free (32 MiB: past the
+    # quarantine): what is left is an address no block is at
+    ("invalid-free", "free", "site_free_mapped_again", None): 1,
+    ("invalid-free", "free", "site_free_unmapped", None): 1,
+    ("invalid-free", "delete", "site_delete_unmapped", None): 1,
+    ("invalid-free", "realloc", "site_realloc_unmapped", None): 1,
+}
+
+
+def test_misuse_hold_survives_frees_that_would_fault_and_names_the_first_free(tmp_path):
+    """#64 item 8: a free of an unmapped address (a wild pointer; a block
+    whose pages were given back) faulted inside the hook reading its chunk
+    header, and a second free of a block of 1,024 bytes or more (merged
+    into its neighbours once freed) reached glibc, which aborted: under
+    misuse=hold the program lives on, each is recorded, and a double free
+    names the first free's stack (hold holds freed blocks back, as
+    valgrind's freelist does)."""
+    rc, out, err, final = run(tmp_path, "wild", config="misuse=hold")
+    alone = bare("wild")
+    # bare, glibc lets the merged block's second free pass and faults on the
+    # unmapped block's header
+    assert alone.returncode == -11 and alone.stdout.endswith("a 32 MiB block freed again\n"), alone
+    assert (rc, err) == (0, ""), err
+    assert out.startswith(alone.stdout) and out.endswith("wild: realloc: NULL\nwild: lived on\nend\n"), out
+    assert misuses(final) == WILD
+    merged = next(m for m in final.misuse if m.kind == "double-free")
+    assert (merged.size, site(merged.freed_frames)) == (2000, "site_free_merged")
+    assert {m.where for m in final.misuse if m.kind == "invalid-free"} == {"not-a-block"}
+    assert " held of 20000000 (quarantine=)" in final.header["quarantine"]  # hold's own, unasked
+
+
 def test_aligned_new_deleted_unaligned_or_with_another_alignment_is_named(tmp_path):
     """Aligned new's blocks keep their alignment in the trailer: an
     unaligned delete of one, an aligned delete of an unaligned new's, or

@@ -9,7 +9,8 @@
 #include "control.h"
 
 struct mlk_config mlk_config = {.collect_at_load = 1, .depth = 16, .signal = SIGUSR1, .exit_timeout_ms = 60000,
-                                .route = 1, .fds = 1, .misuse = MLK_MISUSE_REPORT};
+                                .route = 1, .fds = 1, .misuse = MLK_MISUSE_REPORT,
+                                .quarantine = MLK_QUARANTINE_UNSET};
 
 static int parse_uint(const char *s, size_t n, uint64_t *out)
 {
@@ -122,7 +123,7 @@ static const char *value_wanted(const char *key, size_t n)
                  {"route", "': needs yes or no"},
                  {"fds", "': needs yes or no"},
                  {"misuse", "': needs report, hold or no"},
-                 {"quarantine", "': needs a number of bytes (quarantine=67108864)"},
+                 {"quarantine", "': needs a number of bytes (quarantine=64M)"},
                  {"record", "': needs all, last or no"},
                  {"record_cap", "': needs a number of bytes (record_cap=1G)"},
                  {"record_keep", "': needs bytes or seconds (record_keep=64M, record_keep=30s)"},
@@ -240,10 +241,11 @@ void mlk_config_parse(const char *cfg, const char *cwd)
             else
                 bad_option(p, n, "': misuse is report, hold or no; using report");
         } else if (KEY("quarantine") && val) {
-            if (parse_uint(val, vn, &num) && num <= (1ull << 40))
+            if (parse_size(val, vn, &num))
                 mlk_config.quarantine = num;
             else
-                bad_option(p, n, "': quarantine takes a number of bytes of freed blocks to hold back (0 = none)");
+                bad_option(p, n, "': quarantine takes a number of bytes of freed blocks to hold back, "
+                                 "K, M or G after it (0 = none)");
         } else if (KEY("record") && val) {
             _Static_assert(MLK_RECORD_OFF == 0 && MLK_RECORD_ALL == 1 && MLK_RECORD_LAST == 2, "the words' order");
             if ((c = choice(val, vn, (const char *const[]){"no", "all", "last", NULL})) >= 0)
@@ -282,11 +284,11 @@ void mlk_config_parse(const char *cfg, const char *cwd)
             else
                 bad_option(p, n, "': unwind is 'fast' or 'libgcc'; using fast");
         } else if (KEY("sample") && val) {
-            if (parse_uint(val, vn, &num) && num <= (1ull << 40))
+            if (parse_size(val, vn, &num))
                 mlk_sample_bytes = num;
             else
-                bad_option(p, n, "': sample takes a mean number of bytes between samples "
-                                 "(0 = record every allocation)");
+                bad_option(p, n, "': sample takes a mean number of bytes between samples, K, M or G "
+                                 "after it (0 = record every allocation)");
         } else if (KEY("track") && val) {
             if ((c = choice(val, vn, (const char *const[]){"trailers", "table", NULL})) >= 0)
                 mlk_config.track_in_table = c;

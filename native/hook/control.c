@@ -247,10 +247,14 @@ int mlk_start_collecting(void)
     mlk_seg->trailer_key = mlk_trailers_in_use() ? mlk_trailer_key : 0;
     /* The quarantine finds double frees by the trailers' freed mark, and
      * the misuse checks must be on to hold a held block's second free. */
-    if (mlk_trailers_in_use() && mlk_config.misuse != MLK_MISUSE_OFF)
-        mlk_quarantine_start(mlk_config.quarantine);
-    else if (mlk_config.quarantine) {
-        mlk_seg->quarantine_refused = mlk_config.quarantine;
+    int hold = mlk_config.misuse == MLK_MISUSE_HOLD, given = mlk_config.quarantine != MLK_QUARANTINE_UNSET;
+    uint64_t quarantine = given ? mlk_config.quarantine : hold ? MLK_HOLD_QUARANTINE : 0;
+    if (mlk_trailers_in_use() && mlk_config.misuse != MLK_MISUSE_OFF) {
+        mlk_quarantine_start(quarantine);
+        if (hold)
+            mlk_misuse_guard_reads();
+    } else if (given && quarantine) {
+        mlk_seg->quarantine_refused = quarantine;
         mlk_warn("quarantine= is ignored: it needs blocks with trailers and misuse checks ",
                  "(not with sample=, track=table or misuse=no)", "");
     }

@@ -27,6 +27,13 @@ struct mlk_config {
     int fds;             /* fds=no: file descriptors not tracked (resources/fds.c) */
     int misuse;          /* misuse=: MLK_MISUSE_REPORT, _HOLD or _OFF (misuse.c) */
     uint64_t quarantine; /* quarantine=BYTES: freed blocks held back (misuse.c); 0: none */
+#define MLK_QUARANTINE_UNSET UINT64_MAX /* not given: misuse=hold holds MLK_HOLD_QUARANTINE, else none */
+/* misuse=hold's quarantine unless quarantine= says otherwise: valgrind's
+ * freed-blocks queue (--freelist-vol), so that a second free is caught --
+ * with the first free's stack -- while the block's memory is not handed
+ * out again or merged into its neighbours (when glibc merges it, its
+ * header no longer says where its trailer is). */
+#define MLK_HOLD_QUARANTINE 20000000u
     int record;          /* record=: MLK_RECORD_* (events/events.c) */
     uint64_t record_cap, record_keep_bytes, record_keep_ns, record_buffer; /* 0: the defaults */
 };

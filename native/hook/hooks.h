@@ -141,6 +141,8 @@ static inline struct mlk_trailer *trailer(void *p)
 {
     if (MLK_LIKELY(!mlk_trailer_key))
         return NULL;
+    if (MLK_UNLIKELY(mlk_reads_guarded) && !mlk_block_readable(p))
+        return NULL; /* (misuse=hold: a wild pointer, mlk_misuse_untrailed names it) */
     size_t usable = block_usable(p);
     return usable >= MLK_TRAILER_SIZE ? mlk_trailer_of(p, usable) : NULL;
 }

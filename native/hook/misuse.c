@@ -25,10 +25,12 @@
  * collection, a routed allocator's). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include "api/custom.h"
 #include "hooks.h"
@@ -198,6 +200,50 @@ static long read_own(void *to, uint64_t from, size_t n)
     return mlk_syscall6(SYS_process_vm_readv, mlk_getpid(), (long)&local, 1, (long)&remote, 1, 0);
 }
 
+/* misuse=hold's guarded reads (mlk.h).  Whether [a, a + n) can be read
+ * is asked of the kernel -- a copy of it that fails rather than faults --
+ * except inside the main heap as brk left it, mapped from its start
+ * (sbrk(0) at start-up) to today's break: glibc's own chunks of the main
+ * arena are there, and a free of one pays no system call.  (A chunk
+ * merged into the top and the top trimmed by another thread between the
+ * two looks is the one race left: a double free past the quarantine,
+ * freed while another thread's free shrinks the heap below it.) */
+int mlk_reads_guarded;
+static uint64_t heap_lo;
+static int readable_unknown; /* the kernel refused the copy (a sandbox): read as before */
+
+void mlk_misuse_guard_reads(void)
+{
+    heap_lo = (uint64_t)sbrk(0);
+    mlk_reads_guarded = 1;
+    mlk_fast_off_set(MLK_FAST_GUARDED, 1);
+}
+
+static int readable(uint64_t a, size_t n)
+{
+    if (a >= heap_lo && a + n <= (uint64_t)sbrk(0) && a + n > a)
+        return 1;
+    uint64_t buf[2];
+    long got = read_own(buf, a, n < sizeof buf ? n : sizeof buf);
+    if (got == -EFAULT || (got >= 0 && got < (long)(n < sizeof buf ? n : sizeof buf)))
+        return 0;
+    if (got < 0 && !__atomic_exchange_n(&readable_unknown, 1, __ATOMIC_RELAXED))
+        mlk_warn("misuse=hold cannot ask the kernel whether a freed pointer can be read (process_vm_readv "
+                 "refused): a free of an unmapped address faults as it would bare", "", "");
+    return 1;
+}
+
+int mlk_block_readable(const void *p)
+{
+    uint64_t a = (uint64_t)p;
+    if (a < 16 || !readable(a - 16, 16)) /* the chunk header */
+        return 0;
+    if (!mlk_glibc_heap)
+        return 1; /* another allocator's header is its own to read */
+    size_t usable = mlk_glibc_usable(p);
+    return usable < MLK_TRAILER_SIZE || readable(a + usable - MLK_TRAILER_SIZE, MLK_TRAILER_SIZE);
+}
+
 /* Whether the two words at w are the trailer of a live counted block that
  * starts before p and whose chunk p lies in; its start and meta then. */
 static int encloses(const uint64_t *w, uint64_t at, uint64_t p, uint64_t *start, uint64_t *meta)
@@ -236,10 +282,10 @@ static int enclosing_block(uint64_t p, uint64_t *start, uint64_t *meta)
 
 /* What an invalid free's pointer is: on the stack, a global, one of the
  * program's own blocks, inside a block, or no block glibc could have made
- * (usable: its chunk header's reading; 0 if implausible); 0 when it is
- * not ours to judge (another allocator's block, or one from before
- * collection started). */
-static uint32_t classify(uint64_t a, size_t usable, struct seen *s)
+ * (usable: its chunk header's reading; 0 if implausible; wild: not even
+ * readable); 0 when it is not ours to judge (another allocator's block, or
+ * one from before collection started). */
+static uint32_t classify(uint64_t a, size_t usable, int wild, struct seen *s)
 {
     if (on_this_threads_stack(a))
         return MLK_WHERE_STACK;
@@ -250,6 +296,8 @@ static uint32_t classify(uint64_t a, size_t usable, struct seen *s)
         s->family = MLK_BLOCK_CUSTOM;
     if (custom)
         return custom;
+    if (wild)
+        return MLK_WHERE_NOT_A_BLOCK; /* no allocator made a block there */
     if (!mlk_glibc_heap || usable)
         return 0;
     uint64_t start, meta;
@@ -271,8 +319,10 @@ int mlk_misuse_untrailed(void *p, int call)
     if (!watch && !mlk_quarantine_cap)
         return 0;
     /* The hook already read p's usable size this way (to look for a
-     * trailer): reading it again reads nothing new. */
-    size_t usable = block_usable(p);
+     * trailer): reading it again reads nothing new -- unless p cannot be
+     * read at all (misuse=hold's guard said so): then it is no block. */
+    int wild = mlk_reads_guarded && !mlk_block_readable(p);
+    size_t usable = wild ? 0 : block_usable(p);
     struct seen s = {.call = call, .family = 255, .alloc_stack = MLK_NO_STACK, .first_free = MLK_NO_STACK};
     if (usable >= MLK_TRAILER_SIZE) {
         struct mlk_trailer *t = mlk_trailer_at(p, usable);
@@ -289,7 +339,7 @@ int mlk_misuse_untrailed(void *p, int call)
     if (!watch)
         return 0;
     BEGIN_HOOK();
-    s.where = classify((uint64_t)p, usable, &s);
+    s.where = classify((uint64_t)p, usable, wild, &s);
     END_HOOK();
     if (!s.where)
         return 0;

@@ -93,6 +93,7 @@ static inline void mlk_thread_fast_set(unsigned bit, int holds)
 #define MLK_FAST_LAZY_SPAWN 32u   /* mlk_lazy_spawn_at != 0 */
 #define MLK_FAST_NOT_READY 64u    /* the real functions not looked up yet (interpose.c's resolve) */
 #define MLK_FAST_EVENTS 128u      /* the event log records (MLK_ATTEND_EVENTS, which stays set) */
+#define MLK_FAST_GUARDED 256u     /* misuse=hold: a freed pointer is read only once known readable */
 extern MLK_HIDDEN uint32_t mlk_fast_off;
 MLK_HIDDEN void mlk_fast_off_set(uint32_t reason, int holds);
 
@@ -479,6 +480,16 @@ MLK_HIDDEN void mlk_misuse_trailed(uint64_t meta, int call, size_t given, size_t
  * an invalid one is recorded; 1 when the free must not go on (misuse=hold). */
 MLK_HIDDEN int mlk_misuse_untrailed(void *p, int call);
 MLK_HIDDEN void mlk_misuse_segment_made(void); /* the program's own operator new/delete? */
+/* misuse=hold keeps a program alive that frees a wild pointer (an
+ * unmapped address, a block whose pages were given back), where glibc's
+ * free would fault reading the chunk header: from then on a freed
+ * pointer's header and trailer are read only once the kernel says they can
+ * be (mlk_block_readable), and the free's fast way is closed
+ * (MLK_FAST_GUARDED).  The default, misuse=report, reads them as glibc's
+ * own free does -- and faults where it would, at the same free. */
+extern MLK_HIDDEN int mlk_reads_guarded;
+MLK_HIDDEN void mlk_misuse_guard_reads(void);
+MLK_HIDDEN int mlk_block_readable(const void *p);
 MLK_HIDDEN void mlk_misuse_lock_for_fork(int acquire);
 /* ---- quarantine.c: freed blocks held back (quarantine=BYTES) ---------- */
 extern MLK_HIDDEN uint64_t mlk_quarantine_cap; /* 0: no quarantine */

@@ -383,7 +383,8 @@ static __attribute__((always_inline)) inline int free_fast_as(void *p, uint32_t 
      * own, in one word, free_closed; the shared stripe's: outside a hook,
      * its slot asked below.) */
     uint32_t off = mlk_fast_off & (MLK_FAST_NO_TRAILERS | MLK_FAST_NOT_GLIBC | MLK_FAST_NOT_COLLECTED |
-                                   MLK_FAST_IGNORED | MLK_FAST_QUARANTINE | MLK_FAST_NOT_READY | MLK_FAST_EVENTS);
+                                   MLK_FAST_IGNORED | MLK_FAST_QUARANTINE | MLK_FAST_NOT_READY | MLK_FAST_EVENTS |
+                                   MLK_FAST_GUARDED);
     if (MLK_UNLIKELY(shared ? off || mlk_in_hook : (off | mlk_hot.free_closed) != 0))
         return 0;
     uint64_t key = mlk_trailer_key;

@@ -18,6 +18,12 @@
 //   survive   double, invalid, interior and a realloc of a freed block,
 //             one after the other: bare, the first aborts; under
 //             misuse=hold it lives on
+//   wild      frees whose pointer glibc's free would fault on or lose
+//             track of: a 2000-byte block freed twice (glibc merges it
+//             into its neighbours once freed), a 32 MiB block freed twice
+//             (its pages are gone after the first), an unmapped address
+//             freed, deleted and realloc'd: bare, the first aborts; under
+//             misuse=hold it lives on
 // Each step prints a line before it, so a bare run's output stops where
 // glibc aborted.
 #include <cstdio>
@@ -25,6 +31,7 @@
 #include <cstdint>
 #include <cstring>
 #include <new>
+#include <sys/mman.h>
 
 static char global_buffer[64];
 
@@ -70,6 +77,16 @@ __attribute__((noinline)) static char *site_realloc_freed(char *p) { return keep
 
 __attribute__((noinline)) static char *site_alloc_for_interior() { return keep(static_cast<char *>(malloc(100))); }
 __attribute__((noinline)) static void site_free_interior(char *p, int offset) { free(keep(p + offset)); }
+
+__attribute__((noinline)) static char *site_alloc_merged() { return keep(static_cast<char *>(malloc(2000))); }
+__attribute__((noinline)) static void site_free_merged(char *p) { free(keep(p)); }
+__attribute__((noinline)) static void site_free_merged_again(char *p) { free(keep(p)); }
+__attribute__((noinline)) static char *site_alloc_mapped() { return keep(static_cast<char *>(malloc(32 << 20))); }
+__attribute__((noinline)) static void site_free_mapped(char *p) { free(keep(p)); }
+__attribute__((noinline)) static void site_free_mapped_again(char *p) { free(keep(p)); }
+__attribute__((noinline)) static void site_free_unmapped(char *p) { free(keep(p)); }
+__attribute__((noinline)) static void site_delete_unmapped(char *p) { operator delete(keep(p)); }
+__attribute__((noinline)) static char *site_realloc_unmapped(char *p) { return keep(static_cast<char *>(realloc(p, 10))); }
 
 struct alignas(64) Wide {
     char bytes[100];
@@ -156,6 +173,28 @@ static void realloc_freed()
     printf("realloc: %s\n", q ? "a block" : "NULL");
 }
 
+static void wild()
+{
+    char *merged = site_alloc_merged();
+    site_free_merged(merged);
+    say("wild: a 2000-byte block freed again");
+    site_free_merged_again(merged);
+    char *mapped = site_alloc_mapped();
+    site_free_mapped(mapped);
+    say("wild: a 32 MiB block freed again");
+    site_free_mapped_again(mapped);
+    char *page = static_cast<char *>(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    munmap(page, 4096);
+    say("wild: an unmapped address freed");
+    site_free_unmapped(page + 64);
+    say("wild: deleted");
+    site_delete_unmapped(page + 64);
+    say("wild: realloc'd");
+    char *q = site_realloc_unmapped(page + 64);
+    printf("wild: realloc: %s\n", q ? "a block" : "NULL");
+    say("wild: lived on");
+}
+
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "mismatch";
@@ -169,6 +208,8 @@ int main(int argc, char **argv)
         interior();
     } else if (!strcmp(what, "aligned")) {
         aligned();
+    } else if (!strcmp(what, "wild")) {
+        wild();
     } else if (!strcmp(what, "survive")) {
         twice();
         invalid();
