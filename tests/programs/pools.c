@@ -155,11 +155,13 @@ int main(void)
     site_slab_freed();
 
     VALGRIND_DO_LEAK_CHECK;
-    unsigned long leaked, dubious, reachable, suppressed;
-    VALGRIND_COUNT_LEAKS(leaked, dubious, reachable, suppressed);
-    printf("bytes: %lu %lu %lu %lu\n", leaked, dubious, reachable, suppressed);
-    VALGRIND_COUNT_LEAK_BLOCKS(leaked, dubious, reachable, suppressed);
-    printf("blocks: %lu %lu %lu %lu\n", leaked, dubious, reachable, suppressed);
+    /* (valgrind's own tests' names: a macro whose parameter is named as a
+     * field it reads would read the caller's name as the field, #64 item 16) */
+    unsigned long leaked, dubious, reached, suppressed;
+    VALGRIND_COUNT_LEAKS(leaked, dubious, reached, suppressed);
+    printf("bytes: %lu %lu %lu %lu\n", leaked, dubious, reached, suppressed);
+    VALGRIND_COUNT_LEAK_BLOCKS(leaked, dubious, reached, suppressed);
+    printf("blocks: %lu %lu %lu %lu\n", leaked, dubious, reached, suppressed);
     printf("exists: %d %d\n", (int)VALGRIND_MEMPOOL_EXISTS(kept_arena), (int)VALGRIND_MEMPOOL_EXISTS(&slab));
     fflush(stdout);
     return 0;

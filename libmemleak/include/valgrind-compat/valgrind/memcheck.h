@@ -45,19 +45,21 @@ static inline void memleak__vg_leak_check(void)
 #define VALGRIND_DO_NEW_LEAK_CHECK memleak__vg_leak_check()
 #define VALGRIND_DO_QUICK_LEAK_CHECK memleak__vg_leak_check()
 
-/* valgrind's four lvalues, bytes or blocks, from the last check. */
-#define memleak__vg_count(leaked, dubious, reachable, suppressed, field)                             \
+/* valgrind's four lvalues, bytes or blocks, from the last check.  (The
+ * parameters are named as no field is: a parameter named `reachable`
+ * would replace the field's name too, whatever the caller passed.) */
+#define memleak__vg_count(_qzz_leaked, _qzz_dubious, _qzz_reachable, _qzz_suppressed, _qzz_field)   \
     do {                                                                                               \
         struct memleak_leaks memleak__l;                                                               \
         (void)memleak_last_check(&memleak__l);                                                         \
-        (leaked) = memleak__l.definitely.field + memleak__l.indirectly.field;                          \
-        (dubious) = memleak__l.possibly.field;                                                         \
-        (reachable) = memleak__l.reachable.field;                                                      \
-        (suppressed) = 0;                                                                              \
+        (_qzz_leaked) = memleak__l.definitely._qzz_field + memleak__l.indirectly._qzz_field;           \
+        (_qzz_dubious) = memleak__l.possibly._qzz_field;                                               \
+        (_qzz_reachable) = memleak__l.reachable._qzz_field;                                            \
+        (_qzz_suppressed) = 0;                                                                         \
     } while (0)
-#define VALGRIND_COUNT_LEAKS(leaked, dubious, reachable, suppressed)                                 \
-    memleak__vg_count(leaked, dubious, reachable, suppressed, bytes)
-#define VALGRIND_COUNT_LEAK_BLOCKS(leaked, dubious, reachable, suppressed)                           \
-    memleak__vg_count(leaked, dubious, reachable, suppressed, blocks)
+#define VALGRIND_COUNT_LEAKS(_qzz_leaked, _qzz_dubious, _qzz_reachable, _qzz_suppressed)             \
+    memleak__vg_count(_qzz_leaked, _qzz_dubious, _qzz_reachable, _qzz_suppressed, bytes)
+#define VALGRIND_COUNT_LEAK_BLOCKS(_qzz_leaked, _qzz_dubious, _qzz_reachable, _qzz_suppressed)       \
+    memleak__vg_count(_qzz_leaked, _qzz_dubious, _qzz_reachable, _qzz_suppressed, blocks)
 
 #endif
