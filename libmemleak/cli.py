@@ -7,6 +7,7 @@ import stat
 import sys
 
 from libmemleak import __version__, preload_path
+from libmemleak.commands import byte_size
 
 ELF_MAGIC = b"\x7fELF"
 PT_INTERP = 3
@@ -82,8 +83,6 @@ def run_config(args):
         exported = [i for i in exported if i != "mtraceinit"]
     items = exported + [i.strip() for i in (args.config or "").split(",") if i.strip()]
     if args.sample is not None:
-        if args.sample < 0:
-            return None, "run: --sample takes a number of bytes (0 = record every allocation)"
         items.append(f"sample={args.sample}")
     if args.scan_at_exit and "scan=exit" not in items:
         items.append("scan=exit")
@@ -149,7 +148,7 @@ def announce(argv, program, config, wait_for_mtrace):
              "a final one at exit"]
     if is_python(program) and os.environ.get("PYTHONMALLOC") != "malloc":
         lines.append("a Python program: under pymalloc, growth is blamed on whichever call opened "
-                     "a new 256 KiB arena; run it with PYTHONMALLOC=malloc to see each object's "
+                     "a new 1 MiB arena; run it with PYTHONMALLOC=malloc to see each object's "
                      "own stack")
     for line in lines:
         print(f"libmemleak: {line}", file=sys.stderr, flush=True)
@@ -238,7 +237,7 @@ def build_parser():
     run.add_argument("--config", metavar="OPTIONS",
                      help="MEMLEAK_CONFIG options, e.g. 'depth=32,dir=/tmp/reports' "
                           "(collection still starts at once; see --wait-for-mtrace)")
-    run.add_argument("--sample", metavar="BYTES", type=int,
+    run.add_argument("--sample", metavar="BYTES", type=byte_size,
                      help="record a byte-weighted random sample of allocations, one per BYTES "
                           "allocated on average (e.g. 524288), and report scaled estimates: "
                           "cheaper on allocation-heavy programs, but small or rare leaks may "

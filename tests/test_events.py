@@ -253,6 +253,58 @@ def test_broken_and_hostile_logs_get_one_line(tmp_path):
             assert "\n" not in str(e)
 
 
+def rewritten(data, change):
+    """The log `data` with its HEAD's and STATs' JSON passed through change(tag, doc)."""
+    from libmemleak.files.events import CHUNK, MAGIC, json_chunk
+    out, at = [MAGIC], len(MAGIC)
+    while at < len(data):
+        tag, length = CHUNK.unpack_from(data, at)
+        payload = data[at + CHUNK.size:at + CHUNK.size + length]
+        if tag in (b"HEAD", b"STAT"):
+            out.append(json_chunk(tag, change(tag, json.loads(payload))))
+        else:
+            out.append(data[at:at + CHUNK.size + length])
+        at += CHUNK.size + length
+    return b"".join(out)
+
+
+def test_forged_head_and_stat_fields_get_one_line_and_never_reach_a_terminal_raw(tmp_path):
+    """#64 items 12 and 14: a STAT whose `lost` is not a number, a HEAD whose
+    start is negative were tracebacks; a HEAD's program with escape
+    sequences reached the terminal raw through replay and report (the
+    title set, the screen cleared), and a 10 MB one was echoed whole."""
+    log, _ = record(tmp_path, "churn", "20000")
+    data = open(log, "rb").read()
+    forged = tmp_path / "forged"
+    forged.mkdir()
+
+    def outcome(change, *command):
+        path = forged / "phases-4242.events"
+        path.write_bytes(rewritten(data, change))
+        r = cli(*command, str(path))
+        assert "Traceback" not in r.stderr and "\x1b" not in r.stdout + r.stderr, r.stderr[-2000:]
+        assert len(r.stdout) + len(r.stderr) < 200_000
+        return r
+
+    def field(tag, key, value):
+        return lambda t, doc: {**doc, key: value} if t == tag else doc
+
+    for tag, key, value in [(b"STAT", "lost", "many"), (b"STAT", "lost", -3), (b"HEAD", "start_mono_ns", -5),
+                            (b"HEAD", "tick_shift", 99), (b"HEAD", "pid", "x"), (b"STAT", "reason", [1]),
+                            (b"HEAD", "program", {"a": 1})]:
+        for command in ("replay", "report"):
+            r = outcome(field(tag, key, value), command)
+            assert r.returncode == 2 and r.stderr.count("\n") == 1, (key, value, command, r.stderr)
+            assert f"({key} is not" in r.stderr, r.stderr
+    hostile = "\x1b]0;owned\x07\x1b[2J" + "P" * (10 << 20)
+    for key in ("program", "exe"):
+        for command in ("replay", "report"):
+            r = outcome(field(b"HEAD", key, hostile), command)
+            assert r.returncode == 0, r.stderr
+            shown = r.stdout + r.stderr
+            assert "\x07" not in shown and "PPPP" * 1024 not in shown  # escaped, and cut
+
+
 def test_export_draws_a_log_at_its_peak_and_at_a_moment(tmp_path):
     """export reads an event log as it reads reports: what was live at the
     peak (the 50 MB of build_peak, which no report saw), or with --at at a

@@ -125,6 +125,19 @@ def _one_report(directory, header_extra="", frame="site\t(/bin/x)\tx.c:1"):
          + header_extra + "+64 +1\n\t").encode() + frame.encode("utf-8", "surrogateescape") + b"\n")
 
 
+def test_a_huge_program_field_is_cut_where_it_is_echoed(tmp_path):
+    """#64 item 12: a 10 MB `# program:` line was echoed whole on stderr
+    (two programs under one pid: both named)."""
+    _one_report(tmp_path / "two")
+    (tmp_path / "two" / "y-7-1.memlog").write_text(
+        "# libmemleak: 0.1.0\n# program: /bin/y" + "P" * (10 << 20) + "\x1b[2J\n# pid: 7\n# seq: 1\n"
+        "# reason: exit\n+64 +1\n\tsite\t(/bin/x)\tx.c:1\n")
+    r = cli("report", tmp_path / "two")
+    assert r.returncode == 0, r.stderr
+    assert "reports of 2 different programs" in r.stderr and "characters, cut" in r.stderr
+    assert len(r.stderr) < 2000 and "\x1b" not in r.stderr + r.stdout
+
+
 def test_the_cases_users_met(tmp_path):
     # A frame name that is not UTF-8, exported to a file: escaped, no traceback.
     _one_report(tmp_path / "latin", frame="caf\udce9\t(/bin/x)\tx.c:1")

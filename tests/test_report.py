@@ -349,6 +349,11 @@ def test_check_fails_a_leaking_program_and_passes_a_clean_one(slowleaks, tmp_pat
     assert "3 leak suspects, over --max-leaks 0" in r.stdout and "site_leak" in r.stdout
     assert check_cmd(workdir, "--max-growth", "10000000").returncode == 0
     assert check_cmd(workdir, "--max-growth", "100").returncode == 1
+    # sizes as MEMLEAK_CONFIG takes them (#64 item 15): 10M, 100k
+    assert check_cmd(workdir, "--max-growth", "10M").returncode == 0
+    assert check_cmd(workdir, "--max-growth", "1k").returncode == 1
+    bad = check_cmd(workdir, "--max-growth", "10Q")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     # a clean program: everything freed before exit
     src = tmp_path / "clean.c"
     src.write_text("#include <stdlib.h>\nint main(void) { for (int i = 0; i < 1000; i++) "

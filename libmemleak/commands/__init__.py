@@ -22,6 +22,16 @@ def positive(text):
     return n
 
 
+def byte_size(text):
+    """An option's number of bytes: digits, with an optional K, M or G
+    (powers of 1024), as MEMLEAK_CONFIG's sizes take them (argparse turns
+    the ValueError into one usage line, status 2)."""
+    m = re.fullmatch(r"(\d{1,18})([kKmMgG]?)", text.strip())
+    if not m:
+        raise ValueError(text)
+    return int(m.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30}[m.group(2).lower()]
+
+
 def say_blind(command, series):
     """One line on stderr per process whose reports say the tracer could
     not see all of its heap; the number of such processes."""

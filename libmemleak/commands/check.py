@@ -12,7 +12,7 @@ from libmemleak.analysis.trends import analyse, count, human_bytes, resource_tit
 from libmemleak.analysis import misuse, suppressions
 from libmemleak.analysis.replay import timeline_series
 from libmemleak.commands.replay import reports_or_logs
-from libmemleak.commands import (EXIT_BAD_INPUT, EXIT_NOT_SEEN, add_layer_options, add_suppressions_option,
+from libmemleak.commands import (EXIT_BAD_INPUT, EXIT_NOT_SEEN, add_layer_options, add_suppressions_option, byte_size,
                                  layer_args, load_suppressions, say_blind)
 
 
@@ -28,12 +28,12 @@ def add_parser(sub):
                                    "--max-misuse.  Exit 0 when every limit holds, 2 on bad input, "
                                    "3 when the reports say part of the heap was not seen.")
     p.add_argument("paths", metavar="PATH", nargs="+")
-    p.add_argument("--max-live", type=int, metavar="BYTES",
+    p.add_argument("--max-live", type=byte_size, metavar="BYTES",
                    help="live bytes a process may hold at its last report")
-    p.add_argument("--max-growth", type=int, metavar="BYTES",
+    p.add_argument("--max-growth", type=byte_size, metavar="BYTES",
                    help="bytes one stack may grow by while the program ran")
     p.add_argument("--max-leaks", type=int, metavar="N", help="leak suspects allowed per process")
-    p.add_argument("--max-definitely-lost", type=int, metavar="BYTES",
+    p.add_argument("--max-definitely-lost", type=byte_size, metavar="BYTES",
                    help="definitely lost bytes a process may have at its latest scan (run the "
                         "tests with MEMLEAK_CONFIG=scan=exit or libmemleak run --scan-at-exit); "
                         "a process without a scan fails it")

@@ -11,7 +11,7 @@ import sys
 from libmemleak.analysis.trends import analyse
 from libmemleak.outputs import json_doc, text
 from libmemleak.analysis import suppressions
-from libmemleak.commands import (EXIT_BAD_INPUT, add_layer_options, add_suppressions_option, layer_args,
+from libmemleak.commands import (EXIT_BAD_INPUT, add_layer_options, add_suppressions_option, byte_size, layer_args,
                                  load_suppressions, positive, regex_option)
 from libmemleak.analysis.replay import timeline_series
 from libmemleak.commands.replay import reports_or_logs
@@ -27,7 +27,7 @@ def add_parser(sub):
     p.add_argument("--pid", type=int, help="only this process")
     p.add_argument("--top", type=int, metavar="N",
                    help="suspects shown (as many as fit the terminal; 10 in a pipe)")
-    p.add_argument("--min-bytes", type=int, default=0, metavar="BYTES",
+    p.add_argument("--min-bytes", type=byte_size, default=0, metavar="BYTES",
                    help="leave out stacks with fewer live bytes")
     p.add_argument("--include", metavar="REGEX", help="only stacks with a frame (function or "
                                                        "module) matching REGEX")

@@ -25,6 +25,7 @@ is wrong in one line (EventsError)."""
 import json
 import struct
 
+from libmemleak.files.memlog import printable_field
 from libmemleak.files.event_pack import Packer, packed_bound
 
 MAGIC = b"MLKEVENTS 1\n"
@@ -42,6 +43,33 @@ MAX_JSON = 256 << 20         # a HEAD, STAT, STKS or STK2 chunk, decompressed
 
 class EventsError(Exception):
     """A file that is not an event log, or a broken one: one line."""
+
+
+# HEAD's and STAT's fields as the readers use them: numbers in range, text
+# cut to MAX_TEXT characters with control characters as '?' (a forged
+# `program` must not clear a terminal through `replay` or `shell`, nor a
+# 10 MB one be echoed whole).  A field of the wrong kind is a broken log.
+MAX_TEXT = 4096
+U63 = (0, (1 << 63) - 1)
+HEAD_NUMBERS = {"version": U63, "pid": (0, (1 << 32) - 1), "tick_shift": (0, 40), "start_mono_ns": U63,
+                "mono_ns": U63, "realtime_ns": U63}
+HEAD_TEXTS = ("program", "exe", "mode", "alloc_fns")
+STAT_NUMBERS = {"lost": U63}
+STAT_TEXTS = ("reason", "stopped")
+
+
+def _checked(doc, numbers, texts, what, path):
+    for key, (lo, hi) in numbers.items():
+        value = doc.get(key)
+        if value is not None and (type(value) is not int or not lo <= value <= hi):
+            raise EventsError(f"{path}: a broken {what} chunk ({key} is not a number from {lo} to {hi})")
+    for key in texts:
+        value = doc.get(key)
+        if value is not None:
+            if not isinstance(value, str):
+                raise EventsError(f"{path}: a broken {what} chunk ({key} is not text)")
+            doc[key] = printable_field(value, MAX_TEXT)
+    return doc
 
 
 def chunk(tag, payload):
@@ -225,9 +253,10 @@ class EventLog:
                 return  # one HEAD a log: a second one (a continuation's, a forged one) changes nothing
             head = self._json(payload, False)
             if not isinstance(head, dict) or head.get("version") not in READS:
-                raise EventsError(f"{self.path}: event log version {head.get('version') if isinstance(head, dict) else '?'}"
+                version = head.get("version") if isinstance(head, dict) else "?"
+                raise EventsError(f"{self.path}: event log version {printable_field(version, 40)}"
                                   f" (this libmemleak reads versions 1 and 2)")
-            self.head = head
+            self.head = _checked(head, HEAD_NUMBERS, HEAD_TEXTS, "HEAD", self.path)
         elif tag == b"STKS":
             items = self._json(payload, True)
             for item in items if isinstance(items, list) else ():
@@ -248,7 +277,7 @@ class EventLog:
         elif tag == b"STAT":
             stat = self._json(payload, False)
             if isinstance(stat, dict):
-                self.stats.append(stat)
+                self.stats.append(_checked(stat, STAT_NUMBERS, STAT_TEXTS, "STAT", self.path))
         # unknown tags: skipped (a later version's)
 
     def _evts_index(self, f, path, start, length, packed):

@@ -364,6 +364,14 @@ def printable(text):
     return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
+def printable_field(value, limit):
+    """A field of a file shown to a person: printable (control characters
+    as '?', as a report's are when it is read) and cut to `limit`
+    characters, the cut said."""
+    text = _CONTROLS.sub("?", str(value))
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters, cut)"
+
+
 def read(path, cache=None):
     try:
         with open(path, "rb") as f:

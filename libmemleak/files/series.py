@@ -164,7 +164,7 @@ def read_series(paths, progress=None):
     for pid, group in seen_pids.items():
         if len(group) > 1:
             problems.append(f"pid {pid}: reports of {len(group)} different programs "
-                            f"({', '.join(s.executable for s in group)}): kept apart")
+                            f"({', '.join(memlog.printable_field(s.executable, 200) for s in group)}): kept apart")
     ordered = sorted(by_process.values(), key=lambda s: (s.program, s.pid))
     return ordered, problems
 
