@@ -44,6 +44,14 @@ extern MLK_HIDDEN struct mlk_real_fns mlk_real; /* the next definitions (interpo
 MLK_HIDDEN void mlk_real_redirect(void *from, void *to);
 /* Its routing could not be written after all: calls to `from` again. */
 MLK_HIDDEN void mlk_real_unredirect(void *from);
+/* The table was filled again (interpose.c's resolve): redirects and
+ * guards applied again (forwarding.c). */
+MLK_HIDDEN void mlk_real_refilled(void);
+/* A routed family's allocator also serves our malloc: the table's calls
+ * raise the recursion guard from now on (forwarding.c). */
+MLK_HIDDEN void mlk_real_guard_forwarding(void);
+/* Where a next definition lives: its own address, not a trampoline's or a thunk's. */
+MLK_HIDDEN void *mlk_real_home(void *fn);
 
 /* For dlopen of a bare name from `caller` (its return address): the path
  * the loader would have found in the caller's own DT_RUNPATH/DT_RPATH, in

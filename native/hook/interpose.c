@@ -35,62 +35,6 @@ void *mlk_boot_alloc(size_t size, size_t align)
     return mlk_boot_arena + start; /* static, hence zeroed: fine for calloc */
 }
 
-/* Next definitions that were routed (route.c): calls to `from` go to `to`,
- * its original code, whenever the table is filled again. */
-#define MAX_REDIRECTS 32
-_Static_assert(sizeof(struct mlk_real_fns) / sizeof(void *) <= MAX_REDIRECTS, "a redirect per next definition");
-static struct {
-    void *from, *to;
-} redirects[MAX_REDIRECTS];
-static int redirect_count;
-
-static void apply_redirects(void)
-{
-    void **fns = (void **)&mlk_real;
-    for (int r = 0; r < redirect_count; r++)
-        for (size_t i = 0; i < sizeof mlk_real / sizeof(void *); i++)
-            if (fns[i] == redirects[r].from)
-                __atomic_store_n(&fns[i], redirects[r].to, __ATOMIC_RELEASE);
-}
-
-void mlk_real_redirect(void *from, void *to)
-{
-    /* Kept only if it is one of ours (a module routes up to ~100 entries,
-     * the table has a few next definitions): the table fills again with
-     * the same addresses. */
-    void **fns = (void **)&mlk_real;
-    int ours = 0;
-    for (size_t i = 0; i < sizeof mlk_real / sizeof(void *); i++)
-        ours |= fns[i] == from;
-    if (!ours || redirect_count == MAX_REDIRECTS)
-        return; /* (MAX_REDIRECTS is more than the table's size: cannot be full) */
-    redirects[redirect_count++] = (typeof(redirects[0])){from, to};
-    apply_redirects();
-}
-
-void mlk_real_unredirect(void *from)
-{
-    void **fns = (void **)&mlk_real;
-    for (int r = 0; r < redirect_count; r++) {
-        if (redirects[r].from != from)
-            continue;
-        for (size_t i = 0; i < sizeof mlk_real / sizeof(void *); i++)
-            if (fns[i] == redirects[r].to)
-                __atomic_store_n(&fns[i], from, __ATOMIC_RELEASE);
-        redirects[r] = redirects[--redirect_count];
-        return;
-    }
-}
-
-/* Where a next definition lives: its own address, not a trampoline's. */
-static void *real_home(void *fn)
-{
-    for (int r = 0; r < redirect_count; r++)
-        if (redirects[r].to == fn)
-            return redirects[r].from;
-    return fn;
-}
-
 static void resolve(void)
 {
     resolving = 1;
@@ -112,7 +56,7 @@ static void resolve(void)
     GET(dlopen);
     GET(dlclose);
 #undef GET
-    apply_redirects();
+    mlk_real_refilled();
     if (mlk_real.free)
         mlk_fast_off_set(MLK_FAST_NOT_READY, 0); /* (after the table: a free's fast way then calls it) */
     if (!mlk_attach_mode) /* an attach finds the program's blocks made already */
@@ -157,7 +101,7 @@ void mlk_note_allocator(void)
 {
     const void *base;
     const char *file;
-    void *home = real_home((void *)mlk_real.malloc);
+    void *home = mlk_real_home((void *)mlk_real.malloc);
     if (!home || !mlk_object_of(home, &base, &file))
         return;
     const char *name = strrchr(file, '/');
@@ -179,8 +123,8 @@ int mlk_trailers_possible(void)
     const void *a, *b;
     const char *a_file;
     int possible = mlk_real.malloc && mlk_real.malloc_usable_size &&
-                   mlk_object_of(real_home((void *)mlk_real.malloc), &a, &a_file) &&
-                   mlk_object_of(real_home((void *)mlk_real.malloc_usable_size), &b, NULL) && a == b;
+                   mlk_object_of(mlk_real_home((void *)mlk_real.malloc), &a, &a_file) &&
+                   mlk_object_of(mlk_real_home((void *)mlk_real.malloc_usable_size), &b, NULL) && a == b;
     if (possible) {
         size_t n = strlen(a_file);
         mlk_glibc_heap = n >= 9 && strcmp(a_file + n - 9, "libc.so.6") == 0 && (n == 9 || a_file[n - 10] == '/');

@@ -397,7 +397,7 @@ void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *r
     if (!mlk_object_of((void *)&mlk_route_start, &self, NULL))
         return;
     mlk_ensure_real(); /* what our exported hooks forward to, before anything moves */
-    if (!mlk_real.malloc || !mlk_object_of((void *)mlk_real.malloc, &next_base, NULL))
+    if (!mlk_real.malloc || !mlk_object_of(mlk_real_home((void *)mlk_real.malloc), &next_base, NULL))
         next_base = NULL;
     /* The module that wins the malloc family, and which of it it defines. */
     const void *owner = NULL;

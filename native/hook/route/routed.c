@@ -262,6 +262,8 @@ const int mlk_route_usual_count = USUAL_ENTRIES;
 void mlk_route_entry_routed(int i, int trailed, void *heap_visitor)
 {
     entries[i].trailed = trailed;
+    if (trailed)
+        mlk_real_guard_forwarding(); /* its malloc family calls this entry: our calls of it hold the guard */
     if (entries[i].shape == HEAP_DESTROY)
         *(void **)&visit_blocks = heap_visitor;
 }
@@ -292,7 +294,7 @@ void *mlk_route_attach_hook(int i)
         void *helper = entries[i].shape == HEAP_DESTROY ? dlsym(RTLD_DEFAULT, "mi_heap_visit_blocks") : NULL;
         if (entries[i].shape == HEAP_DESTROY && !helper)
             return NULL;
-        int trailed = mlk_real.malloc && dladdr((void *)mlk_real.malloc, &next) &&
+        int trailed = mlk_real.malloc && dladdr(mlk_real_home((void *)mlk_real.malloc), &next) &&
                       next.dli_fbase == where.dli_fbase;
         mlk_route_entry_routed(i, trailed, helper);
         __atomic_store_n((void **)&entries[i].orig, fn, __ATOMIC_RELEASE);
