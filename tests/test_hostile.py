@@ -8,6 +8,7 @@ import os
 import re
 import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -135,6 +136,83 @@ def _login(address, port, secret):
     remote._send(s, {"answer": remote.answer(secret, hello["challenge"])})
     assert lines.read() == {"ok": True}
     return s, lines
+
+
+def _trickle(port, stop):
+    """A peer that sends the challenge's answer a byte every two seconds, and
+    again when it is dropped, until `stop` is set."""
+    while not stop.is_set():
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+                while not stop.wait(2.0):
+                    s.sendall(b"{")
+        except OSError:
+            stop.wait(0.1)
+
+
+def _reopen(port, stop):
+    """One peer re-opening idle connections as fast as it can, keeping each."""
+    held = []
+    try:
+        while not stop.is_set():
+            try:
+                held.append(socket.create_connection(("127.0.0.1", port), timeout=30))
+            except OSError:
+                stop.wait(0.05)
+            if len(held) > 200:  # (a bound of its own: descriptors)
+                held.pop(0).close()
+    finally:
+        for s in held:
+            s.close()
+
+
+def test_peers_that_never_log_in_keep_no_shell_out(tmp_path):
+    """#64 item 11: 8 unauthenticated peers each sending a byte every 2 s
+    kept every real shell out for as long as they went on ("busy: too many
+    connections"), and one peer re-opening idle connections did the same.
+    A login has LOGIN_TIMEOUT in all, a new peer pushes the oldest pending
+    one out, and logged-in shells have places of their own."""
+    prog = compile_program("slowleaks_server.cc")
+    p = subprocess.Popen(cli_argv("run", "-q", "--config", "listen=127.0.0.1:0", prog),
+                         cwd=tmp_path, env=CLI_ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    stop = threading.Event()
+    attackers = []
+    try:
+        m = read_until_secret(p)
+        port, secret = int(m.group(3)), m.group(4)
+        assert p.stdout.readline() == b"checkpoint round\n"
+        shell_env = dict(CLI_ENV, MEMLEAK_SECRET=secret)
+        # A logged-in shell holds its place whatever comes after it.
+        kept, kept_lines = _login("127.0.0.1", port, secret)
+        for target, count in ((_trickle, remote.MAX_CLIENTS + 4), (_reopen, 1)):
+            attackers = [threading.Thread(target=target, args=(port, stop), daemon=True) for _ in range(count)]
+            for t in attackers:
+                t.start()
+            # the pending places are full before the shell tries (the trickling
+            # peers have been connected past a LOGIN_TIMEOUT of their own)
+            stop.wait(remote.LOGIN_TIMEOUT + 2)
+            out = cli("shell", f"127.0.0.1:{port}", "--dir", tmp_path / "copies", "-c", "report",
+                      env=shell_env, timeout=120)
+            assert out.returncode == 0, (target.__name__, out.stderr)
+            assert f"slowleaks_server-{p.pid}-" in out.stdout, out.stdout
+            stop.set()
+            for t in attackers:
+                t.join(timeout=60)
+            stop.clear()
+        remote._send(kept, {"op": "collecting"})
+        assert set(kept_lines.read()) == {"error"}  # still served: 'on' was missing
+        kept.close()
+        p.stdin.write(b"\n" * 8)
+        p.stdin.flush()
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 0
+        assert "Traceback" not in err.decode(), err.decode()
+    finally:
+        stop.set()
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 def test_hostile_remote_peers_neither_stop_the_server_nor_keep_shells_out(tmp_path):

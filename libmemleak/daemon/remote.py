@@ -26,6 +26,7 @@ The protocol: one JSON object per line each way.
           fetch answers {"ok": true, "reports": [[NAME, TEXT], ...]}: the
           process's reports the client does not have yet."""
 
+import collections
 import errno
 import hashlib
 import hmac
@@ -43,16 +44,21 @@ from libmemleak.files.memlog import report_names
 SECRET_BYTES = 32
 REFUSE_PAUSE_SECONDS = 1.0
 MAX_LOGIN_LINE = 4096         # a peer's line before it proved the secret, at most
-LOGIN_TIMEOUT = 5.0           # seconds a peer has to answer the challenge
+LOGIN_TIMEOUT = 5.0           # seconds a peer has to answer the challenge, in all (not per byte)
 MAX_LINE = 1 << 20            # a client's request line, at most
 MAX_REPLY_LINE = 1 << 30      # a server's reply line (report texts), at most
 MAX_DEPTH = 16                # nesting of a message, at most (none needs more than 3)
 CLIENT_TIMEOUT = 600.0        # an idle, logged-in shell
-MAX_CLIENTS = 8               # connections served at once; more are refused at once
+MAX_CLIENTS = 8               # logged-in shells served at once; more are refused
+MAX_PENDING = 16              # peers not logged in yet; a new one pushes the oldest out
 
 
 class RemoteError(Exception):
     """Why the remote process cannot be reached or asked (one line)."""
+
+
+class _TryAgain(Exception):
+    """The server is busy, or dropped this login for newer peers: again, soon."""
 
 
 def parse_address(text):
@@ -114,6 +120,7 @@ class _Lines:
 
     def __init__(self, sock, limit):
         self.sock, self.buf, self.scanned, self.limit = sock, bytearray(), 0, limit
+        self.deadline = None  # (monotonic) a line must be whole by then, however it trickles in
 
     def read(self):
         while True:
@@ -128,6 +135,11 @@ class _Lines:
             self.scanned = len(self.buf)
             if self.scanned > self.limit:
                 raise RemoteError("message too long")
+            if self.deadline is not None:
+                left = self.deadline - time.monotonic()
+                if left <= 0:
+                    raise RemoteError("too slow")
+                self.sock.settimeout(left)
             chunk = self.sock.recv(1 << 16)
             if not chunk:
                 raise RemoteError("connection closed")
@@ -157,10 +169,15 @@ def write_secret(pid, bound):
 
 
 class Server:
-    """Serves up to MAX_CLIENTS connections at once, each in a thread of its
-    own, so that an idle or hostile peer never keeps a shell out.  Nothing a
-    peer sends can stop it or reach the program's stderr: every failure ends
-    that one connection, silently."""
+    """Serves up to MAX_CLIENTS logged-in shells at once, each in a thread of
+    its own, and apart from them up to MAX_PENDING peers that have not
+    proved the secret yet: those have LOGIN_TIMEOUT seconds in all (a peer
+    trickling a byte every two seconds is not given more), and a new one
+    pushes the oldest out -- a legitimate shell answers the challenge in a
+    round trip, so peers that never answer, however many and however often
+    re-opened, can neither take a logged-in shell's place nor keep a new
+    one out.  Nothing a peer sends can stop it or reach the program's
+    stderr: every failure ends that one connection, silently."""
 
     def __init__(self, segment, address, say, directory, name):
         self.seg, self.say, self.directory = segment, say, directory
@@ -172,6 +189,8 @@ class Server:
         bound = self.listener.getsockname()
         self.secret_file, self.secret = write_secret(self.pid, f"{bound[0]}:{bound[1]}")
         self.places = threading.BoundedSemaphore(MAX_CLIENTS)
+        self.pending = collections.OrderedDict()  # peers not logged in yet, oldest first
+        self.pending_lock = threading.Lock()
         self.asking = threading.Lock()  # one request on the segment at a time
         path = self.secret_file
         say(f"listening on {bound[0]}:{bound[1]} for remote shells of pid {self.pid}: "
@@ -197,15 +216,30 @@ class Server:
                     time.sleep(0.1)  # out of descriptors for now: not the end of the server
                     continue
                 return  # closed: the reporter ends
-            if not self.places.acquire(blocking=False):
-                _refuse(conn, "busy: too many connections")
-                continue
+            self._admit(conn)
             try:
                 threading.Thread(target=self._connection, args=(conn,), daemon=True,
                                  name="libmemleak-remote-client").start()
             except RuntimeError:
-                self.places.release()
+                self._leave(conn)
                 _refuse(conn, "busy")
+
+    def _admit(self, conn):
+        """conn among the pending peers; the oldest pushed out past MAX_PENDING."""
+        with self.pending_lock:
+            self.pending[conn] = threading.Event()  # set when pushed out
+            pushed = [self.pending.popitem(last=False) for _ in range(len(self.pending) - MAX_PENDING)]
+        for old, gone in pushed:
+            gone.set()  # (its wrong-secret pause ends)
+            try:
+                old.shutdown(socket.SHUT_RDWR)  # its thread's read ends; the thread closes it
+            except OSError:
+                pass
+
+    def _leave(self, conn):
+        """conn is no longer pending: False if it was pushed out meanwhile."""
+        with self.pending_lock:
+            return self.pending.pop(conn, None) is not None
 
     def _connection(self, conn):
         try:
@@ -214,11 +248,12 @@ class Server:
         except Exception:  # noqa: BLE001 -- a peer ends its own connection, nothing else
             pass
         finally:
-            self.places.release()
+            self._leave(conn)
 
     def _serve(self, conn):
-        conn.settimeout(LOGIN_TIMEOUT)
         lines = _Lines(conn, MAX_LOGIN_LINE)
+        lines.deadline = time.monotonic() + LOGIN_TIMEOUT
+        conn.settimeout(LOGIN_TIMEOUT)
         challenge = secrets.token_hex(32)
         _send(conn, {"libmemleak": __version__, "pid": self.pid,
                      "program": self.program, "challenge": challenge})
@@ -226,10 +261,25 @@ class Server:
         expected = answer(self.secret, challenge)
         given = reply.get("answer") if isinstance(reply, dict) else None
         if not isinstance(given, str) or not hmac.compare_digest(given.encode(), expected.encode()):
-            time.sleep(REFUSE_PAUSE_SECONDS)
+            with self.pending_lock:
+                gone = self.pending.get(conn)
+            if gone is not None:  # (the pause holds its pending place: such threads stay bounded)
+                gone.wait(REFUSE_PAUSE_SECONDS)
             _send(conn, {"error": "wrong secret"})
             return
-        _send(conn, {"ok": True})
+        if not self._leave(conn):
+            return  # pushed out as it answered
+        if not self.places.acquire(blocking=False):
+            _send(conn, {"error": "busy: too many shells"})
+            return
+        try:
+            _send(conn, {"ok": True})
+            self._logged_in(conn, lines)
+        finally:
+            self.places.release()
+
+    def _logged_in(self, conn, lines):
+        lines.deadline = None
         conn.settimeout(CLIENT_TIMEOUT)
         lines.limit = MAX_LINE
         while True:
@@ -344,38 +394,54 @@ class Client:
             bytes.fromhex(secret.strip())
         except ValueError:
             raise RemoteError("the secret is not the hex string the process printed") from None
-        try:
-            hello = self._connect(host, port)
-            if not isinstance(hello, dict) or "challenge" not in hello or "pid" not in hello:
-                raise RemoteError(f"{address} is not a libmemleak remote")
-            try:
-                self.pid, self.program = int(hello["pid"]), str(hello.get("program", "?"))
-                response = answer(secret.strip(), str(hello["challenge"]))
-            except ValueError:
-                raise RemoteError(f"{address} is not a libmemleak remote") from None
-        except OSError as e:
-            raise RemoteError(f"{address}: {e.strerror or e or 'timed out'}") from None
-        self._exchange({"answer": response}, "refused: ")
-
-    def _connect(self, host, port):
-        """Connect and read the server's hello; a server with every place
-        taken (idle peers, which it drops within LOGIN_TIMEOUT) is tried
-        again for a while."""
+        # A server whose shells are all taken, or that pushed this login out
+        # for newer peers (a flood of peers that never log in), is tried
+        # again for a while.
         deadline = time.monotonic() + 2 * LOGIN_TIMEOUT + 5
         while True:
             try:
-                self.sock = socket.create_connection((host, port), timeout=30)
-            except OSError as e:
-                raise RemoteError(f"cannot connect to {self.address}: {e.strerror or e}") from None
+                self._login(host, port, secret.strip())
+                return
+            except _TryAgain as e:
+                self.sock.close()
+                if time.monotonic() > deadline:
+                    raise RemoteError(f"{address}: {e}") from None
+                time.sleep(0.2)
+
+    def _login(self, host, port, secret):
+        try:
+            self.sock = socket.create_connection((host, port), timeout=30)
+        except OSError as e:
+            raise RemoteError(f"cannot connect to {self.address}: {e.strerror or e}") from None
+        try:
             # a silent peer (not a libmemleak remote) must not hang the shell
             self.sock.settimeout(max(60.0, self.timeout + 30.0))
             self.lines = _Lines(self.sock, MAX_REPLY_LINE)
             hello = self.lines.read()
-            busy = isinstance(hello, dict) and str(hello.get("error", "")).startswith("busy")
-            if not busy or time.monotonic() > deadline:
-                return hello
-            self.sock.close()
-            time.sleep(0.5)
+            if isinstance(hello, dict) and str(hello.get("error", "")).startswith("busy"):
+                raise _TryAgain(hello["error"])
+            if not isinstance(hello, dict) or "challenge" not in hello or "pid" not in hello:
+                raise RemoteError(f"{self.address} is not a libmemleak remote")
+            try:
+                self.pid, self.program = int(hello["pid"]), str(hello.get("program", "?"))
+                response = answer(secret, str(hello["challenge"]))
+            except ValueError:
+                raise RemoteError(f"{self.address} is not a libmemleak remote") from None
+            _send(self.sock, {"answer": response})
+            reply = self.lines.read()
+        except RemoteError as e:
+            if str(e) == "connection closed" and hasattr(self, "pid"):
+                raise _TryAgain("busy: pushed out before the login ended") from None
+            raise
+        except OSError as e:
+            if hasattr(self, "pid"):  # after its hello: pushed out (a reset)
+                raise _TryAgain(f"busy: {e.strerror or e}") from None
+            raise RemoteError(f"{self.address}: {e.strerror or e or 'timed out'}") from None
+        if isinstance(reply, dict) and str(reply.get("error", "")).startswith("busy"):
+            raise _TryAgain(reply["error"])
+        if not isinstance(reply, dict) or not reply.get("ok"):
+            why = reply.get("error", "failed") if isinstance(reply, dict) else "not understood"
+            raise RemoteError(f"{self.address} refused: {why}")
 
     def _exchange(self, message, refused=""):
         """Send one message, read the answer: it must say ok."""
