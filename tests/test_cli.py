@@ -80,3 +80,18 @@ def test_run_with_sample_option_writes_a_sampled_report(tmp_path):
 
 def test_negative_sample_is_refused():
     assert "--sample" in one_error_line(cli("run", "--sample", "-5", "true"))
+
+
+def test_a_refusal_names_the_owner_only_when_it_is_another_users():
+    """#64 item 15: `detach 1` as root said "belongs to another user" when
+    the kernel's ptrace check refused (pid 1 of this sandbox, root's own)."""
+    from libmemleak.daemon.procfs import not_allowed
+    said = not_allowed(os.getpid(), "run as its user")
+    assert "another user" not in said and "ptrace access check" in said, said
+    if os.geteuid() != 0:
+        other = next(int(n) for n in os.listdir("/proc") if n.isdigit() and os.stat(f"/proc/{n}").st_uid == 0)
+        assert "belongs to another user (uid 0)" in not_allowed(other, "run as its user")
+    elif not os.access("/proc/1/maps", os.R_OK):  # the case met: root, refused all the same
+        out = cli("detach", "1")
+        assert out.returncode != 0 and "another user" not in out.stderr, out.stderr
+        assert out.stderr.count("\n") == 1

@@ -175,3 +175,38 @@ def test_the_cases_users_met(tmp_path):
     assert r.returncode == 0
     lines = r.stderr.splitlines()
     assert len(lines) <= 21 and lines[-1].endswith("more problems like these"), lines[-3:]
+
+
+def test_diff_of_two_different_programs_says_so(tmp_path):
+    """#64 item 15: `diff` of reports of two programs compared them silently."""
+    _one_report(tmp_path / "x")
+    (tmp_path / "y").mkdir()
+    (tmp_path / "y" / "y-8-1.memlog").write_text(
+        "# libmemleak: 0.1.0\n# program: /bin/y\n# pid: 8\n# seq: 1\n# reason: exit\n+64 +1\n\tsite\t(/bin/y)\ty.c:1\n")
+    r = cli("diff", tmp_path / "x", tmp_path / "y")
+    assert r.returncode == 0, r.stderr
+    assert "BEFORE is of x and AFTER of y: two different programs" in r.stderr
+    same = cli("diff", tmp_path / "x", tmp_path / "x")
+    assert "different programs" not in same.stderr
+
+
+def test_a_truncated_report_is_called_truncated(real_reports, tmp_path):
+    """#64 item 15: a report cut short -- inside a line, or at a line's end
+    with entries missing -- was read as if whole; `check` judged it."""
+    name = sorted(n for n in os.listdir(real_reports) if n.endswith(".memlog"))[0]
+    whole = (real_reports / name).read_bytes()
+    entries_at = whole.index(b"\n+") + 1
+    last_entry = whole.rindex(b"\n+") + 1
+    for cut in (len(whole) - 7, last_entry):  # inside its last line; before its last entry
+        where = tmp_path / str(cut)
+        where.mkdir()
+        (where / name).write_bytes(whole[:cut])
+        r = cli("report", where)
+        assert r.returncode == 1 and f"{name}: truncated or altered (" in r.stderr, r.stderr  # as a gap
+        gate = cli("check", "--max-leaks", "1000", where)
+        assert gate.returncode == 2, gate.stdout + gate.stderr
+    assert entries_at < last_entry  # (the cut above left entries out)
+    (tmp_path / "whole").mkdir()
+    (tmp_path / "whole" / name).write_bytes(whole)
+    r = cli("report", tmp_path / "whole")
+    assert "truncated" not in r.stderr, r.stderr

@@ -125,6 +125,13 @@ def test_remote_shell_mistakes_are_one_line(tmp_path):
     assert out.stderr.startswith("libmemleak: shell: cannot connect to 127.0.0.1:1: ")
     out = cli("shell", "nowhere", "-c", "report")
     assert (out.returncode, out.stderr) == (2, "libmemleak: shell: 'nowhere' is neither a PID nor HOST:PORT\n")
+    # a file it cannot read, or one that is no event log: said so (#64 item 15)
+    (tmp_path / "x.events").mkdir()
+    out = cli("shell", tmp_path / "x.events", "-c", "report")
+    assert out.returncode == 2 and out.stderr.endswith("x.events': Is a directory\n"), out.stderr
+    (tmp_path / "y-1-1.memlog").write_text("# libmemleak: 0.1.0\n")
+    out = cli("shell", tmp_path / "y-1-1.memlog", "-c", "report")
+    assert out.returncode == 2 and "is not an event log" in out.stderr and out.stderr.count("\n") == 1
     out = cli("shell", "127.0.0.1:1", "-c", "report", env={k: v for k, v in CLI_ENV.items()
                                                              if k != "MEMLEAK_SECRET"})
     assert (out.returncode, out.stderr) == (

@@ -43,9 +43,9 @@ class Change:
 
 
 def live_state(path):
-    """{match key: [frames, bytes, blocks]} live at `path`, notes, and the
+    """{match key: [frames, bytes, blocks]} live at `path`, notes, the
     `alloc-fns` its reports carry (MEMLEAK_CONFIG alloc_fns=; the last one
-    said), or None.
+    said) or None, and the set of programs (their names) whose reports it is.
     A report file stands for what was live when it was written: its own
     change plus those of the reports before it beside it.  A directory (or
     several files) stands for what was live at the last report of every
@@ -65,6 +65,7 @@ def live_state(path):
     notes.extend(problems)
     state = {}
     alloc_fns = None
+    programs = {s.program for s in series}
     for s in series:
         reports = [r for r in s.reports if upto is None or r.seq <= upto[2]]
         alloc_fns = next((r.header["alloc-fns"] for r in reversed(reports) if r.header.get("alloc-fns")),
@@ -81,14 +82,17 @@ def live_state(path):
                 slot = state.setdefault(key, [e.frames, 0, 0])
                 slot[1] += e.bytes
                 slot[2] += e.blocks or 0
-    return state, notes, alloc_fns
+    return state, notes, alloc_fns, programs
 
 
 def compare(before_path, after_path):
     """(changes sorted by status and size, notes, the reports' alloc-fns --
     AFTER's, else BEFORE's -- or None)."""
-    before, notes_a, config_a = live_state(before_path)
-    after, notes_b, config_b = live_state(after_path)
+    before, notes_a, config_a, programs_a = live_state(before_path)
+    after, notes_b, config_b, programs_b = live_state(after_path)
+    if programs_a and programs_b and not programs_a & programs_b:
+        notes_a.append(f"BEFORE is of {', '.join(sorted(programs_a))} and AFTER of {', '.join(sorted(programs_b))}: "
+                       "two different programs (only the code they share -- libraries -- can match)")
     changes = []
     for key in before.keys() | after.keys():
         fa, ba, ka = before.get(key, (None, 0, 0))

@@ -127,6 +127,14 @@ def connect(args):
         return None
     if args.target.isdigit():
         return LocalTarget(int(args.target), args.timeout)
+    if os.path.lexists(args.target):  # a file after all: say what is wrong with it
+        try:
+            with open(args.target, "rb"):
+                pass
+        except OSError as e:
+            raise UsageError(f"cannot read {args.target!r}: {e.strerror}") from None
+        raise UsageError(f"{args.target!r} is not an event log (PROG-PID.events): shell takes a PID, HOST:PORT "
+                         "or an event log; for report files, libmemleak report")
     if ":" not in args.target:
         raise UsageError(f"{args.target!r} is neither a PID nor HOST:PORT")
     secret = read_secret(args.secret_file)

@@ -23,6 +23,24 @@ def proc_dir(pid):
     return f"/proc/{pid}"
 
 
+def not_allowed(pid, advice, what="read it"):
+    """Why /proc/PID refused us, in a line: another user's process -- or,
+    when it is ours or we are root, the kernel's ptrace access check (a
+    process that made itself non-dumpable, one in a user namespace above
+    ours, a security module), which no change of user mends."""
+    try:
+        owner = os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        owner = None
+    me = os.geteuid()
+    if owner is not None and owner != me and me != 0:
+        return f"process {pid} belongs to another user (uid {owner}): not allowed to {what} ({advice})"
+    who = "we are root" if me == 0 else "it is this user's"
+    return (f"process {pid}: the kernel's ptrace access check refused to let us {what} although {who} "
+            "(it may be non-dumpable, run in a user namespace above ours, or a security module may "
+            "forbid it)")
+
+
 def maps_entry(line):
     """(lo, hi, perms, offset, path) of a line of /proc/PID/maps -- or of
     a mapping's first line in /proc/PID/smaps -- or None for any other."""

@@ -71,6 +71,7 @@ class Report:
     header: dict                    # key -> value (strings), in file order
     entries: list
     misuse: list = field(default_factory=list)  # of Misuse, in file order
+    truncated: str = ""             # why the file looks cut short (its reader says so), or ""
 
 
 # What a program name in a file name may hold: the traced program writes the
@@ -307,7 +308,27 @@ def parse(text, source="<report>", cache=None):
         if bad.startswith("\t"):
             raise MemlogError(f"{source}:{line}: frame line before any entry")
         raise MemlogError(f"{source}:{line}: expected an entry like '+1024 +2', got {bad[:60]!r}")
-    return Report(header, entries, misuse)
+    return Report(header, entries, misuse, _cut_short(text, header, entries))
+
+
+def _cut_short(text, header, entries):
+    """Why a report looks cut short ("" if it does not): a reporter writes it
+    whole and renames it into place, so a file that ends inside a line, or
+    whose memory entries do not add up to its header's change (entries of
+    resources, and the program's own custom blocks, are not in it), was cut
+    -- copied half-way, or truncated since."""
+    if text and not text.endswith("\n"):
+        return "it ends inside a line"
+    try:
+        want = int(header["change-bytes"]), int(header["change-blocks"])
+    except (KeyError, ValueError):
+        return ""
+    memory = [e for e in entries if not any(x.startswith("resource=") or x == "kind=custom" for x in e.extra)]
+    got = sum(e.bytes for e in memory), sum(e.blocks or 0 for e in memory)
+    if got != want:
+        return (f"its entries add up to {got[0]:+,} bytes in {got[1]:+,} blocks, not the header's "
+                f"change-bytes {want[0]:+,} and change-blocks {want[1]:+,}")
+    return ""
 
 
 def _misuse_of(fields, frames):

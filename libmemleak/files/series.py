@@ -28,6 +28,7 @@ class Report:
     header: dict
     entries: list            # memlog.Entry
     misuse: list = field(default_factory=list)  # memlog.Misuse
+    truncated: str = ""      # why the file looks cut short (memlog.Report.truncated), or ""
 
 
 @dataclass
@@ -41,8 +42,9 @@ class Series:
 
     @property
     def complete(self):
-        """Every report from 1 to the last is here: the sums are what was live."""
-        return [r.seq for r in self.reports] == list(range(1, len(self.reports) + 1))
+        """Every report from 1 to the last is here, whole: the sums are what was live."""
+        return ([r.seq for r in self.reports] == list(range(1, len(self.reports) + 1))
+                and not any(r.truncated for r in self.reports))
 
     @property
     def sampled(self):
@@ -124,6 +126,9 @@ def read_series(paths, progress=None):
         except memlog.MemlogError as e:
             problems.append(f"{e}: not read")
             continue
+        if parsed.truncated:
+            problems.append(f"{memlog.printable(path)}: truncated or altered ({parsed.truncated}): "
+                            "read as it is")
         h = parsed.header
         match = REPORT_NAME.match(os.path.basename(path))
         try:
@@ -144,7 +149,7 @@ def read_series(paths, progress=None):
         if series is None:
             series = by_process[key] = Series(program, executable, pid)
         series.reports.append(Report(path, seq, h.get("reason", "?"), _time(h.get("time")), h,
-                                     parsed.entries, parsed.misuse))
+                                     parsed.entries, parsed.misuse, parsed.truncated))
     if not by_process:
         where = ", ".join(paths)
         raise InputError(f"no report could be read in {where}" + (f" ({problems[0]})" if problems else ""))

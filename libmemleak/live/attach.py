@@ -21,7 +21,7 @@ import time
 import cffi
 
 from libmemleak import preload_path, reporter_library
-from libmemleak.daemon.procfs import maps_entry, proc_dir
+from libmemleak.daemon.procfs import maps_entry, not_allowed, proc_dir
 
 ffi = cffi.FFI()
 ffi.cdef("""
@@ -66,8 +66,7 @@ def read_maps(pid):
     except FileNotFoundError:
         raise AttachError(f"no process {pid}") from None
     except PermissionError:
-        raise AttachError(f"process {pid} belongs to another user: not allowed to read it "
-                          "(attach as its user or as root)") from None
+        raise AttachError(not_allowed(pid, "attach as its user or as root")) from None
     return [entry for entry in map(maps_entry, lines) if entry is not None]
 
 
@@ -128,8 +127,7 @@ def _check_process(pid, maps):
                 raise AttachError(f"process {pid} is statically linked: there is no dynamic "
                                   "loader in it to load the tracer with (rebuild it without -static)")
     except PermissionError:
-        raise AttachError(f"process {pid} belongs to another user: not allowed to read it "
-                          "(attach as its user or as root)") from None
+        raise AttachError(not_allowed(pid, "attach as its user or as root")) from None
     except FileNotFoundError:
         raise AttachError(f"no process {pid}") from None
     libc = find_module(maps, _is_libc)

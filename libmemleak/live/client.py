@@ -17,7 +17,7 @@ are to reuse it."""
 import contextlib
 import os
 
-from libmemleak.daemon.procfs import proc_dir
+from libmemleak.daemon.procfs import not_allowed, proc_dir
 from libmemleak.daemon.requests import (LiveError, not_collecting_why, request_on_segment,  # noqa: F401
                                         set_collecting_on_segment)
 from libmemleak.daemon.segment import Segment, SegmentError
@@ -38,8 +38,7 @@ def open_segment(pid):
     except FileNotFoundError:
         raise LiveError(f"no process {pid}") from None
     except PermissionError:
-        raise LiveError(f"process {pid} belongs to another user: not allowed to read it "
-                        "(run as its user or as root)") from None
+        raise LiveError(not_allowed(pid, "run as its user or as root")) from None
     found_other = False
     own_pids = namespace_pids(pid)
     for name in names:
@@ -48,8 +47,7 @@ def open_segment(pid):
                 continue
             fd = os.open(f"{fd_dir}/{name}", os.O_RDWR | os.O_CLOEXEC)
         except PermissionError:
-            raise LiveError(f"process {pid}: not allowed to open its segment "
-                            "(run as its user or as root)") from None
+            raise LiveError(not_allowed(pid, "run as its user or as root", "open its segment")) from None
         except OSError:
             continue
         try:
