@@ -268,3 +268,26 @@ def test_the_programs_own_lsan_suppressions_are_applied(tmp_path, exported):
     assert cli("check", "--max-definitely-lost", "24", tmp_path).returncode == 0
     over = cli("check", "--max-definitely-lost", "23", tmp_path)
     assert over.returncode == 1 and "24 B in 1 block definitely lost" in over.stdout
+
+
+def test_a_block_no_address_space_can_hold_is_ignored_and_said_once(tmp_path):
+    """#64 item 15: memleak_malloclike(p, SIZE_MAX) counted -1 byte."""
+    prog = compile_program("hugeblock.c", memleak_include())
+    out = cli("run", "-q", prog, cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout == "done\n", out.stderr
+    said = [line for line in out.stderr.splitlines() if "too large for the address space" in line]
+    assert len(said) == 1 and said[0].startswith("libmemleak: memleak_malloclike"), out.stderr
+    [name] = [n for n in os.listdir(tmp_path) if n.endswith(".memlog")]
+    report = memlog.read(str(tmp_path / name))
+    custom = [(e.bytes, e.blocks, e.frames[0].function) for e in report.entries if "kind=custom" in e.extra]
+    assert custom == [(100, 1, "site_real")], custom
+
+
+def test_kinds_of_resource_past_the_32nd_are_said_not_tracked(tmp_path):
+    prog = compile_program("manykinds.c", memleak_include())
+    out = cli("run", "-q", prog, cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout == "done\n", out.stderr
+    assert out.stderr.count("a 33rd kind of resource was named") == 1, out.stderr
+    shown = cli("report", tmp_path)
+    assert "resource kind30: 1 held" in shown.stdout and "kind31" not in shown.stdout  # fd + 31 named
+    assert "note: resources-dropped: 9 acquisitions of resources not tracked (a 33rd kind" in shown.stdout

@@ -302,6 +302,7 @@ def analyse(series, group_by="stack", alloc_fns=None, fold=True):
     cut = stacks_cut_note(series)
     if cut:
         a.notes.append(cut)
+    a.notes += health_notes(series)
     if running < 3:
         a.notes.append(f"{count(running, 'report')} before exit: a stack must "
                        "grow across two intervals to be a suspect; take more reports while it "
@@ -487,6 +488,34 @@ def stacks_cut_note(series):
     remedy = deeper_words(depth)
     return (f"{count(cut, 'allocation')}{share} had {whose} call stack cut at depth {depth}: "
             f"outer frames are not shown, and stacks that differ only there are one; {remedy}")
+
+
+# The hook's health counters (every report's header carries them when not
+# zero), and what each means for the numbers shown: nothing is lost silently.
+HEALTH_SAID = (
+    ("dropped-stacks", "allocations whose call stack had no room in the stack table (it was full): "
+                       "not in any entry, so live totals are low"),
+    ("dropped-blocks", "blocks that could not be tracked (no memory for the address table, or 1 TiB or "
+                       "more): their frees are not subtracted"),
+    ("unknown-frees", "frees of blocks never seen allocated (an allocator not intercepted, or a library "
+                      "loaded with RTLD_DEEPBIND)"),
+    ("resources-dropped", "acquisitions of resources not tracked (a 33rd kind -- 32 at most, fd "
+                          "included -- or no memory for the table)"),
+)
+
+
+def health_notes(series):
+    """A line for each health counter the last report says is not zero."""
+    last = series.reports[-1].header if series.reports else {}
+    notes = []
+    for field, meaning in HEALTH_SAID:
+        try:
+            n = int(last.get(field, 0))
+        except ValueError:
+            continue
+        if n > 0:
+            notes.append(f"{field}: {n:,} {meaning}")
+    return notes
 
 
 def count(n, noun, sign=False):

@@ -301,10 +301,26 @@ static void announce(uint64_t addr, uint64_t size, uint32_t stack, uint32_t pool
         insert(addr, size, stack, pool);
 }
 
+/* A block the program announces must fit in the address space: a size of
+ * 2^56 bytes or more, or one that runs past its end, is no block (a
+ * SIZE_MAX was counted as -1 byte, #64 item 15): ignored, said once. */
+#define MAX_BLOCK (1ull << 56)
+static int sizes_refused;
+
+static int plausible(const void *addr, size_t size, const char *call)
+{
+    if (size < MAX_BLOCK && (uint64_t)addr + size >= (uint64_t)addr)
+        return 1;
+    if (!__atomic_exchange_n(&sizes_refused, 1, __ATOMIC_RELAXED))
+        mlk_warn(call, ": a block too large for the address space (a size of 2^56 bytes or more, or past "
+                       "its end) is no block: ignored (this and any later such announcement)", "");
+    return 0;
+}
+
 void mlk_custom_malloclike(const void *addr, size_t size)
 {
-    if (!addr)
-        return; /* valgrind ignores it too */
+    if (!addr || !plausible(addr, size, "memleak_malloclike / MALLOCLIKE_BLOCK"))
+        return; /* (NULL: valgrind ignores it too) */
     uint32_t stack = caller_stack(size);
     LOCKED(announce((uint64_t)addr, size, stack, 0));
 }
@@ -321,6 +337,8 @@ void mlk_custom_freelike(const void *addr)
 void mlk_custom_resize(const void *addr, size_t old_size, size_t new_size)
 {
     (void)old_size; /* the block knows its size */
+    if (!plausible(addr, new_size, "memleak_resize / RESIZEINPLACE_BLOCK"))
+        return;
     LOCKED({
         struct node *n = find((uint64_t)addr);
         if (n) {
@@ -354,7 +372,7 @@ void mlk_custom_pool_destroy(const void *anchor)
 
 void mlk_custom_pool_alloc(const void *anchor, const void *addr, size_t size)
 {
-    if (!addr)
+    if (!addr || !plausible(addr, size, "memleak_pool_alloc / MEMPOOL_ALLOC"))
         return;
     uint32_t stack = caller_stack(size);
     LOCKED({
@@ -407,6 +425,8 @@ void mlk_custom_pool_move(const void *from, const void *to)
 
 void mlk_custom_pool_change(const void *anchor, const void *from, const void *to, size_t size)
 {
+    if (!plausible(to, size, "memleak_pool_change / MEMPOOL_CHANGE"))
+        return;
     LOCKED({
         struct pool *p = pool_find((uint64_t)anchor);
         struct node *n = p ? find((uint64_t)from) : NULL;

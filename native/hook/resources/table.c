@@ -98,8 +98,14 @@ int mlk_resource_kind(const char *name, int create)
         r = (int)n;
     }
     mlk_unlock(&lock);
-    if (r < 0)
+    if (r < 0) {
         dropped();
+        static int warned;
+        if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+            mlk_warn("a 33rd kind of resource was named (memleak_resource_acquire): 32 kinds are tracked at "
+                     "most, fd included; the others are not (the reports count them as resources-dropped)",
+                     "", "");
+    }
     return r;
 }
 
