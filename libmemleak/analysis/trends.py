@@ -364,6 +364,7 @@ def growth_since(a, seq):
     if at is None or at == len(reports) - 1:
         return None
     grown = copy.copy(a)
+    grown.running_reports = len(reports)  # (its live is the growth: no moment before teardown to draw)
     grown.trends = []
     for t in a.trends:
         g = copy.copy(t)

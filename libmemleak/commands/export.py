@@ -13,7 +13,7 @@ import sys
 
 from libmemleak.analysis.trends import analyse, growth_since
 from libmemleak.commands.report import progress_bar
-from libmemleak.outputs import collapsed, flamegraph, html_report, json_doc, pprof, speedscope
+from libmemleak.outputs import collapsed, flamegraph, flamegraph_svg, html_report, json_doc, pprof, speedscope
 from libmemleak.analysis import suppressions
 from libmemleak.commands.replay import reports_or_logs
 from libmemleak.commands import (EXIT_BAD_INPUT, add_layer_options, add_suppressions_option, layer_args,
@@ -26,7 +26,8 @@ FORMATS = {"collapsed": collapsed.write, "flamegraph": flamegraph.write, "html":
 DRAWN = {"collapsed", "flamegraph", "pprof", "speedscope"}
 BINARY = {"pprof"}
 # What each format's file is, and the name that opens it where it belongs:
-# a flamegraph is an HTML page, not the SVG flamegraph.pl makes.
+# a flamegraph is an HTML page (zoom, search) -- or, written to a name
+# ending in .svg, the static SVG flamegraph.pl makes.
 SUFFIX = {"collapsed": (".folded", "collapsed stacks"), "flamegraph": (".html", "an HTML page"),
           "html": (".html", "an HTML page"), "json": (".json", "JSON"),
           "pprof": (".pb.gz", "a gzipped pprof profile"), "speedscope": (".json", "speedscope's JSON")}
@@ -65,7 +66,8 @@ def run(args):
         print(f"libmemleak: export: {args.format} is {what}, not for a terminal: "
               f"-o {args.format}{suffix}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if args.output and not args.output.endswith(suffix):
+    as_svg = args.format == "flamegraph" and bool(args.output) and args.output.lower().endswith(".svg")
+    if args.output and not args.output.endswith(suffix) and not as_svg:
         print(f"libmemleak: export: note: {args.format} writes {what}; a name ending in {suffix} "
               f"opens it where it belongs", file=sys.stderr)
     rules = load_suppressions("export", args.suppressions)
@@ -103,10 +105,11 @@ def run(args):
         print(f"libmemleak: export: {args.output}: {e.strerror}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
+        writer = flamegraph_svg.write if as_svg else FORMATS[args.format]
         if args.since is not None and args.format in ("flamegraph", "speedscope"):
-            FORMATS[args.format](out, analyses, problems, what=f"growth since report {args.since}")
+            writer(out, analyses, problems, what=f"growth since report {args.since}")
         else:
-            FORMATS[args.format](out, analyses, problems)
+            writer(out, analyses, problems)
     except BrokenPipeError:
         pass
     finally:

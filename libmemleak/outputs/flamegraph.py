@@ -15,14 +15,36 @@ from libmemleak.outputs.collapsed import drawing_notes, drawn_frames, frame_name
 MIN_SHARE = 0.0005  # of the total: narrower nodes are left out (their bytes stay in the parent)
 
 
+def before_teardown(a):
+    """Whether a's drawing is of its last report before its exit (or death)
+    report: what the program held while it ran -- what the suspects are
+    about -- where the exit report holds what was left after teardown (a
+    Node process's certificate store, not the 148 MB leak it freed as it
+    ended)."""
+    return a.running_reports < len(a.series.reports)
+
+
+def drawn(t, a):
+    """(bytes, blocks) of trend t the drawing shows (before_teardown)."""
+    return (t.running_live_bytes, t.running_live_blocks) if before_teardown(a) else (t.live_bytes, t.live_blocks)
+
+
+def moment_words(analyses):
+    """What the drawing is of, for its title."""
+    if any(before_teardown(a) for a in analyses):
+        return "live bytes before exit (the last report before the exit report)"
+    return "live bytes at the last report"
+
+
 def tree_of(analyses):
     root = {"n": "all", "v": 0, "k": 0, "a": 0, "c": {}}
     for a in analyses:
         for t in a.trends:
-            if t.live_bytes <= 0:
+            live, blocks = drawn(t, a)
+            if live <= 0:
                 continue
-            root["v"] += t.live_bytes
-            root["k"] += t.live_blocks
+            root["v"] += live
+            root["k"] += blocks
             node = root
             for f in reversed(drawn_frames(t, a)):  # outermost first
                 name = frame_name(f)
@@ -30,8 +52,8 @@ def tree_of(analyses):
                 if child is None:
                     child = node["c"][name] = {"n": name, "v": 0, "k": 0, "a": 0, "c": {},
                                                "f": f"{f.file}:{f.line}" if f.file else (f.module or "")}
-                child["v"] += t.live_bytes
-                child["k"] += t.live_blocks
+                child["v"] += live
+                child["k"] += blocks
                 child["a"] += t.allocations or 0
                 node = child
     return root
@@ -132,7 +154,7 @@ def page(analyses, title="live bytes"):
     return PAGE % {"title": html.escape(title), "style": STYLE, "body": notes + body(analyses)}
 
 
-def write(out, analyses, problems, what="live bytes"):
+def write(out, analyses, problems, what=None):
     names = ", ".join(f"{a.series.program} (pid {a.series.pid})" for a in analyses)
-    out.write(page(analyses, f"libmemleak: {what} of {names}"))
+    out.write(page(analyses, f"libmemleak: {what or moment_words(analyses)} of {names}"))
 

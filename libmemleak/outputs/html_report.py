@@ -178,7 +178,7 @@ def page(analyses, problems):
                 hidden += 1
     for problem in problems:
         parts.append(f'<p class="note">{_e(problem)}</p>')
-    parts.append("<h3>Live bytes by stack (flamegraph)</h3>" + flamegraph.body(analyses))
+    parts.append(f"<h3>By stack (flamegraph): {_e(flamegraph.moment_words(analyses))}</h3>" + flamegraph.body(analyses))
     more = f" ({hidden:,} smaller stacks not listed: libmemleak report --all)" if hidden else ""
     parts.append(f'<h3>Stacks</h3><input id="stack-search" placeholder="filter stacks" size="40"> '
                  f'<span id="stack-count"></span>{_e(more)}'
