@@ -77,3 +77,45 @@ def test_a_process_in_a_pid_namespace_is_reported_by_its_outer_pid(tmp_path, fla
     assert by_site(reports[0])["site_ns"] == (2100, 7)
     assert by_site(reports[1])["site_ns_later"] == (100, 2)
     assert "site_ns" not in by_site(reports[1])  # nothing changed there since report 1
+
+
+@needs_pidns
+def test_two_pid_1s_in_one_directory_keep_their_reports_apart(tmp_path):
+    """#64 item 5: two programs each pid 1 of a namespace of its own, traced
+    from inside it, overwrote each other's reports in one directory (4
+    reports became 2, `report` showed one process); `snapshot` from outside
+    wrote the report but said none was written.  Their names now carry
+    their pid namespace, and `report` keeps them apart."""
+    if not _can_unshare("--pid", "--mount-proc"):
+        pytest.skip("cannot mount a /proc of a new pid namespace here")
+    prog = compile_program("nsleak.c")
+    env = dict(CLI_ENV)
+    procs = [subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", *cli_argv("run", "-q", prog)],
+                              cwd=tmp_path, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        outer = []
+        for p in procs:
+            assert p.stdout.readline() == "pid in namespace 1\n"
+            assert p.stdout.readline() == "checkpoint leaked\n"
+            outer.append(_outer_pid_of(p.pid, "nsleak"))  # unshare forked it into the namespace
+        for pid in outer:  # from outside, by the pid the host knows
+            out = cli("snapshot", pid, cwd=tmp_path)
+            assert out.returncode == 0, out.stderr
+            assert os.path.exists(out.stdout.strip()), out.stdout
+        for p in procs:
+            p.stdin.write("\n")
+            p.stdin.flush()
+            p.communicate(timeout=60)
+            assert p.returncode == 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    names = sorted(n for n in os.listdir(tmp_path) if n.endswith(".memlog"))
+    assert len(names) == 4 and all(n.startswith("nsleak-1@") for n in names), names
+    shown = cli("report", tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.count("nsleak (pid 1 in pid namespace ") == 2, shown.stdout
+    assert shown.stdout.count("2 reports") == 2 and "different programs" not in shown.stderr

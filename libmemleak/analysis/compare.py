@@ -56,8 +56,9 @@ def live_state(path):
         m = REPORT_NAME.match(os.path.basename(path))
         if m:
             upto = (m["prog"], int(m["pid"]), int(m["seq"]))
+            ns = int(m["ns"]) if m["ns"] else None
             series, problems = read_series([os.path.dirname(path) or "."])
-            series = [s for s in series if (s.program, s.pid) == upto[:2]]
+            series = [s for s in series if (s.program, s.pid, s.pid_namespace) == (*upto[:2], ns)]
         else:
             series, problems = read_series([path])
     else:

@@ -23,6 +23,27 @@ def proc_dir(pid):
     return f"/proc/{pid}"
 
 
+INIT_PID_NAMESPACE = 0xEFFFFFFC  # the kernel's PROC_PID_INIT_INO: the first pid namespace's inode
+
+
+def pid_namespace(pid="self"):
+    """The inode of `pid`'s pid namespace (/proc/PID/ns/pid), or None."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/pid").st_ino
+    except OSError:
+        return None
+
+
+def namespace_tag(pid="self"):
+    """What tells apart pids numbered in `pid`'s pid namespace from those of
+    every other: the namespace's inode, or None in the first pid namespace
+    (whose pids are the host's, unique).  Reports named by a pid that
+    another namespace also has -- pid 1 of ten containers writing to one
+    directory -- carry it in their names."""
+    ns = pid_namespace(pid)
+    return ns if ns not in (None, INIT_PID_NAMESPACE) else None
+
+
 def not_allowed(pid, advice, what="read it"):
     """Why /proc/PID refused us, in a line: another user's process -- or,
     when it is ours or we are root, the kernel's ptrace access check (a

@@ -23,6 +23,8 @@ def header_lines(rep, snap, sums, seq, reason, scan=None, touched=None, label=""
     ]
     if rep.h.pid != rep.pid:  # in a pid namespace of its own: what it calls itself
         lines.append(("pid-in-namespace", rep.h.pid))
+    if rep.ns_tag:  # `pid` is numbered in this pid namespace (its inode), not the host's
+        lines.append(("pid-namespace", rep.ns_tag))
     if snap.parent_pid:
         lines.append(("parent-pid", snap.parent_pid))
     if rep.h.blind_len:  # what the hook could not see: first, never missed

@@ -25,6 +25,7 @@ from libmemleak.daemon.program_watch import ProgramWatch
 from libmemleak.daemon.recorder import DRAIN_SECONDS, Recorder
 from libmemleak.daemon.report_core import CUT_KIND, TextStore
 from libmemleak.daemon.segment import RESOURCE_BASE, futex_wait, futex_wake
+from libmemleak.daemon.procfs import namespace_tag
 from libmemleak.daemon.trust import pid_of_pidfd
 from libmemleak.files.memlog import Frame, render, render_frames, report_name, safe_label, write_report
 from libmemleak.symbols import Symbolizer
@@ -86,6 +87,9 @@ class Reporter:
         # from a pid namespace of its own (trust.py).
         self.pid = pid or pid_of_pidfd(pidfd) or self.h.pid
         segment.pid = self.pid
+        # Our pids are a pid namespace's own (a container's, unshare's):
+        # the reports' names say which, or pid 1 of two of them collide.
+        self.ns_tag = namespace_tag()
         self.symbolizer = symbolizer or Symbolizer()
         self.warned = set()
         self.budget = _float_env("MEMLEAK_SYMBOL_BUDGET", DEFAULT_SYMBOL_BUDGET)
@@ -431,7 +435,7 @@ class Reporter:
                                     depth=snap.depth, kind_words=self.resource_words())
                 try:
                     path = write_report(directory or self.directory,
-                                        report_name(self.name, self.pid, seq, label),
+                                        report_name(self.name, self.pid, seq, label, self.ns_tag),
                                         itertools.chain([header], body, [misuse_text]))
                 finally:
                     body.close()

@@ -46,8 +46,8 @@ def request_on_segment(segment, timeout=60.0, scan=False, heuristics=None):
             raise LiveError(f"process {pid}: no report within {timeout:g} s (is its reporter "
                             "running? the request stays posted and is served when one runs)")
         futex_wait(done_at, h.done_seq, min(left, 0.5))
-    path = segment.report_path(h.report_seq)
-    if h.report_seq == written_before or not os.path.exists(path):
+    path = next((p for p in segment.report_paths(h.report_seq) if os.path.exists(p)), None)
+    if h.report_seq == written_before or path is None:
         # Served, but nothing written: the directory refused it (deleted,
         # full, read-only).  The reporter keeps the data for the next one.
         directory = segment.report_dir()

@@ -214,6 +214,21 @@ class Segment:
         """Where report `seq` of this segment's process is written."""
         return os.path.join(self.report_dir(), report_name(self.program_name(), self.pid, seq))
 
+    def report_paths(self, seq):
+        """Where report `seq` may be, seen from this side: named by the pid
+        this side knows (a reporter on this side of a pid namespace), or by
+        the one the process knows itself by, with its namespace (a reporter
+        inside it: procfs.namespace_tag); each in the directory as given and
+        as seen through the process's root (a mount namespace of its own)."""
+        from libmemleak.daemon.procfs import namespace_tag
+        names = [report_name(self.program_name(), self.pid, seq)]
+        ns = namespace_tag(self.pid) if self.pid != self.header.pid else None
+        if ns:
+            names.append(report_name(self.program_name(), self.header.pid, seq, ns=ns))
+        directory = self.report_dir()
+        dirs = [directory, f"/proc/{self.pid}/root{directory}"] if directory.startswith("/") else [directory]
+        return [os.path.join(d, n) for d in dirs for n in names]
+
     def string(self, off, length):
         """A string of the segment's strings array (header *_off/*_len)."""
         used = min(self.header.strings_used, self.header.strings_cap)

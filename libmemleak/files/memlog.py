@@ -113,14 +113,20 @@ def resource_name(raw):
     return _UNSAFE_RESOURCE.sub("_", raw.decode("ascii", "replace"))[:31]
 
 
-def report_name(prog, pid, seq, label=None):
+def report_name(prog, pid, seq, label=None, ns=None):
+    """PROG-PID-SEQ[-LABEL].memlog; PROG-PID@NS-SEQ... where the pid is one
+    of pid namespace NS (its inode) and not the host's (procfs.namespace_tag)."""
     tail = f"-{safe_label(label)}" if safe_label(label) else ""
-    return f"{safe_name(prog)}-{int(pid)}-{int(seq)}{tail}.memlog"
+    return f"{safe_name(prog)}-{_pid_part(pid, ns)}-{int(seq)}{tail}.memlog"
 
 
-def report_names(directory, prog, pid):
+def _pid_part(pid, ns):
+    return f"{int(pid)}@{int(ns)}" if ns else f"{int(pid)}"
+
+
+def report_names(directory, prog, pid, ns=None):
     """The names of one process's reports in `directory`, sorted."""
-    prefix = f"{safe_name(prog)}-{int(pid)}-"
+    prefix = f"{safe_name(prog)}-{_pid_part(pid, ns)}-"
     return sorted(n for n in os.listdir(directory) if n.startswith(prefix) and n.endswith(".memlog"))
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from libmemleak.files import memlog
 
-REPORT_NAME = re.compile(r"^(?P<prog>.+)-(?P<pid>\d+)-(?P<seq>\d+)(?:-(?P<label>[A-Za-z_][A-Za-z0-9._+@=,%~]*))?"
+REPORT_NAME = re.compile(r"^(?P<prog>.+)-(?P<pid>\d+)(?:@(?P<ns>\d+))?-(?P<seq>\d+)(?:-(?P<label>[A-Za-z_][A-Za-z0-9._+@=,%~]*))?"
                          r"\.memlog$")
 
 
@@ -39,6 +39,7 @@ class Series:
     reports: list = field(default_factory=list)   # Report, by seq
     problems: list = field(default_factory=list)  # one line each
     usage: object = None     # an event log's live total over time (analysis/replay.Usage), for charts
+    pid_namespace: int | None = None  # `pid` is numbered in this pid namespace (its inode), not the host's
 
     @property
     def complete(self):
@@ -103,6 +104,15 @@ def _files(paths, problems):
             problems.append(f"{path}: no such file or directory")
 
 
+def _namespace(header, match):
+    """The pid namespace a report's pid is numbered in (its header's, else
+    its name's), or None: the host's."""
+    for text in (header.get("pid-namespace"), match["ns"] if match else None):
+        if text and text.isdigit() and len(text) < 20:
+            return int(text)
+    return None
+
+
 def _time(text):
     try:
         return datetime.datetime.fromisoformat(text).timestamp()
@@ -144,17 +154,18 @@ def read_series(paths, progress=None):
             continue
         executable = h.get("program", "?")
         program = memlog.printable(match["prog"] if match else os.path.basename(executable))
-        key = (program, pid, executable)
+        ns = _namespace(h, match)
+        key = (program, pid, executable, ns)
         series = by_process.get(key)
         if series is None:
-            series = by_process[key] = Series(program, executable, pid)
+            series = by_process[key] = Series(program, executable, pid, pid_namespace=ns)
         series.reports.append(Report(path, seq, h.get("reason", "?"), _time(h.get("time")), h,
                                      parsed.entries, parsed.misuse, parsed.truncated))
     if not by_process:
         where = ", ".join(paths)
         raise InputError(f"no report could be read in {where}" + (f" ({problems[0]})" if problems else ""))
     seen_pids = {}
-    for (program, pid, executable), series in by_process.items():
+    for (program, pid, executable, _), series in by_process.items():
         series.reports.sort(key=lambda r: r.seq)
         seqs = [r.seq for r in series.reports]
         if len(set(seqs)) != len(seqs):
@@ -165,12 +176,12 @@ def read_series(paths, progress=None):
             series.problems.append(
                 f"{program} pid {pid}: report{'s' if many else ''} "
                 f"{_ranges(missing)} missing: live totals are wrong")
-        seen_pids.setdefault(pid, []).append(series)
-    for pid, group in seen_pids.items():
+        seen_pids.setdefault((pid, series.pid_namespace), []).append(series)
+    for (pid, _), group in seen_pids.items():
         if len(group) > 1:
             problems.append(f"pid {pid}: reports of {len(group)} different programs "
                             f"({', '.join(memlog.printable_field(s.executable, 200) for s in group)}): kept apart")
-    ordered = sorted(by_process.values(), key=lambda s: (s.program, s.pid))
+    ordered = sorted(by_process.values(), key=lambda s: (s.program, s.pid, s.pid_namespace or 0))
     return ordered, problems
 
 

@@ -30,7 +30,8 @@ def write(out, analyses, problems, top=10, full_names=False, all_stacks=False, f
         s = a.series
         span = f", {a.seconds:.1f} s between the first and the last" if a.seconds else ""
         ended = f", ended: {s.ended}" if s.ended else ", still running at the last report"
-        out.write(f"{s.program} (pid {s.pid}): {count(len(s.reports), 'report')}"
+        where = f" in pid namespace {s.pid_namespace}" if s.pid_namespace else ""
+        out.write(f"{s.program} (pid {s.pid}{where}): {count(len(s.reports), 'report')}"
                   f"{span}{ended}\n")
         out.write(f"  live now: {human_bytes(a.live_bytes)} in {count(a.live_blocks, 'block')}"
                   f"{' (estimates: sampled)' if s.sampled else ''}\n")
