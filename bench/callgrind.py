@@ -42,8 +42,8 @@ spread (--layouts 1: one run each, as before).  cc1 runs once (a minute
 and a half a run).
 
 Each run writes its counts to a fresh directory; the file of the traced
-program is the largest one there (libmemleak's reporter is a child process
-and gets a file of its own).
+program is the one named by its pid (libmemleak's reporter is a child
+process and gets a file of its own).
 """
 
 import argparse
@@ -130,17 +130,21 @@ def measure(argv, stdin_path, env):
                f"--callgrind-out-file={d}/cg.%p", *argv]
         stdin = open(stdin_path) if stdin_path else subprocess.DEVNULL
         try:
-            r = subprocess.run(cmd, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               env=env, cwd=d, text=True)
+            p = subprocess.Popen(cmd, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 env=env, cwd=d, text=True)
+            _, err = p.communicate()
         finally:
             if stdin_path:
                 stdin.close()
-        files = [os.path.join(d, f) for f in os.listdir(d) if f.startswith("cg.")]
-        if r.returncode != 0 or not files:
-            raise RuntimeError(f"{' '.join(argv[:2])}: exit {r.returncode}\n{r.stderr[-2000:]}")
-        if "cannot be preloaded" in r.stderr:  # the loader ignored it: the run measured the bare program
-            raise RuntimeError(f"{' '.join(argv[:2])}: the library was not preloaded\n{r.stderr[-2000:]}")
-        t = totals(max(files, key=os.path.getsize))
+        # valgrind runs the program under its own pid: its file is cg.PID;
+        # the tracer's forks (the reporter) write files of their own, some
+        # nearly as large (not "the largest").
+        own = os.path.join(d, f"cg.{p.pid}")
+        if p.returncode != 0 or not os.path.exists(own):
+            raise RuntimeError(f"{' '.join(argv[:2])}: exit {p.returncode}\n{err[-2000:]}")
+        if "cannot be preloaded" in err:  # the loader ignored it: the run measured the bare program
+            raise RuntimeError(f"{' '.join(argv[:2])}: the library was not preloaded\n{err[-2000:]}")
+        t = totals(own)
     l1 = t.get("I1mr", 0) + t.get("D1mr", 0) + t.get("D1mw", 0)
     ll = t.get("ILmr", 0) + t.get("DLmr", 0) + t.get("DLmw", 0)
     return {"Ir": t["Ir"], "L1": l1, "LL": ll, "est": t["Ir"] + 10 * l1 + 40 * ll}

@@ -50,11 +50,21 @@ def write_reports(directory, reports, stacks, seed=1):
     return size
 
 
+def report_env():
+    """The checkout's libmemleak where it is built in place (setup.py
+    build_native), else the installed one (`pip install .`: the checkout's
+    package has no reporter library of its own then)."""
+    if os.path.exists(os.path.join(ROOT, "libmemleak", "libmlkreport.so")):
+        return dict(os.environ, PYTHONPATH=ROOT)
+    return dict(os.environ)
+
+
 def measure(directory, args):
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     start = time.monotonic()
+    # (not from the checkout's directory: `python -m` would take its package from there)
     r = subprocess.run([sys.executable, "-m", "libmemleak", "report", directory, *args],
-                       capture_output=True, env=dict(os.environ, PYTHONPATH=ROOT))
+                       capture_output=True, env=report_env(), cwd=directory)
     took = time.monotonic() - start
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     if r.returncode != 0:

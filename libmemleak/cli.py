@@ -308,13 +308,18 @@ def main(argv=None):
             stream.reconfigure(errors="backslashreplace")
         except (AttributeError, ValueError):
             pass
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help(sys.stderr)
-        return EXIT_USAGE
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
         return args.func(args)
+    except (ImportError, FileNotFoundError) as e:
+        if "libmlkreport.so" not in str(e) and "shm_layout.h is missing" not in str(e):
+            raise
+        # a checkout run in place before its native part was built
+        return fail(f"{e} -- in a checkout: python setup.py build_native", EXIT_CANNOT_RUN)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -417,3 +417,27 @@ def private_python_for_another_user(tmp_path):
                         "where this user can run it (a system-wide or shared `pip install`), or set "
                         "MEMLEAK_PYTHON to a Python that has it\n")
     assert os.listdir(work) == []
+
+
+def test_a_checkout_not_built_in_place_says_so_and_its_bench_uses_the_installed_package(tmp_path):
+    """#64 item 18: bench/report_scale.py failed after `pip install .` (it
+    forced PYTHONPATH to a checkout whose package has no reporter library),
+    and the checkout's own `python -m libmemleak` was a traceback there."""
+    checkout = tmp_path / "checkout"
+    root = os.path.dirname(PACKAGE_DIR)
+    shutil.copytree(os.path.join(root, "bench"), checkout / "bench")
+    shutil.copytree(PACKAGE_DIR, checkout / "libmemleak",
+                    ignore=shutil.ignore_patterns("*.so", "__pycache__", "shm_layout.h"))
+    (checkout / "native").mkdir()
+    shutil.copy(os.path.join(root, "native", "shm_layout.h"), checkout / "native")
+    env = {k: v for k, v in CLI_ENV.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-m", "libmemleak", "report", str(tmp_path)], cwd=checkout,
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 126 and out.stderr.count("\n") == 1, out.stderr
+    assert "python setup.py build_native" in out.stderr
+    # the bench, run in that checkout, reads reports with the package that is built: the installed one
+    # (here: this tree's, as the suite runs it)
+    bench = subprocess.run([sys.executable, "bench/report_scale.py", "--reports", "2", "--stacks", "300"],
+                           cwd=checkout, env=dict(env, PYTHONPATH=root), capture_output=True, text=True,
+                           timeout=300)
+    assert bench.returncode == 0 and "report --json" in bench.stdout, bench.stdout + bench.stderr
