@@ -407,7 +407,13 @@ def private_python_for_another_user(tmp_path):
     os.chmod(work, 0o777)
     os.chmod(tmp_path, 0o755)
     prog = compile_program("deepstack.c")
-    env = dict(CLI_ENV, LD_PRELOAD=preload_path(), MEMLEAK_PYTHON=str(private / "python"))
+    # The library from a place the other user can read: the checkout may sit
+    # where it cannot (a mktemp -d clone, a 0750 home: #64 item 18).
+    shared = tmp_path / "lib"
+    shared.mkdir(mode=0o755)
+    for name in ("libmtrace.so", "_reporter_main.py"):
+        shutil.copy(os.path.join(PACKAGE_DIR, name), shared / name)
+    env = dict(CLI_ENV, LD_PRELOAD=str(shared / "libmtrace.so"), MEMLEAK_PYTHON=str(private / "python"))
     env.pop("MEMLEAK_CONFIG", None)
     r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", prog], cwd=work,
                        env=env, capture_output=True, text=True, timeout=120)
