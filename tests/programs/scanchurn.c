@@ -4,7 +4,9 @@
  *   site_kept     100 x 40 B  still reachable (a global array)
  *   site_dropped   50 x 24 B  definitely lost
  *   site_churn    blocks each thread holds in a local array: never lost
- * argv[1]: how long to run, ms; argv[2] "spawn": one more thread creates
+ * argv[1]: how long to run, ms -- or "-": print "ready" once the threads
+ * run and go on until a line on stdin (no clock in the test's way);
+ * argv[2] "spawn": one more thread creates
  * and joins short-lived threads all the while (threads that appear and
  * exit while a scan stops the others).  Prints "done 1" and exits 0. */
 #include <pthread.h>
@@ -64,7 +66,8 @@ static void *spawner(void *arg)
 
 int main(int argc, char **argv)
 {
-    long ms = argc > 1 ? atol(argv[1]) : 3000;
+    int until_told = argc > 1 && strcmp(argv[1], "-") == 0;
+    long ms = argc > 1 && !until_told ? atol(argv[1]) : 3000;
     for (int i = 0; i < 100; i++)
         g_kept[i] = site_kept(40);
     for (int i = 0; i < 50; i++)
@@ -77,8 +80,16 @@ int main(int argc, char **argv)
     int spawn = argc > 2 && strcmp(argv[2], "spawn") == 0;
     if (spawn)
         pthread_create(&spawning, NULL, spawner, NULL);
-    struct timespec d = {ms / 1000, (ms % 1000) * 1000000};
-    nanosleep(&d, NULL);
+    if (until_told) {
+        printf("ready\n");
+        fflush(stdout);
+        char line[8];
+        if (!fgets(line, sizeof line, stdin))
+            return 2;
+    } else {
+        struct timespec d = {ms / 1000, (ms % 1000) * 1000000};
+        nanosleep(&d, NULL);
+    }
     stop = 1;
     if (spawn)
         pthread_join(spawning, NULL);
