@@ -20,7 +20,7 @@
  */
 
 #define MLK_MAGIC 0x314b4c4d454d4c4b
-#define MLK_LAYOUT_VERSION 22
+#define MLK_LAYOUT_VERSION 23
 #define MLK_API_LABEL_MAX 64
 #define MLK_LAST_REPORT_MAX 512
 #define MLK_MAX_DEPTH 64
@@ -354,6 +354,13 @@ struct mlk_header {
      * 0 = not known. */
     uint32_t exit_rss_kb;
     uint32_t exit_hwm_kb;
+    /* The root dying of a signal it did not handle (SIGTERM, SIGINT,
+     * SIGSEGV...): its number, set by the hook's handler as it asks for its
+     * final report and waits for it before the signal takes the process --
+     * so that `libmemleak run` returns with that report on disk.  The
+     * reporter writes it as a `death` report, killed by that signal. */
+    uint32_t dying_signal;
+    uint32_t dying_pad;
     uint64_t last_report_ns;    /* reporter: CLOCK_REALTIME of the last report's snapshot */
     /* The reachability scan (native/reporter/scan.c).  It finds the live
      * blocks by their trailers' check words, address XOR this key (0: no

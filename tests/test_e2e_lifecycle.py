@@ -446,3 +446,33 @@ def test_a_subreapers_replacement_reporter_is_not_among_its_children(workdir):
     assert t.stdout == "no children\n"
     final = memlog.read(wait_for_file(report_path(workdir, t.prog, t.pid, 2)))
     assert final.header["reason"] == "exit"
+
+
+@pytest.mark.parametrize("how, sig", [("wait", signal.SIGTERM), ("segv", signal.SIGSEGV),
+                                      ("abort", signal.SIGABRT)])
+def test_a_death_by_signal_has_its_final_report_on_disk_when_run_returns(tmp_path, how, sig):
+    """#64 item 13: `run` returned before the final report was on disk when
+    the program was killed by a signal (10 of 10; it landed 0.7-0.9 s
+    later).  The program dies of the same signal, sees the default
+    disposition where the tracer's handler stands, and its report says
+    what killed it."""
+    prog = compile_program("dies.c")
+    p = subprocess.Popen(cli_argv("run", "-q", prog, how), cwd=tmp_path, env=CLI_ENV, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "defaults: yes yes\n"
+        if how == "wait":
+            assert p.stdout.readline() == "checkpoint waiting\n"
+            os.kill(p.pid, sig)  # (run exec'd the program: its pid)
+        p.wait(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == -sig
+    # at once, no waiting: the report is there as run returns
+    names = [n for n in os.listdir(tmp_path) if n.endswith(".memlog")]
+    assert names == [f"dies-{p.pid}-1.memlog"], names
+    final = memlog.read(str(tmp_path / names[0]))
+    assert (final.header["reason"], final.header["killed-by"]) == ("death", sig.name)
+    assert by_site(final)["site_before_death"] == (1000, 10)

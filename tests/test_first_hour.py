@@ -409,10 +409,9 @@ def private_python_for_another_user(tmp_path):
     prog = compile_program("deepstack.c")
     # The library from a place the other user can read: the checkout may sit
     # where it cannot (a mktemp -d clone, a 0750 home: #64 item 18).
-    shared = tmp_path / "lib"
-    shared.mkdir(mode=0o755)
-    for name in ("libmtrace.so", "_reporter_main.py"):
-        shutil.copy(os.path.join(PACKAGE_DIR, name), shared / name)
+    shared = tmp_path / "lib" / "libmemleak"  # (the whole package: its reporter imports it from beside it)
+    shutil.copytree(PACKAGE_DIR, shared, ignore=shutil.ignore_patterns("__pycache__"))
+    os.chmod(tmp_path / "lib", 0o755)
     env = dict(CLI_ENV, LD_PRELOAD=str(shared / "libmtrace.so"), MEMLEAK_PYTHON=str(private / "python"))
     env.pop("MEMLEAK_CONFIG", None)
     r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", prog], cwd=work,

@@ -38,6 +38,7 @@ def header_lines(rep, snap, sums, seq, reason, scan=None, touched=None, label=""
         ("seq", seq),
         ("time", when.isoformat(timespec="milliseconds")),
         ("reason", reason),
+        *([("killed-by", signal_name(rep.h.dying_signal))] if reason == "death" and rep.h.dying_signal else []),
     ]
     if label:
         lines.append(("label", label))

@@ -269,7 +269,9 @@ class Reporter:
         reason = self.reason()
         descendants = self.settle_descendants() if reason == "exit" else None
         if reason is not None:
-            self.report(reason)
+            # (the root asking from its handler for a signal that ends it:
+            # its final report, a death by that signal -- shm_layout.h)
+            self.report("death" if reason == "exit" and self.h.dying_signal else reason)
         if descendants is not None:
             self.wait_for_descendants(*descendants)
         if reason in ENDS_REPORTER:

@@ -455,6 +455,8 @@ void mlk_init(void)
             mlk_warn(mlk_blind, "", "");
         decide_root();
         start_tracing();
+        if (is_root)
+            mlk_signals_watch_deaths(); /* (not under attach: nobody waits for an attached process's end) */
         if (mlk_config.collect_at_load)
             mlk_start_collecting();
     }
@@ -570,6 +572,33 @@ static void exit_report(void)
         post_request(&mlk_seg->exit_requests);
     else
         mlk_request_report(&mlk_seg->exit_requests, is_root || scan);
+    mlk_in_hook = was;
+}
+
+/* The root dying of a signal it does not handle (signals.c's handler, so
+ * async-signal-safe: raw system calls, futexes, no allocation, no spawn):
+ * its final report asked for, as a death by `sig`, and waited for -- at
+ * most exit_timeout, and not at all when no reporter runs -- so that the
+ * report is on disk before the signal ends the process and `libmemleak
+ * run` returns.  The exit report's once-only guard holds for it too. */
+void mlk_report_dying(int sig)
+{
+    int pid = mlk_getpid();
+    struct mlk_header *h = mlk_seg;
+    if (!h || inert || !is_root || !mlk_collecting_or_paused() || h->pid != pid || !mlk_reporter_alive() ||
+        __atomic_exchange_n(&exit_asked_by, pid, __ATOMIC_RELAXED) == pid)
+        return;
+    int was = mlk_guard_up();
+    record_exit_memory();
+    __atomic_store_n(&h->dying_signal, (uint32_t)sig, __ATOMIC_RELEASE);
+    uint32_t mine = post_request(&h->exit_requests);
+    uint64_t deadline = mlk_now_ns(CLOCK_MONOTONIC) + (uint64_t)mlk_config.exit_timeout_ms * 1000000ull;
+    for (;;) {
+        uint32_t done = __atomic_load_n(&h->done_seq, __ATOMIC_ACQUIRE);
+        if (report_done(mine) || mlk_now_ns(CLOCK_MONOTONIC) > deadline || !mlk_reporter_alive())
+            break;
+        mlk_futex_wait(&h->done_seq, done, 100);
+    }
     mlk_in_hook = was;
 }
 

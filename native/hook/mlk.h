@@ -122,6 +122,11 @@ MLK_HIDDEN void mlk_warn_parts(const char *const *parts, size_t count);
 MLK_HIDDEN int mlk_report_signal(void);
 MLK_HIDDEN extern void (*const mlk_report_handler)(int);
 MLK_HIDDEN void mlk_signals_init(void);  /* signals.c: look the real functions up */
+/* signals.c: the root's handlers for the deaths by signal it leaves at the
+ * default, which have its final report written first. */
+MLK_HIDDEN void mlk_signals_watch_deaths(void);
+/* control.c: the root dying of `sig`: its final report asked for and waited for. */
+MLK_HIDDEN void mlk_report_dying(int sig);
 MLK_HIDDEN int mlk_signal_is_programs(void); /* signals.c: the program took the report signal over */
 MLK_HIDDEN size_t mlk_strlen(const char *s);
 MLK_HIDDEN void mlk_fmt_u64(char *buf, uint64_t v);  /* buf >= 21 bytes */
