@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from helpers import CHROMIUM, CLI_ENV, by_site, cli, compile_program
+from helpers import CHROMIUM, CLI_ENV, PROGRAMS, by_site, cli, compile_program
 from libmemleak import preload_path
 from libmemleak.files import memlog
 
@@ -325,3 +325,30 @@ def test_mimalloc_brought_by_a_dlopened_plugin_is_routed(tmp_path):
     assert len(said) == 1 and "is not routed (MEMLEAK_CONFIG route=no)" in said[0], t.stderr  # once, two loads
     assert "libmimalloc.so.2" in loaded.header["blind"] and "site_mi_plugin" not in by_site(loaded)
     assert cli("check", "--max-live", "100000000", tmp_path / "unrouted").returncode == 3
+
+
+def test_an_arena_api_is_routed_and_an_unrouted_allocator_is_said_unseen(tmp_path):
+    """#64 item 2: Firefox's moz_arena_malloc/calloc/realloc/free (each
+    ArrayBuffer a 1 MB moz_arena_calloc) were not seen: RSS grew 209 MB,
+    live bytes 38 KB, "no leak suspects", `check --max-leaks 0` exited 0
+    and no `blind` line.  mozarena_lib.c has that API (routed now: its
+    blocks exact at their sites) and a slab allocator beside it that
+    nothing routes: named in the blind line, and check says no verdict."""
+    lib = tmp_path / "libmozarena.so"
+    subprocess.run(["gcc", "-g", "-O0", "-shared", "-fPIC", os.path.join(PROGRAMS, "mozarena_lib.c"), "-o", lib],
+                   check=True)
+    prog = compile_program("mozarena.c", f"-L{tmp_path}", f"-Wl,-rpath,{tmp_path}", "-lmozarena",
+                           name=f"mozarena_{os.getpid()}")
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    out = cli("run", "-q", prog, cwd=runs)
+    assert (out.returncode, out.stdout) == (0, "done 1\n"), out.stderr
+    said = f"{lib} exports allocator entry points libmemleak does not route (slab_free, slab_malloc)"
+    assert out.stderr == f"libmemleak: {said}: blocks made through them are not seen\n", out.stderr
+    report = only_report(runs)
+    assert said in report.header["blind"]
+    assert report.header["routed"].endswith("(mozjemalloc's moz_arena_*) are routed to libmemleak")
+    sites = by_site(report)
+    assert sites["site_array_buffer"] == (3 << 20, 3)  # kept; the two freed are gone
+    assert sites["site_arena_grown"] == (5000, 1)
+    assert cli("check", "--max-leaks", "0", runs).returncode == 3  # no verdict on what was not seen

@@ -122,8 +122,9 @@ int mlk_record_take(void *p, uint32_t *stack, uint64_t *size)
         /* Attached, they are the program's blocks from before: expected. */
         if (__atomic_add_fetch(&mlk_seg->unknown_frees, 1, __ATOMIC_RELAXED) == UNKNOWN_FREES_WARN &&
             !mlk_attach_mode)
-            mlk_warn("1000 frees of blocks it never saw allocated (made by an allocator it does ",
-                     "not intercept, e.g. in a library loaded with RTLD_DEEPBIND); ",
+            mlk_warn("1000 frees of blocks it never saw allocated: made where it does not look -- an ",
+                     "allocator's entry points it does not route (the blind line names those it finds), a "
+                     "malloc bound past it (RTLD_DEEPBIND, a static one), or while memleak_recording(0); ",
                      "reports count them as unknown-frees");
     }
     return 0;

@@ -171,8 +171,18 @@
     X("tc_delete_aligned_nothrow", tc_delete_aligned_nothrow, FREE, NONE, NONE, 0, 0, BY_SHAPE)               \
     X("tc_deletearray_aligned_nothrow", tc_deletearray_aligned_nothrow, FREE, NONE, NONE, 0, 0, BY_SHAPE)
 
+/* mozjemalloc's arenas (Firefox's libmozglue or executable): each
+ * JavaScript ArrayBuffer is a 1 MB moz_arena_calloc that never passes
+ * through malloc.  The arena is the first argument. */
+#define MOZ(X)                                                                                     \
+    X("moz_arena_malloc", moz_arena_malloc, ALLOC, 1, NONE, NONE, MLK_KIND_MALLOC, BY_SHAPE)                  \
+    X("moz_arena_calloc", moz_arena_calloc, ALLOC, 2, 1, NONE, MLK_KIND_MALLOC, BY_SHAPE)                     \
+    X("moz_arena_realloc", moz_arena_realloc, REALLOC, 2, NONE, 1, MLK_KIND_MALLOC, BY_SHAPE)                 \
+    X("moz_arena_memalign", moz_arena_memalign, ALLOC, 2, NONE, NONE, MLK_KIND_MALLOC, BY_SHAPE)              \
+    X("moz_arena_free", moz_arena_free, FREE, NONE, NONE, 1, 0, BY_SHAPE)
+
 /* The families called by their own names, in any module that defines them. */
-#define FAMILIES(X) MI(X) JE(X, , ) JE_PREFIXED(X, je_, je_) JE_PREFIXED(X, _rjem_, _rjem_) TC(X)
+#define FAMILIES(X) MI(X) JE(X, , ) JE_PREFIXED(X, je_, je_) JE_PREFIXED(X, _rjem_, _rjem_) TC(X) MOZ(X)
 #define ALL(X) USUAL(X) FAMILIES(X)
 
 #endif

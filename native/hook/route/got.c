@@ -302,6 +302,31 @@ uintptr_t mlk_module_symbol(const struct dl_phdr_info *info, const char *name)
     return 0;
 }
 
+void mlk_module_each_function(const struct dl_phdr_info *info,
+                              void (*each)(const char *name, uintptr_t addr, void *arg), void *arg)
+{
+    struct dyn_tables t;
+    if (read_dynamic(info, &t) != 0 || !t.gnu_hash || !t.symtab || !t.strtab)
+        return;
+    const uint32_t *gh = t.gnu_hash;
+    uint32_t nbuckets = gh[0], symoffset = gh[1], bloom_size = gh[2];
+    if (!nbuckets)
+        return;
+    const uint32_t *buckets = (const uint32_t *)((const uint64_t *)(gh + 4) + bloom_size);
+    const uint32_t *chain = buckets + nbuckets;
+    /* The GNU hash table lists the exported symbols from symoffset on, one
+     * chain a bucket, each chain's last entry marked by the low bit. */
+    for (uint32_t b = 0; b < nbuckets; b++) {
+        for (uint32_t i = buckets[b]; i >= symoffset && i - symoffset < (1u << 24); i++) {
+            const ElfW(Sym) *s = &t.symtab[i];
+            if (s->st_shndx != SHN_UNDEF && ELF64_ST_TYPE(s->st_info) == STT_FUNC && s->st_value)
+                each(t.strtab + s->st_name, info->dlpi_addr + s->st_value, arg);
+            if (chain[i - symoffset] & 1)
+                break;
+        }
+    }
+}
+
 /* ---- RTLD_DEEPBIND ------------------------------------------------------- */
 
 static int route_if_handle(struct dl_phdr_info *info, size_t size, void *data)

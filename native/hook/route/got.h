@@ -33,5 +33,9 @@ int mlk_module_defines(const struct dl_phdr_info *info, const char *name);
 /* The address of the function or object `name` that module info defines;
  * 0 if it defines none, 1 if that cannot be told (no GNU hash table). */
 uintptr_t mlk_module_symbol(const struct dl_phdr_info *info, const char *name);
+/* each(name, address, arg) for every function the module exports (its GNU
+ * hash table's symbols; none without one). */
+void mlk_module_each_function(const struct dl_phdr_info *info,
+                              void (*each)(const char *name, uintptr_t addr, void *arg), void *arg);
 
 #endif

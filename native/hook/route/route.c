@@ -373,6 +373,8 @@ static void family_names(const struct candidate *c, int count, char *out, size_t
             label = "jemalloc's je_*";
         else if (!strncmp(name, "_rjem_", 6))
             label = "jemalloc's _rjem_*";
+        else if (!strncmp(name, "moz_arena_", 10))
+            label = "mozjemalloc's moz_arena_*";
         else
             label = "jemalloc's mallocx family";
         int known = 0;
@@ -437,6 +439,11 @@ void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *r
         else
             route_module(c, count, owner_name, who, what, blind, blind_len, routed, routed_len);
     }
+    /* Ways to allocate that the module we forward to, or the one that wins
+     * malloc, exports beside it and nobody routes: said (unrouted.c). */
+    mlk_route_say_unrouted(owner, blind, blind_len);
+    if (next_base != owner)
+        mlk_route_say_unrouted(next_base, blind, blind_len);
     families_done[0] = owner;
     nfamilies_done = 1;
     self_base = self;
@@ -511,6 +518,7 @@ static void route_families(void *scope, const void *next_base, const char *why_n
         for (int i = 0; i < count; i++)
             if (*c[i].entry->original)
                 routed_in[c[i].index] = module;
+        mlk_route_say_unrouted(module, blind, blind_len);
     }
 }
 
@@ -536,7 +544,8 @@ void mlk_route_after_dlclose(void)
 }
 
 /* One name of each family: a module defining none has none to route. */
-static const char *const family_marks[] = {"mi_malloc", "mallocx", "je_mallocx", "_rjem_mallocx", "tc_malloc"};
+static const char *const family_marks[] = {"mi_malloc", "mallocx", "je_mallocx", "_rjem_mallocx", "tc_malloc",
+                                           "moz_arena_malloc"};
 
 static int new_family_module(struct dl_phdr_info *info, size_t size, void *found)
 {

@@ -45,6 +45,10 @@ void *mlk_route_attach_hook(int i);
  * `why_not`: a reason not to patch at all (an attach: the program's
  * threads run on while entries would be rewritten), said in `blind`. */
 void mlk_route_start(const char *why_not, char *blind, size_t blind_len, char *routed, size_t routed_len);
+/* The allocator module at `module` (its base) exports ways to allocate
+ * beside a free that nothing routes (PREFIX_malloc and PREFIX_free):
+ * appended to `blind` (unrouted.c). */
+void mlk_route_say_unrouted(const void *module, char *blind, size_t blind_len);
 /* Under attach the executable's own entries are planned by
  * mlk_route_start and held, to be written while the program's other
  * threads are stopped (a jump written over instructions a thread is

@@ -276,7 +276,7 @@ int mlk_route_family_index(const char *name)
 {
     /* (every relocation of every module asks: most names are not ours) */
     if (strncmp(name, "mi_", 3) && strncmp(name, "tc_", 3) && strncmp(name, "je_", 3) &&
-        strncmp(name, "_rjem_", 6) && !strstr(name, "allocx"))
+        strncmp(name, "_rjem_", 6) && strncmp(name, "moz_arena_", 10) && !strstr(name, "allocx"))
         return -1;
     for (int i = USUAL_ENTRIES; i < ENTRIES; i++)
         if (!strcmp(mlk_route_entries[i].name, name))
