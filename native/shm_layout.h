@@ -360,7 +360,12 @@ struct mlk_header {
      * so that `libmemleak run` returns with that report on disk.  The
      * reporter writes it as a `death` report, killed by that signal. */
     uint32_t dying_signal;
-    uint32_t dying_pad;
+    /* The thread that asks for the final report as the process exits (or
+     * dies of a signal): everything on its stack is dead -- main has
+     * returned, or exit() will not -- so an exit scan takes none of it for
+     * a root, as memcheck's leak check at exit does not (a stale pointer in
+     * main's old frame kept a lost block "still reachable"). */
+    uint32_t exiting_tid;
     uint64_t last_report_ns;    /* reporter: CLOCK_REALTIME of the last report's snapshot */
     /* The reachability scan (native/reporter/scan.c).  It finds the live
      * blocks by their trailers' check words, address XOR this key (0: no

@@ -551,3 +551,16 @@ def test_blocks_made_before_collection_keep_their_trailers_whatever_the_director
     assert report.header["tracking"] == "trailers"
     assert header_totals(report.header)["definitely-lost"] == (0, 0)
     assert header_totals(report.header)["indirectly-lost"] == (0, 0)
+
+
+@needs_valgrind
+def test_a_pointer_left_in_mains_dead_frame_keeps_nothing_reachable_at_exit(tmp_path):
+    """#64 item 3: at exit the exiting thread's stack is dead (main has
+    returned; exit() does not), yet stale words the exit path did not
+    overwrite kept a lost block "still reachable" (4 of LeakSanitizer's
+    tests).  Its stack and registers are no root in an exit scan."""
+    prog = compile_program("staleframe.c")
+    expected, totals = valgrind([prog], tmp_path)
+    assert expected == {("site_stale", "definitely-lost"): (1000, 1)}, expected
+    final, _ = run_scan_at_exit(prog, tmp_path)
+    assert scanned_sites(final) == expected

@@ -136,7 +136,7 @@ def _frame_arrays(segment):
     return st, keep
 
 
-def scan(pid, header, take_snapshot, history=None, seq=0, segment=None):
+def scan(pid, header, take_snapshot, history=None, seq=0, segment=None, exiting_tid=0):
     """(snapshot, Scan) of process `pid`, its threads stopped for both.
     Raises ScanRefused when the threads cannot be stopped or the process
     cannot be read; nothing is changed in the process then."""
@@ -149,6 +149,8 @@ def scan(pid, header, take_snapshot, history=None, seq=0, segment=None):
     world = lib.mlk_world_stop(pid, why, WHY_BYTES)
     if world == ffi.NULL:
         raise ScanRefused(ffi.string(why).decode("utf-8", "replace"))
+    # An exit scan: the exiting thread's stack is dead (shm_layout.h, exiting_tid)
+    lib.mlk_world_forget_thread(world, exiting_tid)
     try:
         t0 = time.monotonic()
         snapshot = take_snapshot()

@@ -53,6 +53,7 @@ struct mlk_scan_totals { int64_t bytes[4], blocks[4]; int64_t heap_blocks, unatt
 struct mlk_world *mlk_world_stop(int, char *, int);
 void mlk_world_resume(struct mlk_world *);
 int mlk_world_threads(const struct mlk_world *);
+void mlk_world_forget_thread(struct mlk_world *, int);
 struct mlk_age_history;
 struct mlk_age_history *mlk_age_history_new(void);
 void mlk_age_history_free(struct mlk_age_history *);

@@ -480,7 +480,8 @@ class Reporter:
         self.scan_asked = False
         try:
             return reachability.scan(self.pid, self.h, self.seg.take_snapshot, self.ages,
-                                     self.h.report_seq + 1, self.seg)
+                                     self.h.report_seq + 1, self.seg,
+                                     self.h.exiting_tid if reason == "exit" else 0)
         except reachability.ScanRefused as e:
             self.scan_refused = str(e)
             say(f"no scan: {e}")

@@ -561,6 +561,7 @@ static void exit_report(void)
         return;
     int was = mlk_guard_up();
     record_exit_memory();
+    __atomic_store_n(&mlk_seg->exiting_tid, (uint32_t)mlk_syscall6(SYS_gettid, 0, 0, 0, 0, 0, 0), __ATOMIC_RELEASE);
     /* A descendant the keeper holds leaves its exit report to the keeper
      * (no Python process per exiting child), if the keeper is still there
      * to see it die and no reporter of its own is running anyway. */
@@ -590,6 +591,7 @@ void mlk_report_dying(int sig)
         return;
     int was = mlk_guard_up();
     record_exit_memory();
+    __atomic_store_n(&h->exiting_tid, (uint32_t)mlk_syscall6(SYS_gettid, 0, 0, 0, 0, 0, 0), __ATOMIC_RELEASE);
     __atomic_store_n(&h->dying_signal, (uint32_t)sig, __ATOMIC_RELEASE);
     uint32_t mine = post_request(&h->exit_requests);
     uint64_t deadline = mlk_now_ns(CLOCK_MONOTONIC) + (uint64_t)mlk_config.exit_timeout_ms * 1000000ull;

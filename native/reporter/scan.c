@@ -257,7 +257,7 @@ static void mark_from_roots(struct scan *s, const struct mlk_world *w)
         struct mlk_region *r = th->sp ? mlk_region_of(&s->maps, th->sp) : NULL;
         if (!r)
             continue; /* its stack pointer is nowhere we scan: registers only */
-        uint64_t from = th->sp - RED_ZONE > r->lo ? th->sp - RED_ZONE : r->lo;
+        uint64_t from = th->dead_stack ? r->hi : th->sp - RED_ZONE > r->lo ? th->sp - RED_ZONE : r->lo;
         if (!r->stack_of_thread || from < r->root_from) /* two threads on one stack: the lower */
             r->root_from = from;
         r->stack_of_thread = 1;

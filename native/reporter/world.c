@@ -284,6 +284,15 @@ EXPORT void mlk_world_resume(struct mlk_world *w)
 
 EXPORT int mlk_world_threads(const struct mlk_world *w) { return w ? w->nthreads : 0; }
 
+EXPORT void mlk_world_forget_thread(struct mlk_world *w, int tid)
+{
+    for (int i = 0; w && tid > 0 && i < w->nthreads; i++)
+        if (w->threads[i].tid == tid) {
+            w->threads[i].dead_stack = 1; /* its stack region claimed, and none of it read */
+            w->threads[i].nregs = 0;      /* nor its registers */
+        }
+}
+
 EXPORT uint64_t mlk_world_pc(const struct mlk_world *w, int i)
 {
     if (!w || i < 0 || i >= w->nthreads)

@@ -15,6 +15,7 @@ struct mlk_thread {
     uint64_t sp;    /* stack pointer */
     int nregs;
     uint64_t regs[MLK_REG_WORDS];
+    int dead_stack; /* exiting: nothing on its stack is a root (mlk_world_forget_thread) */
 };
 
 struct mlk_world {
@@ -41,6 +42,8 @@ uint64_t mlk_world_pc(const struct mlk_world *w, int i);
 /* Resume every thread untouched and free the world. */
 void mlk_world_resume(struct mlk_world *w);
 int mlk_world_threads(const struct mlk_world *w);
+/* Thread tid's stack and registers are dead (it is exiting): no roots. */
+void mlk_world_forget_thread(struct mlk_world *w, int tid);
 
 /* Copy len bytes at addr in the stopped process to buf; what cannot be
  * read (a page unmapped, a file mapping past its end) reads as zeros.
