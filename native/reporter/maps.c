@@ -45,6 +45,13 @@ int mlk_maps_read(struct mlk_maps *m, int pid, uint64_t own_lo, uint64_t own_hi)
             name++;
         if (*name && *name != '[')
             note_file_map(m, lo, hi, perms[0] == 'r', perms[2] == 'x');
+        if (perms[0] == 'r' && perms[3] == 's') {
+            struct mlk_file_map *shared = mlk_grow(m->shared, m->nshared, &m->shared_cap, sizeof *shared, 64);
+            if (shared) {
+                m->shared = shared;
+                m->shared[m->nshared++] = (struct mlk_file_map){lo, hi, 1, 0};
+            }
+        }
         if (perms[0] != 'r' || perms[1] != 'w' || perms[3] != 'p')
             continue; /* not readable and writable, or shared (not scanned: docs/scan.md) */
         struct mlk_region r = {lo, hi, 0, 1, 0, lo, 0};
@@ -80,6 +87,7 @@ void mlk_maps_free(struct mlk_maps *m)
         close(m->pagemap);
     free(m->regions);
     free(m->files);
+    free(m->shared);
     memset(m, 0, sizeof *m);
     m->pagemap = -1;
 }

@@ -22,6 +22,9 @@ struct mlk_maps {
     int64_t nregions, regions_cap;
     struct mlk_file_map *files; /* file mappings, any permission: for the heuristics */
     int64_t nfiles, files_cap;
+    struct mlk_file_map *shared; /* readable shared mappings: not scanned, but a root region
+                                  * the program registered there is read (lo, hi) */
+    int64_t nshared, shared_cap;
     int pagemap;                /* /proc/PID/pagemap, or -1 */
 };
 

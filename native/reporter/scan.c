@@ -236,6 +236,12 @@ static void mark_told(struct scan *s, uint64_t lsan_table)
             if (a < b)
                 scan_root(s, a, b);
         }
+        for (int64_t r = 0; hi && r < s->maps.nshared; r++) { /* and in shared ones, read for it alone */
+            const struct mlk_file_map *m = &s->maps.shared[r];
+            uint64_t a = lo > m->lo ? lo : m->lo, b = hi < m->hi ? hi : m->hi;
+            if (a < b)
+                mlk_touched_runs(&s->maps, a, b, scan_root_run, s, NULL);
+        }
         if (k < nroots)
             lo = regions[2 * k], hi = regions[2 * k + 1];
     }

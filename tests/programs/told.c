@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "memleak.h"
 
@@ -98,6 +99,20 @@ __attribute__((noinline)) static void site_root_table(void)
     memset(&other, 0, sizeof other);
 }
 
+/* A root region inside a MAP_SHARED mapping (#64 item 3: never read, though
+ * the docs said a root region is read as a root). */
+__attribute__((noinline)) static void *site_rooted_shared(void) { return malloc(48); }
+
+__attribute__((noinline)) static void site_shared_root(void)
+{
+    void **page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (page == MAP_FAILED)
+        abort();
+    page[3] = site_rooted_shared();
+    root_region(page, 4096, 1);
+    memset(&page, 0, sizeof page);
+}
+
 __attribute__((noinline)) static void site_unrecorded(void)
 {
     recording(0);
@@ -162,6 +177,7 @@ int main(int argc, char **argv)
     site_ignored();
     site_ignored_then_freed();
     site_root_table();
+    site_shared_root();
     site_unrecorded();
     site_lost();
     site_own_allocator();
