@@ -446,3 +446,24 @@ def test_a_checkout_not_built_in_place_says_so_and_its_bench_uses_the_installed_
                            cwd=checkout, env=dict(env, PYTHONPATH=root), capture_output=True, text=True,
                            timeout=300)
     assert bench.returncode == 0 and "report --json" in bench.stdout, bench.stdout + bench.stderr
+
+
+def test_the_programs_own_preloads_are_not_the_reporters(tmp_path):
+    """#64 item 10: the reporter inherited the program's LD_PRELOAD without
+    its library path -- Firefox gives its children
+    LD_PRELOAD=libmozsandbox.so, found through the executable's own
+    RUNPATH -- and ld.so's "cannot be preloaded" reached the program's
+    stderr 7-13 times a run.  The reporter starts without LD_PRELOAD."""
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "libpre.so"), "-x", "c", "-"],
+                   input="int pre_marker(void) { return 1; }\n", text=True, check=True)
+    prog = tmp_path / "hello"
+    subprocess.run(["gcc", "-o", str(prog), "-x", "c", "-", "-Wl,-rpath,$ORIGIN"],
+                   input='#include <stdio.h>\nint main(void) { puts("hello"); return 0; }\n', text=True,
+                   check=True)
+    work = tmp_path / "work"
+    work.mkdir()
+    env = dict(CLI_ENV, LD_PRELOAD=f"{preload_path()}:libpre.so")  # found by the program's RUNPATH alone
+    env.pop("MEMLEAK_CONFIG", None)
+    r = subprocess.run([str(prog)], cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "hello\n", "")
+    assert [n for n in os.listdir(work) if n.endswith(".memlog")]  # its reporter ran, and wrote

@@ -26,15 +26,13 @@ static int warned_spawn;
 
 extern char **environ;
 
-static int mentions_us(const char *entry, size_t n)
-{
-    const char *me = "libmtrace.so";
-    size_t m = strlen(me);
-    return n >= m && memcmp(entry + n - m, me, m) == 0;
-}
 
-/* Environment for the reporter: ours minus our library in LD_PRELOAD, plus
- * MEMLEAK_REPORTER=1.  Built once, in a mapping of its own rather than the
+/* Environment for the reporter: ours without LD_PRELOAD, plus
+ * MEMLEAK_REPORTER=1.  None of the program's preloads is for our Python,
+ * and some cannot load there: Firefox gives its children
+ * LD_PRELOAD=libmozsandbox.so, found through a library path the reporter
+ * lacks -- "cannot be preloaded" on the program's stderr, 7-13 times a run
+ * (#64 item 10).  Built once, in a mapping of its own rather than the
  * program's heap: after an attach, a scan walks glibc's heap, where a block
  * of ours without a trailer would be one of the program's older blocks --
  * and, our data being no root, a definitely lost one. */
@@ -69,48 +67,18 @@ void mlk_spawn_prepare(void)
     spawn_argv[5] = mlk_reporter_name_arg;
     spawn_argv[6] = NULL;
 
-    size_t n = 0, preload = 0;
-    for (char **e = environ; e && *e; e++, n++)
-        if (strncmp(*e, "LD_PRELOAD=", 11) == 0)
-            preload += strlen(*e) + 1;
+    size_t n = 0;
+    for (char **e = environ; e && *e; e++)
+        n++;
     size_t array = (n + 2) * sizeof *spawn_envp;
-    long mem = mlk_syscall6(SYS_mmap, 0, (long)(array + preload), PROT_READ | PROT_WRITE,
-                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    long mem = mlk_syscall6(SYS_mmap, 0, (long)array, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mem < 0 && mem > -4096)
         return;
     spawn_envp = (char **)mem;
-    char *strings = (char *)mem + array; /* the LD_PRELOAD values rewritten */
     size_t k = 0;
-    for (char **e = environ; e && *e; e++) {
-        if (strncmp(*e, "MEMLEAK_REPORTER=", 17) == 0)
-            continue;
-        if (strncmp(*e, "LD_PRELOAD=", 11) != 0) {
+    for (char **e = environ; e && *e; e++)
+        if (strncmp(*e, "MEMLEAK_REPORTER=", 17) != 0 && strncmp(*e, "LD_PRELOAD=", 11) != 0)
             spawn_envp[k++] = *e;
-            continue;
-        }
-        const char *v = *e + 11;
-        char *out = strings;
-        memcpy(out, "LD_PRELOAD=", 11);
-        size_t o = 11;
-        const char *q = v;
-        while (*q) {
-            const char *s = q;
-            while (*q && *q != ':' && *q != ' ')
-                q++;
-            if (q > s && !mentions_us(s, (size_t)(q - s))) {
-                if (o > 11)
-                    out[o++] = ':';
-                memcpy(out + o, s, (size_t)(q - s));
-                o += (size_t)(q - s);
-            }
-            while (*q == ':' || *q == ' ')
-                q++;
-        }
-        out[o] = 0;
-        strings += o + 1;
-        if (o > 11)
-            spawn_envp[k++] = out;
-    }
     spawn_envp[k++] = "MEMLEAK_REPORTER=1";
     spawn_envp[k] = NULL;
 }
