@@ -467,3 +467,22 @@ def test_the_programs_own_preloads_are_not_the_reporters(tmp_path):
     r = subprocess.run([str(prog)], cwd=work, env=env, capture_output=True, text=True, timeout=120)
     assert (r.returncode, r.stdout, r.stderr) == (0, "hello\n", "")
     assert [n for n in os.listdir(work) if n.endswith(".memlog")]  # its reporter ran, and wrote
+
+
+def test_snapshot_of_a_process_whose_reporter_cannot_start_says_so_at_once(tmp_path):
+    """#64 item 15: after an attach that could start no reporter, snapshot
+    waited its 60 s for a report nobody would write."""
+    prog = compile_program("attachee.c")
+    env = dict(CLI_ENV, LD_PRELOAD=preload_path(), MEMLEAK_PYTHON=str(tmp_path / "no-python"))
+    env.pop("MEMLEAK_CONFIG", None)
+    p = subprocess.Popen([prog], cwd=tmp_path, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "checkpoint attach\n"
+        # (asked to wait 600 s: cli's own 120 s would end the test were it waited for)
+        out = cli("snapshot", "--timeout", "600", p.pid, cwd=tmp_path)
+        assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+        assert "its reporter could not be started (running its Python: No such file or directory)" in out.stderr
+    finally:
+        p.kill()
+        p.wait()

@@ -22,6 +22,14 @@ def not_collecting_why(h, pid):
     return f"process {pid} is not collecting (it waits for its mtrace(), or called muntrace())"
 
 
+def spawn_words(error):
+    """The hook's spawn_error (shm_layout.h: errno | MLK_SPAWN_* << 16) in words."""
+    import errno as errnos
+    step = {1: "reading its script", 2: "running its Python", 3: "creating its process"}.get(error >> 16, "starting it")
+    code = error & 0xffff
+    return f"{step}: {os.strerror(code) if code else 'failed'}" if code in errnos.errorcode or not code else step
+
+
 def request_on_segment(segment, timeout=60.0, scan=False, heuristics=None):
     """request_report on an open segment (the remote server's: it holds
     one)."""
@@ -41,6 +49,9 @@ def request_on_segment(segment, timeout=60.0, scan=False, heuristics=None):
     done_at = segment.field_address("done_seq")
     deadline = time.monotonic() + timeout
     while ((h.done_seq - mine) & 0xffffffff) >= 1 << 31:  # done_seq before mine
+        if h.reporter_pid < 0:  # the hook could start none (and said why on the program's stderr)
+            raise LiveError(f"process {pid}: its reporter could not be started ({spawn_words(h.spawn_error)}): "
+                            "no report can be written; the program's stderr says what to change")
         left = deadline - time.monotonic()
         if left <= 0:
             raise LiveError(f"process {pid}: no report within {timeout:g} s (is its reporter "
