@@ -37,8 +37,16 @@ def short_name(name):
     return "".join(out).strip() or name
 
 
-SYSTEM_SOURCES = ("/usr/include/", "/usr/lib/gcc/", "/usr/lib/llvm")
-LIBRARY_NAMESPACES = ("std::", "__gnu_cxx::", "__cxxabiv1::", "void std::", "__gnu_debug::")
+# Library code compiled into the program: C++'s headers, and Rust's standard
+# library (its sources as rustup's toolchains and Debian's rustc record
+# them), whose allocation layer -- alloc::alloc, RawVec, Box, String,
+# format! -- is monomorphized into every Rust binary and would otherwise be
+# every stack's first frame of the program's own.
+SYSTEM_SOURCES = ("/usr/include/", "/usr/lib/gcc/", "/usr/lib/llvm", "/rustc/", "/usr/src/rustc-")
+LIBRARY_NAMESPACES = ("std::", "__gnu_cxx::", "__cxxabiv1::", "void std::", "__gnu_debug::",
+                      # Rust's (frames without line information: a release build's std)
+                      "alloc::", "core::", "<alloc::", "<core::", "<std::", "hashbrown::", "<hashbrown::",
+                      "__rust_alloc", "__rust_realloc", "__rust_dealloc", "__rdl_", "__rg_")
 
 
 def is_library(module):
