@@ -44,8 +44,9 @@ def short_name(name):
 # every stack's first frame of the program's own.
 SYSTEM_SOURCES = ("/usr/include/", "/usr/lib/gcc/", "/usr/lib/llvm", "/rustc/", "/usr/src/rustc-")
 LIBRARY_NAMESPACES = ("std::", "__gnu_cxx::", "__cxxabiv1::", "void std::", "__gnu_debug::",
-                      # Rust's (frames without line information: a release build's std)
-                      "alloc::", "core::", "<alloc::", "<core::", "<std::", "hashbrown::", "<hashbrown::",
+                      # Rust's (frames without line information: a release build's std).
+                      # Not a bare "core::": a C++ program may have a namespace of that name.
+                      "alloc::", "<alloc::", "<core::", "<std::", "hashbrown::", "<hashbrown::",
                       "__rust_alloc", "__rust_realloc", "__rust_dealloc", "__rdl_", "__rg_")
 
 
