@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from helpers import PROGRAMS, cli
+from helpers import CLI_ENV, PROGRAMS, cli
 
 RUSTC = shutil.which("rustc")
 MANGLED = re.compile(r"\$LT\$|\$GT\$|\$C\$|::h[0-9a-f]{16}$|^_R|^_ZN")
@@ -53,3 +53,29 @@ def test_rust_leaks_are_named_at_their_functions_demangled_under_every_grouping(
                 got[name] = (b + s["live_bytes"], k + s["live_blocks"])
             assert not any(f["function"] and MANGLED.search(f["function"]) for f in s["frames"]), s["frames"]
         assert got == RUST_LEAKS, (group, got)
+
+
+GROW = "kept = []\nfor i in range(200000):\n    kept.append((i, str(i)))\nprint(len(kept))\n"
+
+
+def test_a_pool_in_the_way_is_named_with_its_switch(tmp_path):
+    """#64 item 17: under a pool allocator the blame lands on whichever call
+    refilled the pool, and nothing said a pool was in the way.  CPython's
+    pymalloc is one (its 1 MiB arenas): report names it and the switch that
+    sends every object to malloc, and under that switch says nothing."""
+    import sys
+    script = tmp_path / "grow.py"
+    script.write_text(GROW)
+    for pymalloc in (True, False):
+        work = tmp_path / ("pymalloc" if pymalloc else "malloc")
+        work.mkdir()
+        env = None if pymalloc else dict(CLI_ENV, PYTHONMALLOC="malloc")
+        out = cli("run", "-q", sys.executable, script, cwd=work, env=env)
+        assert (out.returncode, out.stdout) == (0, "200000\n"), out.stderr
+        shown = cli("report", work).stdout
+        said = [line for line in shown.splitlines() if "pool in the way" in line]
+        if pymalloc:
+            assert len(said) == 1 and "through CPython's pymalloc" in said[0], shown
+            assert said[0].endswith("run it with PYTHONMALLOC=malloc for each allocation's own stack")
+        else:
+            assert said == [], said

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from libmemleak.analysis import lost
 from libmemleak.analysis import alloc_layer
+from libmemleak.analysis import pools
 from libmemleak.analysis.names import deeper_words, shown_frames
 
 TEARDOWN = "exit"
@@ -303,6 +304,7 @@ def analyse(series, group_by="stack", alloc_fns=None, fold=True):
     if cut:
         a.notes.append(cut)
     a.notes += health_notes(series)
+    a.notes += pools.notes(trends)
     if running < 3:
         a.notes.append(f"{count(running, 'report')} before exit: a stack must "
                        "grow across two intervals to be a suspect; take more reports while it "
