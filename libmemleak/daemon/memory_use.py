@@ -154,6 +154,17 @@ def _stack_pointer(pid, tid):
     return None
 
 
+def _threads(pid):
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return 1
+
+
+def _in_main_stack(maps, sp):
+    return any(m.path == "[stack]" and m.start <= sp < m.end for m in maps)
+
+
 def _holds_a_stack_pointer(sps, m):
     i = bisect.bisect_left(sps, m.start)
     return i < len(sps) and sps[i] < m.end
@@ -195,6 +206,12 @@ def measure(pid, own=(0, 0)):
     if isinstance(maps, str):
         return maps
     sps = thread_stack_pointers(pid)
+    # Guard pages tell thread stacks only for threads whose stack pointer
+    # did not (busy ones): an rw mapping above a PROT_NONE one is also how
+    # JavaScript engines and allocators lay out their own regions (a
+    # one-thread program had 101 "thread stacks", a 16-thread Firefox
+    # 1,947: #64 item 4).
+    guard_budget = _threads(pid) - 1 - sum(1 for sp in sps if not _in_main_stack(maps, sp))
     use = MemoryUse()
     use.arenas.append([0, 0])  # the main arena's [heap] (none: glibc's malloc used no brk)
     arena_of = {}   # a 64 MiB window's start -> index in use.arenas
@@ -223,11 +240,12 @@ def measure(pid, own=(0, 0)):
                 _add(use.arenas[arena_of[window]], m.rss, size)
             elif m.perms.startswith("rw") and _holds_a_stack_pointer(sps, m):
                 name = "thread-stacks"
-            elif (m.perms.startswith("rw") and prev is not None and prev.end == m.start
+            elif (guard_budget > 0 and m.perms.startswith("rw") and prev is not None and prev.end == m.start
                   and prev.perms.startswith("---") and _anonymous(prev)
                   # (a guard just above the tracer's reserved range merges with it)
                   and (prev.end - prev.start <= GUARD_MAX or own[0] <= prev.start < own[1])):
                 name = "thread-stacks"
+                guard_budget -= 1
             elif m.perms.startswith("rw") and _malloc_mapped(pid, m):
                 name = "malloc-mapped"
             else:
