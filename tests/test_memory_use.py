@@ -293,3 +293,21 @@ def test_regions_behind_guard_pages_are_no_thread_stacks_of_a_one_thread_program
     resident, mapped, count = numbers(report, "memory-thread-stacks")
     assert count == 1, report.header["memory-thread-stacks"]  # [stack] alone
     assert numbers(report, "memory-anonymous")[0] >= 5 * 65536, report.header["memory-anonymous"]
+
+
+def test_an_arena_read_as_it_changed_is_said_torn_not_used():
+    """#64 item 4: an exit report taken mid-teardown had one arena field
+    reading 293 TB, used as it was.  An arena whose figures exceed all the
+    process has mapped, or whose free memory exceeds what it has from the
+    system, is torn: `partial`, and its line says not known."""
+    from libmemleak.daemon import glibc_arenas
+    raw = glibc_arenas.ffi.new("struct mlk_glibc_arena *")
+    raw.system, raw.max_system, raw.top, raw.bins_bytes = 1 << 20, 1 << 20, 293 << 40, 4096
+    torn = glibc_arenas._arena(raw[0], 1 << 30)
+    raw.top = 8192
+    fine = glibc_arenas._arena(raw[0], 1 << 30)
+    assert torn.torn and not fine.torn
+    lines = dict(glibc_arenas.header_lines(([fine, torn], 2)))
+    assert lines["memory-malloc-arenas"] == "2 partial"
+    assert lines["memory-malloc-arena 0"].startswith(f"{1 << 20} {1 << 20} 8192 4096")
+    assert lines["memory-malloc-arena 1"] == "not known: read as the program changed it (torn)"

@@ -43,6 +43,7 @@ class Arena:
     fast_chunks: int
     classes: tuple         # (chunks, bytes) per size class, bins and fastbins
     partial: bool          # a list could not be read to its end (it changed, or was cut)
+    torn: bool = False     # figures no arena can have: read while the program changed them
 
     @property
     def free(self):
@@ -67,15 +68,23 @@ def read(pid, maps, heap_starts):
     if n == 0:
         return ("no glibc arena found (another allocator, or a C library this reader does not know)"
                 if heap != (0, 0) or named else "glibc's malloc has no heap yet")
-    return [_arena(out[i]) for i in range(min(n, ARENAS_MAX))], n
+    mapped = sum(m.end - m.start for m in maps)
+    return [_arena(out[i], mapped) for i in range(min(n, ARENAS_MAX))], n
 
 
-def _arena(a):
-    """One arena, each figure bounded (they are the program's memory's to say)."""
+def _arena(a, mapped):
+    """One arena, each figure bounded (they are the program's memory's to say).
+    One whose figures exceed all the process has mapped, or whose free
+    memory exceeds what it has from the system, was read as it changed (an
+    exit report taken mid-teardown read 293 TB in one field): torn, said
+    and not used (#64 item 4)."""
     v = [min(x, 1 << 62) for x in (a.system, a.max_system, a.top, a.bins_bytes, a.bins_chunks, a.fast_bytes,
                                    a.fast_chunks)]
+    system, max_system, top, bins, _, fast, _ = v
+    torn = (max(system, max_system, top, bins, fast) > mapped
+            or top + bins + fast > max(system, max_system))
     return Arena(*v, tuple((min(a.class_chunks[k], 1 << 62), min(a.class_bytes[k], 1 << 62))
-                           for k in range(CLASSES)), bool(a.partial))
+                           for k in range(CLASSES)), bool(a.partial), torn)
 
 
 def header_lines(found):
@@ -86,9 +95,12 @@ def header_lines(found):
     if isinstance(found, str):
         return [("memory-malloc-arenas", f"not known: {found}")]
     arenas, n = found
-    partial = " partial" if any(a.partial for a in arenas) else ""
+    partial = " partial" if any(a.partial or a.torn for a in arenas) else ""
     lines = [("memory-malloc-arenas", f"{n}{partial}")]
     for i, a in enumerate(arenas):
+        if a.torn:  # (readers stop at it: the arenas after it are not used either)
+            lines.append((f"memory-malloc-arena {i}", "not known: read as the program changed it (torn)"))
+            continue
         lines.append((f"memory-malloc-arena {i}", f"{a.system} {a.max_system} {a.top} {a.bins_bytes} "
                                                    f"{a.bins_chunks} {a.fast_bytes} {a.fast_chunks}"))
         lines.append((f"memory-malloc-free {i}", " ".join(f"{c} {b}" for c, b in a.classes)))
