@@ -79,3 +79,26 @@ def test_a_pool_in_the_way_is_named_with_its_switch(tmp_path):
             assert said[0].endswith("run it with PYTHONMALLOC=malloc for each allocation's own stack")
         else:
             assert said == [], said
+
+
+GO = shutil.which("go")
+
+
+@pytest.mark.skipif(not GO, reason="needs Debian's golang-go")
+def test_go_names_print_intact(tmp_path):
+    """#60: runtime.(*mheap).grow printed as runtime..grow -- the receiver
+    taken for a parameter list.  A cgo program's reports and drawings keep
+    Go's method names whole."""
+    env = dict(os.environ, HOME=str(tmp_path), GOCACHE=str(tmp_path / "cache"), GOPATH=str(tmp_path / "gopath"),
+               GO111MODULE="off")
+    prog = tmp_path / "cgoleak"
+    subprocess.run([GO, "build", "-o", str(prog), os.path.join(PROGRAMS, "cgoleak.go")], env=env, check=True,
+                   capture_output=True, timeout=600)
+    work = tmp_path / "work"
+    work.mkdir()
+    out = cli("run", "-q", prog, cwd=work)
+    assert (out.returncode, out.stdout) == (0, "done 50\n"), out.stderr
+    folded = cli("export", "--format", "collapsed", "--no-fold", work).stdout
+    names = {name for line in folded.splitlines() for name in line.rsplit(" ", 1)[0].split(";")}
+    assert any(n.startswith("runtime.(*mheap).") for n in names), sorted(names)[:40]
+    assert not [n for n in names if ".." in n and not n.startswith("...")], sorted(n for n in names if ".." in n)

@@ -9,7 +9,9 @@ LIBRARY_HINTS = ("/libc.so", "/libstdc++.so", "/ld-linux", "/libm.so", "/libgcc_
 def short_name(name):
     """Template arguments and parameter lists elided:
     `std::vector<int, std::allocator<int> >::_M_realloc_insert<int const&>(...)`
-    -> `std::vector::_M_realloc_insert`.  `operator<` and the like are kept."""
+    -> `std::vector::_M_realloc_insert`.  `operator<` and the like are kept,
+    and so is a Go method's receiver: `runtime.(*mheap).grow`, not
+    `runtime..grow` (#60)."""
     if not name or ("<" not in name and "(" not in name):
         return name
     out, depth, i = [], 0, 0
@@ -27,6 +29,12 @@ def short_name(name):
             i = j
             continue
         c = name[i]
+        if c == "(" and depth == 0 and i and name[i - 1] == ".":  # Go: pkg.(*T).method
+            j = name.find(")", i)
+            if j > 0 and name.startswith(".", j + 1):
+                out.append(name[i:j + 1])
+                i = j + 1
+                continue
         if c in "<(":
             depth += 1
         elif c in ">)" and depth:
