@@ -119,3 +119,30 @@ def test_two_pid_1s_in_one_directory_keep_their_reports_apart(tmp_path):
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.count("nsleak (pid 1 in pid namespace ") == 2, shown.stdout
     assert shown.stdout.count("2 reports") == 2 and "different programs" not in shown.stderr
+
+
+@needs_pidns
+def test_attach_into_a_pid_namespace_names_the_files_its_reporter_writes(tmp_path):
+    """#64 item 5: `attach` to a process in a pid namespace of its own said
+    its reports went to PROG-OUTERPID-N.memlog; its reporter, started from
+    inside the namespace, names them by the pid the process knows and the
+    namespace (PROG-1@NS-N)."""
+    if not _can_unshare("--pid", "--mount-proc"):
+        pytest.skip("cannot mount a /proc of a new pid namespace here")
+    prog = compile_program("attachee.c")
+    env = {k: v for k, v in CLI_ENV.items() if k != "PYTHONPATH"}
+    p = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", prog], cwd=tmp_path, env=env,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "checkpoint attach\n"
+        outer = _outer_pid_of(p.pid, "attachee")
+        ns = os.stat(f"/proc/{outer}/ns/pid").st_ino
+        out = cli("attach", outer, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        assert f"{tmp_path}/attachee-1@{ns}-N.memlog" in out.stderr, out.stderr
+        shot = cli("snapshot", outer, cwd=tmp_path)
+        assert shot.returncode == 0, shot.stderr
+        assert shot.stdout.strip() == f"{tmp_path}/attachee-1@{ns}-1.memlog"
+    finally:
+        p.kill()
+        p.wait()

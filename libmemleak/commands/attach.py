@@ -8,6 +8,7 @@ import os
 import sys
 
 from libmemleak.cli import config_value
+from libmemleak.daemon.procfs import report_pid
 
 EXIT_FAILED = 1
 
@@ -82,7 +83,7 @@ def run_attach(args):
              "stderr); reports will be written when one can be started")
     if not args.quiet:
         _say(f"attached to {name} (pid {args.pid}; thread {tid} was borrowed for {kept_ms:.1f} ms); "
-             f"reports go to {directory}/{name}-{args.pid}-N.memlog; ask for one with: libmemleak "
+             f"reports go to {directory}/{name}-{report_pid(args.pid)}-N.memlog; ask for one with: libmemleak "
              f"snapshot {args.pid} (or libmemleak shell {args.pid}); stop with: libmemleak detach "
              f"{args.pid}")
         if config_value(config, "listen", None):

@@ -44,6 +44,21 @@ def namespace_tag(pid="self"):
     return ns if ns not in (None, INIT_PID_NAMESPACE) else None
 
 
+def report_pid(pid):
+    """The PID part of the names of `pid`'s reports as a reporter started
+    inside it writes them: its pid, or -- in a pid namespace of its own --
+    the pid it knows itself by and the namespace (memlog.report_name)."""
+    ns = namespace_tag(pid)
+    if not ns:
+        return str(pid)
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            inner = next(line.split()[-1] for line in f if line.startswith("NSpid:"))
+        return f"{int(inner)}@{ns}"
+    except (OSError, StopIteration, ValueError):
+        return str(pid)
+
+
 def not_allowed(pid, advice, what="read it"):
     """Why /proc/PID refused us, in a line: another user's process -- or,
     when it is ours or we are root, the kernel's ptrace access check (a
