@@ -95,10 +95,14 @@ static void death_handler(int sig, siginfo_t *info, void *context)
     dfl.sa_handler = SIG_DFL;
     next_sigaction(sig, &dfl, NULL);
     ours[sig] = 0;
+    /* A second one while the report is written (Ctrl-C again) ends the
+     * process at once, as the first would have without us. */
+    uint64_t mine = 1ull << (sig - 1);
+    mlk_syscall6(SYS_rt_sigprocmask, SIG_UNBLOCK, (long)&mine, 0, 8, 0, 0);
     mlk_report_dying(sig);
     errno = saved;
-    /* Again, to this thread: blocked while we run, delivered as we return
-     * (a fault's instruction is not run again first). */
+    /* Again, to this thread: at its default now, it ends the process here
+     * (a fault's instruction is not run again). */
     mlk_syscall6(SYS_tgkill, mlk_getpid(), mlk_syscall6(SYS_gettid, 0, 0, 0, 0, 0, 0), sig, 0, 0, 0);
 }
 
@@ -115,7 +119,7 @@ void mlk_signals_watch_deaths(void)
         memset(&sa, 0, sizeof sa);
         sa.sa_sigaction = death_handler;
         sa.sa_flags = SA_SIGINFO | SA_ONSTACK; /* (SA_ONSTACK: the program's alternate stack, if it has one) */
-        sigfillset(&sa.sa_mask);
+        sigemptyset(&sa.sa_mask); /* (another signal meanwhile: its own disposition, as without us) */
         ours[sig] = 1;
         if (next_sigaction(sig, &sa, NULL) != 0)
             ours[sig] = 0;
