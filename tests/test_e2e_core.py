@@ -10,7 +10,7 @@ import time
 import pytest
 
 from helpers import (Traced, add_reports, by_site, child_pids_with_reports, compile_program,
-                     env_for, report_path, reports_of, wait_for_file)
+                     env_for, report_path, reports_of, wait_for_file, wait_for_reporter)
 from libmemleak import PACKAGE_DIR
 from libmemleak.files import memlog
 
@@ -220,7 +220,7 @@ def test_signal_gives_a_report_while_the_program_is_blocked(workdir):
     prog = compile_program("blocked.c")
     t = Traced([prog], workdir)
     t.expect("blocked")
-    time.sleep(0.7)  # the reporter is up; the program sits in read()
+    wait_for_reporter(t.pid, timeout=120)  # the reporter is up; the program sits in read()
     start = time.monotonic()
     report = t.signal_report(1)
     latency = time.monotonic() - start

@@ -43,7 +43,7 @@ def test_death_without_exit_handlers_still_gives_the_final_report(workdir, how):
     prog = compile_program("spin.c")
     t = Traced([prog] + ([how] if how != "SIGKILL" else []), workdir)
     t.expect("ready")
-    time.sleep(0.6)  # let the reporter start: it is the one that must notice
+    wait_for_reporter(t.pid, timeout=120)  # the reporter is the one that must notice
     if how == "SIGKILL":
         t.proc.kill()
     else:
@@ -77,11 +77,11 @@ def test_exec_starts_a_new_traced_image_and_the_old_reporter_leaves(workdir):
     target = compile_program("mtrace_api.c")
     t = Traced([prog, "exec", target], workdir)
     t.expect("ready")
-    time.sleep(0.6)
+    wait_for_reporter(t.pid, timeout=120)
     t.resume()
     assert t.finish() == 0, t.stderr
     assert t.stdout.endswith("sync 1 1\n")
-    time.sleep(1.5)  # the old reporter checks for exec once a second
+    time.sleep(1.5)  # (a negative check: time for a wrong report of the old reporter, which looks once a second)
     # the exec'd image reports under the same pid; the pre-exec image wrote nothing
     assert len(reports_of(str(workdir), "mtrace_api", t.pid)) == 2
     assert not [n for n in os.listdir(workdir) if n.startswith("spin-")]
