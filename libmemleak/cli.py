@@ -7,7 +7,7 @@ import stat
 import sys
 
 from libmemleak import __version__, preload_path
-from libmemleak.commands import byte_size
+from libmemleak.sizes import byte_size
 
 ELF_MAGIC = b"\x7fELF"
 PT_INTERP = 3

@@ -6,6 +6,7 @@ import re
 import sys
 
 from libmemleak.files.memlog import printable
+from libmemleak.sizes import byte_size  # noqa: F401 -- the commands' size options take it from here
 from libmemleak.files.series import InputError, read_series
 
 EXIT_BAD_INPUT = 2
@@ -20,16 +21,6 @@ def positive(text):
     if n < 1:
         raise ValueError(text)
     return n
-
-
-def byte_size(text):
-    """An option's number of bytes: digits, with an optional K, M or G
-    (powers of 1024), as MEMLEAK_CONFIG's sizes take them (argparse turns
-    the ValueError into one usage line, status 2)."""
-    m = re.fullmatch(r"(\d{1,18})([kKmMgG]?)", text.strip())
-    if not m:
-        raise ValueError(text)
-    return int(m.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30}[m.group(2).lower()]
 
 
 def say_blind(command, series):
