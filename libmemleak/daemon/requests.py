@@ -3,6 +3,7 @@ or not), waited for; collection paused or resumed.  The live commands
 (live/client.py) open the segment of a process by its pid first; the
 remote server holds one already."""
 
+import errno
 import os
 import struct
 import time
@@ -24,10 +25,9 @@ def not_collecting_why(h, pid):
 
 def spawn_words(error):
     """The hook's spawn_error (shm_layout.h: errno | MLK_SPAWN_* << 16) in words."""
-    import errno as errnos
     step = {1: "reading its script", 2: "running its Python", 3: "creating its process"}.get(error >> 16, "starting it")
     code = error & 0xffff
-    return f"{step}: {os.strerror(code) if code else 'failed'}" if code in errnos.errorcode or not code else step
+    return f"{step}: {os.strerror(code)}" if code in errno.errorcode else step
 
 
 def request_on_segment(segment, timeout=60.0, scan=False, heuristics=None):

@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 from libmemleak.daemon import report_core
 from libmemleak.daemon.layout import CONST, HEADER_SIZE, MODULE_SIZE, STACK_SIZE, ffi, stack_word
+from libmemleak.daemon.procfs import namespace_tag
 from libmemleak.files.memlog import report_name, resource_name, safe_name
 
 KIND_NAMES = {CONST["MLK_KIND_MALLOC"]: "malloc", CONST["MLK_KIND_NEW"]: "new",
@@ -220,7 +221,6 @@ class Segment:
         the one the process knows itself by, with its namespace (a reporter
         inside it: procfs.namespace_tag); each in the directory as given and
         as seen through the process's root (a mount namespace of its own)."""
-        from libmemleak.daemon.procfs import namespace_tag
         names = [report_name(self.program_name(), self.pid, seq)]
         ns = namespace_tag(self.pid) if self.pid != self.header.pid else None
         if ns:
