@@ -530,6 +530,17 @@ static uint32_t status_kb(const char *status, const char *key)
 }
 
 /* For the exit report, which for a descendant is written after it is gone. */
+static void record_exit_memory(void);
+
+/* What the final report needs to know of a process as it leaves: its
+ * memory, and the thread leaving (whose stack an exit scan does not read:
+ * shm_layout.h, exiting_tid). */
+static void note_leaving(void)
+{
+    record_exit_memory();
+    __atomic_store_n(&mlk_seg->exiting_tid, (uint32_t)mlk_syscall6(SYS_gettid, 0, 0, 0, 0, 0, 0), __ATOMIC_RELEASE);
+}
+
 static void record_exit_memory(void)
 {
     char buf[4096];
@@ -560,8 +571,7 @@ static void exit_report(void)
         __atomic_exchange_n(&exit_asked_by, pid, __ATOMIC_RELAXED) == pid)
         return;
     int was = mlk_guard_up();
-    record_exit_memory();
-    __atomic_store_n(&mlk_seg->exiting_tid, (uint32_t)mlk_syscall6(SYS_gettid, 0, 0, 0, 0, 0, 0), __ATOMIC_RELEASE);
+    note_leaving();
     /* A descendant the keeper holds leaves its exit report to the keeper
      * (no Python process per exiting child), if the keeper is still there
      * to see it die and no reporter of its own is running anyway. */
@@ -590,8 +600,7 @@ void mlk_report_dying(int sig)
         __atomic_exchange_n(&exit_asked_by, pid, __ATOMIC_RELAXED) == pid)
         return;
     int was = mlk_guard_up();
-    record_exit_memory();
-    __atomic_store_n(&h->exiting_tid, (uint32_t)mlk_syscall6(SYS_gettid, 0, 0, 0, 0, 0, 0), __ATOMIC_RELEASE);
+    note_leaving();
     __atomic_store_n(&h->dying_signal, (uint32_t)sig, __ATOMIC_RELEASE);
     uint32_t mine = post_request(&h->exit_requests);
     uint64_t deadline = mlk_now_ns(CLOCK_MONOTONIC) + (uint64_t)mlk_config.exit_timeout_ms * 1000000ull;

@@ -219,13 +219,14 @@ void mlk_misuse_guard_reads(void)
     mlk_fast_off_set(MLK_FAST_GUARDED, 1);
 }
 
-static int readable(uint64_t a, size_t n)
+/* Whether the 16 bytes at a (a chunk header, a trailer) can be read. */
+static int readable(uint64_t a)
 {
-    if (a >= heap_lo && a + n <= (uint64_t)sbrk(0) && a + n > a)
-        return 1;
     uint64_t buf[2];
-    long got = read_own(buf, a, n < sizeof buf ? n : sizeof buf);
-    if (got == -EFAULT || (got >= 0 && got < (long)(n < sizeof buf ? n : sizeof buf)))
+    if (a >= heap_lo && a + sizeof buf <= (uint64_t)sbrk(0) && a + sizeof buf > a)
+        return 1;
+    long got = read_own(buf, a, sizeof buf);
+    if (got == -EFAULT || (got >= 0 && got < (long)sizeof buf))
         return 0;
     if (got < 0 && !__atomic_exchange_n(&readable_unknown, 1, __ATOMIC_RELAXED))
         mlk_warn("misuse=hold cannot ask the kernel whether a freed pointer can be read (process_vm_readv "
@@ -236,12 +237,13 @@ static int readable(uint64_t a, size_t n)
 int mlk_block_readable(const void *p)
 {
     uint64_t a = (uint64_t)p;
-    if (a < 16 || !readable(a - 16, 16)) /* the chunk header */
+    if (a < 16 || !readable(a - 16)) /* the chunk header */
         return 0;
     if (!mlk_glibc_heap)
         return 1; /* another allocator's header is its own to read */
     size_t usable = mlk_glibc_usable(p);
-    return usable < MLK_TRAILER_SIZE || readable(a + usable - MLK_TRAILER_SIZE, MLK_TRAILER_SIZE);
+    _Static_assert(MLK_TRAILER_SIZE == 16, "readable() reads a trailer's 16 bytes");
+    return usable < MLK_TRAILER_SIZE || readable(a + usable - MLK_TRAILER_SIZE);
 }
 
 /* Whether the two words at w are the trailer of a live counted block that
