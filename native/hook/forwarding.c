@@ -58,7 +58,7 @@ static void *guarded_aligned_alloc(size_t al, size_t n) { return GUARDED_CALL(al
 static void *guarded_memalign(size_t al, size_t n) { return GUARDED_CALL(memalign, (al, n)); }
 static void *guarded_valloc(size_t n) { return GUARDED_CALL(valloc, (n)); }
 static void *guarded_pvalloc(size_t n) { return GUARDED_CALL(pvalloc, (n)); }
-static size_t guarded_usable_size(void *p) { return GUARDED_CALL(malloc_usable_size, (p)); }
+static size_t guarded_malloc_usable_size(void *p) { return GUARDED_CALL(malloc_usable_size, (p)); }
 static void guarded_free(void *p)
 {
     int was = mlk_guard_up();
@@ -73,9 +73,7 @@ static void guarded_free(void *p)
 static void *thunk_of(size_t offset)
 {
 #define AS_THUNK(name) if (offset == offsetof(struct mlk_real_fns, name)) return (void *)guarded_##name;
-#define guarded_malloc_usable_size guarded_usable_size
     GUARDS(AS_THUNK)
-#undef guarded_malloc_usable_size
 #undef AS_THUNK
     return NULL;
 }
