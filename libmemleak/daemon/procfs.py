@@ -4,6 +4,8 @@ of its maps."""
 
 import os
 
+from libmemleak.daemon.trust import innermost_pid
+
 
 def proc_dir(pid):
     """/proc/PID, or /proc/PID/task/TID of a live thread when the main thread
@@ -49,14 +51,7 @@ def report_pid(pid):
     inside it writes them: its pid, or -- in a pid namespace of its own --
     the pid it knows itself by and the namespace (memlog.report_name)."""
     ns = namespace_tag(pid)
-    if not ns:
-        return str(pid)
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            inner = next(line.split()[-1] for line in f if line.startswith("NSpid:"))
-        return f"{int(inner)}@{ns}"
-    except (OSError, StopIteration, ValueError):
-        return str(pid)
+    return f"{innermost_pid(pid)}@{ns}" if ns else str(pid)
 
 
 def not_allowed(pid, advice, what="read it"):

@@ -68,6 +68,11 @@ def pid_of_pidfd(fd):
     return pid[0] if pid and pid[0] > 0 else None
 
 
+def innermost_pid(pid):
+    """The pid `pid` knows itself by (the last of NSpid), or `pid`."""
+    return (_numbers(f"/proc/{int(pid)}/status", b"NSpid") or [int(pid)])[-1]
+
+
 def namespace_pids(pid):
     """Every pid `pid` has, from this /proc's namespace inwards (NSpid of
     /proc/PID/status): {pid} for a process in no namespace of its own."""
