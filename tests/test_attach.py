@@ -196,9 +196,20 @@ print("bye", len(keep))
 """
 
 
-def test_attach_to_python3(tmp_path):
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+@pytest.mark.parametrize("python", [
+    sys.executable,
+    # Debian's is a non-PIE executable that takes free's address: dlsym
+    # answers with its canonical PLT entry, which an attach routes to our
+    # free -- once, free called itself until the stack overflowed (#64).
+    pytest.param(SYSTEM_PYTHON, marks=pytest.mark.skipif(not os.path.exists(SYSTEM_PYTHON),
+                                                         reason="no /usr/bin/python3")),
+], ids=["this-python", "system-python"])
+def test_attach_to_python3(tmp_path, python):
     env = dict(BARE_ENV, PYTHONMALLOC="malloc")
-    argv = [sys.executable, "-c", PY_LOOP]
+    argv = [python, "-c", PY_LOOP]
     expected = bare_run(argv, b"x\ngrow 20\nx\n", env)
     p = start_bare(argv, tmp_path, env)
     p.stdin.write(b"x\n")

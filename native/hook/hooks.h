@@ -257,6 +257,6 @@ static inline __attribute__((always_inline)) int free_trailed(void *p, int call,
 
 /* The next definition of `name`, looked up once (for hooks added after
  * start-up, outside the `real` table). */
-#define LAZY_NEXT(var, name) (var ? var : (*(void **)&var = dlsym(MLK_NEXT_HANDLE, name), var))
+#define LAZY_NEXT(var, name) (var ? var : (*(void **)&var = mlk_next_symbol(name), var))
 
 #endif

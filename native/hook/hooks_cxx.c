@@ -27,7 +27,7 @@ static void clear_guard(int *unused)
 
 static void *next_symbol(const char *mangled)
 {
-    void *f = dlsym(MLK_NEXT_HANDLE, mangled);
+    void *f = mlk_next_symbol(mangled);
     if (!f) {
         /* libstdc++ loaded later with RTLD_LOCAL (a C program's C++ plugin). */
         void *lib = mlk_real.dlopen ? mlk_real.dlopen("libstdc++.so.6", RTLD_NOW | RTLD_NOLOAD) : NULL;

@@ -38,7 +38,7 @@ void *mlk_boot_alloc(size_t size, size_t align)
 static void resolve(void)
 {
     resolving = 1;
-#define GET(name) *(void **)&mlk_real.name = dlsym(MLK_NEXT_HANDLE, #name)
+#define GET(name) *(void **)&mlk_real.name = mlk_next_symbol(#name)
     GET(malloc);
     GET(free);
     GET(malloc_usable_size);

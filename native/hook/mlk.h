@@ -604,8 +604,10 @@ MLK_HIDDEN int mlk_init_attached(const char *config, char *why, size_t why_len);
 MLK_HIDDEN void mlk_detach_report(void);
 MLK_HIDDEN void mlk_attach_route_new_modules(void);
 /* The next definition of a symbol after ours: RTLD_NEXT as a preload; as an
- * attached copy (not in the global scope) the program's own, RTLD_DEFAULT. */
+ * attached copy (not in the global scope) the program's own, RTLD_DEFAULT,
+ * seen through a non-PIE executable's canonical PLT entry (next_symbol.c). */
 #define MLK_NEXT_HANDLE (mlk_attach_mode ? RTLD_DEFAULT : RTLD_NEXT)
+MLK_HIDDEN void *mlk_next_symbol(const char *name);
 /* Asks the reporter for a report, counted in *reason_counter; with `wait`,
  * returns once it is written (1), or 0 when it was not in time. */
 MLK_HIDDEN int mlk_request_report(uint32_t *reason_counter, int wait);

@@ -57,7 +57,7 @@ static int (*next_sigaction)(int, const struct sigaction *, struct sigaction *);
 typedef __sighandler_t (*signal_fn)(int, __sighandler_t);
 static signal_fn next_signal, next_sysv_signal, next_bsd_signal, next_sigset;
 
-#define NEXT(var, name) (var ? var : (*(void **)&var = dlsym(MLK_NEXT_HANDLE, name), var))
+#define NEXT(var, name) (var ? var : (*(void **)&var = mlk_next_symbol(name), var))
 
 void mlk_signals_init(void)
 {
