@@ -85,6 +85,16 @@ def report_path(directory, prog, pid, seq):
     return os.path.join(directory, memlog.report_name(prog, pid, seq))
 
 
+def wait_for(predicate, what, timeout=60):
+    """Polls predicate() until it is true; fails naming `what` after
+    `timeout` seconds (generous: the suite runs on loaded machines)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not seen in {timeout}s: {what}")
+        time.sleep(0.01)
+
+
 def wait_for_file(path, timeout=REPORT_TIMEOUT):
     deadline = time.monotonic() + timeout
     while not os.path.exists(path):

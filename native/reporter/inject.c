@@ -26,6 +26,7 @@
 #include <dirent.h>
 #include <elf.h>
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,31 +55,48 @@ struct mlk_hijack {
     unsigned char *xstate;
     uint64_t scratch;           /* next free byte below the saved sp, going down */
     int64_t stopped_ns;         /* when the thread stopped */
+    int forking_rounds;         /* tries that found a thread inside fork() */
 };
 
-/* System calls malloc makes holding an arena lock (which the malloc calls
- * of the loader would then wait on).  The loader's own lock is recursive:
- * a thread stopped in the loader's reads may call it again. */
-static int holds_locks_across(long nr)
+/* The system calls of a fork: glibc's fork() takes every malloc arena
+ * lock, makes the call, and lets go after it -- a thread in one holds
+ * them all, and no thread's malloc gets through until it returns (a
+ * program that forks in a loop is in one every turn).  clone with
+ * CLONE_THREAD makes a thread and holds none; clone3's flags are not in
+ * its registers, so it is taken for a fork. */
+static int is_fork_call(long nr, unsigned long first_arg)
 {
-    return nr == SYS_mmap || nr == SYS_munmap || nr == SYS_brk || nr == SYS_mprotect ||
-           nr == SYS_madvise || nr == SYS_mremap;
+    return (nr == SYS_clone && !(first_arg & CLONE_THREAD)) || nr == SYS_clone3 ||
+           nr == SYS_fork || nr == SYS_vfork;
 }
 
-/* The thread's system call as /proc says (-1: not in one). */
-static long syscall_of(int pid, int tid)
+/* System calls malloc makes holding an arena lock (which the malloc calls
+ * of the loader would then wait on), and a fork's.  The loader's own lock
+ * is recursive: a thread stopped in the loader's reads may call it again. */
+static int holds_locks_across(long nr, unsigned long first_arg)
 {
-    char path[64], buf[64];
+    return nr == SYS_mmap || nr == SYS_munmap || nr == SYS_brk || nr == SYS_mprotect ||
+           nr == SYS_madvise || nr == SYS_mremap || is_fork_call(nr, first_arg);
+}
+
+/* The thread's system call and its first argument as /proc says (-1: not
+ * in one). */
+static long syscall_of(int pid, int tid, unsigned long *first_arg)
+{
+    char path[64], buf[96];
     snprintf(path, sizeof path, "/proc/%d/task/%d/syscall", pid, tid);
+    *first_arg = 0;
     FILE *f = fopen(path, "re");
     if (!f)
         return -1;
     long nr = -1;
-    if (!fgets(buf, sizeof buf, f) || sscanf(buf, "%ld", &nr) != 1)
+    if (!fgets(buf, sizeof buf, f) || sscanf(buf, "%ld %lx", &nr, first_arg) < 1)
         nr = -1;
     fclose(f);
     return nr;
 }
+
+#define RANK_FORKING (-3) /* in a fork: every thread's malloc waits on it */
 
 /* Lower is better; -1: not a candidate now.  A futex wait may be inside
  * a lock of the runtime's (waiting, so not holding that one): last. */
@@ -86,8 +104,11 @@ static int rank_of(int pid, int tid)
 {
     if (mlk_thread_is_zombie(pid, tid))
         return -2;
-    long nr = syscall_of(pid, tid);
-    if (nr < 0 || holds_locks_across(nr))
+    unsigned long first_arg;
+    long nr = syscall_of(pid, tid, &first_arg);
+    if (nr >= 0 && is_fork_call(nr, first_arg))
+        return RANK_FORKING;
+    if (nr < 0 || holds_locks_across(nr, first_arg))
         return -1;
     if (nr == SYS_futex)
         return 2 + (tid != pid);
@@ -172,9 +193,21 @@ static int try_round(struct mlk_hijack *h, const uint64_t *lo, const uint64_t *h
         snprintf(why, (size_t)why_len, "process %d has exited", h->pid);
         return -1;
     }
+    int ranks[4096];
+    for (int i = 0; i < n; i++) {
+        ranks[i] = rank_of(h->pid, tids[i]);
+        if (ranks[i] == RANK_FORKING) {
+            /* Any thread borrowed now would wait in malloc for the fork to
+             * end -- for ever, were the forking thread stopped. */
+            h->forking_rounds++;
+            snprintf(why, (size_t)why_len, "thread %d of process %d was inside fork() (which holds "
+                     "malloc's locks) at every try", tids[i], h->pid);
+            return 0;
+        }
+    }
     for (int want = 0; want <= 3; want++) {
         for (int i = 0; i < n; i++) {
-            int rank = rank_of(h->pid, tids[i]);
+            int rank = ranks[i];
             if (rank == -2 || (!any_outside && rank != want))
                 continue;
             if (any_outside && want > 0)
@@ -185,7 +218,7 @@ static int try_round(struct mlk_hijack *h, const uint64_t *lo, const uint64_t *h
             if (r != 0)
                 continue;
             long orig = (long)h->saved.orig_rax;
-            if ((orig >= 0 && !holds_locks_across(orig) && rank >= 0) ||
+            if ((orig >= 0 && !holds_locks_across(orig, h->saved.rdi) && rank >= 0) ||
                 outside(h->saved.rip, lo, hi, navoid))
                 return 1;
             let_go(h); /* it left its call, inside the runtime: not here */
@@ -221,7 +254,7 @@ EXPORT struct mlk_hijack *mlk_hijack_begin(int pid, const uint64_t *avoid_lo, co
         }
         struct timespec pause = {0, 5 * 1000 * 1000};
         nanosleep(&pause, NULL);
-        if (round == rounds - 1)
+        if (round == rounds - 1 && h->forking_rounds < rounds)
             snprintf(why, (size_t)why_len, "no thread of process %d came to a safe point (blocked in a "
                      "system call, or running its own code) in %d tries", pid, rounds);
     }
