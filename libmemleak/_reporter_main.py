@@ -31,6 +31,21 @@ def first_failure():
         return True
 
 
+def take_life():
+    """Lock the segment's reporter life mutex (native/reporter/life.c)
+    before anything else: from then on the program tells that we live
+    without a system call its sandbox may refuse."""
+    try:
+        import cffi
+        from libmemleak import reporter_library
+        ffi = cffi.FFI()
+        ffi.cdef("int mlk_rc_take_reporter_life(int, int32_t);")
+        reporter_library(ffi).mlk_rc_take_reporter_life(SEGMENT_FD, os.getpid())
+    except Exception:  # noqa: BLE001 -- then the program asks /proc, as before
+        pass
+
+
+take_life()
 try:
     from libmemleak.daemon.reporter_main import main  # noqa: E402
 except Exception as e:  # noqa: BLE001 -- a broken installation: one line on the program's stderr

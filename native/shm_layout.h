@@ -3,7 +3,8 @@
  * The C hook library includes this file; the Python reporter hands the same
  * text to cffi's ffi.cdef() (after dropping the lines that start with '#' but
  * are not '#define').  So: plain structs, fixed-width types, '#define'
- * constants as plain decimal or hex numbers, no other preprocessor logic.
+ * constants as plain decimal or hex numbers (the include guard's too), no
+ * other preprocessor logic.
  *
  * Who writes what:
  *   - the traced program writes everything except the fields marked
@@ -18,9 +19,13 @@
  *   | strings[strings_cap] | the event pool (events_pages pages, when recording)
  * The file is sparse (memfd): untouched capacity costs no memory.
  */
+#ifndef MLK_SHM_LAYOUT_H
+#define MLK_SHM_LAYOUT_H 1
+
+#include <stdint.h>
 
 #define MLK_MAGIC 0x314b4c4d454d4c4b
-#define MLK_LAYOUT_VERSION 23
+#define MLK_LAYOUT_VERSION 24
 #define MLK_API_LABEL_MAX 64
 #define MLK_LAST_REPORT_MAX 512
 #define MLK_MAX_DEPTH 64
@@ -585,6 +590,20 @@ struct mlk_header {
     uint32_t settle_asked;
     uint32_t settle_done;
     uint32_t settle_pad;
+    /* Whether the reporter lives, told without a system call: a sandboxed
+     * program's seccomp policy may refuse kill() and /proc/PID (Firefox's
+     * content processes trap both, and its debug builds crash on them).
+     * reporter_life is a process-shared robust pthread mutex (initialized
+     * by the hook; 40 bytes on x86-64) that the reporter locks and never
+     * unlocks: while its thread lives, the mutex's first word holds that
+     * thread's id; when the thread dies, however it dies, the kernel walks
+     * its robust list, clears the id and sets FUTEX_OWNER_DIED.  The
+     * reporter writes reporter_life_tid (the locking thread) and then
+     * reporter_life_pid (its pid, release); while that is not the pid in
+     * reporter_pid, the hook asks /proc as before. */
+    int32_t reporter_life_pid;
+    int32_t reporter_life_tid;
+    uint64_t reporter_life[8];
     struct mlk_misuse misuse[256]; /* MLK_MISUSE_MAX */
 };
 
@@ -597,3 +616,5 @@ struct mlk_lsan_table {
     uint64_t roots_at;
     uint64_t nroots;
 };
+
+#endif

@@ -9,8 +9,10 @@ import time
 import pytest
 
 from helpers import (BENCH_PROGRAMS, PROGRAMS, Traced, add_reports, by_site, child_pids_with_reports,
-                     compile_program, env_for, report_path, reports_of, wait_for_file)
+                     compile_program, env_for, report_path, reports_of, wait_for, wait_for_file,
+                     wait_for_reporter)
 from libmemleak.files import memlog
+from libmemleak.live.client import open_segment
 
 
 def test_missing_python_is_one_line_and_the_program_runs_on(workdir):
@@ -451,3 +453,42 @@ def test_no_stack_is_dropped_while_threads_grow_the_index(workdir):
         assert sum(e.blocks for e in recursion) == 16384
         for f in os.listdir(workdir):
             os.unlink(os.path.join(workdir, f))
+
+
+def test_a_sandboxed_program_sees_no_system_call_its_policy_refuses(workdir):
+    """A browser's content process puts itself in a seccomp sandbox after
+    start-up; the tracer inside must make no call the policy refuses
+    (Firefox logged a violation for the hook's kill(reporter, 0) -- its
+    debug builds crash on one).  The reports, a signal's and the exit's,
+    are all written, exact."""
+    prog = compile_program("sandboxed.c")
+    t = Traced([prog], workdir)
+    # Into the sandbox once its reporter holds its life mutex: until then
+    # (its Python's start-up) the program asks /proc whether it lives.
+    reporter = wait_for_reporter(t.pid)
+    segment, fd = open_segment(t.pid)
+    try:
+        wait_for(lambda: segment.header.reporter_life_pid == reporter, "the reporter's life taken")
+    finally:
+        segment.close()
+        os.close(fd)
+    t.proc.stdin.write(b"in\n")
+    t.proc.stdin.flush()
+
+    def say(line, answer):
+        t.proc.stdin.write(line)
+        t.proc.stdin.flush()
+        assert t.proc.stdout.readline() == answer
+
+    assert t.proc.stdout.readline() == b"sandboxed\n"
+    say(b"leak\n", b"ok 1\n")
+    say(b"temp\n", b"ok 1\n")
+    first = t.signal_report(1)
+    say(b"leak\n", b"ok 2\n")
+    say(b"leak\n", b"ok 3\n")
+    stdout, stderr = t.proc.communicate(timeout=60)
+    assert (t.proc.returncode, stdout) == (0, b"violations: 0\n"), stderr
+    last = memlog.read(report_path(workdir, "sandboxed", t.pid, 2))
+    assert last.header["reason"] == "exit"
+    assert by_site(first)["main"] == (1000, 1)
+    assert by_site(last)["main"] == (2000, 2)

@@ -608,6 +608,7 @@ MLK_HIDDEN void mlk_attach_route_new_modules(void);
  * seen through a non-PIE executable's canonical PLT entry (next_symbol.c). */
 #define MLK_NEXT_HANDLE (mlk_attach_mode ? RTLD_DEFAULT : RTLD_NEXT)
 MLK_HIDDEN void *mlk_next_symbol(const char *name);
+MLK_HIDDEN void mlk_init_reporter_life(struct mlk_header *h); /* spawn.c: the reporter's life mutex */
 /* Asks the reporter for a report, counted in *reason_counter; with `wait`,
  * returns once it is written (1), or 0 when it was not in time. */
 MLK_HIDDEN int mlk_request_report(uint32_t *reason_counter, int wait);

@@ -231,6 +231,7 @@ int mlk_segment_create(uint32_t depth, const char *dir, const char *listen, cons
     h->sample_bytes = mlk_sample_bytes;
     h->start_time_ns = mlk_now_ns(CLOCK_REALTIME);
     h->seg_fd = (uint32_t)fd;
+    mlk_init_reporter_life(h);
     mlk_stacks_base = (struct mlk_stack *)((char *)h + stacks_off);
     mlk_seg = h;
     mlk_seg_fd = fd;
@@ -380,6 +381,8 @@ int mlk_segment_fork_child(void)
     h->parent_pid = h->pid;
     h->pid = mlk_getpid();
     h->reporter_pid = 0;
+    h->reporter_life_pid = h->reporter_life_tid = 0;
+    mlk_init_reporter_life(h); /* (the copy holds the parent's reporter's lock) */
     h->reporter_starts = 0;
     h->final_done = 0;
     h->request_seq = h->done_seq = 0;

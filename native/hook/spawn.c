@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,6 +158,7 @@ static void let_reporter_trace(void)
 }
 
 static int process_alive(int pid);
+static int reporter_process_alive(int pid);
 
 /* Async-signal-safe: may run in our signal handler. */
 void mlk_spawn_reporter(void)
@@ -167,7 +169,7 @@ void mlk_spawn_reporter(void)
      * standby took it over meanwhile (libmemleak/daemon/standby.py): then that one
      * is the reporter. */
     int gone = __atomic_load_n(&mlk_seg->reporter_pid, __ATOMIC_ACQUIRE);
-    if (gone > 0 && process_alive(gone))
+    if (gone > 0 && reporter_process_alive(gone))
         return;
     if (!__atomic_compare_exchange_n(&mlk_seg->reporter_pid, &gone, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         return;
@@ -237,12 +239,41 @@ static int process_alive(int pid)
     return close && close[1] == ' ' && close[2] != 'Z' && close[2] != 'X';
 }
 
+/* The reporter's life mutex (shm_layout.h): process-shared and robust, so
+ * that the kernel marks it when the reporter's thread dies. */
+void mlk_init_reporter_life(struct mlk_header *h)
+{
+    _Static_assert(sizeof h->reporter_life >= sizeof(pthread_mutex_t), "reporter_life too small");
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init((pthread_mutex_t *)(void *)h->reporter_life, &a);
+    pthread_mutexattr_destroy(&a);
+}
+
+/* Is reporter `pid` alive?  Without a system call once it holds its life
+ * mutex -- a sandbox may refuse every call process_alive makes (Firefox's
+ * content processes logged a violation for kill()); before that, in the
+ * reporter's first moment (its Python's start-up, a few tens of ms), as
+ * /proc says. */
+static int reporter_process_alive(int pid)
+{
+    if (__atomic_load_n(&mlk_seg->reporter_life_pid, __ATOMIC_ACQUIRE) == pid) {
+        /* (glibc's mutex: its lock word first, the owner's thread id in
+         * its low 30 bits, FUTEX_TID_MASK) */
+        uint32_t word = __atomic_load_n((uint32_t *)(void *)mlk_seg->reporter_life, __ATOMIC_ACQUIRE);
+        return (word & 0x3fffffffu) == (uint32_t)__atomic_load_n(&mlk_seg->reporter_life_tid, __ATOMIC_RELAXED);
+    }
+    return process_alive(pid);
+}
+
 /* 1 when a reporter is running or being started, 0 when there is none. */
 int mlk_reporter_alive(void)
 {
     int pid = __atomic_load_n(&mlk_seg->reporter_pid, __ATOMIC_ACQUIRE);
     if (pid > 0)
-        return process_alive(pid);
+        return reporter_process_alive(pid);
     /* Between our clone and the grandchild publishing its pid: a moment. */
     return pid == 0 && spawned_at_ns && mlk_now_ns(CLOCK_MONOTONIC) - spawned_at_ns < 2000000000ull;
 }
