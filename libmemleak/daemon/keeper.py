@@ -43,6 +43,7 @@ REGISTER = b"MLK1"            # with SCM_RIGHTS [segment, pidfd]: hold my segmen
 REQUEST = b"MLK2"             # without descriptors: a report request is posted in it
 POLL_SECONDS = 0.5
 GRACE_SECONDS = 2.0           # a reporter being started publishes its pid within this
+OWN_REPORTER_SECONDS = 60.0   # a dead descendant's own reporter writes its final report within this
 RECEIVE_TIMEOUT = 0.5         # a sender killed between connect and send
 DECISION_FIELDS = ("pid", "exec_pending", "final_done", "reporter_pid", "reporter_starts",
                    "collecting", "request_seq", "done_seq")
@@ -94,7 +95,8 @@ class Keeper:
         self.jobs = queue.Queue()   # (what, ward): "serve", "final", "release"; None: stop
         self.writer = None
         self.written = 0          # reports written for descendants
-        self.final_paths = []     # descendants' last reports (the root's reporter lists them)
+        self.final_paths = []     # descendants' last reports written here (the root's reporter lists them)
+        self.finals_elsewhere = 0  # ... and by their own reporters (counted, not named)
         # The root's exit and exec ask for its dead descendants' last reports first
         # (settle_dead_descendants): events the writer sets when they are on
         # disk, and a pipe that wakes the watcher to take them in.
@@ -363,12 +365,19 @@ class Keeper:
         h = header_fields(ward.segment_fd, DECISION_FIELDS)
         if h is None or h["pid"] != ward.segment_pid:
             return "done"
-        if h["exec_pending"] or h["final_done"]:
-            return "done"   # its last act was an exec, or its final report is written
+        if h["exec_pending"]:
+            return "done"   # its last act was an exec
+        if h["final_done"]:
+            if ward.reporter is None:  # written by its own reporter, not here (final_paths): counted
+                self.finals_elsewhere += 1
+            return "done"
         if not h["collecting"] and h["request_seq"] == h["done_seq"]:
             return "done"   # nothing recorded since its last report, nothing asked
         if h["reporter_pid"] > 0 and _alive(h["reporter_pid"]):
-            return "done"   # its own reporter notices the death itself
+            # Its own reporter notices the death and writes the final report:
+            # the root's exit waits for that one too (`run` returned with 2
+            # of 11 still to come), for as long as a report may take.
+            return "wait" if now - ward.died_at < OWN_REPORTER_SECONDS else "done"
         if h["reporter_starts"] == 0 or now - ward.died_at > GRACE_SECONDS:
             return "report"
         return "wait"       # a reporter was being started as it died

@@ -315,8 +315,8 @@ class Reporter:
                           "exits; they land in a moment")
         if self.announce_later:
             self.announce_later = False
-            theirs = self.keeper.final_paths
-            say(written_summary(self.written) + (f", and the last reports of {len(theirs)} "
+            theirs = len(self.keeper.final_paths) + self.keeper.finals_elsewhere
+            say(written_summary(self.written) + (f", and the last reports of {theirs} "
                                                  f"descendants" if theirs else ""))
 
     def final_report(self):
