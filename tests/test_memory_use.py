@@ -15,7 +15,8 @@ from xml.etree import ElementTree
 
 import pytest
 
-from helpers import BARE_ENV, CLI_ENV, Traced, cli, cli_argv, compile_program, report_path, wait_for_reports
+from helpers import (BARE_ENV, CLI_ENV, Traced, cli, cli_argv, compile_program, only_pid, report_path,
+                     wait_for_reports)
 from libmemleak.files import memlog
 
 MB = 1 << 20
@@ -311,3 +312,16 @@ def test_an_arena_read_as_it_changed_is_said_torn_not_used():
     assert lines["memory-malloc-arenas"] == "2 partial"
     assert lines["memory-malloc-arena 0"].startswith(f"{1 << 20} {1 << 20} 8192 4096")
     assert lines["memory-malloc-arena 1"] == "not known: read as the program changed it (torn)"
+
+
+def test_the_slack_of_blocks_glibc_maps_on_their_own_is_what_it_is_bare(tmp_path):
+    """#64 item 4: a block of 128 KiB and more is a mapping of its own,
+    whole pages, where the trailer fits in the last page's rounding: its
+    slack was 16 bytes a block short."""
+    prog = compile_program("largeslack.c")
+    bare = subprocess.run([prog], capture_output=True, text=True, env=BARE_ENV, timeout=60).stdout
+    expected = int(bare.split()[1])
+    out = cli("run", "-q", prog, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    report = memlog.read(report_path(str(tmp_path), "largeslack", only_pid(str(tmp_path), "largeslack"), 1))
+    assert slack_by_site(report)["site_large"] == expected

@@ -274,8 +274,28 @@ _Static_assert(MLK_STACKS_CAP - 1 <= MLK_TRAILER_ID_MASK, "a stack id leaves the
  * allocator's smallest (slack_floor: set for glibc, 0 elsewhere). */
 uint32_t mlk_slack_floor;
 
+/* glibc serves a large block (128 KiB and more by default) by a mapping of
+ * its own, of whole pages, whose usable size is the mapping less 16 bytes:
+ * there the trailer does not step the size up by 16 as in the heap -- it
+ * fits in the last page's rounding -- so the block's bare share is what
+ * glibc would have mapped for it alone (its slack was 16 bytes a block
+ * short).  Such a usable size is the only kind whose 16 more is a whole
+ * number of pages (a heap chunk's usable size is 8 short of a multiple of
+ * 16).  x86-64: glibc's pages are 4 KiB. */
+static __attribute__((noinline)) uint64_t mapped_slack(uint64_t reserved, uint64_t size)
+{
+    uint64_t usable = reserved + MLK_TRAILER_SIZE;
+    if (!mlk_slack_floor || ((usable + 16) & 4095) != 0)
+        return reserved - size;
+    uint64_t chunk = (size + 8 + 15) & ~(uint64_t)15; /* glibc's request2size */
+    uint64_t bare = ((chunk + 8 + 4095) & ~(uint64_t)4095) - 16;
+    return bare - size;
+}
+
 static inline uint64_t slack_of(uint64_t reserved, uint64_t size)
 {
+    if (MLK_UNLIKELY(reserved >= 128 * 1024 - 64))
+        return mapped_slack(reserved, size);
     uint64_t floor = mlk_slack_floor;
     return (reserved > floor ? reserved : floor) - size;
 }
