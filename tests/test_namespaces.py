@@ -122,6 +122,40 @@ def test_two_pid_1s_in_one_directory_keep_their_reports_apart(tmp_path):
 
 
 @needs_pidns
+def test_pid_1_of_a_namespace_is_told_that_a_sigkill_takes_its_reporter_along(tmp_path):
+    """#64 item 5: pid 1 of a namespace killed by SIGKILL got no final
+    report and no word -- the kernel kills the whole namespace, its
+    reporter too.  Said at the start, and by `report` on what is left."""
+    if not _can_unshare("--pid", "--mount-proc"):
+        pytest.skip("cannot mount a /proc of a new pid namespace here")
+    prog = compile_program("nsleak.c")
+    p = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", *cli_argv("run", "-q", prog)],
+                         cwd=tmp_path, env=CLI_ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "pid in namespace 1\n"
+        assert p.stdout.readline() == "checkpoint leaked\n"
+        outer = _outer_pid_of(p.pid, "nsleak")
+        out = cli("snapshot", outer, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        os.kill(outer, 9)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert ("libmemleak: the program is pid 1 of its pid namespace (a container's entry point): if it "
+            "is killed by SIGKILL, the kernel kills its reporter with it and its last state is lost"
+            in err), err
+    names = [n for n in os.listdir(tmp_path) if n.endswith(".memlog")]
+    assert len(names) == 1, names
+    shown = cli("report", tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert ("still running at the last report -- or killed: as pid 1 of its pid namespace, a SIGKILL "
+            "takes its reporter along and leaves no final report") in shown.stdout, shown.stdout
+
+
+@needs_pidns
 def test_attach_into_a_pid_namespace_names_the_files_its_reporter_writes(tmp_path):
     """#64 item 5: `attach` to a process in a pid namespace of its own said
     its reports went to PROG-OUTERPID-N.memlog; its reporter, started from

@@ -49,6 +49,17 @@ MAX_EXIT_TIMEOUT = 86400  # seconds: the most exit_timeout= takes (a segment may
 NOT_THE_PROGRAMS = -1  # a frame left out of reports: our own hooks'
 
 
+# A pid namespace's first process is its init: when it dies, the kernel
+# kills every other process in the namespace -- its reporter and standby
+# among them -- so a SIGKILL (`docker kill`, the OOM killer) leaves no final
+# report, and nothing is left to say so then.  Said at the start instead,
+# and by `report` where the last report is not a final one.
+NAMESPACE_INIT_WARNING = ("the program is pid 1 of its pid namespace (a container's entry point): "
+                          "if it is killed by SIGKILL, the kernel kills its reporter with it and "
+                          "its last state is lost; trace it from outside the namespace to keep "
+                          "it (libmemleak run unshare ... PROGRAM, or a traced shell as pid 1)")
+
+
 def say(message):
     """One line on stderr (the program's), prefixed like the hook library's."""
     try:
@@ -128,6 +139,8 @@ class Reporter:
     def run(self):
         h = self.h
         h.reporter_pid = os.getpid()
+        if h.pid == 1 and not h.parent_pid and h.reporter_starts <= 1:
+            say(NAMESPACE_INIT_WARNING)
         request_addr = self.seg.field_address("request_seq")
         drain = lambda r: r.drain()  # noqa: E731
         try:

@@ -25,11 +25,20 @@ def live_words(t):
     return f"{human_bytes(t.live_bytes)} live in {count(t.live_blocks, 'block')}{mappings.touched_words(t)}"
 
 
+def _namespace_init(header):
+    """Whether the report's process is pid 1 of its pid namespace (by the
+    pid it knows itself by; the reporter's own pid if it saw no other)."""
+    return header.get("pid-in-namespace", header.get("pid") if "pid-namespace" in header else None) == "1"
+
+
 def write(out, analyses, problems, top=10, full_names=False, all_stacks=False, frames=4):
     for a in analyses:
         s = a.series
         span = f", {a.seconds:.1f} s between the first and the last" if a.seconds else ""
         ended = f", ended: {s.ended}" if s.ended else ", still running at the last report"
+        if not s.ended and s.reports and _namespace_init(s.reports[-1].header):
+            ended += (" -- or killed: as pid 1 of its pid namespace, a SIGKILL takes its reporter "
+                      "along and leaves no final report")
         where = f" in pid namespace {s.pid_namespace}" if s.pid_namespace else ""
         out.write(f"{s.program} (pid {s.pid}{where}): {count(len(s.reports), 'report')}"
                   f"{span}{ended}\n")
