@@ -30,6 +30,13 @@ def expect(p, line):
     assert got == line, f"expected {line!r}, got {got!r}"
 
 
+def tell(p, line, answer):
+    """Writes line to p's stdin; p must answer `answer`."""
+    p.stdin.write(line)
+    p.stdin.flush()
+    expect(p, answer)
+
+
 def snapshot(pid, cwd):
     out = cli("snapshot", pid, cwd=cwd)
     assert out.returncode == 0, out.stderr
@@ -212,14 +219,10 @@ def test_attach_to_python3(tmp_path, python):
     argv = [python, "-c", PY_LOOP]
     expected = bare_run(argv, b"x\ngrow 20\nx\n", env)
     p = start_bare(argv, tmp_path, env)
-    p.stdin.write(b"x\n")
-    p.stdin.flush()
-    expect(p, "ok 0\n")
+    tell(p, b"x\n", "ok 0\n")
     out = cli("attach", "-q", p.pid, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    p.stdin.write(b"grow 20\n")
-    p.stdin.flush()
-    expect(p, "ok 20\n")
+    tell(p, b"grow 20\n", "ok 20\n")
     # the shell on the attached process
     out = cli("shell", p.pid, "-c", "report; diff 1", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
@@ -710,9 +713,7 @@ def test_attach_never_borrows_a_thread_while_a_fork_holds_mallocs_locks(tmp_path
         expect(p, "forked\n")
         out = cli("attach", "-q", p.pid, cwd=tmp_path)
         assert out.returncode == 0, out.stderr
-        p.stdin.write(b"grow\n")
-        p.stdin.flush()
-        expect(p, "ok 1\n")
+        tell(p, b"grow\n", "ok 1\n")
         assert through(snapshot(p.pid, tmp_path), "main") == (100000, 1)
         stdout, _ = p.communicate(b"", timeout=60)
         assert (p.returncode, stdout) == (0, b"bye\n")

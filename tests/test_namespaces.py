@@ -42,20 +42,30 @@ def _outer_pid_of(parent, name, timeout=30):
     raise AssertionError(f"no {name} under {parent}")
 
 
+def _nsleak_at_its_checkpoint(argv, cwd, env=CLI_ENV):
+    """Starts argv (nsleak, run into a pid namespace of its own) and waits
+    for its checkpoint: (the process, nsleak's pid out here)."""
+    p = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "pid in namespace 1\n"
+        assert p.stdout.readline() == "checkpoint leaked\n"
+        return p, _outer_pid_of(p.pid, "nsleak")
+    except BaseException:
+        p.kill()
+        p.wait()
+        raise
+
+
 @needs_pidns
 @pytest.mark.parametrize("flags", [["--pid"], ["--pid", "--mount-proc"]], ids=["pid", "mount-proc"])
 def test_a_process_in_a_pid_namespace_is_reported_by_its_outer_pid(tmp_path, flags):
     if "--mount-proc" in flags and not _can_unshare(*flags):
         pytest.skip("cannot mount a /proc of a new pid namespace here")
     prog = compile_program("nsleak.c")
-    p = subprocess.Popen(cli_argv("run", "-q", "unshare", *flags, "--fork", prog), cwd=tmp_path,
-                         env=CLI_ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    # `run` keeps unshare's pid; unshare forked the program into the namespace
+    p, outer = _nsleak_at_its_checkpoint(cli_argv("run", "-q", "unshare", *flags, "--fork", prog), tmp_path)
     try:
-        assert p.stdout.readline() == "pid in namespace 1\n"
-        assert p.stdout.readline() == "checkpoint leaked\n"
-        # `run` keeps unshare's pid; unshare forked the program into the namespace
-        outer = _outer_pid_of(p.pid, "nsleak")
         # Live, by the pid the rest of the system knows it by.
         out = cli("snapshot", outer, cwd=tmp_path)
         assert out.returncode == 0, out.stderr
@@ -89,16 +99,13 @@ def test_two_pid_1s_in_one_directory_keep_their_reports_apart(tmp_path):
     if not _can_unshare("--pid", "--mount-proc"):
         pytest.skip("cannot mount a /proc of a new pid namespace here")
     prog = compile_program("nsleak.c")
-    env = dict(CLI_ENV)
-    procs = [subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", *cli_argv("run", "-q", prog)],
-                              cwd=tmp_path, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs, outer = [], []
     try:
-        outer = []
-        for p in procs:
-            assert p.stdout.readline() == "pid in namespace 1\n"
-            assert p.stdout.readline() == "checkpoint leaked\n"
-            outer.append(_outer_pid_of(p.pid, "nsleak"))  # unshare forked it into the namespace
+        for _ in range(2):  # both at their checkpoint at once; unshare forked each into its namespace
+            p, pid = _nsleak_at_its_checkpoint(["unshare", "--pid", "--fork", "--mount-proc",
+                                                *cli_argv("run", "-q", prog)], tmp_path)
+            procs.append(p)
+            outer.append(pid)
         for pid in outer:  # from outside, by the pid the host knows
             out = cli("snapshot", pid, cwd=tmp_path)
             assert out.returncode == 0, out.stderr
@@ -129,13 +136,9 @@ def test_pid_1_of_a_namespace_is_told_that_a_sigkill_takes_its_reporter_along(tm
     if not _can_unshare("--pid", "--mount-proc"):
         pytest.skip("cannot mount a /proc of a new pid namespace here")
     prog = compile_program("nsleak.c")
-    p = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", *cli_argv("run", "-q", prog)],
-                         cwd=tmp_path, env=CLI_ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    p, outer = _nsleak_at_its_checkpoint(["unshare", "--pid", "--fork", "--mount-proc",
+                                          *cli_argv("run", "-q", prog)], tmp_path)
     try:
-        assert p.stdout.readline() == "pid in namespace 1\n"
-        assert p.stdout.readline() == "checkpoint leaked\n"
-        outer = _outer_pid_of(p.pid, "nsleak")
         out = cli("snapshot", outer, cwd=tmp_path)
         assert out.returncode == 0, out.stderr
         os.kill(outer, 9)
