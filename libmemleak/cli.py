@@ -278,8 +278,8 @@ def build_parser():
     demo = sub.add_parser("demo", help="trace a bundled leaking example and show its reports")
     demo.add_argument("--keep", metavar="DIR", help="build and run in DIR and keep the files")
     demo.set_defaults(func=cmd_demo)
-    from libmemleak.commands import (attach, check, diff, export, replay, report, scan, shell, snapshot,
-                                     symbolize)
+    from libmemleak.commands import (attach, check, diff, export, exporter, replay, report, scan, shell,
+                                     snapshot, symbolize)
     attach.add_parser(sub)
     snapshot.add_parser(sub)
     scan.add_parser(sub)
@@ -290,6 +290,7 @@ def build_parser():
     export.add_parser(sub)
     check.add_parser(sub)
     replay.add_parser(sub)
+    exporter.add_parser(sub)
     return p
 
 

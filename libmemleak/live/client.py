@@ -26,8 +26,9 @@ from libmemleak.daemon.trust import namespace_pids
 MEMFD_NAME = "/memfd:libmemleak"
 
 
-def open_segment(pid):
-    """The segment of the traced process `pid`, mapped writable."""
+def open_segment(pid, writable=True):
+    """The segment of the traced process `pid`, mapped writable (or only
+    readable: the exporter, which must not touch it); (segment, fd)."""
     where = proc_dir(pid)
     fd_dir = f"{where}/fd"
     try:
@@ -45,13 +46,13 @@ def open_segment(pid):
         try:
             if not os.readlink(f"{fd_dir}/{name}").startswith(MEMFD_NAME):
                 continue
-            fd = os.open(f"{fd_dir}/{name}", os.O_RDWR | os.O_CLOEXEC)
+            fd = os.open(f"{fd_dir}/{name}", (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC)
         except PermissionError:
             raise LiveError(not_allowed(pid, "run as its user or as root", "open its segment")) from None
         except OSError:
             continue
         try:
-            segment = Segment.from_fd(fd)
+            segment = Segment.from_fd(fd, writable)
         except (OSError, SegmentError, ValueError):
             os.close(fd)
             continue

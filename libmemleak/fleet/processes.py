@@ -1,0 +1,166 @@
+"""The traced processes an exporter may read, and what each holds now.
+
+A traced process is found by its segment (a memfd named libmemleak among
+its descriptors), opened read-only through /proc/PID/fd/N: the kernel's
+ptrace access check decides who may (the same user, or root) -- no
+channel of ours, nothing another user's process can reach.  The exporter
+never writes to a segment: reading the counters does not move the
+baseline the process's own reports are deltas from, so its reports are
+the same whether an exporter runs or not.
+
+A process is kept open between scrapes (its segment's mapping, its stack
+table learnt once) and dropped when its pid ends or is reused (its start
+time in /proc/PID/stat differs)."""
+
+import os
+from dataclasses import dataclass
+
+from libmemleak.daemon.diff import totals
+from libmemleak.daemon.procfs import proc_dir
+from libmemleak.live.client import LiveError, open_segment
+
+MAX_PROCESSES = 4096  # a bound on what one exporter holds open
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What one traced process holds, as its next report would count it."""
+    pid: int
+    program: str
+    labels: tuple          # ((name, value), ...): where it runs (pod, container)
+    live_bytes: int
+    live_blocks: int
+    allocated_bytes: int   # since collection started (estimates where sampled)
+    allocations: int
+    rss_bytes: int | None  # None: /proc no longer says
+    blind: bool            # it has allocations the tracer cannot see (its reports' `blind` line)
+    sampled: bool
+
+
+class Process:
+    def __init__(self, pid, started):
+        self.pid, self.started = pid, started
+        self.segment, self.fd = open_segment(pid, writable=False)
+        self.labels = where_it_runs(pid)
+
+    def sample(self):
+        seg = self.segment
+        h = seg.header
+        sums = totals(seg.take_snapshot())
+        return Sample(self.pid, seg.program_name() or "?", self.labels, sums.live_bytes, sums.live_blocks,
+                      sums.alloc_bytes, sums.alloc_count, rss_bytes(self.pid), bool(h.blind_len),
+                      bool(h.sample_bytes))
+
+    def close(self):
+        self.segment.close()
+        os.close(self.fd)
+
+
+class Processes:
+    """The traced processes found at each scrape, kept open across them."""
+
+    def __init__(self):
+        self.open = {}           # pid -> Process
+        self.not_traced = {}     # pid -> start time: looked at, no segment (looked at again if reused)
+
+    def samples(self):
+        found = []
+        alive = set()
+        for pid, started in _running():
+            alive.add(pid)
+            proc = self.open.get(pid)
+            if proc is not None and proc.started != started:  # the pid was reused
+                self._drop(pid)
+                proc = None
+            if proc is None and self.not_traced.get(pid) != started and len(self.open) < MAX_PROCESSES:
+                try:
+                    proc = self.open[pid] = Process(pid, started)
+                except (LiveError, OSError):
+                    self.not_traced[pid] = started  # not traced, not ours, or gone: until reused
+                    continue
+            if proc is None:
+                continue
+            try:
+                found.append(proc.sample())
+            except (OSError, ValueError):
+                self._drop(pid)
+        for pid in [p for p in self.open if p not in alive]:
+            self._drop(pid)
+        self.not_traced = {p: s for p, s in self.not_traced.items() if p in alive}
+        return found
+
+    def _drop(self, pid):
+        proc = self.open.pop(pid, None)
+        if proc is not None:
+            proc.close()
+
+    def close(self):
+        for pid in list(self.open):
+            self._drop(pid)
+
+
+def _running():
+    """(pid, start time) of every process /proc lists."""
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            started = _start_time(int(name))
+            if started is not None:
+                yield int(name), started
+
+
+def _start_time(pid):
+    try:
+        with open(f"{proc_dir(pid)}/stat", "rb") as f:
+            return int(f.read().rpartition(b")")[2].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def rss_bytes(pid):
+    try:
+        with open(f"{proc_dir(pid)}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+# Kubernetes' downward API, as pods commonly name it in their environment.
+POD_ENVIRONMENT = (("POD_NAMESPACE", "namespace"), ("POD_NAME", "pod"))
+
+
+def where_it_runs(pid):
+    """Labels for where the process runs: its pod and namespace (the
+    downward API's environment, where the pod spec sets it) and its
+    container (the id in its cgroup path, as container runtimes name it)."""
+    labels = []
+    try:
+        with open(f"{proc_dir(pid)}/environ", "rb") as f:
+            env = dict(item.split(b"=", 1) for item in f.read(1 << 20).split(b"\0") if b"=" in item)
+        for var, label in POD_ENVIRONMENT:
+            value = env.get(var.encode())
+            if value:
+                labels.append((label, value.decode("utf-8", "replace")[:253]))
+    except OSError:
+        pass
+    container = _container_of(pid)
+    if container:
+        labels.append(("container", container))
+    return tuple(labels)
+
+
+def _container_of(pid):
+    """The 64-hex-digit container id in the process's cgroup path, if any
+    (docker-ID.scope, cri-containerd-ID.scope, .../kubepods/.../ID)."""
+    try:
+        with open(f"{proc_dir(pid)}/cgroup", "rb") as f:
+            text = f.read(1 << 16).decode("ascii", "replace")
+    except OSError:
+        return None
+    for part in reversed(text.replace("\n", "/").replace(":", "/").split("/")):
+        word = part.removesuffix(".scope").rpartition("-")[2]
+        if len(word) == 64 and all(c in "0123456789abcdef" for c in word):
+            return word[:12]
+    return None

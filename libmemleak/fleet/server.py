@@ -1,0 +1,61 @@
+"""The exporter's HTTP side: GET /metrics (Prometheus), and / (what is
+served).  One request at a time -- each reads every traced process's
+segment once, and a scrape is seconds apart -- so the processes' table
+needs no lock.  Everything else is 404; a request line or header that
+is too long is refused by http.server itself."""
+
+import http.server
+import socket
+import sys
+
+from libmemleak.fleet.metrics import exposition
+from libmemleak.fleet.processes import Processes
+
+INDEX = (b"<html><head><title>libmemleak exporter</title></head><body>"
+         b"<h1>libmemleak exporter</h1><p><a href=\"/metrics\">/metrics</a>: every traced process "
+         b"this exporter may read, in Prometheus's text format.</p></body></html>\n")
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    server_version = "libmemleak-exporter"
+    timeout = 10      # seconds a peer may take to send its request: one at a time is served
+    processes = None  # set by serve()
+
+    def do_GET(self):
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            body = exposition(self.processes.samples()).encode("utf-8")
+            self._answer(200, "text/plain; version=0.0.4; charset=utf-8", body)
+        elif path == "/":
+            self._answer(200, "text/html; charset=utf-8", INDEX)
+        else:
+            self._answer(404, "text/plain; charset=utf-8", b"not found: try /metrics\n")
+
+    def _answer(self, status, content_type, body):
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format, *args):  # noqa: A002 -- http.server's name
+        pass  # (a scrape every few seconds: no line each)
+
+
+class _IPv6Server(http.server.HTTPServer):
+    address_family = socket.AF_INET6
+
+
+def serve(host, port, say=lambda line: print(line, file=sys.stderr, flush=True)):
+    """Serve until interrupted.  Raises OSError when the address cannot be bound."""
+    processes = Processes()
+    handler = type("BoundHandler", (Handler,), {"processes": processes})
+    server_class = _IPv6Server if ":" in host else http.server.HTTPServer
+    with server_class((host, port), handler) as server:
+        shown = f"[{host}]" if ":" in host else host
+        say(f"libmemleak: exporter serving http://{shown}:{server.server_address[1]}/metrics "
+            "(every traced process this user may read)")
+        try:
+            server.serve_forever()
+        finally:
+            processes.close()

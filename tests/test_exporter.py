@@ -1,0 +1,146 @@
+"""`libmemleak exporter` (#61): every traced process this user may read,
+served to Prometheus from its segment -- the same bytes and blocks its
+own report says, its reports untouched by the scrapes -- and scraped by a
+real Prometheus server on loopback."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from helpers import CLI_ENV, Traced, cli, cli_argv, compile_program, wait_for
+from libmemleak.files import memlog
+
+
+def start_exporter(cwd):
+    """An exporter on a free loopback port: (process, base URL)."""
+    p = subprocess.Popen(cli_argv("exporter", "--listen", "127.0.0.1:0"), cwd=cwd, env=CLI_ENV,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    line = p.stderr.readline()
+    assert line.startswith("libmemleak: exporter serving http://127.0.0.1:"), line
+    return p, line.split()[3].removesuffix("/metrics")
+
+
+def scrape(base):
+    with urllib.request.urlopen(f"{base}/metrics", timeout=60) as r:
+        assert r.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+        return r.read().decode()
+
+
+def value(page, metric, pid):
+    prefix = f'{metric}{{pid="{pid}",'
+    found = [line.rpartition(" ")[2] for line in page.splitlines() if line.startswith(prefix)]
+    assert len(found) == 1, (metric, pid, page)
+    return int(found[0])
+
+
+def stop(p):
+    p.send_signal(signal.SIGINT)
+    try:
+        p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
+def test_metrics_say_what_the_programs_own_report_says_and_leave_its_reports_alone(workdir):
+    prog = compile_program("nsleak.c")  # 7 x 300 bytes, then a checkpoint
+    t = Traced([prog], workdir)
+    exporter, base = start_exporter(workdir)
+    try:
+        assert t.proc.stdout.readline() == f"pid in namespace {t.pid}\n".encode()
+        t.expect("leaked")
+        first = memlog.read(cli("snapshot", t.pid, cwd=workdir).stdout.strip())
+        page = scrape(base)
+        live, blocks = int(first.header["live-bytes"]), int(first.header["live-blocks"])
+        assert live >= 2100 and blocks >= 7
+        assert value(page, "libmemleak_live_bytes", t.pid) == live
+        assert value(page, "libmemleak_live_blocks", t.pid) == blocks
+        assert value(page, "libmemleak_allocated_bytes_total", t.pid) == int(first.header["allocated-bytes"])
+        assert value(page, "libmemleak_freed_bytes_total", t.pid) == (
+            int(first.header["allocated-bytes"]) - live)
+        assert value(page, "libmemleak_blind", t.pid) == 0
+        assert value(page, "libmemleak_rss_bytes", t.pid) > live
+        assert f'libmemleak_live_bytes{{pid="{t.pid}",program="nsleak"}} {live}' in page
+        scrape(base)
+        # The scrapes moved no baseline: the next report's change is nothing.
+        second = memlog.read(cli("snapshot", t.pid, cwd=workdir).stdout.strip())
+        assert (second.header["change-bytes"], second.header["change-blocks"]) == ("+0", "+0")
+        t.resume()
+        assert t.finish() == 0, t.stderr
+        # A process that ended is no longer served.
+        wait_for(lambda: f'pid="{t.pid}"' not in scrape(base), "the ended process left out")
+    finally:
+        if t.proc.poll() is None:
+            t.proc.kill()
+        stop(exporter)
+
+
+def test_a_bad_listen_address_is_one_line(workdir):
+    out = cli("exporter", "--listen", "nowhere", cwd=workdir)
+    assert (out.returncode, out.stderr) == (2, "libmemleak: exporter: --listen 'nowhere': give HOST:PORT "
+                                               "(e.g. 127.0.0.1:9465)\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = cli("exporter", "--listen", f"127.0.0.1:{port}", cwd=workdir)
+    assert (out.returncode, out.stderr) == (1, f"libmemleak: exporter: cannot serve on 127.0.0.1:{port}: "
+                                               "Address already in use\n")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.skipif(not shutil.which("prometheus"), reason="prometheus is not installed")
+def test_prometheus_scrapes_the_exporter(workdir, tmp_path):
+    prog = compile_program("nsleak.c")
+    t = Traced([prog], workdir)
+    exporter, base = start_exporter(workdir)
+    port = free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text("global:\n  scrape_interval: 1s\n"
+                      "scrape_configs:\n  - job_name: libmemleak\n"
+                      f"    static_configs:\n      - targets: ['{base.removeprefix('http://')}']\n")
+    prometheus = subprocess.Popen(["prometheus", f"--config.file={config}",
+                                   f"--storage.tsdb.path={tmp_path / 'data'}",
+                                   f"--web.listen-address=127.0.0.1:{port}"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert t.proc.stdout.readline() == f"pid in namespace {t.pid}\n".encode()
+        t.expect("leaked")
+        live = int(memlog.read(cli("snapshot", t.pid, cwd=workdir).stdout.strip()).header["live-bytes"])
+        query = f'libmemleak_live_bytes{{pid="{t.pid}"}}'
+        url = f"http://127.0.0.1:{port}/api/v1/query?query={urllib.request.quote(query)}"
+
+        def answered():
+            try:
+                with urllib.request.urlopen(url, timeout=10) as r:
+                    result = json.load(r)["data"]["result"]
+            except OSError:
+                return None
+            return result or None
+
+        wait_for(answered, "Prometheus's answer", timeout=120)
+        (series,) = answered()
+        assert series["metric"] == {"__name__": "libmemleak_live_bytes", "instance": base.removeprefix("http://"),
+                                    "job": "libmemleak", "pid": str(t.pid), "program": "nsleak"}
+        assert int(series["value"][1]) == live
+        t.resume()
+        assert t.finish() == 0, t.stderr
+    finally:
+        if t.proc.poll() is None:
+            t.proc.kill()
+        prometheus.terminate()
+        prometheus.wait(timeout=60)
+        stop(exporter)
