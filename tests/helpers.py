@@ -95,6 +95,21 @@ def wait_for(predicate, what, timeout=60):
         time.sleep(0.01)
 
 
+def gone(pid):
+    """pid has ended (exited, or a zombie nobody reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
+
+
+def kill_and_wait(pid, sig=signal.SIGKILL):
+    """Sends sig to pid and waits until it has ended."""
+    os.kill(pid, sig)
+    wait_for(lambda: gone(pid), f"pid {pid} ended")
+
+
 def wait_for_file(path, timeout=REPORT_TIMEOUT):
     deadline = time.monotonic() + timeout
     while not os.path.exists(path):

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from helpers import (CLI_ENV, PROGRAMS, Traced, by_site, cli_argv, compile_program, report_path,
-                     reporters_of, reports_of, wait_for_file, wait_for_reporter)
+from helpers import (CLI_ENV, PROGRAMS, Traced, by_site, cli_argv, compile_program, kill_and_wait,
+                     report_path, reporters_of, reports_of, wait_for_file, wait_for_reporter)
 from libmemleak.files import memlog
 
 
@@ -124,8 +124,7 @@ def test_a_killed_reporter_is_replaced_and_loses_nothing(workdir):
     t = Traced([prog], workdir)
     t.expect("blocked")
     first = t.signal_report(1)
-    os.kill(wait_for_reporter(t.pid), signal.SIGKILL)
-    time.sleep(0.2)
+    kill_and_wait(wait_for_reporter(t.pid))
     second = t.signal_report(2)  # a new reporter starts at this request
     t.resume()
     assert t.finish() == 0, t.stderr
@@ -338,8 +337,7 @@ def test_a_worker_whose_keeper_is_gone_starts_its_own_reporter(workdir):
     worker = int(t.proc.stdout.readline().decode().split()[1])
     t.expect("first")
     keeper = wait_for_reporter(t.pid)
-    os.kill(keeper, signal.SIGKILL)
-    time.sleep(0.2)
+    kill_and_wait(keeper)
     os.kill(worker, signal.SIGUSR1)
     first = memlog.read(wait_for_file(report_path(workdir, t.prog, worker, 1)))
     assert by_site(first)["site_worker_first"] == (7000, 1)
@@ -436,8 +434,7 @@ def test_a_subreapers_replacement_reporter_is_not_among_its_children(workdir):
         t.resume()
     assert t.proc.stdout.readline().decode() == f"reaped {worker}\n"
     t.expect("idle")
-    os.kill(wait_for_reporter(t.pid), signal.SIGKILL)
-    time.sleep(0.2)
+    kill_and_wait(wait_for_reporter(t.pid))
     t.proc.send_signal(signal.SIGUSR1)
     report = memlog.read(wait_for_file(report_path(workdir, t.prog, t.pid, 1)))
     assert by_site(report)["site_supervisor"] == (1212, 1)
