@@ -282,7 +282,7 @@ uint32_t mlk_slack_floor;
  * short).  Such a usable size is the only kind whose 16 more is a whole
  * number of pages (a heap chunk's usable size is 8 short of a multiple of
  * 16).  x86-64: glibc's pages are 4 KiB. */
-static __attribute__((noinline)) uint64_t mapped_slack(uint64_t reserved, uint64_t size)
+static inline uint64_t mapped_slack(uint64_t reserved, uint64_t size)
 {
     uint64_t usable = reserved + MLK_TRAILER_SIZE;
     if (!mlk_slack_floor || ((usable + 16) & 4095) != 0)
