@@ -7,6 +7,7 @@ import stat
 import sys
 
 from libmemleak import __version__, preload_path
+from libmemleak.daemon.procfs import namespace_tag
 from libmemleak.sizes import byte_size
 
 ELF_MAGIC = b"\x7fELF"
@@ -131,10 +132,22 @@ def report_dir_of(config):
     return os.path.normpath(os.path.join(os.getcwd(), config_value(config, "dir", ".")))
 
 
+def _pid_as_proc_says():
+    """Our pid as /proc numbers it -- the reporter's numbering: in a pid
+    namespace with the host's /proc (unshare --pid without --mount-proc),
+    the host's pid, not the one getpid() says."""
+    try:
+        return int(os.readlink("/proc/self"))
+    except (OSError, ValueError):
+        return os.getpid()
+
+
 def announce(argv, program, config, wait_for_mtrace):
     """What valgrind and heaptrack say at start: what is traced, where the
     reports go and how to ask for one."""
-    pid = os.getpid()
+    pid = _pid_as_proc_says()
+    ns = namespace_tag()
+    named = f"{pid}@{ns}" if ns else pid  # as the reporter names the reports (in a pid namespace too)
     name = os.path.basename(argv[0])
     where = report_dir_of(config)
     signal_name = config_value(config, "signal", "USR1").upper().removeprefix("SIG")
@@ -144,7 +157,7 @@ def announce(argv, program, config, wait_for_mtrace):
         start = f"ask for a report with: libmemleak snapshot {pid}"
     else:
         start = f"ask for a report with: kill -{signal_name} {pid} (or: libmemleak snapshot {pid})"
-    lines = [f"tracing {name} (pid {pid}); reports go to {where}/{name}-{pid}-N.memlog; {start}; "
+    lines = [f"tracing {name} (pid {pid}); reports go to {where}/{name}-{named}-N.memlog; {start}; "
              "a final one at exit"]
     if is_python(program) and os.environ.get("PYTHONMALLOC") != "malloc":
         lines.append("a Python program: under pymalloc, growth is blamed on whichever call opened "

@@ -159,6 +159,23 @@ def test_pid_1_of_a_namespace_is_told_that_a_sigkill_takes_its_reporter_along(tm
 
 
 @needs_pidns
+@pytest.mark.parametrize("flags", [["--pid"], ["--pid", "--mount-proc"]], ids=["pid", "mount-proc"])
+def test_run_inside_a_pid_namespace_names_the_files_its_reporter_writes(tmp_path, flags):
+    """`run` as the namespace's first process said `nsleak-1-N.memlog` where
+    its reporter wrote `nsleak-OUTERPID@NS-1.memlog` (the host's /proc, no
+    --mount-proc): it names them as the reporter does."""
+    if not _can_unshare(*flags):
+        pytest.skip("cannot make this pid namespace here")
+    prog = compile_program("nsleak.c")
+    p = subprocess.run(["unshare", *flags, "--fork", *cli_argv("run", prog)], cwd=tmp_path, env=CLI_ENV,
+                       input="\n", capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    said = p.stderr.split("reports go to ", 1)[1].split(";", 1)[0]
+    assert said.endswith("-N.memlog"), p.stderr
+    assert os.path.exists(said.removesuffix("N.memlog") + "1.memlog"), (said, os.listdir(tmp_path))
+
+
+@needs_pidns
 def test_attach_into_a_pid_namespace_names_the_files_its_reporter_writes(tmp_path):
     """#64 item 5: `attach` to a process in a pid namespace of its own said
     its reports went to PROG-OUTERPID-N.memlog; its reporter, started from

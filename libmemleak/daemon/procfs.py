@@ -4,8 +4,6 @@ of its maps."""
 
 import os
 
-from libmemleak.daemon.trust import innermost_pid
-
 
 def proc_dir(pid):
     """/proc/PID, or /proc/PID/task/TID of a live thread when the main thread
@@ -50,6 +48,7 @@ def report_pid(pid):
     """The PID part of the names of `pid`'s reports as a reporter started
     inside it writes them: its pid, or -- in a pid namespace of its own --
     the pid it knows itself by and the namespace (memlog.report_name)."""
+    from libmemleak.daemon.trust import innermost_pid  # (trust reads reports: not for every user of this)
     ns = namespace_tag(pid)
     return f"{innermost_pid(pid)}@{ns}" if ns else str(pid)
 
