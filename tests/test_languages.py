@@ -2,6 +2,7 @@
 runtimes under the real library, their leaks named at the program's own
 functions, demangled, with the runtime's allocation layer passed over."""
 
+import contextlib
 import json
 import os
 import re
@@ -10,7 +11,8 @@ import subprocess
 
 import pytest
 
-from helpers import CLI_ENV, PROGRAMS, cli
+from helpers import CLI_ENV, PROGRAMS, cli, compile_program
+from libmemleak.files import memlog
 
 RUSTC = shutil.which("rustc")
 MANGLED = re.compile(r"\$LT\$|\$GT\$|\$C\$|::h[0-9a-f]{16}$|^_R|^_ZN")
@@ -102,3 +104,33 @@ def test_go_names_print_intact(tmp_path):
     names = {name for line in folded.splitlines() for name in line.rsplit(" ", 1)[0].split(";")}
     assert any(n.startswith("runtime.(*mheap).") for n in names), sorted(names)[:40]
     assert not [n for n in names if ".." in n and not n.startswith("...")], sorted(n for n in names if ".." in n)
+
+
+def jit_run(tmp_path, *args):
+    """jitleak under `run`: the entry of its 5 blocks of 777 bytes, and its pid."""
+    prog = compile_program("jitleak.c", "-fno-omit-frame-pointer")
+    out = cli("run", "-q", prog, *args, cwd=tmp_path)
+    (path,) = [n for n in os.listdir(tmp_path) if n.endswith(".memlog")]
+    pid = int(path.split("-")[1])
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(f"/tmp/perf-{pid}.map")  # (left by the program, as runtimes leave theirs)
+    assert (out.returncode, out.stdout) == (0, "done\n"), out.stderr
+    (entry,) = [e for e in memlog.read(os.path.join(tmp_path, path)).entries if (e.bytes, e.blocks) == (5 * 777, 5)]
+    return entry, pid
+
+
+def test_jit_compiled_frames_are_named_from_the_runtimes_perf_map(tmp_path):
+    """#60: JIT frames were bare addresses; runtimes say what they compiled
+    where in /tmp/perf-PID.map (Node --perf-basic-prof, the JVM's
+    perf-map-agent, Python 3.12's -X perf)."""
+    entry, pid = jit_run(tmp_path)
+    assert [(f.function, f.module) for f in entry.frames[:3]] == [
+        ("site_from_jit", entry.frames[0].module),
+        ("LazyCompile:*handleRequest app.js:17", f"/tmp/perf-{pid}.map"),
+        ("main", entry.frames[0].module)]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_a_perf_map_of_another_user_is_not_believed(tmp_path):
+    entry, _ = jit_run(tmp_path, "foreign")
+    assert entry.frames[1].function is None and entry.frames[1].module is None, entry.frames[1]

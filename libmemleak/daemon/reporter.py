@@ -29,6 +29,7 @@ from libmemleak.daemon.procfs import namespace_tag
 from libmemleak.daemon.trust import pid_of_pidfd
 from libmemleak.files.memlog import Frame, render, render_frames, report_name, safe_label, write_report
 from libmemleak.symbols import Symbolizer
+from libmemleak.symbols.perfmap import PerfMap
 
 SEGMENT_FD, PIDFD = 3, 4
 POLL_SECONDS = 0.2
@@ -112,6 +113,7 @@ class Reporter:
         # run of line ids.  C writes entries from it.
         self.texts = TextStore()
         self.token_lines = {}    # frame token -> line id (or NOT_THE_PROGRAMS)
+        self.perf_map = None     # JIT code's names (symbols/perfmap.py), read at its first bare frame
         self.watch = ProgramWatch(self.pid, os.fstat(segment_fd).st_ino, pidfd)
         self.written = []        # paths of the reports this reporter wrote
         self.scan_asked = False  # a pending request asked for a reachability scan
@@ -547,11 +549,12 @@ class Reporter:
         symbolization was cut short (not worth keeping); NOT_THE_PROGRAMS
         for a frame of our own library (e.g. our dlopen hook)."""
         module, address, _ = self.keys.frames[token]
-        if module is not None and module.path.endswith("/" + SELF_LIBRARY):
+        if module is None:
+            return self.jit_line(token, address)
+        if module.path.endswith("/" + SELF_LIBRARY):
             line_id = NOT_THE_PROGRAMS
         elif not self.symbolize:
-            line_id = self.texts.add_line(render_frames(
-                [Frame(None, module.path, address - module.base) if module else Frame(None, None, address)]))
+            line_id = self.texts.add_line(render_frames([Frame(None, module.path, address - module.base)]))
         else:
             skipped = self.symbolizer.skipped
             text = render_frames(self.symbolizer.frames_for(module, address))
@@ -559,6 +562,20 @@ class Reporter:
                 return text
             line_id = self.texts.add_line(text)
         self.token_lines[token] = line_id
+        return line_id
+
+    def jit_line(self, token, address):
+        """A frame no module holds: JIT-compiled code, named from the map
+        its runtime writes for perf (symbols/perfmap.py) -- kept once
+        named; while unnamed, its address, asked again at the next report
+        (the runtime may name it by then)."""
+        if self.perf_map is None:
+            self.perf_map = PerfMap(self.pid, self.h.pid)
+        found = self.perf_map.frame_at(address)
+        if found is None:
+            return render_frames([Frame(None, None, address)])
+        line_id = self.token_lines[token] = self.texts.add_line(
+            render_frames([Frame(found[0], self.perf_map.shown, found[1])]))
         return line_id
 
     def label_of(self, reason):
