@@ -19,7 +19,7 @@ import time
 from libmemleak.analysis.names import frame_text
 from libmemleak.daemon import misuse, reachability, report_core
 from libmemleak.daemon.diff import FrameResolver, KeyTable, diff_snapshot, totals
-from libmemleak.daemon.header_parts import SELF_LIBRARY
+from libmemleak.daemon.frame_lines import FrameLines
 from libmemleak.daemon.report_header import header_lines
 from libmemleak.daemon.program_watch import ProgramWatch
 from libmemleak.daemon.recorder import DRAIN_SECONDS, Recorder
@@ -27,7 +27,7 @@ from libmemleak.daemon.report_core import CUT_KIND, TextStore
 from libmemleak.daemon.segment import RESOURCE_BASE, futex_wait, futex_wake
 from libmemleak.daemon.procfs import namespace_tag
 from libmemleak.daemon.trust import pid_of_pidfd
-from libmemleak.files.memlog import Frame, render, render_frames, report_name, safe_label, write_report
+from libmemleak.files.memlog import Frame, render, report_name, safe_label, write_report
 from libmemleak.symbols import Symbolizer
 from libmemleak.symbols.perfmap import PerfMap
 
@@ -47,7 +47,6 @@ REASON_FIELDS = (("exit", "exit_requests", "seen_exit"),
 FINAL_REASONS = ("exit", "death", "muntrace", "detach")  # no report of this process follows
 ENDS_REPORTER = ("exit", "detach")  # this reporter's work is done
 MAX_EXIT_TIMEOUT = 86400  # seconds: the most exit_timeout= takes (a segment may say anything)
-NOT_THE_PROGRAMS = -1  # a frame left out of reports: our own hooks'
 
 
 # A pid namespace's first process is its init: when it dies, the kernel
@@ -109,11 +108,9 @@ class Reporter:
         self.resolver = FrameResolver((), self.keys)  # address -> module, stack id -> key id
         self.warm_next = 0       # the first stack id idle warm-up has not looked at
         # The frame lines of each key id, once fully symbolized: each frame's
-        # lines stored once (token_lines: frame token -> line id), a key as a
-        # run of line ids.  C writes entries from it.
+        # lines stored once (frame_lines.py), a key as a run of line ids.  C
+        # writes entries from it.
         self.texts = TextStore()
-        self.token_lines = {}    # frame token -> line id (or NOT_THE_PROGRAMS)
-        self.perf_map = None     # JIT code's names (symbols/perfmap.py), read at its first bare frame
         self.watch = ProgramWatch(self.pid, os.fstat(segment_fd).st_ino, pidfd)
         self.written = []        # paths of the reports this reporter wrote
         self.scan_asked = False  # a pending request asked for a reachability scan
@@ -132,6 +129,8 @@ class Reporter:
         # host (the unsymbolized pprof export, go tool pprof with
         # PPROF_BINARY_PATH); the header's build-ids name the files.
         self.symbolize = os.environ.get("MEMLEAK_SYMBOLIZE", "yes").lower() not in ("no", "0", "off")
+        self.frame_lines = FrameLines(self.keys, self.texts, self.symbolizer, self.symbolize, self.kind_code,
+                                      lambda: PerfMap(self.pid, self.h.pid))
         self.recorder = Recorder.of(self)  # the event log (record=), or None
         self.keeper = keeper     # the root's first reporter's keeper (reporter_main), or None
         self.announce_later = False  # the exit's summary waits for the descendants' reports
@@ -201,7 +200,7 @@ class Reporter:
             if not seg.stack_ok(i):
                 continue
             key_id = self.resolver.key_id(seg.stacks, i)
-            partial = [] if self.texts.has(key_id) else self.symbolize_keys([key_id])
+            partial = [] if self.texts.has(key_id) else self.frame_lines.symbolize_keys([key_id])
             if self.texts.has(key_id):
                 lines = self.texts.key_text(key_id)
             else:
@@ -238,7 +237,7 @@ class Reporter:
                 continue
             key_id = self.resolver.key_id(seg.stacks, i)
             if not self.texts.has(key_id):
-                self.symbolize_keys([key_id])
+                self.frame_lines.symbolize_keys([key_id])
         settle_memory()
         return False
 
@@ -432,7 +431,7 @@ class Reporter:
             # Symbolize first (the header says whether that was complete),
             # then C writes the entries from the text store as the file is
             # written: a report of a million stacks never exists whole.
-            partial = self.symbolize_keys(list(deltas.rows.textless(texts.key_first)) +
+            partial = self.frame_lines.symbolize_keys(list(deltas.rows.textless(texts.key_first)) +
                                           [k for k in set(misuse_keys.values()) if not texts.has(k)])
             seq = self.h.report_seq + 1
             label = self.label_of(reason)
@@ -502,28 +501,6 @@ class Reporter:
             say(f"no scan: {e}")
             return self.seg.take_snapshot(), None
 
-    def symbolize_keys(self, key_ids):
-        """Store the frame lines of these keys in the text store.  Keys with
-        a frame the symbol budget cut short are not stored; they are
-        returned as (key id, [line id or text of each frame]), for the
-        current report only."""
-        texts, tokens_of, partial = self.texts, self.keys.tokens, []
-        known, line_of = self.token_lines.get, self.line_of
-        for key_id in key_ids:
-            tokens = tokens_of(key_id)
-            items = [known(t) for t in tokens]  # line ids: ints
-            complete = True
-            if None in items:
-                items = [line_of(t) if x is None else x for t, x in zip(tokens, items)]
-                complete = not any(type(x) is str for x in items)
-            if NOT_THE_PROGRAMS in items:
-                items = [x for x in items if x != NOT_THE_PROGRAMS]
-            if complete:
-                texts.set_key(key_id, items, self.kind_code(key_id))
-            else:
-                partial.append((key_id, items))
-        return partial
-
     def kind_code(self, key_id):
         """What the key's entries say of it: its allocator family
         (MLK_KIND_*) or resource kind (MLK_KIND_RESOURCE + its index), and
@@ -543,40 +520,6 @@ class Reporter:
             return f"{ip:#x}"
         frames = self.symbolizer.frames_for(module, address) if self.symbolize else []
         return frame_text(frames[0] if frames else Frame(None, module.path, address - module.base), full=True)
-
-    def line_of(self, token):
-        """The line id of the frame lines of this frame token; their text if
-        symbolization was cut short (not worth keeping); NOT_THE_PROGRAMS
-        for a frame of our own library (e.g. our dlopen hook)."""
-        module, address, _ = self.keys.frames[token]
-        if module is None:
-            return self.jit_line(token, address)
-        if module.path.endswith("/" + SELF_LIBRARY):
-            line_id = NOT_THE_PROGRAMS
-        elif not self.symbolize:
-            line_id = self.texts.add_line(render_frames([Frame(None, module.path, address - module.base)]))
-        else:
-            skipped = self.symbolizer.skipped
-            text = render_frames(self.symbolizer.frames_for(module, address))
-            if self.symbolizer.skipped != skipped:
-                return text
-            line_id = self.texts.add_line(text)
-        self.token_lines[token] = line_id
-        return line_id
-
-    def jit_line(self, token, address):
-        """A frame no module holds: JIT-compiled code, named from the map
-        its runtime writes for perf (symbols/perfmap.py) -- kept once
-        named; while unnamed, its address, asked again at the next report
-        (the runtime may name it by then)."""
-        if self.perf_map is None:
-            self.perf_map = PerfMap(self.pid, self.h.pid)
-        found = self.perf_map.frame_at(address)
-        if found is None:
-            return render_frames([Frame(None, None, address)])
-        line_id = self.token_lines[token] = self.texts.add_line(
-            render_frames([Frame(found[0], self.perf_map.shown, found[1])]))
-        return line_id
 
     def label_of(self, reason):
         """The label the program gave the report it asked for (memleak.h),
