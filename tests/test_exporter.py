@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -143,4 +144,58 @@ def test_prometheus_scrapes_the_exporter(workdir, tmp_path):
             t.proc.kill()
         prometheus.terminate()
         prometheus.wait(timeout=60)
+        stop(exporter)
+
+
+GO = shutil.which("go")
+
+
+def go_pprof_raw(url, tmp_path):
+    """`go tool pprof -raw URL`: Go's own reader of the profile, fetched as
+    it fetches a Go service's."""
+    out = subprocess.run([GO, "tool", "pprof", "-raw", url], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PPROF_TMPDIR=str(tmp_path), GOCACHE=str(tmp_path / "gocache"),
+                                  HOME=str(tmp_path)))
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@pytest.mark.skipif(not GO, reason="go is not installed")
+@pytest.mark.parametrize("config, period", [(None, "1"), ("mtraceinit,sample=524288", "524288")], ids=["exact", "sampled"])
+def test_go_tool_pprof_reads_a_process_heap_as_from_a_go_service(workdir, tmp_path, config, period):
+    prog = compile_program("nsleak.c")  # 7 x 300 bytes from site_ns, then a checkpoint
+    t = Traced([prog], workdir, config=config)
+    exporter, base = start_exporter(workdir)
+    try:
+        assert t.proc.stdout.readline() == f"pid in namespace {t.pid}\n".encode()
+        t.expect("leaked")
+        raw = go_pprof_raw(f"{base}/debug/pprof/heap?pid={t.pid}", tmp_path)
+        assert f"PeriodType: space bytes\nPeriod: {period}\n" in raw, raw
+        assert "alloc_objects/count alloc_space/bytes inuse_objects/count inuse_space/bytes[dflt]" in raw, raw
+        if config is None:  # exact: the 7 blocks of site_ns, as the report counts them
+            samples, rest = raw.split("Samples:\n")[1].split("Locations\n")
+            locations, mappings = rest.split("Mappings\n")
+            site = next(line.split(":")[0].strip() for line in locations.splitlines() if " site_ns " in line)
+            rows = [values.split() for values, _, ids in (line.partition(":") for line in samples.splitlines()[1:])
+                    if ids.split()[:1] == [site]]
+            assert rows == [["7", "2100", "7", "2100"]], raw
+            assert f" {prog} " in mappings and "[FN][FL][LN][IN]" in mappings, mappings
+        allocs = go_pprof_raw(f"{base}/debug/pprof/allocs?pid={t.pid}", tmp_path)
+        assert "alloc_space/bytes[dflt]" in allocs, allocs
+        t.resume()
+        assert t.finish() == 0, t.stderr
+    finally:
+        if t.proc.poll() is None:
+            t.proc.kill()
+        stop(exporter)
+
+
+def test_a_profile_of_no_process_is_said(workdir):
+    exporter, base = start_exporter(workdir)
+    try:
+        for query, code in (("", 400), ("?pid=x", 400), (f"?pid={os.getpid()}", 404)):
+            with pytest.raises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(f"{base}/debug/pprof/heap{query}", timeout=60)
+            assert e.value.code == code
+    finally:
         stop(exporter)

@@ -13,13 +13,17 @@ table learnt once) and dropped when its pid ends or is reused (its start
 time in /proc/PID/stat differs)."""
 
 import os
+import time
 from dataclasses import dataclass
 
 from libmemleak.daemon.diff import totals
 from libmemleak.daemon.procfs import proc_dir
+from libmemleak.fleet.heap import HeapProfiles
 from libmemleak.live.client import LiveError, open_segment
+from libmemleak.symbols import Symbolizer
 
 MAX_PROCESSES = 4096  # a bound on what one exporter holds open
+RELOOK_SECONDS = 10.0  # a process found untraced is looked at again after this
 
 
 @dataclass(frozen=True)
@@ -38,10 +42,11 @@ class Sample:
 
 
 class Process:
-    def __init__(self, pid, started):
+    def __init__(self, pid, started, symbolizer):
         self.pid, self.started = pid, started
         self.segment, self.fd = open_segment(pid, writable=False)
         self.labels = where_it_runs(pid)
+        self.heap = HeapProfiles(self.segment, pid, symbolizer)
 
     def sample(self):
         seg = self.segment
@@ -61,22 +66,45 @@ class Processes:
 
     def __init__(self):
         self.open = {}           # pid -> Process
-        self.not_traced = {}     # pid -> start time: looked at, no segment (looked at again if reused)
+        # pid -> (start time, when looked): no segment then.  Looked at
+        # again when the pid is reused, and after RELOOK_SECONDS: a process
+        # gets its segment late (an exec into a traced program keeps its
+        # start time; MEMLEAK_CONFIG without mtraceinit waits for mtrace()).
+        self.not_traced = {}
+        self.symbolizer = Symbolizer()  # shared: processes run the same binaries
+
+    def profile(self, pid, which):
+        """Process pid's gzipped pprof profile `which` ("heap", "allocs"), or
+        None when it is no traced process this exporter may read."""
+        self.samples()  # (finds it, or drops it if it ended)
+        proc = self.open.get(pid)
+        if proc is None:
+            return None
+        try:
+            return proc.heap.profile(which)
+        except (OSError, ValueError):
+            self._drop(pid)
+            return None
+
+    def _worth_a_look(self, pid, started, now):
+        seen = self.not_traced.get(pid)
+        return seen is None or seen[0] != started or now - seen[1] >= RELOOK_SECONDS
 
     def samples(self):
         found = []
         alive = set()
+        now = time.monotonic()
         for pid, started in _running():
             alive.add(pid)
             proc = self.open.get(pid)
             if proc is not None and proc.started != started:  # the pid was reused
                 self._drop(pid)
                 proc = None
-            if proc is None and self.not_traced.get(pid) != started and len(self.open) < MAX_PROCESSES:
+            if proc is None and self._worth_a_look(pid, started, now) and len(self.open) < MAX_PROCESSES:
                 try:
-                    proc = self.open[pid] = Process(pid, started)
+                    proc = self.open[pid] = Process(pid, started, self.symbolizer)
                 except (LiveError, OSError):
-                    self.not_traced[pid] = started  # not traced, not ours, or gone: until reused
+                    self.not_traced[pid] = (started, now)  # not traced, not ours, or gone
                     continue
             if proc is None:
                 continue

@@ -1,5 +1,6 @@
-"""The exporter's HTTP side: GET /metrics (Prometheus), and / (what is
-served).  One request at a time -- each reads every traced process's
+"""The exporter's HTTP side: GET /metrics (Prometheus),
+/debug/pprof/heap?pid=PID and /debug/pprof/allocs?pid=PID (pprof, as Go
+serves them), and / (what is served).  One request at a time -- each reads every traced process's
 segment once, and a scrape is seconds apart -- so the processes' table
 needs no lock.  Everything else is 404; a request line or header that
 is too long is refused by http.server itself."""
@@ -7,13 +8,17 @@ is too long is refused by http.server itself."""
 import http.server
 import socket
 import sys
+import urllib.parse
 
 from libmemleak.fleet.metrics import exposition
 from libmemleak.fleet.processes import Processes
 
+PROFILES = {"/debug/pprof/heap": "heap", "/debug/pprof/allocs": "allocs"}
 INDEX = (b"<html><head><title>libmemleak exporter</title></head><body>"
          b"<h1>libmemleak exporter</h1><p><a href=\"/metrics\">/metrics</a>: every traced process "
-         b"this exporter may read, in Prometheus's text format.</p></body></html>\n")
+         b"this exporter may read, in Prometheus's text format.</p><p>/debug/pprof/heap?pid=PID, "
+         b"/debug/pprof/allocs?pid=PID: a process's heap as Go's net/http/pprof serves it.</p>"
+         b"</body></html>\n")
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -22,19 +27,35 @@ class Handler(http.server.BaseHTTPRequestHandler):
     processes = None  # set by serve()
 
     def do_GET(self):
-        path = self.path.split("?", 1)[0]
+        path, _, query = self.path.partition("?")
         if path == "/metrics":
             body = exposition(self.processes.samples()).encode("utf-8")
             self._answer(200, "text/plain; version=0.0.4; charset=utf-8", body)
+        elif path in PROFILES:
+            self._profile(PROFILES[path], urllib.parse.parse_qs(query).get("pid", [""])[0])
         elif path == "/":
             self._answer(200, "text/html; charset=utf-8", INDEX)
         else:
             self._answer(404, "text/plain; charset=utf-8", b"not found: try /metrics\n")
 
-    def _answer(self, status, content_type, body):
+    def _profile(self, which, pid):
+        if not pid.isdigit() or len(pid) > 10:
+            self._answer(400, "text/plain; charset=utf-8", b"give the process: ?pid=PID\n")
+            return
+        body = self.processes.profile(int(pid), which)
+        if body is None:
+            self._answer(404, "text/plain; charset=utf-8",
+                         f"no traced process {pid} this exporter may read\n".encode())
+            return
+        self._answer(200, "application/octet-stream", body,
+                     {"Content-Disposition": f'attachment; filename="{which}"'})
+
+    def _answer(self, status, content_type, body, headers=None):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(body)
 

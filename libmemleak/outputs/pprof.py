@@ -65,18 +65,38 @@ class _Strings:
 
 def encode(analyses):
     """The uncompressed profile of the processes' live stacks."""
-    strings = _Strings()
     counts_allocs = any(t.allocations is not None for a in analyses for t in a.trends)
     types = [("inuse_objects", "count"), ("inuse_space", "bytes")]
     if counts_allocs:
         types.append(("alloc_objects", "count"))
+    build_ids = {key[len("build-id "):]: value for a in analyses for r in a.series.reports
+                 for key, value in r.header.items() if key.startswith("build-id ")}
+
+    def samples():
+        for a in analyses:
+            for t in a.trends:
+                if t.live_bytes <= 0 and not t.allocations:
+                    continue
+                values = [max(0, t.live_blocks), max(0, t.live_bytes)]
+                if counts_allocs:
+                    values.append(t.allocations or 0)
+                yield drawn_frames(t, a), values
+
+    return encode_samples(samples(), types, "inuse_space", build_ids, sampling_period(analyses),
+                          drawing_notes(analyses))
+
+
+def encode_samples(samples, types, default_type, build_ids, period=0, notes=()):
+    """The uncompressed profile of `samples`: (frames innermost first --
+    symbols.Frame, inlined ones before the function they are inlined into
+    -- and a value per sample type), `types` [(type, unit)], the module
+    paths' build ids, the sampling period in bytes (0: exact), comments."""
+    strings = _Strings()
     body = bytearray()
     for kind, unit in types:
         body += _field_bytes(1, _field_varint(1, strings(kind)) + _field_varint(2, strings(unit)))
     mappings, functions, locations = {}, {}, {}
     mapping_msgs, function_msgs, location_msgs = [], [], []
-    build_ids = {key[len("build-id "):]: value for a in analyses for r in a.series.reports
-                 for key, value in r.header.items() if key.startswith("build-id ")}
 
     def mapping_id(module, symbolized=True):
         key = (module, symbolized)
@@ -121,35 +141,28 @@ def encode(analyses):
             location_msgs.append(msg)
         return lid
 
-    for a in analyses:
-        for t in a.trends:
-            if t.live_bytes <= 0 and not t.allocations:
-                continue
-            ids, group = [], []
-            for f in drawn_frames(t, a):
-                group.append(f)
-                if not f.inlined:
-                    ids.append(location_id(group))
-                    group = []
-            if group:
+    for frames, values in samples:
+        ids, group = [], []
+        for f in frames:
+            group.append(f)
+            if not f.inlined:
                 ids.append(location_id(group))
-            values = [max(0, t.live_blocks), max(0, t.live_bytes)]
-            if counts_allocs:
-                values.append(t.allocations or 0)
-            body += _field_bytes(2, _packed(1, ids) + _packed(2, values))
+                group = []
+        if group:
+            ids.append(location_id(group))
+        body += _field_bytes(2, _packed(1, ids) + _packed(2, values))
     for msg in mapping_msgs:
         body += _field_bytes(3, msg)
     for msg in location_msgs:
         body += _field_bytes(4, msg)
     for msg in function_msgs:
         body += _field_bytes(5, msg)
-    period = sampling_period(analyses)
     if period:  # as Go's sampled heap profiles: the mean bytes between samples
         body += _field_bytes(11, _field_varint(1, strings("space")) + _field_varint(2, strings("bytes")))
         body += _field_varint(12, period)
-    for note in drawing_notes(analyses):  # what was folded: `go tool pprof -comments`
+    for note in notes:  # what was folded: `go tool pprof -comments`
         body += _field_varint(13, strings(note))
-    default = strings("inuse_space")
+    default = strings(default_type)
     for s in strings.table:
         body += _field_bytes(6, s.encode("utf-8", "surrogateescape"))
     body += _field_varint(14, default)
