@@ -20,9 +20,9 @@ from helpers import CLI_ENV, Traced, cli, cli_argv, compile_program, wait_for
 from libmemleak.files import memlog
 
 
-def start_exporter(cwd):
+def start_exporter(cwd, *options):
     """An exporter on a free loopback port: (process, base URL)."""
-    p = subprocess.Popen(cli_argv("exporter", "--listen", "127.0.0.1:0"), cwd=cwd, env=CLI_ENV,
+    p = subprocess.Popen(cli_argv("exporter", "--listen", "127.0.0.1:0", *options), cwd=cwd, env=CLI_ENV,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     line = p.stderr.readline()
     assert line.startswith("libmemleak: exporter serving http://127.0.0.1:"), line
@@ -198,4 +198,38 @@ def test_a_profile_of_no_process_is_said(workdir):
                 urllib.request.urlopen(f"{base}/debug/pprof/heap{query}", timeout=60)
             assert e.value.code == code
     finally:
+        stop(exporter)
+
+
+def test_metrics_rank_the_suspects_as_report_ranks_the_reports(workdir):
+    """slowleaks: a report at each of its rounds; the exporter's suspects
+    are `libmemleak report`'s over the same reports, in its order, with its
+    bytes -- at most K of them, the label set bounded."""
+    prog = compile_program("slowleaks.c", "-lpthread")
+    t = Traced([prog], workdir, config="mtraceinit")
+    exporter, base = start_exporter(workdir, "--suspects", "2")
+    try:
+        for seq in range(1, 7):
+            t.expect("round")
+            t.signal_report(seq)
+            if seq < 6:
+                t.resume()
+        page = scrape(base)
+        shown = cli("report", "--json", workdir, cwd=workdir)
+        assert shown.returncode == 0, shown.stderr
+        (doc,) = [p for p in json.loads(shown.stdout)["processes"] if p["pid"] == t.pid]
+        expected = [(rank, s["live_bytes"]) for rank, s in enumerate(doc["suspects"][:2], 1)]
+        served = [line for line in page.splitlines() if line.startswith("libmemleak_suspect_live_bytes{")]
+        assert len(served) == 2 == len(expected), (served, doc["suspects"])
+        for line, (rank, live) in zip(served, expected):
+            assert f'pid="{t.pid}",program="slowleaks",rank="{rank}",site="' in line and line.endswith(f" {live}")
+        assert 'site="site_leak (slowleaks.c:' in page, served
+        t.resume()
+        for _ in range(2):
+            t.expect("round")
+            t.resume()
+        assert t.finish() == 0, t.stderr
+    finally:
+        if t.proc.poll() is None:
+            t.proc.kill()
         stop(exporter)

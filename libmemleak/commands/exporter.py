@@ -8,6 +8,8 @@ import sys
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 DEFAULT_LISTEN = "127.0.0.1:9465"
+DEFAULT_SUSPECTS = 5
+MAX_SUSPECTS = 50  # a bounded label set
 
 
 def add_parser(sub):
@@ -20,6 +22,9 @@ def add_parser(sub):
     p.add_argument("--listen", metavar="HOST:PORT", default=DEFAULT_LISTEN,
                    help=f"address to serve on (default {DEFAULT_LISTEN}; [::1]:PORT for IPv6; "
                         "port 0 picks a free one, said on stderr)")
+    p.add_argument("--suspects", metavar="K", type=int, default=DEFAULT_SUSPECTS,
+                   help=f"leak suspects served per process in /metrics, ranked as `report` ranks its "
+                        f"reports (default {DEFAULT_SUSPECTS}, at most {MAX_SUSPECTS}; 0: none)")
     p.set_defaults(func=run)
 
 
@@ -41,9 +46,12 @@ def run(args):
         print(f"libmemleak: exporter: --listen {args.listen!r}: give HOST:PORT (e.g. {DEFAULT_LISTEN})",
               file=sys.stderr)
         return EXIT_USAGE
+    if not 0 <= args.suspects <= MAX_SUSPECTS:
+        print(f"libmemleak: exporter: --suspects {args.suspects}: give 0 to {MAX_SUSPECTS}", file=sys.stderr)
+        return EXIT_USAGE
     from libmemleak.fleet.server import serve
     try:
-        serve(*where)
+        serve(*where, suspects=args.suspects)
     except OSError as e:
         print(f"libmemleak: exporter: cannot serve on {args.listen}: {e.strerror or e}", file=sys.stderr)
         return EXIT_FAILED

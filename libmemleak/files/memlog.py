@@ -408,7 +408,11 @@ def read(path, cache=None):
             data = f.read()
     except OSError as e:
         raise MemlogError(f"{printable(path)}: {e.strerror}") from None
+    return parse_bytes(data, printable(path), cache)
+
+
+def parse_bytes(data, name, cache=None):
+    """A report's bytes, read by the caller (`name` says where from)."""
     # An escape sequence in a function name, say, never reaches a terminal
     # or an output: '?' as the file is read.
-    return parse(_FILE_CONTROLS.sub("?", data.decode("utf-8", "surrogateescape")), printable(path),
-                 cache)
+    return parse(_FILE_CONTROLS.sub("?", data.decode("utf-8", "surrogateescape")), name, cache)

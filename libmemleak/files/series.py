@@ -139,28 +139,15 @@ def read_series(paths, progress=None):
         if parsed.truncated:
             problems.append(f"{memlog.printable(path)}: truncated or altered ({parsed.truncated}): "
                             "read as it is")
-        h = parsed.header
-        match = REPORT_NAME.match(os.path.basename(path))
-        try:
-            pid = int(h.get("pid") or (match and match["pid"]))
-            seq = int(h.get("seq") or (match and match["seq"]))
-        except (TypeError, ValueError):
-            problems.append(f"{memlog.printable(path)}: not a libmemleak report (no pid or seq): "
-                            "not read")
+        found = report_from(path, parsed, problems)
+        if found is None:
             continue
-        if not (0 < pid <= MAX_PID and 0 < seq <= MAX_SEQ):
-            problems.append(f"{memlog.printable(path)}: pid {pid} or seq {seq} out of range: "
-                            "not read")
-            continue
-        executable = h.get("program", "?")
-        program = memlog.printable(match["prog"] if match else os.path.basename(executable))
-        ns = _namespace(h, match)
-        key = (program, pid, executable, ns)
+        key, report = found
         series = by_process.get(key)
         if series is None:
+            program, pid, executable, ns = key
             series = by_process[key] = Series(program, executable, pid, pid_namespace=ns)
-        series.reports.append(Report(path, seq, h.get("reason", "?"), _time(h.get("time")), h,
-                                     parsed.entries, parsed.misuse, parsed.truncated))
+        series.reports.append(report)
     if not by_process:
         where = ", ".join(paths)
         raise InputError(f"no report could be read in {where}" + (f" ({problems[0]})" if problems else ""))
@@ -183,6 +170,28 @@ def read_series(paths, progress=None):
                             f"({', '.join(memlog.printable_field(s.executable, 200) for s in group)}): kept apart")
     ordered = sorted(by_process.values(), key=lambda s: (s.program, s.pid, s.pid_namespace or 0))
     return ordered, problems
+
+
+def report_from(path, parsed, problems):
+    """(series key: (program, pid, executable, pid namespace), Report) of a
+    parsed report read from `path`; None, said in problems, where it names
+    no pid or seq in range."""
+    h = parsed.header
+    match = REPORT_NAME.match(os.path.basename(path))
+    try:
+        pid = int(h.get("pid") or (match and match["pid"]))
+        seq = int(h.get("seq") or (match and match["seq"]))
+    except (TypeError, ValueError):
+        problems.append(f"{memlog.printable(path)}: not a libmemleak report (no pid or seq): not read")
+        return None
+    if not (0 < pid <= MAX_PID and 0 < seq <= MAX_SEQ):
+        problems.append(f"{memlog.printable(path)}: pid {pid} or seq {seq} out of range: not read")
+        return None
+    executable = h.get("program", "?")
+    program = memlog.printable(match["prog"] if match else os.path.basename(executable))
+    key = (program, pid, executable, _namespace(h, match))
+    return key, Report(path, seq, h.get("reason", "?"), _time(h.get("time")), h, parsed.entries, parsed.misuse,
+                       parsed.truncated)
 
 
 def _gaps(seqs):

@@ -46,6 +46,12 @@ def exposition(samples, scrape_errors=0):
             value = value_of(s)
             if value is not None:
                 lines.append(f"{name}{{{labels_of(s)}}} {value}")
+    lines.append("# HELP libmemleak_suspect_live_bytes A leak suspect's live bytes, ranked as `libmemleak "
+                 "report` ranks the process's reports (rank 1: the most likely leak).")
+    lines.append("# TYPE libmemleak_suspect_live_bytes gauge")
+    for s in samples:
+        for rank, site, live, _grown in s.suspects:
+            lines.append(f'libmemleak_suspect_live_bytes{{{labels_of(s)},rank="{rank}",site="{escape(site)}"}} {live}')
     lines.append("# HELP libmemleak_exporter_processes Traced processes this exporter may read.")
     lines.append("# TYPE libmemleak_exporter_processes gauge")
     lines.append(f"libmemleak_exporter_processes {len(samples)}")

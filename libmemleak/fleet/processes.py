@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from libmemleak.daemon.diff import totals
 from libmemleak.daemon.procfs import proc_dir
 from libmemleak.fleet.heap import HeapProfiles
+from libmemleak.fleet.suspects import Suspects
 from libmemleak.live.client import LiveError, open_segment
 from libmemleak.symbols import Symbolizer
 
@@ -39,6 +40,7 @@ class Sample:
     rss_bytes: int | None  # None: /proc no longer says
     blind: bool            # it has allocations the tracer cannot see (its reports' `blind` line)
     sampled: bool
+    suspects: tuple = ()   # ((rank, site, live bytes, bytes grown), ...): as `report` ranks them
 
 
 class Process:
@@ -47,14 +49,15 @@ class Process:
         self.segment, self.fd = open_segment(pid, writable=False)
         self.labels = where_it_runs(pid)
         self.heap = HeapProfiles(self.segment, pid, symbolizer)
+        self.suspects = Suspects(self.segment, pid)
 
-    def sample(self):
+    def sample(self, top):
         seg = self.segment
         h = seg.header
         sums = totals(seg.take_snapshot())
         return Sample(self.pid, seg.program_name() or "?", self.labels, sums.live_bytes, sums.live_blocks,
                       sums.alloc_bytes, sums.alloc_count, rss_bytes(self.pid), bool(h.blind_len),
-                      bool(h.sample_bytes))
+                      bool(h.sample_bytes), self.suspects.top(top) if top else ())
 
     def close(self):
         self.segment.close()
@@ -64,7 +67,8 @@ class Process:
 class Processes:
     """The traced processes found at each scrape, kept open across them."""
 
-    def __init__(self):
+    def __init__(self, suspects=0):
+        self.top = suspects      # suspects served per process (0: none)
         self.open = {}           # pid -> Process
         # pid -> (start time, when looked): no segment then.  Looked at
         # again when the pid is reused, and after RELOOK_SECONDS: a process
@@ -109,7 +113,7 @@ class Processes:
             if proc is None:
                 continue
             try:
-                found.append(proc.sample())
+                found.append(proc.sample(self.top))
             except (OSError, ValueError):
                 self._drop(pid)
         for pid in [p for p in self.open if p not in alive]:

@@ -67,9 +67,10 @@ class _IPv6Server(http.server.HTTPServer):
     address_family = socket.AF_INET6
 
 
-def serve(host, port, say=lambda line: print(line, file=sys.stderr, flush=True)):
-    """Serve until interrupted.  Raises OSError when the address cannot be bound."""
-    processes = Processes()
+def serve(host, port, suspects=5, say=lambda line: print(line, file=sys.stderr, flush=True)):
+    """Serve until interrupted, `suspects` a process in /metrics.  Raises
+    OSError when the address cannot be bound."""
+    processes = Processes(suspects)
     handler = type("BoundHandler", (Handler,), {"processes": processes})
     server_class = _IPv6Server if ":" in host else http.server.HTTPServer
     with server_class((host, port), handler) as server:
