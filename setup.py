@@ -11,6 +11,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 
 from setuptools import Command, Distribution, find_packages, setup
 from setuptools.command.build_py import build_py
@@ -40,6 +41,22 @@ def capstone_dir():
     return os.path.dirname(os.path.abspath(capstone.__file__))
 
 
+def usdt_flags(cc):
+    """-DMLK_USDT where <sys/sdt.h> is there (Debian: systemtap-sdt-dev):
+    the sampled mode's otel_memory probes (native/hook/usdt.h).  Without
+    it they are left out, said here once."""
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "sdt.c")
+        with open(src, "w") as f:
+            f.write("#include <sys/sdt.h>\nint main(void) { DTRACE_PROBE1(mlk, check, 1); return 0; }\n")
+        found = subprocess.call([*cc, "-c", src, "-o", os.path.join(d, "sdt.o")],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0
+    if not found:
+        print("libmemleak: <sys/sdt.h> not found (Debian: systemtap-sdt-dev): built without the "
+              "otel_memory USDT probes (docs/fleet.md)")
+    return ["-DMLK_USDT=1"] if found else []
+
+
 def build_native(out_dir, python=sys.executable):
     sources = sorted(glob.glob(os.path.join(HERE, "native", "hook", "*.c")) +
                      glob.glob(os.path.join(HERE, "native", "hook", "route", "*.c")) +
@@ -49,8 +66,9 @@ def build_native(out_dir, python=sys.executable):
     cc = shlex.split(os.environ.get("CC", "cc"))
     target = os.path.join(out_dir, "libmtrace.so")
     decoder = capstone_dir()
+    probes = usdt_flags(cc)
     with _replaced_whole(target) as building:
-        cmd = [*cc, *CFLAGS, f'-DMLK_PYTHON="{python}"', "-I" + os.path.join(decoder, "include"),
+        cmd = [*cc, *CFLAGS, *probes, f'-DMLK_PYTHON="{python}"', "-I" + os.path.join(decoder, "include"),
                f'-DMLK_CAPSTONE_BUILT="{os.path.join(decoder, "lib", "libcapstone.so")}"',
                *sources, "-o", building, *LDFLAGS, *HOOK_LDFLAGS, *LIBS]
         # Link-time optimization lets the hot path inline across modules (the

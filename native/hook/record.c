@@ -2,9 +2,11 @@
  * the per-block and per-stack books.  Runs with the thread's recursion guard
  * set, so anything called from here passes straight through the hooks. */
 #define _GNU_SOURCE
+#include <math.h>
 #include <sys/mman.h>
 
 #include "mlk.h"
+#include "usdt.h"
 
 static int warned_stacks, warned_blocks;
 #define UNKNOWN_FREES_WARN 1000
@@ -75,6 +77,13 @@ static void dropped_block(void)
                  "block of 1 TiB or more); the reports count the blocks not tracked", "");
 }
 
+/* The bytes a sampled block of `size` stands for (usdt.h). */
+static uint64_t sample_weight(uint64_t size)
+{
+    double kept = -expm1(-(double)size / (double)mlk_sample_bytes); /* the chance it was sampled */
+    return kept > 0 ? (uint64_t)((double)size / kept + 0.5) : size;
+}
+
 void mlk_record_alloc(void *p, size_t size, int kind)
 {
     if (!p)
@@ -87,10 +96,13 @@ void mlk_record_alloc(void *p, size_t size, int kind)
     uint32_t id = current_stack(kind, 0);
     if (id == MLK_NO_STACK)
         return;
-    if (mlk_addr_insert((uint64_t)p, id, size, 1))
+    if (mlk_addr_insert((uint64_t)p, id, size, 1)) {
         MLK_EVENT(MLK_EVENT_ALLOC, p, size, id);
-    else
+        if (mlk_sample_bytes)
+            MLK_PROBE_ALLOC(p, size, sample_weight(size));
+    } else {
         dropped_block();
+    }
 }
 
 void mlk_record_trailed(void *p, size_t usable, size_t size, int kind, uint64_t tag, int looked)
@@ -112,6 +124,8 @@ int mlk_record_take(void *p, uint32_t *stack, uint64_t *size)
 {
     if (mlk_addr_remove((uint64_t)p, stack, size)) {
         MLK_EVENT(MLK_EVENT_FREE, p, *size, *stack);
+        if (mlk_sample_bytes)
+            MLK_PROBE_FREE(p);
         if (MLK_UNLIKELY(mlk_ignored_count))
             mlk_ignored_forget((uint64_t)p, (uint64_t)p + (*size ? *size : 1));
         return 1;
@@ -139,10 +153,13 @@ int mlk_record_free(void *p)
 
 void mlk_record_put_back(void *p, uint32_t stack, uint64_t size)
 {
-    if (mlk_addr_insert((uint64_t)p, stack, size, 0))
+    if (mlk_addr_insert((uint64_t)p, stack, size, 0)) {
         MLK_EVENT(MLK_EVENT_ALLOC, p, size, stack);
-    else
+        if (mlk_sample_bytes) /* (its take said free) */
+            MLK_PROBE_ALLOC(p, size, sample_weight(size));
+    } else {
         dropped_block();
+    }
 }
 
 void mlk_record_mmap(void *p, size_t len, int kind)
