@@ -18,6 +18,7 @@ import pytest
 
 from helpers import CLI_ENV, Traced, cli, cli_argv, compile_program, wait_for
 from libmemleak.files import memlog
+from libmemleak.live.client import open_segment
 
 
 def start_exporter(cwd, *options):
@@ -233,3 +234,39 @@ def test_metrics_rank_the_suspects_as_report_ranks_the_reports(workdir):
         if t.proc.poll() is None:
             t.proc.kill()
         stop(exporter)
+
+
+def test_a_spoilt_segment_or_report_leaves_the_exporter_serving_the_others(workdir):
+    """A process may scribble over its own segment and its report files:
+    the exporter reads them, one process's garbage costs only that
+    process, never a traceback."""
+    prog = compile_program("nsleak.c")
+    spoilt, clean = Traced([prog], workdir), Traced([prog], workdir)
+    exporter, base = start_exporter(workdir)
+    try:
+        for t in (spoilt, clean):
+            assert t.proc.stdout.readline() == f"pid in namespace {t.pid}\n".encode()
+            t.expect("leaked")
+        segment, fd = open_segment(spoilt.pid)
+        try:
+            h = segment.header
+            h.report_seq = 0x7FFFFFFF  # "reports" far past any
+            view = memoryview(segment._map)
+            view[h.stacks_off:h.stacks_off + 4096] = os.urandom(4096)  # its stack table
+            view.release()
+        finally:
+            segment.close()
+            os.close(fd)
+        page = scrape(base)
+        assert value(page, "libmemleak_live_blocks", clean.pid) >= 7
+        with urllib.request.urlopen(f"{base}/debug/pprof/heap?pid={clean.pid}", timeout=60) as r:
+            assert r.status == 200
+        for t in (spoilt, clean):
+            t.resume()
+            t.finish()
+    finally:
+        for t in (spoilt, clean):
+            if t.proc.poll() is None:
+                t.proc.kill()
+        stop(exporter)
+    assert "Traceback" not in exporter.stderr.read()

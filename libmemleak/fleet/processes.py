@@ -67,8 +67,9 @@ class Process:
 class Processes:
     """The traced processes found at each scrape, kept open across them."""
 
-    def __init__(self, suspects=0):
+    def __init__(self, suspects=0, say=lambda line: None):
         self.top = suspects      # suspects served per process (0: none)
+        self.say = say           # one line on what went wrong with a process
         self.open = {}           # pid -> Process
         # pid -> (start time, when looked): no segment then.  Looked at
         # again when the pid is reused, and after RELOOK_SECONDS: a process
@@ -86,8 +87,9 @@ class Processes:
             return None
         try:
             return proc.heap.profile(which)
-        except (OSError, ValueError):
+        except Exception as e:  # noqa: BLE001 -- as in samples()
             self._drop(pid)
+            self.say(f"libmemleak: exporter: no profile of pid {pid}: {type(e).__name__}: {e}")
             return None
 
     def _worth_a_look(self, pid, started, now):
@@ -114,8 +116,10 @@ class Processes:
                 continue
             try:
                 found.append(proc.sample(self.top))
-            except (OSError, ValueError):
+            except Exception as e:  # noqa: BLE001 -- its segment or files are its own to spoil: the others go on
                 self._drop(pid)
+                self.not_traced[pid] = (started, now)
+                self.say(f"libmemleak: exporter: pid {pid} left out of this scrape: {type(e).__name__}: {e}")
         for pid in [p for p in self.open if p not in alive]:
             self._drop(pid)
         self.not_traced = {p: s for p, s in self.not_traced.items() if p in alive}

@@ -27,6 +27,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
     processes = None  # set by serve()
 
     def do_GET(self):
+        try:
+            self._get()
+        except Exception as e:  # noqa: BLE001 -- one line, never a traceback; the next scrape is served
+            print(f"libmemleak: exporter: {self.path[:200]!r}: {type(e).__name__}: {e}", file=sys.stderr,
+                  flush=True)
+            self._answer(500, "text/plain; charset=utf-8", b"internal error: said on the exporter's stderr\n")
+
+    def _get(self):
         path, _, query = self.path.partition("?")
         if path == "/metrics":
             body = exposition(self.processes.samples()).encode("utf-8")
@@ -70,7 +78,7 @@ class _IPv6Server(http.server.HTTPServer):
 def serve(host, port, suspects=5, say=lambda line: print(line, file=sys.stderr, flush=True)):
     """Serve until interrupted, `suspects` a process in /metrics.  Raises
     OSError when the address cannot be bound."""
-    processes = Processes(suspects)
+    processes = Processes(suspects, say)
     handler = type("BoundHandler", (Handler,), {"processes": processes})
     server_class = _IPv6Server if ":" in host else http.server.HTTPServer
     with server_class((host, port), handler) as server:
