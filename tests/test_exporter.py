@@ -3,6 +3,7 @@ served to Prometheus from its segment -- the same bytes and blocks its
 own report says, its reports untouched by the scrapes -- and scraped by a
 real Prometheus server on loopback."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -30,6 +31,20 @@ def start_exporter(cwd, *options):
     return p, line.split()[3].removesuffix("/metrics")
 
 
+@contextlib.contextmanager
+def exporter_beside(traced, cwd, *options):
+    """An exporter while `traced` (a Traced program, or several) runs: its
+    base URL; both stopped at the end, whatever happened."""
+    exporter, base = start_exporter(cwd, *options)
+    try:
+        yield base
+    finally:
+        for t in traced:
+            if t.proc.poll() is None:
+                t.proc.kill()
+        stop(exporter)
+
+
 def scrape(base):
     with urllib.request.urlopen(f"{base}/metrics", timeout=60) as r:
         assert r.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
@@ -55,8 +70,7 @@ def stop(p):
 def test_metrics_say_what_the_programs_own_report_says_and_leave_its_reports_alone(workdir):
     prog = compile_program("nsleak.c")  # 7 x 300 bytes, then a checkpoint
     t = Traced([prog], workdir)
-    exporter, base = start_exporter(workdir)
-    try:
+    with exporter_beside([t], workdir) as base:
         assert t.proc.stdout.readline() == f"pid in namespace {t.pid}\n".encode()
         t.expect("leaked")
         first = memlog.read(cli("snapshot", t.pid, cwd=workdir).stdout.strip())
@@ -79,10 +93,6 @@ def test_metrics_say_what_the_programs_own_report_says_and_leave_its_reports_alo
         assert t.finish() == 0, t.stderr
         # A process that ended is no longer served.
         wait_for(lambda: f'pid="{t.pid}"' not in scrape(base), "the ended process left out")
-    finally:
-        if t.proc.poll() is None:
-            t.proc.kill()
-        stop(exporter)
 
 
 def test_a_bad_listen_address_is_one_line(workdir):
@@ -166,8 +176,7 @@ def go_pprof_raw(url, tmp_path):
 def test_go_tool_pprof_reads_a_process_heap_as_from_a_go_service(workdir, tmp_path, config, period):
     prog = compile_program("nsleak.c")  # 7 x 300 bytes from site_ns, then a checkpoint
     t = Traced([prog], workdir, config=config)
-    exporter, base = start_exporter(workdir)
-    try:
+    with exporter_beside([t], workdir) as base:
         assert t.proc.stdout.readline() == f"pid in namespace {t.pid}\n".encode()
         t.expect("leaked")
         raw = go_pprof_raw(f"{base}/debug/pprof/heap?pid={t.pid}", tmp_path)
@@ -185,10 +194,6 @@ def test_go_tool_pprof_reads_a_process_heap_as_from_a_go_service(workdir, tmp_pa
         assert "alloc_space/bytes[dflt]" in allocs, allocs
         t.resume()
         assert t.finish() == 0, t.stderr
-    finally:
-        if t.proc.poll() is None:
-            t.proc.kill()
-        stop(exporter)
 
 
 def test_a_profile_of_no_process_is_said(workdir):
@@ -208,8 +213,7 @@ def test_metrics_rank_the_suspects_as_report_ranks_the_reports(workdir):
     bytes -- at most K of them, the label set bounded."""
     prog = compile_program("slowleaks.c", "-lpthread")
     t = Traced([prog], workdir, config="mtraceinit")
-    exporter, base = start_exporter(workdir, "--suspects", "2")
-    try:
+    with exporter_beside([t], workdir, "--suspects", "2") as base:
         for seq in range(1, 7):
             t.expect("round")
             t.signal_report(seq)
@@ -230,10 +234,6 @@ def test_metrics_rank_the_suspects_as_report_ranks_the_reports(workdir):
             t.expect("round")
             t.resume()
         assert t.finish() == 0, t.stderr
-    finally:
-        if t.proc.poll() is None:
-            t.proc.kill()
-        stop(exporter)
 
 
 def test_a_spoilt_segment_or_report_leaves_the_exporter_serving_the_others(workdir):
