@@ -192,7 +192,7 @@ def test_flight_recorder_of_a_killed_program_replays_to_its_end(tmp_path):
     [death] = reports_of(tmp_path, "phases", pid) if wait_for_file(str(tmp_path / f"phases-{pid}-1.memlog")) else []
     assert death.header["reason"] == "death"
     assert wait_for_file(log)
-    time.sleep(1)  # written whole (renamed into place), but give its reporter a moment to finish
+    wait_until_finished(log)  # (its last counters: the reporter is done with it)
     doc, err = replay_json(log, "--at", "100000")
     assert "flight-recorder" in err
     assert by_site(doc)["leak_slowly"] == helpers.by_site(death)["leak_slowly"]  # the death report's, exactly
