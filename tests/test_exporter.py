@@ -224,11 +224,12 @@ def test_metrics_rank_the_suspects_as_report_ranks_the_reports(workdir):
         assert shown.returncode == 0, shown.stderr
         (doc,) = [p for p in json.loads(shown.stdout)["processes"] if p["pid"] == t.pid]
         expected = [(rank, s["live_bytes"]) for rank, s in enumerate(doc["suspects"][:2], 1)]
-        served = [line for line in page.splitlines() if line.startswith("libmemleak_suspect_live_bytes{")]
+        served = [line for line in page.splitlines()  # (the machine's other traced processes are served too)
+                  if line.startswith(f'libmemleak_suspect_live_bytes{{pid="{t.pid}",')]
         assert len(served) == 2 == len(expected), (served, doc["suspects"])
         for line, (rank, live) in zip(served, expected):
             assert f'pid="{t.pid}",program="slowleaks",rank="{rank}",site="' in line and line.endswith(f" {live}")
-        assert 'site="site_leak (slowleaks.c:' in page, served
+        assert 'site="site_leak (slowleaks.c:' in served[0], served
         t.resume()
         for _ in range(2):
             t.expect("round")
