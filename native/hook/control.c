@@ -1,4 +1,5 @@
-/* Configuration, triggers, fork/exit handling and starting the reporter.
+/* Configuration, triggers, fork handling and starting the reporter (a
+ * process leaving -- its exit and death reports -- is leaving.c).
  *
  * The reporter is a Python process that reads the segment and writes the
  * reports.  How it is started, and why that is safe for the program:
@@ -60,7 +61,7 @@ static int warned_timeout;
 
 /* ---- report requests ---------------------------------------------------- */
 
-static uint32_t post_request(uint32_t *reason_counter)
+uint32_t mlk_post_request(uint32_t *reason_counter)
 {
     struct mlk_header *h = mlk_seg;
     __atomic_add_fetch(reason_counter, 1, __ATOMIC_RELEASE);
@@ -76,12 +77,26 @@ static int report_done(uint32_t mine)
     return (int32_t)(__atomic_load_n(&mlk_seg->done_seq, __ATOMIC_ACQUIRE) - mine) >= 0;
 }
 
+/* Waits until the reporter's counter *answered reaches `mine`, for at most
+ * `ms` milliseconds, and not once no reporter runs (async-signal-safe: a
+ * futex and the clock). */
+void mlk_wait_for_answer(uint32_t *answered, uint32_t mine, uint64_t ms)
+{
+    uint64_t deadline = mlk_now_ns(CLOCK_MONOTONIC) + ms * 1000000ull;
+    for (;;) {
+        uint32_t now = __atomic_load_n(answered, __ATOMIC_ACQUIRE);
+        if ((int32_t)(now - mine) >= 0 || mlk_now_ns(CLOCK_MONOTONIC) > deadline || !mlk_reporter_alive())
+            return;
+        mlk_futex_wait(answered, now, 100);
+    }
+}
+
 int mlk_request_report(uint32_t *reason_counter, int wait)
 {
     struct mlk_header *h = mlk_seg;
     if (!h || inert)
         return 0;
-    uint32_t mine = post_request(reason_counter);
+    uint32_t mine = mlk_post_request(reason_counter);
     /* A descendant the keeper holds has the keeper write the report, unless
      * a reporter of its own happens to run; if the keeper is gone, it
      * starts its own, as the root does. */
@@ -126,6 +141,11 @@ int mlk_request_report(uint32_t *reason_counter, int wait)
                  "(it will still write it if it can)", "");
     return 0;
 }
+
+/* What leaving.c asks of this process's state. */
+int mlk_is_root(void) { return is_root; }
+int mlk_is_inert(void) { return inert; }
+int mlk_keeper_holds_us(void) { return keeper_holds_us; }
 
 /* ---- triggers ----------------------------------------------------------- */
 
@@ -514,150 +534,4 @@ __attribute__((constructor)) static void mlk_constructor(void)
 {
     if (mlk_loaded_as_preload())
         mlk_init();
-}
-
-/* The value in kB of a "Key:   1234 kB" line of /proc/self/status. */
-static uint32_t status_kb(const char *status, const char *key)
-{
-    const char *line = strstr(status, key);
-    if (!line)
-        return 0;
-    uint64_t v = 0;
-    for (const char *c = line + strlen(key); *c && *c != '\n'; c++)
-        if (*c >= '0' && *c <= '9')
-            v = v * 10 + (uint64_t)(*c - '0');
-    return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
-}
-
-/* For the exit report, which for a descendant is written after it is gone. */
-static void record_exit_memory(void);
-
-/* What the final report needs to know of a process as it leaves: its
- * memory, and the thread leaving (whose stack an exit scan does not read:
- * shm_layout.h, exiting_tid). */
-static void note_leaving(void)
-{
-    record_exit_memory();
-    __atomic_store_n(&mlk_seg->exiting_tid, (uint32_t)mlk_syscall6(SYS_gettid, 0, 0, 0, 0, 0, 0), __ATOMIC_RELEASE);
-}
-
-static void record_exit_memory(void)
-{
-    char buf[4096];
-    int fd = (int)raw(SYS_open, (long)"/proc/thread-self/status", O_RDONLY | O_CLOEXEC, 0);
-    if (fd < 0) /* no thread-self before Linux 3.17 */
-        fd = (int)raw(SYS_open, (long)"/proc/self/status", O_RDONLY | O_CLOEXEC, 0);
-    if (fd < 0)
-        return;
-    long n = raw(SYS_read, fd, (long)buf, sizeof buf - 1);
-    raw(SYS_close, fd, 0, 0);
-    if (n <= 0)
-        return;
-    buf[n] = 0;
-    mlk_seg->exit_rss_kb = status_kb(buf, "\nVmRSS:");
-    mlk_seg->exit_hwm_kb = status_kb(buf, "\nVmHWM:");
-}
-
-/* The exit report, asked for as the process leaves -- once: an _exit()
- * after our destructor (by a library finalised after us) asks no second
- * one of a reporter that has ended.  (By pid: a child forked meanwhile asks
- * its own.) */
-static int exit_asked_by;
-
-static void exit_report(void)
-{
-    int pid = mlk_getpid();
-    if (!mlk_seg || inert || !mlk_collecting_or_paused() || mlk_seg->pid != pid ||
-        __atomic_exchange_n(&exit_asked_by, pid, __ATOMIC_RELAXED) == pid)
-        return;
-    int was = mlk_guard_up();
-    note_leaving();
-    /* A descendant the keeper holds leaves its exit report to the keeper
-     * (no Python process per exiting child), if the keeper is still there
-     * to see it die and no reporter of its own is running anyway. */
-    /* With scan=exit the process waits for its exit report, whoever
-     * writes it: the scan needs it alive (its threads stopped, its memory
-     * read), not gone. */
-    int scan = __atomic_load_n(&mlk_seg->scan_at_exit, __ATOMIC_RELAXED) != 0;
-    if (!is_root && keeper_holds_us && !mlk_reporter_alive() && mlk_keeper_reachable() && !scan)
-        post_request(&mlk_seg->exit_requests);
-    else
-        mlk_request_report(&mlk_seg->exit_requests, is_root || scan);
-    mlk_in_hook = was;
-}
-
-/* The root dying of a signal it does not handle (signals.c's handler, so
- * async-signal-safe: raw system calls, futexes, no allocation, no spawn):
- * its final report asked for, as a death by `sig`, and waited for -- at
- * most exit_timeout, and not at all when no reporter runs -- so that the
- * report is on disk before the signal ends the process and `libmemleak
- * run` returns.  The exit report's once-only guard holds for it too. */
-void mlk_report_dying(int sig)
-{
-    int pid = mlk_getpid();
-    struct mlk_header *h = mlk_seg;
-    if (!h || inert || !is_root || !mlk_collecting_or_paused() || h->pid != pid || !mlk_reporter_alive() ||
-        __atomic_exchange_n(&exit_asked_by, pid, __ATOMIC_RELAXED) == pid)
-        return;
-    int was = mlk_guard_up();
-    note_leaving();
-    __atomic_store_n(&h->dying_signal, (uint32_t)sig, __ATOMIC_RELEASE);
-    uint32_t mine = post_request(&h->exit_requests);
-    uint64_t deadline = mlk_now_ns(CLOCK_MONOTONIC) + (uint64_t)mlk_config.exit_timeout_ms * 1000000ull;
-    for (;;) {
-        uint32_t done = __atomic_load_n(&h->done_seq, __ATOMIC_ACQUIRE);
-        if (report_done(mine) || mlk_now_ns(CLOCK_MONOTONIC) > deadline || !mlk_reporter_alive())
-            break;
-        mlk_futex_wait(&h->done_seq, done, 100);
-    }
-    mlk_in_hook = was;
-}
-
-/* Runs at exit() and return from main, after the program's own atexit
- * handlers and static destructors (our library was initialised before
- * the program, so it is finalised after it). */
-__attribute__((destructor)) static void mlk_destructor(void) { exit_report(); }
-
-/* The root leaving by _exit() (dash does; so do programs that skip their
- * exit handlers on purpose) runs no destructor.  Its report would then be a
- * death report written after it is gone -- after `libmemleak run` has
- * returned, and the last reports of its dead descendants with it.  So the
- * root asks for its exit report here, as exit() would.  A descendant's
- * _exit() leaves it to the keeper's death report, as before: a forked child
- * that _exits at once (a failed exec, say) must not start a reporter. */
-void mlk_exit_without_handlers(void)
-{
-    if (is_root)
-        exit_report();
-}
-
-/* The root about to exec: the last reports of the descendants dead by now
- * are written before the new image -- whose keeper is a new one -- runs
- * (shm_layout.h, keeper_wards).  Only where the keeper has taken
- * descendants since the last time: a wrapper that execs at once waits for
- * nothing (its reporter may not even be up), and a shell's exec, which
- * tries each directory of PATH in turn, waits once.  At most half of
- * exit_timeout, as at exit. */
-static uint32_t wards_settled; /* keeper_wards as of the last settle */
-
-void mlk_settle_before_exec(void)
-{
-    struct mlk_header *h = mlk_seg;
-    if (!is_root || !h || inert || h->pid != mlk_getpid())
-        return;
-    uint32_t wards = __atomic_load_n(&h->keeper_wards, __ATOMIC_ACQUIRE);
-    if (wards == wards_settled || !mlk_reporter_alive())
-        return;
-    wards_settled = wards;
-    int was = mlk_guard_up();
-    uint32_t mine = __atomic_add_fetch(&h->settle_asked, 1, __ATOMIC_RELEASE);
-    mlk_futex_wake(&h->request_seq); /* (where the reporter waits) */
-    uint64_t deadline = mlk_now_ns(CLOCK_MONOTONIC) + (uint64_t)mlk_config.exit_timeout_ms * 500000ull;
-    for (;;) {
-        uint32_t done = __atomic_load_n(&h->settle_done, __ATOMIC_ACQUIRE);
-        if ((int32_t)(done - mine) >= 0 || mlk_now_ns(CLOCK_MONOTONIC) > deadline || !mlk_reporter_alive())
-            break;
-        mlk_futex_wait(&h->settle_done, done, 100);
-    }
-    mlk_in_hook = was;
 }

@@ -56,6 +56,14 @@ MLK_HIDDEN void mlk_spawn_reporter(void);  /* async-signal-safe */
 MLK_HIDDEN int mlk_reporter_alive(void);
 MLK_HIDDEN void mlk_ensure_reporter(void);
 MLK_HIDDEN void mlk_exit_without_handlers(void); /* the root's _exit(): its exit report */
+/* control.c, for leaving.c: a report request posted (its number), and a
+ * wait for the reporter's answering counter to reach it (at most ms, not
+ * once no reporter runs); what this process is. */
+MLK_HIDDEN uint32_t mlk_post_request(uint32_t *reason_counter);
+MLK_HIDDEN void mlk_wait_for_answer(uint32_t *answered, uint32_t mine, uint64_t ms);
+MLK_HIDDEN int mlk_is_root(void);
+MLK_HIDDEN int mlk_is_inert(void);
+MLK_HIDDEN int mlk_keeper_holds_us(void);
 MLK_HIDDEN void mlk_settle_before_exec(void);    /* the root's exec: descendants' reports first */
 MLK_HIDDEN void mlk_say_reporter_failed(void); /* once: why no reporter could start */
 MLK_HIDDEN void mlk_spawn_fork_child(void);
