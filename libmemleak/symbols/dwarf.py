@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from elftools.common.exceptions import ELFError
 
-from libmemleak.symbols import dies
+import libmemleak.symbols.dies as dies
 from libmemleak.symbols.demangle import demangle
 from libmemleak.symbols.elfcheck import READ_ERRORS, open_elf
 from libmemleak.symbols.lines import END, decode_rows
