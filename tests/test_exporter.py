@@ -99,6 +99,8 @@ def test_a_bad_listen_address_is_one_line(workdir):
     out = cli("exporter", "--listen", "nowhere", cwd=workdir)
     assert (out.returncode, out.stderr) == (2, "libmemleak: exporter: --listen 'nowhere': give HOST:PORT "
                                                "(e.g. 127.0.0.1:9465)\n")
+    out = cli("exporter", "--suspects", "51", cwd=workdir)
+    assert (out.returncode, out.stderr) == (2, "libmemleak: exporter: --suspects 51: give 0 to 50\n")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

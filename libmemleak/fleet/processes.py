@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from libmemleak.daemon.diff import totals
+from libmemleak.daemon.header_parts import process_status
 from libmemleak.daemon.procfs import proc_dir
 from libmemleak.fleet.heap import HeapProfiles
 from libmemleak.fleet.suspects import Suspects
@@ -153,14 +154,9 @@ def _start_time(pid):
 
 
 def rss_bytes(pid):
-    try:
-        with open(f"{proc_dir(pid)}/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    """VmRSS in bytes, as reports say it (header_parts.process_status), or None."""
+    rss = dict(process_status(pid)).get("vm-rss", "").split()
+    return int(rss[0]) * 1024 if rss and rss[0].isdigit() else None
 
 
 # Kubernetes' downward API, as pods commonly name it in their environment.

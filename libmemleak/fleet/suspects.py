@@ -10,12 +10,10 @@ link (an exporter running as root must not be made to read another
 file), and at most memlog's MAX_REPORT_BYTES.  Read again only when the
 process has written a new report."""
 
-import os
-import stat
-
 from libmemleak.analysis.names import frame_text, shown_frames
 from libmemleak.analysis.trends import analyse
 from libmemleak.files import memlog
+from libmemleak.files.owned import owner_of, read_owned
 from libmemleak.files.series import Series, report_from
 
 MAX_SITE = 200       # characters of a site label
@@ -37,9 +35,8 @@ class Suspects:
         return self._ranked[:k]
 
     def _rank(self, last_seq):
-        try:
-            owner = os.stat(f"/proc/{self.pid}").st_uid
-        except OSError:
+        owner = owner_of(self.pid)
+        if owner is None:
             return ()
         frames, problems, series = {}, [], None
         for seq in range(1, last_seq + 1):
@@ -68,21 +65,10 @@ class Suspects:
 
 def _read_owned(path, owner, frames):
     """The parsed report at path, if it is a regular file of `owner`'s."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
+    found = read_owned(path, owner, memlog.MAX_REPORT_BYTES)
+    if found is None:
         return None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != owner or st.st_size > memlog.MAX_REPORT_BYTES:
-            return None
-        with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read(memlog.MAX_REPORT_BYTES + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    try:
-        return memlog.parse_bytes(data, memlog.printable(path), frames)
+        return memlog.parse_bytes(found[1], memlog.printable(path), frames)
     except memlog.MemlogError:
         return None

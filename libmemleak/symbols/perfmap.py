@@ -5,16 +5,16 @@ numbers), later lines over earlier ones where code was replaced.  Node
 others write it; a frame in code no module holds is named from it.
 
 The traced program writes that file: it is hostile input.  It is read
-only when it is a regular file owned by our user (a file someone else
-planted in /tmp is not the program's), never through a symbolic link, at
-most MAX_BYTES of it; names are cut and their control characters shown as
+only when it is a regular file owned by the program's user (a file
+someone else planted in /tmp is not the program's), never through a
+symbolic link, at most MAX_BYTES of it (files/owned.py); names are cut and their control characters shown as
 '?' (a tab or newline would forge a report's frame lines).  It is read
 again when it has changed (the runtime appends as it compiles)."""
 
 import bisect
-import os
 import re
-import stat
+
+from libmemleak.files.owned import owner_of, read_owned
 
 MAX_BYTES = 64 << 20
 MAX_NAME = 512
@@ -26,6 +26,7 @@ class PerfMap:
     def __init__(self, pid, pid_inside):
         """pid: as we number it; pid_inside: as the process numbers itself
         (its pid namespace's), which names its file in its own /tmp."""
+        self.pid = pid
         self.path = f"/proc/{pid}/root/tmp/perf-{pid_inside}.map"
         self.shown = f"/tmp/perf-{pid_inside}.map"  # the module a named frame is said to be in
         self._seen = None      # (size, mtime_ns) of the file as last read
@@ -42,20 +43,11 @@ class PerfMap:
         return best[:2] if best else None
 
     def _refresh(self):
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-        except OSError:
+        owner = owner_of(self.pid)
+        found = read_owned(self.path, owner, MAX_BYTES, self._seen) if owner is not None else None
+        if found is None or found[1] is None:
             return
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-                return
-            if self._seen == (st.st_size, st.st_mtime_ns):
-                return
-            self._seen = (st.st_size, st.st_mtime_ns)
-            data = os.read(fd, MAX_BYTES)
-        finally:
-            os.close(fd)
+        self._seen, data = found
         entries = []
         for order, line in enumerate(data.decode("utf-8", "replace").splitlines()):
             parts = line.split(" ", 2)
