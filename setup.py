@@ -62,7 +62,8 @@ def build_native(out_dir, python=sys.executable):
                      glob.glob(os.path.join(HERE, "native", "hook", "route", "*.c")) +
                      glob.glob(os.path.join(HERE, "native", "hook", "api", "*.c")) +
                      glob.glob(os.path.join(HERE, "native", "hook", "resources", "*.c")) +
-                     glob.glob(os.path.join(HERE, "native", "hook", "events", "*.c")))
+                     glob.glob(os.path.join(HERE, "native", "hook", "events", "*.c")) +
+                     glob.glob(os.path.join(HERE, "native", "hook", "runtimes", "*.c")))
     cc = shlex.split(os.environ.get("CC", "cc"))
     target = os.path.join(out_dir, "libmtrace.so")
     decoder = capstone_dir()

@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #define MLK_MAGIC 0x314b4c4d454d4c4b
-#define MLK_LAYOUT_VERSION 24
+#define MLK_LAYOUT_VERSION 25
 #define MLK_API_LABEL_MAX 64
 #define MLK_LAST_REPORT_MAX 512
 #define MLK_MAX_DEPTH 64
@@ -55,6 +55,31 @@
 /* The stack of a call that misused the allocator (a double free's, a
  * mismatched delete's: struct mlk_misuse.at_stack): it never counts a block. */
 #define MLK_KIND_FREE_SITE 5
+/* An interpreter's own frames (native/hook/runtimes/cpython.c, docs/
+ * languages.md): not a stack but a record, read by the reporter and never
+ * counted.  Its frames are words: {code object, fingerprint | first line
+ * << 32, name's length | character size << 16, file's likewise, line
+ * table's length}, then the three strings' bytes, each padded to a word;
+ * or, for the interpreter itself, {0, its version (Py_Version), the
+ * address of its evaluation loop, MLK_PY_FRAMES_READ or _NOT_READ}. */
+#define MLK_KIND_PYCODE 6
+#define MLK_PY_FRAMES_READ 1
+#define MLK_PY_FRAMES_NOT_READ 2
+/* A stack with interpreter frames is words that are no addresses (user
+ * addresses are below 2^47): the tag in the top byte.  First, the native
+ * stack's id (MLK_PY_TAG_NATIVE << 56 | id); then per interpreter frame,
+ * innermost first, two words: the code object (MLK_PY_TAG_CODE << 56 |
+ * address, with 1 << MLK_PY_ENTRY_SHIFT where the frame is the first of
+ * its run of the evaluation loop -- the frames up to it stand for one
+ * native frame of that loop), and where in it (MLK_PY_TAG_WHERE << 56 |
+ * the code's fingerprint (24 bits) << 32 | the instruction's index, or
+ * 0xffffffff before the first). */
+#define MLK_PY_TAG_SHIFT 56
+#define MLK_PY_TAG_NATIVE 129
+#define MLK_PY_TAG_CODE 130
+#define MLK_PY_TAG_WHERE 131
+#define MLK_PY_ENTRY_SHIFT 48
+#define MLK_PY_NO_INSTRUCTION 4294967295
 /* The custom blocks' table (struct mlk_header.custom_table): nodes of
  * MLK_CUSTOM_NODE_BYTES, each {address (0: unused), size (u64), stack (u32)}
  * first. */

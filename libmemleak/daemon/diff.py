@@ -126,6 +126,9 @@ class FrameResolver:
         hit = self._cache.get(address)
         if hit is not None:
             return hit
+        if type(address) is not int:  # a Python frame (python_code.PyFrame): its own token
+            token = self._cache[address] = self.keys.token(None, address)
+            return token
         m = self._modmap.find(address, epoch)
         token = self.keys.token(m, address)
         if m is not None and self._modmap.only_one(address):

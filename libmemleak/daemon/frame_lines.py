@@ -6,6 +6,7 @@ runtime's perf map (symbols/perfmap.py); a frame of our own library is
 left out of reports."""
 
 from libmemleak.daemon.header_parts import SELF_LIBRARY
+from libmemleak.daemon.python_code import EVAL_LOOP, PYTHON_MODULE, PyFrame, merged_order
 from libmemleak.files.memlog import Frame, render_frames
 
 NOT_THE_PROGRAMS = -1  # a frame left out of reports: our own hooks'
@@ -21,6 +22,7 @@ class FrameLines:
         self.kind_code = kind_code
         self._make_perf_map, self._perf_map = perf_map, None
         self.token_lines = {}  # frame token -> line id (or NOT_THE_PROGRAMS)
+        self.python_kinds = {}  # frame token -> "py"/"py-entry" (a Python frame) or "eval" (the loop's)
 
     def symbolize_keys(self, key_ids):
         """Store the frame lines of these keys in the text store.  Keys with
@@ -36,6 +38,10 @@ class FrameLines:
             if None in items:
                 items = [line_of(t) if x is None else x for t, x in zip(tokens, items)]
                 complete = not any(type(x) is str for x in items)
+            if self.python_kinds and not self.python_kinds.keys().isdisjoint(tokens):
+                kinds = [self.python_kinds.get(t) for t in tokens]
+                if "py" in kinds or "py-entry" in kinds:
+                    items = [items[i] for i in merged_order(kinds)]
             if NOT_THE_PROGRAMS in items:
                 items = [x for x in items if x != NOT_THE_PROGRAMS]
             if complete:
@@ -50,6 +56,8 @@ class FrameLines:
         NOT_THE_PROGRAMS for a frame of our own library (e.g. our dlopen
         hook)."""
         module, address, _ = self.keys.frames[token]
+        if type(address) is PyFrame:
+            return self.python_line(token, address)
         if module is None:
             return self.jit_line(token, address)
         if module.path.endswith("/" + SELF_LIBRARY):
@@ -58,7 +66,10 @@ class FrameLines:
             line_id = self.texts.add_line(render_frames([Frame(None, module.path, address - module.base)]))
         else:
             skipped = self.symbolizer.skipped
-            text = render_frames(self.symbolizer.frames_for(module, address))
+            frames = self.symbolizer.frames_for(module, address)
+            if any(f.function and f.function.startswith(EVAL_LOOP) for f in frames):
+                self.python_kinds[token] = "eval"
+            text = render_frames(frames)
             if self.symbolizer.skipped != skipped:
                 return text
             line_id = self.texts.add_line(text)
@@ -76,4 +87,12 @@ class FrameLines:
             return render_frames([Frame(None, None, address)])
         line_id = self.token_lines[token] = self.texts.add_line(
             render_frames([Frame(found[0], self._perf_map.shown, found[1])]))
+        return line_id
+
+    def python_line(self, token, frame):
+        """A Python frame: its function, "(python)" as its module, its
+        file and line (docs/memlog.md)."""
+        self.python_kinds[token] = "py-entry" if frame.entry else "py"
+        line_id = self.token_lines[token] = self.texts.add_line(
+            render_frames([Frame(frame.function, PYTHON_MODULE, 0, frame.file or None, frame.line or None)]))
         return line_id

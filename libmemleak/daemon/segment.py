@@ -12,7 +12,7 @@ import cffi
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from libmemleak.daemon import report_core
+from libmemleak.daemon import python_code, report_core
 from libmemleak.daemon.layout import CONST, HEADER_SIZE, MODULE_SIZE, STACK_SIZE, ffi, stack_word
 from libmemleak.daemon.procfs import namespace_tag
 from libmemleak.files.memlog import report_name, resource_name, safe_name
@@ -36,6 +36,7 @@ _W_REP_BYTES = stack_word("reported_bytes")
 _W_REP_BLOCKS = stack_word("reported_blocks")
 _W_REP_ALLOCS = stack_word("reported_allocs")
 _W_FLAGS = stack_word("flags")  # flags:u32 | reserved:u32
+_PYCODE = CONST["MLK_KIND_PYCODE"]
 _CUT = 1 << 16  # in the kind column: the stack was cut at the depth (MLK_STACK_CUT)
 
 HEALTH_FIELDS = ("dropped_stacks", "dropped_blocks", "unknown_frees", "truncated_stacks", "resources_dropped")
@@ -166,6 +167,7 @@ class Segment:
         self._resource_names = []
         self._pending = set()
         self._corrupt = 0
+        self.python = python_code.PythonCodes()  # a CPython's code records (MLK_KIND_PYCODE)
         self.stacks = _StackView(self)  # id -> Stack, for ids known to be ok
 
     @classmethod
@@ -359,6 +361,8 @@ class Segment:
 
     def _fill(self, i, state, off, epochs, frames_used, max_depth):
         depth = (state >> 32) & 0xffff
+        if (state >> 48) & 0xffff == _PYCODE:
+            max_depth = python_code.RECORD_MAX_WORDS
         if off + depth > frames_used:
             # frames_used was read before this entry's state: the entry may
             # be newer than that reading (its frames are reserved before it
@@ -372,7 +376,10 @@ class Segment:
         if cut:
             self._cut_ids.append(i)
         kind = (state >> 48) & 0xffff
-        if kind == CONST["MLK_KIND_CUSTOM"]:
+        if kind == _PYCODE:  # a record, not a stack: kept apart, no frames
+            self.python.learn(self._frames[off:off + depth].tolist())
+            depth = 0
+        elif kind == CONST["MLK_KIND_CUSTOM"]:
             self._custom_ids.append(i)
         elif RESOURCE_BASE <= kind < RESOURCE_BASE + RESOURCE_KINDS:
             self._resource_ids.append((i, kind - RESOURCE_BASE))
@@ -386,7 +393,25 @@ class Segment:
         off, depth, kind = self._off[i], self._depth[i], self._kind[i]
         frames = tuple(self._frames[off:off + depth].tolist())
         cut, kind = bool(kind & _CUT), kind & 0xffff
+        if python_code.is_python_stack(frames):
+            return self._with_python_frames(i, kind, frames, cut)
         return Stack(i, self.kind_name(kind), frames, self._epoch[i], cut)
+
+    def _with_python_frames(self, i, kind, words, cut):
+        """Stack i, whose words are a native stack's id and Python frames
+        (python_code): the native stack's frames, then the Python frames.
+        A code not described yet may be in a record published after this
+        stack was read: the records are looked at again, once."""
+        found = self.python.frames(words)
+        if found is not None and not found[2]:
+            self._learn_new_stacks()
+            found = self.python.frames(words)
+        native = found[0] if found else -1
+        if not (0 <= native < self._next_id and self._ok[native] and native != i) or \
+                python_code.is_python_stack(self._frames[self._off[native]:self._off[native] + 1]):
+            return Stack(i, self.kind_name(kind), (), self._epoch[i], cut)  # words that do not hold together
+        base = self.stack(native)
+        return Stack(i, self.kind_name(kind), base.frames + tuple(found[1]), base.map_epoch, cut or base.cut)
 
     def kind_name(self, kind):
         """A stack kind's name: the allocator family's, or "resource:" and

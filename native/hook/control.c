@@ -250,6 +250,7 @@ int mlk_start_collecting(void)
         mlk_modules_scan();
         mlk_unwind_init();
         mlk_stacks_init();
+        mlk_py_find_interpreter();
         /* The reporter also answers this signal when the program blocks it
          * in every thread (the handler then never runs). */
         mlk_seg->report_signal = mlk_signal_is_programs() ? 0 : (uint32_t)mlk_config.signal;
@@ -334,6 +335,7 @@ void mlk_after_dl_change(void)
     if (mlk_seg) {
         mlk_modules_scan();
         mlk_alloc_stats_resolve();
+        mlk_py_find_interpreter();
     }
 }
 

@@ -94,6 +94,7 @@ static inline void mlk_thread_fast_set(unsigned bit, int holds)
 #define MLK_FAST_NOT_READY 64u    /* the real functions not looked up yet (interpose.c's resolve) */
 #define MLK_FAST_EVENTS 128u      /* the event log records (MLK_ATTEND_EVENTS, which stays set) */
 #define MLK_FAST_GUARDED 256u     /* misuse=hold: a freed pointer is read only once known readable */
+#define MLK_FAST_PYTHON 512u      /* Python frames are read (runtimes/cpython.c): an allocation's stack is more than its walk */
 extern MLK_HIDDEN uint32_t mlk_fast_off;
 MLK_HIDDEN void mlk_fast_off_set(uint32_t reason, int holds);
 
@@ -269,6 +270,21 @@ extern MLK_HIDDEN int mlk_unwind_mode;
 /* cut: the walk stopped at the configured depth with frames left (the
  * stack's first interning says so for good: MLK_STACK_CUT). */
 MLK_HIDDEN uint32_t mlk_stack_intern(const uint64_t *ips, int depth, int kind, uint32_t unload_epoch, int cut);
+/* A record of `words` words (not a stack: never looked up nor counted;
+ * MLK_KIND_PYCODE), written in place by fill. */
+MLK_HIDDEN void mlk_stack_add_record(int words, void (*fill)(uint64_t *at, const void *arg), const void *arg,
+                                     int kind);
+
+/* ---- runtimes/cpython.c: Python frames inside native stacks ------------ */
+extern MLK_HIDDEN int mlk_py_reading; /* the process is a CPython whose frames are read */
+/* The stack with the calling thread's Python frames over native stack
+ * `native` (that one itself when it runs none). */
+MLK_HIDDEN uint32_t mlk_py_stack(uint32_t native, int kind, uint32_t unload_epoch);
+/* A new stack of Python frames: the code objects not described yet are. */
+MLK_HIDDEN void mlk_py_describe_codes(const uint64_t *words, int n);
+/* At the segment's making and after a dlopen: an interpreter found? */
+MLK_HIDDEN void mlk_py_find_interpreter(void);
+
 /* Of the process's memory (heap blocks, mappings): the stack's counters
  * and the calling thread's totals (memleak_thread). */
 MLK_HIDDEN void mlk_stack_count_alloc(uint32_t id, uint64_t bytes); /* one new block */

@@ -61,6 +61,8 @@ static inline uint32_t current_stack(int kind, int looked)
         id = mlk_walk_known(kind, epoch);
     if (id == MLK_NO_STACK)
         id = stack_walked(kind, epoch);
+    if (MLK_UNLIKELY(mlk_py_reading) && id != MLK_NO_STACK)
+        id = mlk_py_stack(id, kind, epoch); /* (the native walk's memo keeps the native stack's id) */
     if (MLK_UNLIKELY(mlk_lazy_spawn_at) && id != MLK_NO_STACK && id >= mlk_lazy_spawn_at)
         mlk_lazy_spawn();
     return id;

@@ -155,7 +155,8 @@ static void grow_locked(struct stack_index *ix)
             if (n > mlk_seg->stacks_cap)
                 n = mlk_seg->stacks_cap;
             for (uint64_t id = 0; id < n; id++)
-                if (__atomic_load_n(&st[id].state, __ATOMIC_ACQUIRE) == MLK_STACK_READY)
+                if (__atomic_load_n(&st[id].state, __ATOMIC_ACQUIRE) == MLK_STACK_READY &&
+                    st[id].kind != MLK_KIND_PYCODE) /* (a record: in no index) */
                     index_put(bigger, st[id].hash,
                               pack_entry((uint32_t)id, st[id].frames_off, st[id].depth, st[id].kind));
             __atomic_store_n(&current_index, bigger, __ATOMIC_RELEASE);
@@ -173,8 +174,9 @@ static void maybe_grow(struct stack_index *ix)
     mlk_unlock(&grow_lock);
 }
 
-static uint32_t create_entry(uint64_t hash, const uint64_t *ips, int depth, int kind, uint32_t unload_epoch,
-                             int cut, uint64_t *frames_off)
+/* A new entry of `depth` frames, EMPTY (readers skip it) until published:
+ * its id, and where its frames go; MLK_NO_STACK when the table is full. */
+static uint32_t reserve_entry(int depth, uint64_t **frames, uint64_t *frames_off)
 {
     struct mlk_header *h = mlk_seg;
     uint64_t id = __atomic_fetch_add(&h->stacks_used, 1, __ATOMIC_ACQ_REL);
@@ -184,27 +186,60 @@ static uint32_t create_entry(uint64_t hash, const uint64_t *ips, int depth, int 
     }
     uint64_t off = __atomic_fetch_add(&h->frames_used, (uint64_t)depth, __ATOMIC_ACQ_REL);
     if (off + (uint64_t)depth > h->frames_cap)
-        return MLK_NO_STACK; /* the entry stays EMPTY: readers skip it */
-    memcpy(mlk_frames() + off, ips, (size_t)depth * sizeof *ips);
+        return MLK_NO_STACK; /* the entry stays EMPTY */
+    *frames = mlk_frames() + off;
+    *frames_off = off;
+    return (uint32_t)id;
+}
+
+static void publish_entry(uint32_t id, uint64_t hash, uint64_t off, int depth, int kind, uint32_t unload_epoch,
+                          int cut)
+{
     struct mlk_stack *e = &mlk_stacks()[id];
     e->hash = hash;
     e->depth = (uint16_t)depth;
     e->kind = (uint16_t)kind;
     e->frames_off = off;
-    e->map_epoch = __atomic_load_n(&h->map_epoch, __ATOMIC_ACQUIRE);
+    e->map_epoch = __atomic_load_n(&mlk_seg->map_epoch, __ATOMIC_ACQUIRE);
     e->unload_epoch = unload_epoch;
     e->flags = cut ? MLK_STACK_CUT : 0;
     __atomic_store_n(&e->state, MLK_STACK_READY, __ATOMIC_RELEASE);
-    int ends_without_table;
-    int by_fp = mlk_frames_by_fp(ips, depth, &ends_without_table);
-    if (by_fp) {
-        __atomic_add_fetch(&h->fp_stacks, 1, __ATOMIC_RELAXED);
-        __atomic_add_fetch(&h->fp_frames, (uint64_t)by_fp, __ATOMIC_RELAXED);
+}
+
+static uint32_t create_entry(uint64_t hash, const uint64_t *ips, int depth, int kind, uint32_t unload_epoch,
+                             int cut, uint64_t *frames_off)
+{
+    struct mlk_header *h = mlk_seg;
+    uint64_t *frames, off;
+    uint32_t id = reserve_entry(depth, &frames, &off);
+    if (id == MLK_NO_STACK)
+        return MLK_NO_STACK;
+    memcpy(frames, ips, (size_t)depth * sizeof *ips);
+    publish_entry(id, hash, off, depth, kind, unload_epoch, cut);
+    if (!(ips[0] >> 63)) { /* (a stack of interpreter frames' words: its native frames are another's) */
+        int ends_without_table;
+        int by_fp = mlk_frames_by_fp(ips, depth, &ends_without_table);
+        if (by_fp) {
+            __atomic_add_fetch(&h->fp_stacks, 1, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&h->fp_frames, (uint64_t)by_fp, __ATOMIC_RELAXED);
+        }
+        if (ends_without_table && !cut)
+            __atomic_add_fetch(&h->fp_stopped_stacks, 1, __ATOMIC_RELAXED);
     }
-    if (ends_without_table && !cut)
-        __atomic_add_fetch(&h->fp_stopped_stacks, 1, __ATOMIC_RELAXED);
     *frames_off = off;
     return (uint32_t)id;
+}
+
+void mlk_stack_add_record(int words, void (*fill)(uint64_t *at, const void *arg), const void *arg, int kind)
+{
+    uint64_t *frames, off;
+    uint32_t id = reserve_entry(words, &frames, &off);
+    if (id == MLK_NO_STACK) {
+        __atomic_add_fetch(&mlk_seg->dropped_stacks, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    fill(frames, arg);
+    publish_entry(id, 0, off, words, kind, 0, 0);
 }
 
 /* The stack's id through index ix, adding it if it is new; INDEX_FULL when
@@ -230,7 +265,9 @@ static uint32_t intern_in(struct stack_index *ix, uint64_t hash, const uint64_t 
                 /* Ours: a backtrace through code mapped since the last
                  * scan learns about that module before anyone needs to
                  * symbolize it. */
-                if (!mlk_modules_cover(ips, depth))
+                if (MLK_UNLIKELY(ips[0] >> MLK_PY_TAG_SHIFT == MLK_PY_TAG_NATIVE))
+                    mlk_py_describe_codes(ips, depth); /* (its native frames: in their own entry) */
+                else if (!mlk_modules_cover(ips, depth))
                     mlk_modules_scan();
                 uint64_t off;
                 uint32_t id = create_entry(hash, ips, depth, kind, unload_epoch, cut, &off);

@@ -472,7 +472,7 @@ enum alloc_way { ALLOC_OWNED, ALLOC_SHARED, ALLOC_BY_PATH };
  * recording, something to attend to, no fork slot of its own. */
 static inline int fast_ways_closed(void)
 {
-    return (mlk_fast_off & (MLK_FAST_NOT_GLIBC | MLK_FAST_LAZY_SPAWN)) || mlk_thread_not_recording || mlk_attention ||
+    return (mlk_fast_off & (MLK_FAST_NOT_GLIBC | MLK_FAST_LAZY_SPAWN | MLK_FAST_PYTHON)) || mlk_thread_not_recording || mlk_attention ||
            flag_plus_one <= 0;
 }
 
@@ -503,7 +503,7 @@ static __attribute__((always_inline)) inline int alloc_fast_as(void *p, uint64_t
      * asked by mlk_walk_known_path, of the memo itself, which
      * mlk_walk_quick mirrors.) */
     if (way == ALLOC_OWNED) {
-        unsigned closed = (mlk_fast_off & (MLK_FAST_NOT_GLIBC | MLK_FAST_LAZY_SPAWN)) | mlk_attention;
+        unsigned closed = (mlk_fast_off & (MLK_FAST_NOT_GLIBC | MLK_FAST_LAZY_SPAWN | MLK_FAST_PYTHON)) | mlk_attention;
         if (MLK_UNLIKELY(mlk_hot.fast_alloc != MLK_THREAD_FAST || closed)) {
             /* A thread that owns its stripe and rests from whole walks
              * (cc1's, nearly every allocation) is told so here, without

@@ -1,0 +1,285 @@
+/* Python frames inside native stacks (#60, docs/languages.md).
+ *
+ * When the traced process runs a CPython interpreter, each allocation's
+ * stack carries the Python frames that were running: read here, at the
+ * allocation, from the calling thread's own frame chain -- no profile
+ * function, so a Python call that allocates nothing costs nothing.  Only
+ * the calling thread's chain is read, which is safe without the GIL: a
+ * thread that allocates is either running the interpreter (holding the
+ * GIL) or in C code the interpreter called, and in both cases nobody else
+ * changes its frames meanwhile (the chain is this thread's; CPython links
+ * a frame in with plain stores of complete frames).
+ *
+ * The stack becomes the native stack's id followed by, per Python frame,
+ * its code object's address and its instruction (shm_layout.h: the tags).
+ * A code object may die and another take its address: each frame carries
+ * its code's fingerprint too (the addresses of its name, file and line
+ * table, and its first line), and a code object is described -- names,
+ * first line, line table, copied into the segment as a record -- the
+ * first time a new stack names it, while it is alive on this thread's
+ * chain.  Lines are worked out by the reporter, from the line table.
+ *
+ * The layout read is CPython 3.11's, checked against its own headers by
+ * tests/test_python_frames.py.  Another version's frames are not read --
+ * never guessed -- and every report says so (MLK_PY_FRAMES_NOT_READ). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "../mlk.h"
+
+/* CPython 3.11's layout (x86-64; Include/cpython/pystate.h,
+ * Include/internal/pycore_frame.h, Include/cpython/code.h,
+ * Include/cpython/unicodeobject.h). */
+enum {
+    TSTATE_CFRAME = 56,       /* PyThreadState.cframe */
+    TSTATE_THREAD_ID = 152,   /* PyThreadState.thread_id: pthread_self() of its thread */
+    CFRAME_CURRENT = 8,       /* _PyCFrame.current_frame */
+    FRAME_CODE = 32,          /* _PyInterpreterFrame.f_code */
+    FRAME_PREVIOUS = 48,      /* .previous */
+    FRAME_PREV_INSTR = 56,    /* .prev_instr: the instruction under way (_Py_CODEUNIT *) */
+    FRAME_IS_ENTRY = 68,      /* .is_entry: the first frame of its run of the evaluation loop */
+    FRAME_OWNER = 69,         /* .owner */
+    OWNED_BY_GENERATOR = 1,
+    CODE_FIRSTLINENO = 72,    /* PyCodeObject.co_firstlineno */
+    CODE_FILENAME = 112,      /* .co_filename */
+    CODE_QUALNAME = 128,      /* .co_qualname */
+    CODE_LINETABLE = 136,     /* .co_linetable (bytes) */
+    CODE_FIRSTTRACEABLE = 168, /* ._co_firsttraceable */
+    CODE_INSTRUCTIONS = 184,  /* .co_code_adaptive: the instructions, 2 bytes each */
+    RUNTIME_FINALIZING = 24,  /* _PyRuntimeState._finalizing */
+    STR_LENGTH = 16,          /* PyASCIIObject.length (characters) */
+    STR_STATE = 32,           /* .state: kind in bits 2-4, compact bit 5, ascii bit 6 */
+    STR_ASCII_DATA = 48,      /* sizeof(PyASCIIObject) */
+    STR_COMPACT_DATA = 72,    /* sizeof(PyCompactUnicodeObject) */
+    BYTES_SIZE = 16,          /* PyVarObject.ob_size */
+    BYTES_DATA = 32,          /* PyBytesObject.ob_sval */
+};
+#define READ_VERSION_MIN 0x030b0000ul /* 3.11.0 */
+#define READ_VERSION_END 0x030c0000ul /* 3.12: another layout (shim frames, no cframe) */
+
+/* A record's strings, at most (longer ones are cut; a line table cut
+ * short gives the lines it holds, then the function's first line). */
+#define NAME_MAX_CHARS 256
+#define FILE_MAX_CHARS 1024
+#define LINETABLE_MAX 16384
+
+int mlk_py_reading;                       /* frames are read: current_stack asks mlk_py_stack */
+static int py_seen;                       /* the interpreter was looked for and found */
+static void *(*this_thread_state)(void);  /* PyGILState_GetThisThreadState */
+static const char *runtime;               /* &_PyRuntime */
+
+static inline const char *ptr_at(const char *base, int off) { return *(const char *const *)(base + off); }
+
+/* The code's fingerprint: what tells it from a code object that took the
+ * address of a dead one (24 bits: the stack word's room). */
+static inline uint64_t fingerprint(const char *code)
+{
+    uint64_t x = (uint64_t)ptr_at(code, CODE_QUALNAME) * 0x9e3779b97f4a7c15ull ^
+                 (uint64_t)ptr_at(code, CODE_FILENAME) * 0xc2b2ae3d27d4eb4full ^
+                 (uint64_t)ptr_at(code, CODE_LINETABLE) * 0x165667b19e3779f9ull ^
+                 (uint64_t)*(const int *)(code + CODE_FIRSTLINENO);
+    return (x ^ x >> 29 ^ x >> 47) & 0xffffff;
+}
+
+/* The calling thread's innermost frame, or NULL: no interpreter on this
+ * thread, or one finalizing (its thread states are being freed). */
+static const char *innermost_frame(void)
+{
+    const char *ts = this_thread_state();
+    if (!ts || __atomic_load_n((const void *const *)(runtime + RUNTIME_FINALIZING), __ATOMIC_RELAXED))
+        return NULL;
+    /* The state is this thread's own (it is one the interpreter gave this
+     * thread, not a stale one). */
+    if (*(const unsigned long *)(ts + TSTATE_THREAD_ID) != (unsigned long)pthread_self())
+        return NULL;
+    const char *cframe = ptr_at(ts, TSTATE_CFRAME);
+    return cframe ? ptr_at(cframe, CFRAME_CURRENT) : NULL;
+}
+
+uint32_t mlk_py_stack(uint32_t native, int kind, uint32_t unload_epoch)
+{
+    const char *frame = innermost_frame();
+    if (!frame)
+        return native;
+    uint64_t words[MLK_MAX_DEPTH];
+    int n = 0, cut = 0;
+    words[n++] = (uint64_t)MLK_PY_TAG_NATIVE << MLK_PY_TAG_SHIFT | native;
+    for (; frame; frame = ptr_at(frame, FRAME_PREVIOUS)) {
+        if (n + 2 > MLK_MAX_DEPTH) {
+            cut = 1; /* the outer frames: the report says the stack was cut */
+            break;
+        }
+        const char *code = ptr_at(frame, FRAME_CODE);
+        const char *at = ptr_at(frame, FRAME_PREV_INSTR), *first = code + CODE_INSTRUCTIONS;
+        /* Before its first instruction (a frame being set up: making its
+         * cells, say) it has no line: its function's first is shown. */
+        uint64_t index = at >= first ? (uint64_t)(at - first) / 2 : MLK_PY_NO_INSTRUCTION;
+        uint64_t entry = *(const uint8_t *)(frame + FRAME_IS_ENTRY) != 0;
+        words[n++] = (uint64_t)MLK_PY_TAG_CODE << MLK_PY_TAG_SHIFT | entry << MLK_PY_ENTRY_SHIFT | (uint64_t)code;
+        words[n++] = (uint64_t)MLK_PY_TAG_WHERE << MLK_PY_TAG_SHIFT | fingerprint(code) << 32 | (index & 0xffffffffu);
+    }
+    if (n == 1)
+        return native;
+    uint32_t id = mlk_stack_intern(words, n, kind, unload_epoch, cut);
+    return id != MLK_NO_STACK ? id : native; /* (full table: the native stack still counts it) */
+}
+
+/* ---- records: each code object described once ------------------------- */
+
+/* Which (code, fingerprint) pairs have a record: a set of their words,
+ * filled lock-free; when it is full a code is described again (the
+ * reporter keeps one record per pair). */
+#define DESCRIBED_BITS 14
+static uint64_t *described;
+
+static int note_described(uint64_t key)
+{
+    if (!described)
+        return 0;
+    uint64_t mask = (1u << DESCRIBED_BITS) - 1;
+    for (uint64_t i = (key * 0x9e3779b97f4a7c15ull) >> (64 - DESCRIBED_BITS), probes = 0; probes < 64;
+         i = (i + 1) & mask, probes++) {
+        uint64_t was = __atomic_load_n(&described[i], __ATOMIC_ACQUIRE);
+        if (was == key)
+            return 1;
+        if (was == 0 && __atomic_compare_exchange_n(&described[i], &was, key, 0, __ATOMIC_ACQ_REL,
+                                                    __ATOMIC_ACQUIRE))
+            return 0;
+        if (was == key)
+            return 1;
+    }
+    return 0;
+}
+
+/* A str's characters (compact strings only: code objects' names and files
+ * are), at most max of them: their bytes at *data, the character size. */
+static size_t str_bytes(const char *s, size_t max, const char **data, unsigned *char_size)
+{
+    *char_size = 1;
+    if (!s)
+        return 0;
+    uint32_t state = *(const uint32_t *)(s + STR_STATE);
+    unsigned size = state >> 2 & 7;
+    if (!(state & 32) || (size != 1 && size != 2 && size != 4))
+        return 0; /* not compact: not read */
+    *data = s + ((state & 64) ? STR_ASCII_DATA : STR_COMPACT_DATA);
+    *char_size = size;
+    int64_t chars = *(const int64_t *)(s + STR_LENGTH);
+    return (size_t)(chars < 0 ? 0 : (uint64_t)chars > max ? max : (uint64_t)chars) * size;
+}
+
+static uint64_t *put_bytes(uint64_t *at, const char *data, size_t len)
+{
+    if (len) {
+        at[len / 8] = 0; /* (the last word's padding) */
+        memcpy(at, data, len);
+    }
+    return at + (len + 7) / 8;
+}
+
+/* What a code object's record holds (shm_layout.h, MLK_KIND_PYCODE). */
+struct description {
+    const char *code, *name, *file, *table;
+    size_t name_len, file_len, table_len;
+    unsigned name_size, file_size;
+    uint64_t print;
+};
+
+static void fill_description(uint64_t *words, const void *arg)
+{
+    const struct description *d = arg;
+    uint64_t firstline = (uint32_t)*(const int *)(d->code + CODE_FIRSTLINENO);
+    words[0] = (uint64_t)d->code;
+    words[1] = d->print | firstline << 32;
+    words[2] = d->name_len | (uint64_t)d->name_size << 16;
+    words[3] = d->file_len | (uint64_t)d->file_size << 16;
+    words[4] = d->table_len;
+    uint64_t *end = put_bytes(words + 5, d->name, d->name_len);
+    end = put_bytes(end, d->file, d->file_len);
+    put_bytes(end, d->table, d->table_len);
+}
+
+static void describe(const char *code, uint64_t print)
+{
+    struct description d = {.code = code, .print = print, .name = "", .file = ""};
+    d.name_len = str_bytes(ptr_at(code, CODE_QUALNAME), NAME_MAX_CHARS, &d.name, &d.name_size);
+    d.file_len = str_bytes(ptr_at(code, CODE_FILENAME), FILE_MAX_CHARS, &d.file, &d.file_size);
+    const char *bytes = ptr_at(code, CODE_LINETABLE);
+    int64_t table_len = bytes ? *(const int64_t *)(bytes + BYTES_SIZE) : 0;
+    d.table_len = (size_t)(table_len < 0 ? 0 : table_len > LINETABLE_MAX ? LINETABLE_MAX : table_len);
+    d.table = bytes ? bytes + BYTES_DATA : NULL;
+    size_t words = 5 + (d.name_len + 7) / 8 + (d.file_len + 7) / 8 + (d.table_len + 7) / 8;
+    mlk_stack_add_record((int)words, fill_description, &d, MLK_KIND_PYCODE);
+}
+
+/* A new stack with Python frames (stacks.c, before it is published): its
+ * code objects not described yet are. */
+void mlk_py_describe_codes(const uint64_t *words, int n)
+{
+    for (int i = 1; i + 1 < n; i += 2) {
+        const char *code = (const char *)(words[i] & ((1ull << 47) - 1));
+        uint64_t print = words[i + 1] >> 32 & 0xffffff;
+        /* (The pair as one word, never 0: two pairs share one with a
+         * chance of about 2^-40; then one of them stays undescribed.) */
+        if (!note_described(((uint64_t)code * 0x9e3779b97f4a7c15ull ^ print) | 1))
+            describe(code, print);
+    }
+}
+
+/* ---- finding the interpreter ------------------------------------------- */
+
+static unsigned long interpreter_version(void)
+{
+    const unsigned long *v = dlsym(RTLD_DEFAULT, "Py_Version"); /* 3.11 and later */
+    if (v)
+        return *v;
+    const char *(*get)(void) = (const char *(*)(void))dlsym(RTLD_DEFAULT, "Py_GetVersion");
+    if (!get)
+        return 0;
+    const char *s = get(); /* "3.10.12 (main, ...": its major and minor */
+    unsigned long major = 0, minor = 0;
+    for (; *s >= '0' && *s <= '9'; s++)
+        major = major * 10 + (unsigned long)(*s - '0');
+    if (*s == '.')
+        for (s++; *s >= '0' && *s <= '9'; s++)
+            minor = minor * 10 + (unsigned long)(*s - '0');
+    return major << 24 | minor << 16;
+}
+
+static void copy_words(uint64_t *at, const void *words) { memcpy(at, words, 4 * sizeof *at); }
+
+/* At the segment's making and after each dlopen: is this an interpreter
+ * (an executable with one, or a libpython loaded), and can its frames be read? */
+void mlk_py_find_interpreter(void)
+{
+    if (__atomic_load_n(&py_seen, __ATOMIC_ACQUIRE) || !mlk_seg)
+        return;
+    void *eval = dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault");
+    unsigned long version = eval ? interpreter_version() : 0;
+    if (!version || __atomic_exchange_n(&py_seen, 1, __ATOMIC_ACQ_REL))
+        return;
+    int readable = version >= READ_VERSION_MIN && version < READ_VERSION_END;
+    void *(*state)(void) = (void *(*)(void))dlsym(RTLD_DEFAULT, "PyGILState_GetThisThreadState");
+    const char *rt = dlsym(RTLD_DEFAULT, "_PyRuntime");
+    readable = readable && state && rt;
+    uint64_t record[4] = {0, version, (uint64_t)eval, readable ? MLK_PY_FRAMES_READ : MLK_PY_FRAMES_NOT_READ};
+    mlk_stack_add_record(4, copy_words, record, MLK_KIND_PYCODE);
+    if (!readable) {
+        char v[24] = "3.", *p = v + 2;
+        unsigned long minor = version >> 16 & 0xff;
+        if (minor >= 10)
+            *p++ = (char)('0' + minor / 10);
+        *p++ = (char)('0' + minor % 10);
+        *p = 0;
+        mlk_warn("Python ", v, ": its frames are not read (libmemleak reads CPython 3.11's); stacks stop "
+                               "at the interpreter, and every report says so");
+        return;
+    }
+    described = mlk_map_anon(sizeof *described << DESCRIBED_BITS);
+    this_thread_state = state;
+    runtime = rt;
+    mlk_fast_off_set(MLK_FAST_PYTHON, 1); /* every allocation's stack takes the whole way, here */
+    __atomic_store_n(&mlk_py_reading, 1, __ATOMIC_RELEASE);
+}
