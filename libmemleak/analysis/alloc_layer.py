@@ -22,7 +22,7 @@ the search runs again past what it folded, a few levels deep."""
 
 import re
 
-from libmemleak.analysis.names import is_own_code, short_name
+from libmemleak.analysis.names import has_python_frames, is_own_code, short_name
 
 # Allocation functions of programs and libraries people trace, by exact
 # (demangled, shortened) name: wrappers everywhere they occur.
@@ -83,8 +83,9 @@ class Layer:
 
 def _first_outside(frames, executable, layer):
     """Index of the first own frame not folded, or None."""
+    python = has_python_frames(frames)
     for i, f in enumerate(frames):
-        if is_own_code(f, executable) and short_name(f.function or "") not in layer:
+        if is_own_code(f, executable, python) and short_name(f.function or "") not in layer:
             return i
     return None
 

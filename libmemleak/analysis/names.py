@@ -2,6 +2,8 @@
 stack cut to the frames that matter (the first frames of the program's own
 code), with a count of the rest."""
 
+import re
+
 LIBRARY_HINTS = ("/libc.so", "/libstdc++.so", "/ld-linux", "/libm.so", "/libgcc_s.so",
                  "/libpthread.so")
 
@@ -62,11 +64,30 @@ def is_library(module):
     return bool(module) and any(hint in module for hint in LIBRARY_HINTS)
 
 
-def is_own_code(frame, executable=None):
+# A Python frame's module column (docs/memlog.md), and the interpreter's
+# own modules: CPython's executable (python3.11) or its library.
+PYTHON_MODULE = "python"
+_INTERPRETER = re.compile(r"(libpython\d[\d.]*\w*\.so[\d.]*|python\d+(\.\d+)?[a-z]*)")
+
+
+def is_interpreter(module):
+    return bool(module) and _INTERPRETER.fullmatch(module.rsplit("/", 1)[-1]) is not None
+
+
+def has_python_frames(frames):
+    """Whether a stack carries the Python frames that were running."""
+    return any(f.module == PYTHON_MODULE for f in frames)
+
+
+def is_own_code(frame, executable=None, python=False):
     """A frame of the program's own code: not in a system library, and not
     library code inlined into the program (std::string's members, say,
-    compiled from /usr/include)."""
+    compiled from /usr/include).  In a stack with Python frames (`python`),
+    the interpreter's frames are library code too: a Python leak is the
+    Python line's, a C extension's its C line."""
     if frame.module != executable and is_library(frame.module):
+        return False
+    if python and is_interpreter(frame.module):
         return False
     if frame.file and frame.file.startswith(SYSTEM_SOURCES):
         return False
@@ -79,9 +100,9 @@ def shown_frames(frames, executable=None, keep=4, layer=None):
     start at the first frame of the program's own code outside its
     allocation layer (analysis.alloc_layer), so the allocator wrappers and
     inlined library code above it do not push it out of sight."""
-    first = 0
+    first, python = 0, has_python_frames(frames)
     for i, f in enumerate(frames):
-        if is_own_code(f, executable) and not (layer and f in layer):
+        if is_own_code(f, executable, python) and not (layer and f in layer):
             first = i
             break
     shown = frames[first:first + keep]

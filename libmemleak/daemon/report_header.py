@@ -106,6 +106,7 @@ def header_lines(rep, snap, sums, seq, reason, scan=None, touched=None, label=""
                       f"{stopped} stacks end in code without unwind tables whose frame-pointer "
                       "chain did not check out (no frame pointers there, or a thread whose stack "
                       "extent is not known): their outer callers are missing"))
+    lines += python_lines(rep.seg.python)
     if rep.symbolizer.skipped:
         lines.append(("symbolization", f"partial: {rep.symbolizer.skipped} frames without "
                                        f"file:line after the {rep.budget:g}s budget "
@@ -141,3 +142,16 @@ def memory_lines(rep, snap, sums, touched):
                                    quarantined=(min(rep.h.quarantine_held, 1 << 62),
                                                 min(rep.h.quarantine_blocks, 1 << 62))) + \
         allocator_stats.header_lines(rep.pid, rep.h)
+
+
+def python_lines(python):
+    """A CPython's line (docs/memlog.md): its version, and whether its
+    frames are read -- where they are not, stacks stop at the interpreter,
+    and every report says so."""
+    if python.interpreter is None:
+        return []
+    version = python.interpreter.version_text()
+    if python.interpreter.frames_read:
+        return [("python", f"CPython {version}: frames read")]
+    return [("python", f"CPython {version}: frames not read (libmemleak reads CPython 3.11's frames): "
+                       "stacks stop at the interpreter")]

@@ -28,36 +28,7 @@
 #include <string.h>
 
 #include "../mlk.h"
-
-/* CPython 3.11's layout (x86-64; Include/cpython/pystate.h,
- * Include/internal/pycore_frame.h, Include/cpython/code.h,
- * Include/cpython/unicodeobject.h). */
-enum {
-    TSTATE_CFRAME = 56,       /* PyThreadState.cframe */
-    TSTATE_THREAD_ID = 152,   /* PyThreadState.thread_id: pthread_self() of its thread */
-    CFRAME_CURRENT = 8,       /* _PyCFrame.current_frame */
-    FRAME_CODE = 32,          /* _PyInterpreterFrame.f_code */
-    FRAME_PREVIOUS = 48,      /* .previous */
-    FRAME_PREV_INSTR = 56,    /* .prev_instr: the instruction under way (_Py_CODEUNIT *) */
-    FRAME_IS_ENTRY = 68,      /* .is_entry: the first frame of its run of the evaluation loop */
-    FRAME_OWNER = 69,         /* .owner */
-    OWNED_BY_GENERATOR = 1,
-    CODE_FIRSTLINENO = 72,    /* PyCodeObject.co_firstlineno */
-    CODE_FILENAME = 112,      /* .co_filename */
-    CODE_QUALNAME = 128,      /* .co_qualname */
-    CODE_LINETABLE = 136,     /* .co_linetable (bytes) */
-    CODE_FIRSTTRACEABLE = 168, /* ._co_firsttraceable */
-    CODE_INSTRUCTIONS = 184,  /* .co_code_adaptive: the instructions, 2 bytes each */
-    RUNTIME_FINALIZING = 24,  /* _PyRuntimeState._finalizing */
-    STR_LENGTH = 16,          /* PyASCIIObject.length (characters) */
-    STR_STATE = 32,           /* .state: kind in bits 2-4, compact bit 5, ascii bit 6 */
-    STR_ASCII_DATA = 48,      /* sizeof(PyASCIIObject) */
-    STR_COMPACT_DATA = 72,    /* sizeof(PyCompactUnicodeObject) */
-    BYTES_SIZE = 16,          /* PyVarObject.ob_size */
-    BYTES_DATA = 32,          /* PyBytesObject.ob_sval */
-};
-#define READ_VERSION_MIN 0x030b0000ul /* 3.11.0 */
-#define READ_VERSION_END 0x030c0000ul /* 3.12: another layout (shim frames, no cframe) */
+#include "cpython_layout.h"
 
 /* A record's strings, at most (longer ones are cut; a line table cut
  * short gives the lines it holds, then the function's first line). */
@@ -72,14 +43,29 @@ static const char *runtime;               /* &_PyRuntime */
 
 static inline const char *ptr_at(const char *base, int off) { return *(const char *const *)(base + off); }
 
+/* A str's hash, as it keeps it (-1 before one is asked for: then its
+ * address stands in). */
+static inline uint64_t str_hash(const char *s)
+{
+    int64_t h = s ? *(const int64_t *)(s + STR_HASH) : 0;
+    return h != -1 ? (uint64_t)h : (uint64_t)s;
+}
+
 /* The code's fingerprint: what tells it from a code object that took the
- * address of a dead one (24 bits: the stack word's room). */
+ * address of a dead one (24 bits: the stack word's room).  Contents, not
+ * only addresses: pymalloc gives a freed block to the next request of its
+ * size, so a new code object can sit where the dead one did with its name
+ * and line table where the dead one's were.  (Not the instructions: the
+ * interpreter rewrites them as it specializes.) */
 static inline uint64_t fingerprint(const char *code)
 {
-    uint64_t x = (uint64_t)ptr_at(code, CODE_QUALNAME) * 0x9e3779b97f4a7c15ull ^
-                 (uint64_t)ptr_at(code, CODE_FILENAME) * 0xc2b2ae3d27d4eb4full ^
-                 (uint64_t)ptr_at(code, CODE_LINETABLE) * 0x165667b19e3779f9ull ^
-                 (uint64_t)*(const int *)(code + CODE_FIRSTLINENO);
+    const char *table = ptr_at(code, CODE_LINETABLE);
+    uint64_t head = 0, len = table ? (uint64_t)*(const int64_t *)(table + BYTES_SIZE) : 0;
+    if (len)
+        memcpy(&head, table + BYTES_DATA, len < 8 ? len : 8);
+    uint64_t x = str_hash(ptr_at(code, CODE_QUALNAME)) * 0x9e3779b97f4a7c15ull ^
+                 str_hash(ptr_at(code, CODE_FILENAME)) * 0xc2b2ae3d27d4eb4full ^
+                 (head + len) * 0x165667b19e3779f9ull ^ (uint64_t)*(const int *)(code + CODE_FIRSTLINENO);
     return (x ^ x >> 29 ^ x >> 47) & 0xffffff;
 }
 

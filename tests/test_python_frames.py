@@ -1,0 +1,186 @@
+"""Python frames inside native stacks (#60): a Python service with a C
+extension's leak and a pure-Python leak at known lines, under the real
+library with CPython's default allocator, started by `run` and reached
+by `attach`, on Debian's own python3 and on the interpreter running the
+tests (a venv's, pyenv's).  `report` must name the Python lines as the
+first frames of user code, the C line first for the extension's leak,
+with the planted bytes exact."""
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+from helpers import BARE_ENV, CLI_ENV, PROGRAMS, cli, cli_argv
+from libmemleak.files import memlog
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SERVICE = os.path.join(PROGRAMS, "python", "pyservice.py")
+EXTENSION = os.path.join(PROGRAMS, "python", "leakmod.c")
+SYSTEM_PYTHON = "/usr/bin/python3.11"
+ROUNDS, PER_ROUND = 3, 100
+C_BYTES, PY_BYTES = 1000, 3001  # malloc(1000); bytearray(3000)'s buffer holds a NUL more
+
+
+def line_of(path, marker):
+    with open(path, encoding="utf-8") as f:
+        return next(n for n, text in enumerate(f, 1) if marker in text)
+
+
+def build_extension(python, into):
+    """leakmod built for `python` (its headers, its suffix) in `into`."""
+    include, suffix = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['include']); "
+                       "print(sysconfig.get_config_var('EXT_SUFFIX'))"],
+        capture_output=True, text=True, check=True).stdout.split()
+    if not os.path.exists(os.path.join(include, "Python.h")):
+        pytest.skip(f"no Python.h for {python} (Debian: python3-dev)")
+    os.makedirs(into, exist_ok=True)
+    subprocess.run(["gcc", "-g", "-O1", "-shared", "-fPIC", "-I", include, EXTENSION,
+                    "-o", os.path.join(into, "leakmod" + suffix)], check=True, timeout=120)
+    return into
+
+
+def tell(p, line, answer):
+    p.stdin.write(line)
+    p.stdin.flush()
+    got = p.stdout.readline()
+    assert got == answer, (got, p.stderr.read() if p.poll() is not None else "")
+
+
+def serve(tmp_path, python, attach):
+    """The service run ROUNDS rounds of PER_ROUND requests, a snapshot
+    after each: the snapshots' paths (at its exit CPython frees what its
+    modules held: the final report has no leak left)."""
+    ext = build_extension(python, str(tmp_path / "ext"))
+    work = tmp_path / "work"
+    work.mkdir()
+    base = BARE_ENV if attach else CLI_ENV
+    env = dict(base, PYTHONPATH=os.pathsep.join(filter(None, [ext, base.get("PYTHONPATH")])))
+    argv = [python, SERVICE] if attach else cli_argv("run", "-q", python, SERVICE)
+    p = subprocess.Popen(argv, cwd=work, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        tell(p, "grow 0\n", "ok 0\n")  # up, its modules imported
+        if attach:
+            out = cli("attach", "-q", p.pid, cwd=work)
+            assert out.returncode == 0, out.stderr
+        snapshots = []
+        for k in range(1, ROUNDS + 1):
+            tell(p, f"grow {PER_ROUND}\n", f"ok {k * PER_ROUND}\n")
+            out = cli("snapshot", p.pid, cwd=work)
+            assert out.returncode == 0, out.stderr
+            snapshots.append(out.stdout.strip())
+        if attach:
+            assert cli("detach", "-q", p.pid, cwd=work).returncode == 0
+        _, err = p.communicate("", timeout=120)
+        assert p.returncode == 0, err
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return snapshots
+
+
+def own(frames):
+    """(function, file's last part, line) of the user's frames: the
+    extension's and the Python ones."""
+    return [(f["function"], os.path.basename(f["file"] or ""), f["line"]) for f in frames
+            if f["module"] == "python" or "leakmod" in (f["module"] or "")]
+
+
+PYTHONS = [
+    pytest.param(sys.executable, id="this-python"),
+    pytest.param(SYSTEM_PYTHON, id="system-python",
+                 marks=pytest.mark.skipif(not os.path.exists(SYSTEM_PYTHON), reason="no Debian python3.11")),
+]
+
+
+@pytest.mark.parametrize("attach", [False, True], ids=["run", "attach"])
+@pytest.mark.parametrize("python", PYTHONS)
+def test_python_lines_are_the_first_frames_of_user_code(tmp_path, python, attach):
+    if sysconfig.get_config_var("VERSION") != "3.11" and python == sys.executable:
+        pytest.skip("the frames read are CPython 3.11's")
+    snapshots = serve(tmp_path, python, attach)
+    leak_line = line_of(EXTENSION, "LEAK")
+    calls_c, py_leak = line_of(SERVICE, "CALLS-C"), line_of(SERVICE, "PYTHON-LEAK")
+    outer = [("serve", "pyservice.py", line_of(SERVICE, "SERVE")),
+             ("main", "pyservice.py", line_of(SERVICE, "MAIN")),
+             ("<module>", "pyservice.py", line_of(SERVICE, "MODULE"))]
+    n = ROUNDS * PER_ROUND
+    # By stack: the whole stacks, exact to the byte.
+    doc = json.loads(cli("report", "--json", "--all", *snapshots).stdout)
+    [proc] = doc["processes"]
+    stacks = {}  # the user's frames -> (bytes, blocks) of each stack through them (the line
+    for s in proc["stacks"]:  # that appends to the list is the bytearray's too)
+        stacks.setdefault(tuple(own(s["frames"])), []).append((s["live_bytes"], s["live_blocks"]))
+    assert stacks.get((("leak", "leakmod.c", leak_line), ("handle", "pyservice.py", calls_c), *outer)) == \
+        [(n * C_BYTES, n)], sorted(stacks.items(), key=lambda kv: -max(kv[1])[0])[:4]
+    assert (n * PY_BYTES, n) in stacks.get((("handle", "pyservice.py", py_leak), *outer), []), \
+        sorted(stacks.items(), key=lambda kv: -max(kv[1])[0])[:4]
+    # The suspects, by site: each leak at its own first frame.
+    doc = json.loads(cli("report", "--json", "--group-by", "site", *snapshots).stdout)
+    [proc] = doc["processes"]
+    firsts = {(s["frames"][0]["function"], os.path.basename(s["frames"][0]["file"] or ""),
+               s["frames"][0]["line"]): s["live_bytes"] for s in proc["stacks"] if s["frames"]}
+    assert firsts.get(("leak", "leakmod.c", leak_line)) == n * C_BYTES, firsts
+    # (the line's bytes: the bytearrays' and the list's that keeps them)
+    assert firsts.get(("handle", "pyservice.py", py_leak)) == \
+        sum(b for b, _ in stacks[(("handle", "pyservice.py", py_leak), *outer)]), firsts
+    shown = cli("report", *snapshots).stdout
+    assert f"handle (pyservice.py:{py_leak})" in shown, shown
+    assert f"leak (leakmod.c:{leak_line})" in shown, shown
+    # Every report of it says whose frames were read.
+    work = os.path.dirname(snapshots[0])
+    for name in os.listdir(work):
+        header = memlog.read(os.path.join(work, name)).header
+        assert header.get("python", "").endswith("frames read"), header.get("python")
+
+
+def include_dir(python):
+    return subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.mark.parametrize("python", PYTHONS)
+def test_the_layout_read_is_the_interpreters_own(tmp_path, python):
+    """Every offset the hook reads is checked against CPython's own
+    internal headers, compiled (a wrong one fails here, never in a traced
+    program)."""
+    include = include_dir(python)
+    if not os.path.exists(os.path.join(include, "internal", "pycore_frame.h")):
+        pytest.skip(f"no internal headers for {python} (Debian: python3-dev)")
+    out = tmp_path / "layout_check"
+    subprocess.run(["gcc", "-I", include, "-I", os.path.join(HERE, "native", "hook", "runtimes"),
+                    os.path.join(PROGRAMS, "python", "layout_check.c"), "-o", str(out)], check=True, timeout=120)
+    assert subprocess.run([str(out)]).returncode == 0
+
+
+def all_codes(code):
+    yield code
+    for const in code.co_consts:
+        if hasattr(const, "co_linetable"):
+            yield from all_codes(const)
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="the location table read is CPython 3.11's")
+def test_lines_are_the_interpreters_own():
+    """The reporter's reading of the location table (python_code.line_at)
+    gives, for every instruction of every function of a few modules of
+    the standard library, the line CPython itself gives (co_positions)."""
+    import dis  # noqa: F401 (a big module with every form of location entry)
+    from libmemleak.daemon.python_code import CodeInfo, line_at
+    checked = 0
+    for name in ("dis", "json.decoder", "argparse", "asyncio.base_events"):
+        module = __import__(name, fromlist=["_"])
+        with open(module.__file__, encoding="utf-8") as f:
+            top = compile(f.read(), module.__file__, "exec")
+        for code in all_codes(top):
+            info = CodeInfo(code.co_qualname, code.co_filename, code.co_firstlineno, code.co_linetable)
+            for index, (line, *_) in enumerate(code.co_positions()):
+                assert line_at(info, index) == (line or 0), (code.co_qualname, index)
+                checked += 1
+    assert checked > 40000
