@@ -184,3 +184,41 @@ def test_lines_are_the_interpreters_own():
                 assert line_at(info, index) == (line or 0), (code.co_qualname, index)
                 checked += 1
     assert checked > 40000
+
+
+def test_a_dead_code_objects_address_taken_by_another_is_not_confused(tmp_path):
+    """Each of 40 functions, compiled one after another, each dropped
+    before the next, allocates on its own line: 40 stacks, each at its
+    line, each 5,001 bytes -- where a code object known by its address
+    alone gave the next one's allocations the dead one's line."""
+    p = subprocess.Popen(cli_argv("run", "-q", sys.executable, os.path.join(PROGRAMS, "python", "codereuse.py")),
+                         cwd=tmp_path, env=CLI_ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        out = wait_snapshot(p, tmp_path)
+    finally:
+        p.communicate("\n", timeout=120)
+    lines = {}
+    for e in memlog.read(out).entries:
+        for f in e.frames:
+            if f.module == "python" and f.file == "gen.py":
+                lines.setdefault(f.line, []).append((e.bytes, e.blocks))
+    assert {line: sorted(v) for line, v in lines.items()} == {k + 2: [(5001, 1)] for k in range(40)}, lines
+
+
+def wait_snapshot(p, cwd):
+    """A snapshot of p once it holds what it made (it waits on stdin)."""
+    from helpers import wait_for
+    path = []
+
+    def taken():
+        out = cli("snapshot", p.pid, cwd=cwd)
+        if out.returncode == 0:
+            report = memlog.read(out.stdout.strip())
+            if any(f.file == "gen.py" for e in report.entries for f in e.frames) and \
+                    sum(1 for e in report.entries if e.bytes == 5001) >= 40:
+                path.append(out.stdout.strip())
+                return True
+        return False
+    wait_for(taken, "the 40 generations' blocks in a snapshot")
+    return path[0]
