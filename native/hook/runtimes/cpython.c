@@ -23,11 +23,12 @@
  * tests/test_python_frames.py.  Another version's frames are not read --
  * never guessed -- and every report says so (MLK_PY_FRAMES_NOT_READ). */
 #define _GNU_SOURCE
-#include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <string.h>
 
 #include "../mlk.h"
+#include "../route/got.h"
 #include "cpython_layout.h"
 
 /* A record's strings, at most (longer ones are cut; a line table cut
@@ -216,12 +217,37 @@ void mlk_py_describe_codes(const uint64_t *words, int n)
 
 /* ---- finding the interpreter ------------------------------------------- */
 
+struct symbol_ask {
+    const char *name;
+    uintptr_t at;
+};
+
+static int symbol_in(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    struct symbol_ask *ask = arg;
+    uintptr_t at = mlk_module_symbol(info, ask->name);
+    if (at > 1) /* (1: a module without a GNU hash table, not asked) */
+        ask->at = at;
+    return ask->at != 0;
+}
+
+/* A symbol of the first module that defines it, by the modules' symbol
+ * tables -- not dlsym, whose failure (most programs are no Python) leaves
+ * a message in a block it mallocs, from inside our hook: not recorded,
+ * then freed by the program, an "unknown free" in every report. */
+static void *symbol(const char *name)
+{
+    struct symbol_ask ask = {name, 0};
+    dl_iterate_phdr(symbol_in, &ask);
+    return (void *)ask.at;
+}
+
 static unsigned long interpreter_version(void)
 {
-    const unsigned long *v = dlsym(RTLD_DEFAULT, "Py_Version"); /* 3.11 and later */
+    const unsigned long *v = symbol("Py_Version"); /* 3.11 and later */
     if (v)
         return *v;
-    const char *(*get)(void) = (const char *(*)(void))dlsym(RTLD_DEFAULT, "Py_GetVersion");
+    const char *(*get)(void) = (const char *(*)(void))symbol("Py_GetVersion");
     if (!get)
         return 0;
     const char *s = get(); /* "3.10.12 (main, ...": its major and minor */
@@ -242,13 +268,13 @@ void mlk_py_find_interpreter(void)
 {
     if (__atomic_load_n(&py_seen, __ATOMIC_ACQUIRE) || !mlk_seg)
         return;
-    void *eval = dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault");
+    void *eval = symbol("_PyEval_EvalFrameDefault");
     unsigned long version = eval ? interpreter_version() : 0;
     if (!version || __atomic_exchange_n(&py_seen, 1, __ATOMIC_ACQ_REL))
         return;
     int readable = version >= READ_VERSION_MIN && version < READ_VERSION_END;
-    void *(*state)(void) = (void *(*)(void))dlsym(RTLD_DEFAULT, "PyGILState_GetThisThreadState");
-    const char *rt = dlsym(RTLD_DEFAULT, "_PyRuntime");
+    void *(*state)(void) = (void *(*)(void))symbol("PyGILState_GetThisThreadState");
+    const char *rt = symbol("_PyRuntime");
     readable = readable && state && rt;
     uint64_t record[4] = {0, version, (uint64_t)eval, readable ? MLK_PY_FRAMES_READ : MLK_PY_FRAMES_NOT_READ};
     mlk_stack_add_record(4, copy_words, record, MLK_KIND_PYCODE);
