@@ -79,6 +79,105 @@ static inline uint64_t fingerprint(const char *code)
     return (x ^ x >> 29 ^ x >> 47) & 0xffffff;
 }
 
+/* Every code object's death, counted: PyCode_Type's dealloc is wrapped
+ * (mlk_py_find_interpreter).  A code object cannot die while a frame
+ * runs it, and its address can be another's only after it died, so a
+ * fingerprint worked out since the last death is still the code's: each
+ * thread keeps the fingerprints it worked out, marked with the count --
+ * the fingerprint's loads (the name's, the file's, the line table's)
+ * were most of a frame's cost. */
+static uint64_t code_deaths = 1; /* (0: a cache slot never filled) */
+static void (*code_dealloc)(void *);
+
+static void code_dealloc_counted(void *code)
+{
+    __atomic_add_fetch(&code_deaths, 1, __ATOMIC_RELEASE); /* (before its address is free again) */
+    code_dealloc(code);
+}
+
+#define PRINTS_BITS 8
+struct prints {
+    struct {
+        uint64_t code, print_epoch; /* its fingerprint | the death count it is good for << 24 */
+    } slot[1u << PRINTS_BITS];
+};
+
+/* The thread's recent walks: the same native stack under the same Python
+ * frames -- the same frames (addresses), at the same instructions, with
+ * no code object dead since -- is the same stack, found without its words
+ * made and looked up (a frame's address and instruction pointer name its
+ * code while no code object has died: the instruction lies inside it).
+ * Most allocations are made by a loop's few sites; looking a walk up
+ * was two thirds of a Python stack's cost. */
+#define MEMO_WAYS 64
+#define MEMO_FRAMES ((MLK_MAX_DEPTH - 1) / 2)
+struct walk_memo {
+    uint64_t deaths; /* the death count it is good for; 0: empty */
+    uint32_t native, id, unload_epoch;
+    uint16_t kind, frames; /* frames: how many it walked */
+    uint32_t cut;          /* more frames followed them */
+    uintptr_t frame[MEMO_FRAMES], at[MEMO_FRAMES]; /* at: the instruction pointer | is_entry */
+};
+
+struct py_thread {
+    struct prints prints;
+    struct walk_memo memo[MEMO_WAYS];
+};
+static __thread struct py_thread *thread_py __attribute__((tls_model("initial-exec")));
+static pthread_key_t thread_py_key;
+
+static void thread_py_release(void *t)
+{
+    thread_py = NULL;
+    mlk_unmap(t, sizeof(struct py_thread));
+}
+
+/* This thread's fingerprints and walks, made at its first Python stack;
+ * NULL when not (then each is worked out). */
+static struct py_thread *py_of_thread(void)
+{
+    struct py_thread *t = thread_py;
+    if (MLK_LIKELY(t != NULL) || !code_dealloc)
+        return t;
+    t = mlk_map_anon(sizeof *t);
+    if (t && pthread_setspecific(thread_py_key, t) != 0) { /* (else never given back) */
+        mlk_unmap(t, sizeof *t);
+        t = NULL;
+    }
+    return thread_py = t;
+}
+
+static inline uint64_t fingerprint_of(struct py_thread *t, const char *code, uint64_t deaths)
+{
+    if (!t)
+        return fingerprint(code);
+    unsigned i = (unsigned)((uint64_t)code >> 4 ^ (uint64_t)code >> 12) & ((1u << PRINTS_BITS) - 1);
+    if (t->prints.slot[i].code == (uint64_t)code && t->prints.slot[i].print_epoch >> 24 == deaths)
+        return t->prints.slot[i].print_epoch & 0xffffff;
+    uint64_t print = fingerprint(code);
+    t->prints.slot[i].code = (uint64_t)code;
+    t->prints.slot[i].print_epoch = print | deaths << 24;
+    return print;
+}
+
+static inline uintptr_t at_of(const char *frame)
+{
+    return (uintptr_t)ptr_at(frame, FRAME_PREV_INSTR) | (*(const uint8_t *)(frame + FRAME_IS_ENTRY) != 0);
+}
+
+/* The stack of walk memo m, if this walk from `frame` is its. */
+static uint32_t memo_holds(const struct walk_memo *m, const char *frame, uint32_t native, int kind,
+                           uint32_t unload_epoch, uint64_t deaths)
+{
+    if (m->deaths != deaths || m->native != native || m->kind != kind || m->unload_epoch != unload_epoch)
+        return MLK_NO_STACK;
+    int k = 0;
+    for (; frame && k < m->frames; k++, frame = ptr_at(frame, FRAME_PREVIOUS))
+        if ((uintptr_t)frame != m->frame[k] || at_of(frame) != m->at[k])
+            return MLK_NO_STACK;
+    return k == m->frames && (frame != NULL) == (m->cut != 0) ? m->id : MLK_NO_STACK;
+}
+
 /* The calling thread's innermost frame, or NULL: no interpreter on this
  * thread, or one finalizing (its thread states are being freed). */
 static const char *innermost_frame(void)
@@ -99,11 +198,22 @@ uint32_t mlk_py_stack(uint32_t native, int kind, uint32_t unload_epoch)
     const char *frame = innermost_frame();
     if (!frame)
         return native;
+    struct py_thread *t = py_of_thread();
+    uint64_t deaths = __atomic_load_n(&code_deaths, __ATOMIC_ACQUIRE) & ((1ull << 40) - 1);
+    struct walk_memo *m = NULL;
+    if (t) {
+        uint64_t key = ((uint64_t)frame ^ at_of(frame) * 0x9e3779b97f4a7c15ull) + native;
+        m = &t->memo[(key ^ key >> 29) & (MEMO_WAYS - 1)];
+        uint32_t id = memo_holds(m, frame, native, kind, unload_epoch, deaths);
+        if (id != MLK_NO_STACK)
+            return id;
+        m->deaths = 0; /* (being rewritten: a signal handler's allocation meanwhile finds nothing) */
+    }
     uint64_t words[MLK_MAX_DEPTH];
-    int n = 0, cut = 0;
+    int n = 0, k = 0, cut = 0;
     words[n++] = (uint64_t)MLK_PY_TAG_NATIVE << MLK_PY_TAG_SHIFT | native;
-    for (; frame; frame = ptr_at(frame, FRAME_PREVIOUS)) {
-        if (n + 2 > MLK_MAX_DEPTH) {
+    for (; frame; frame = ptr_at(frame, FRAME_PREVIOUS), k++) {
+        if (k == MEMO_FRAMES) {
             cut = 1; /* the outer frames: the report says the stack was cut */
             break;
         }
@@ -114,12 +224,22 @@ uint32_t mlk_py_stack(uint32_t native, int kind, uint32_t unload_epoch)
         uint64_t index = at >= first ? (uint64_t)(at - first) / 2 : MLK_PY_NO_INSTRUCTION;
         uint64_t entry = *(const uint8_t *)(frame + FRAME_IS_ENTRY) != 0;
         words[n++] = (uint64_t)MLK_PY_TAG_CODE << MLK_PY_TAG_SHIFT | entry << MLK_PY_ENTRY_SHIFT | (uint64_t)code;
-        words[n++] = (uint64_t)MLK_PY_TAG_WHERE << MLK_PY_TAG_SHIFT | fingerprint(code) << 32 | (index & 0xffffffffu);
+        words[n++] = (uint64_t)MLK_PY_TAG_WHERE << MLK_PY_TAG_SHIFT | fingerprint_of(t, code, deaths) << 32 |
+                     (index & 0xffffffffu);
+        if (m) {
+            m->frame[k] = (uintptr_t)frame;
+            m->at[k] = (uintptr_t)at | entry;
+        }
     }
-    if (n == 1)
-        return native;
     uint32_t id = mlk_stack_intern(words, n, kind, unload_epoch, cut);
-    return id != MLK_NO_STACK ? id : native; /* (full table: the native stack still counts it) */
+    if (id == MLK_NO_STACK)
+        return native; /* (full table: the native stack still counts it) */
+    if (m) {
+        m->native = native, m->id = id, m->unload_epoch = unload_epoch;
+        m->kind = (uint16_t)kind, m->frames = (uint16_t)k, m->cut = (uint32_t)cut;
+        m->deaths = deaths;
+    }
+    return id;
 }
 
 /* ---- records: each code object described once ------------------------- */
@@ -269,6 +389,23 @@ static unsigned long interpreter_version(void)
     return major << 24 | minor << 16;
 }
 
+/* PyCode_Type's tp_dealloc wrapped (a static type: its slot is plain
+ * data, and a dealloc under way reads the old pointer or the new, either
+ * of which works).  Without the key that gives a thread's fingerprints
+ * back, none are kept. */
+static void watch_code_deaths(void)
+{
+    char *type = symbol("PyCode_Type");
+    if (!type || pthread_key_create(&thread_py_key, thread_py_release) != 0)
+        return;
+    void (**slot)(void *) = (void (**)(void *))(type + TYPE_DEALLOC);
+    void (*was)(void *) = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+    if (!was || was == code_dealloc_counted)
+        return;
+    code_dealloc = was;
+    __atomic_store_n(slot, code_dealloc_counted, __ATOMIC_RELEASE);
+}
+
 static void copy_words(uint64_t *at, const void *words) { memcpy(at, words, 4 * sizeof *at); }
 
 /* At the segment's making and after each dlopen: is this an interpreter
@@ -299,6 +436,7 @@ void mlk_py_find_interpreter(void)
         return;
     }
     described = mlk_map_anon(sizeof *described << DESCRIBED_BITS);
+    watch_code_deaths();
     this_thread_state = state;
     runtime = rt;
     mlk_fast_off_set(MLK_FAST_PYTHON, 1); /* every allocation's stack takes the whole way, here */

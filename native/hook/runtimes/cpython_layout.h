@@ -29,6 +29,7 @@ enum {
     STR_COMPACT_DATA = 72,    /* sizeof(PyCompactUnicodeObject) */
     BYTES_SIZE = 16,          /* PyVarObject.ob_size */
     BYTES_DATA = 32,          /* PyBytesObject.ob_sval */
+    TYPE_DEALLOC = 48,        /* PyTypeObject.tp_dealloc */
 };
 #define READ_VERSION_MIN 0x030b0000ul /* 3.11.0 */
 #define READ_VERSION_END 0x030c0000ul /* 3.12: another layout (shim frames, no cframe) */

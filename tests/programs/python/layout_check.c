@@ -31,6 +31,7 @@ _Static_assert(STR_ASCII_DATA == sizeof(PyASCIIObject), "an ASCII str's characte
 _Static_assert(STR_COMPACT_DATA == sizeof(PyCompactUnicodeObject), "a compact str's characters follow it");
 SAME(BYTES_SIZE, PyVarObject, ob_size);
 SAME(BYTES_DATA, PyBytesObject, ob_sval);
+SAME(TYPE_DEALLOC, PyTypeObject, tp_dealloc);
 _Static_assert(sizeof(_Py_CODEUNIT) == 2, "an instruction is two bytes");
 _Static_assert(PY_VERSION_HEX >= READ_VERSION_MIN && PY_VERSION_HEX < READ_VERSION_END, "a version read");
 
