@@ -61,10 +61,18 @@
  * << 32, name's length | character size << 16, file's likewise, line
  * table's length}, then the three strings' bytes, each padded to a word;
  * or, for the interpreter itself, {0, its version (Py_Version), the
- * address of its evaluation loop, MLK_PY_FRAMES_READ or _NOT_READ}. */
+ * address of its evaluation loop, MLK_PY_FRAMES_READ or _NOT_READ |
+ * MLK_PYMALLOC_* << 8} -- written again when that changes: the last one
+ * counts. */
 #define MLK_KIND_PYCODE 6
 #define MLK_PY_FRAMES_READ 1
 #define MLK_PY_FRAMES_NOT_READ 2
+/* pymalloc's domains (native/hook/runtimes/pymalloc.c): routed, or why not. */
+#define MLK_PYMALLOC_ROUTED 1
+#define MLK_PYMALLOC_RUNNING 2
+#define MLK_PYMALLOC_MALLOC 3
+#define MLK_PYMALLOC_REPLACED 4
+#define MLK_PYMALLOC_NO_INTERFACE 5
 /* A stack with interpreter frames is words that are no addresses (user
  * addresses are below 2^47): the tag in the top byte.  First, the native
  * stack's id (MLK_PY_TAG_NATIVE << 56 | id); then per interpreter frame,

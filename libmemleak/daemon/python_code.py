@@ -40,6 +40,7 @@ class Interpreter(NamedTuple):
     version: int     # Py_Version (0x030b02f0: 3.11.2)
     eval_address: int
     frames_read: bool
+    pymalloc: int    # MLK_PYMALLOC_*: its allocator routed, or why not (0: not said)
 
     def version_text(self):
         v = self.version
@@ -67,11 +68,11 @@ def parse_record(words):
     if len(words) < 4 or len(words) > RECORD_MAX_WORDS:
         return None
     if words[0] == 0:
-        status = words[3]
-        if status not in (CONST["MLK_PY_FRAMES_READ"], CONST["MLK_PY_FRAMES_NOT_READ"]):
+        status, pymalloc = words[3] & 0xff, words[3] >> 8
+        if status not in (CONST["MLK_PY_FRAMES_READ"], CONST["MLK_PY_FRAMES_NOT_READ"]) or pymalloc > 255:
             return None
         return "interpreter", None, Interpreter(words[1] & 0xffffffff, words[2],
-                                                status == CONST["MLK_PY_FRAMES_READ"])
+                                                status == CONST["MLK_PY_FRAMES_READ"], pymalloc)
     if len(words) < 5:
         return None
     lengths = [(words[2] & 0xffff, words[2] >> 16 & 0xff), (words[3] & 0xffff, words[3] >> 16 & 0xff)]

@@ -8,6 +8,7 @@ import os
 
 from libmemleak import __version__
 from libmemleak.daemon import allocator_stats, memory_use, misuse
+from libmemleak.daemon.layout import CONST
 from libmemleak.daemon.header_parts import (SELF_LIBRARY, default_suppression_lines, mapping_lines, process_status,
                                             resource_lines, signal_name, slack_lines)
 
@@ -144,14 +145,29 @@ def memory_lines(rep, snap, sums, touched):
         allocator_stats.header_lines(rep.pid, rep.h)
 
 
+# What a report says of a CPython's allocator (shm_layout.h MLK_PYMALLOC_*).
+PYMALLOC_WORDS = {
+    CONST["MLK_PYMALLOC_ROUTED"]: "objects routed (each at its own stack)",
+    CONST["MLK_PYMALLOC_RUNNING"]: "objects not routed (the interpreter ran before collection started): "
+                                   "pymalloc's are seen as its 1 MiB arenas",
+    CONST["MLK_PYMALLOC_MALLOC"]: "objects through malloc",
+    CONST["MLK_PYMALLOC_REPLACED"]: "objects not routed (PYTHONMALLOC or -X dev chose its allocator)",
+    CONST["MLK_PYMALLOC_NO_INTERFACE"]: "objects not routed (no PyMem_SetAllocator found): pymalloc's are "
+                                        "seen as its 1 MiB arenas",
+}
+
+
 def python_lines(python):
-    """A CPython's line (docs/memlog.md): its version, and whether its
-    frames are read -- where they are not, stacks stop at the interpreter,
-    and every report says so."""
+    """A CPython's line (docs/memlog.md): its version, whether its frames
+    are read -- where they are not, stacks stop at the interpreter, and
+    every report says so -- and whether its objects are routed."""
     if python.interpreter is None:
         return []
     version = python.interpreter.version_text()
     if python.interpreter.frames_read:
-        return [("python", f"CPython {version}: frames read")]
-    return [("python", f"CPython {version}: frames not read (libmemleak reads CPython 3.11's frames): "
-                       "stacks stop at the interpreter")]
+        text = f"CPython {version}: frames read"
+    else:
+        text = (f"CPython {version}: frames not read (libmemleak reads CPython 3.11's frames): "
+                "stacks stop at the interpreter")
+    words = PYMALLOC_WORDS.get(python.interpreter.pymalloc)
+    return [("python", f"{text}; {words}" if words else text)]

@@ -29,6 +29,7 @@
 
 #include "../mlk.h"
 #include "../route/got.h"
+#include "cpython.h"
 #include "cpython_layout.h"
 
 /* A record's strings, at most (longer ones are cut; a line table cut
@@ -193,11 +194,18 @@ static const char *innermost_frame(void)
     return cframe ? ptr_at(cframe, CFRAME_CURRENT) : NULL;
 }
 
+static void check_routing(void);
+static int routing_checked;
+
 uint32_t mlk_py_stack(uint32_t native, int kind, uint32_t unload_epoch)
 {
     const char *frame = innermost_frame();
     if (!frame)
         return native;
+    if (MLK_UNLIKELY(!routing_checked)) {
+        routing_checked = 1;
+        check_routing();
+    }
     struct py_thread *t = py_of_thread();
     uint64_t deaths = __atomic_load_n(&code_deaths, __ATOMIC_ACQUIRE) & ((1ull << 40) - 1);
     struct walk_memo *m = NULL;
@@ -364,7 +372,7 @@ static int symbol_in(struct dl_phdr_info *info, size_t size, void *arg)
  * tables -- not dlsym, whose failure (most programs are no Python) leaves
  * a message in a block it mallocs, from inside our hook: not recorded,
  * then freed by the program, an "unknown free" in every report. */
-static void *symbol(const char *name)
+void *mlk_py_symbol(const char *name)
 {
     struct symbol_ask ask = {name, 0};
     dl_iterate_phdr(symbol_in, &ask);
@@ -373,10 +381,10 @@ static void *symbol(const char *name)
 
 static unsigned long interpreter_version(void)
 {
-    const unsigned long *v = symbol("Py_Version"); /* 3.11 and later */
+    const unsigned long *v = mlk_py_symbol("Py_Version"); /* 3.11 and later */
     if (v)
         return *v;
-    const char *(*get)(void) = (const char *(*)(void))symbol("Py_GetVersion");
+    const char *(*get)(void) = (const char *(*)(void))mlk_py_symbol("Py_GetVersion");
     if (!get)
         return 0;
     const char *s = get(); /* "3.10.12 (main, ...": its major and minor */
@@ -395,7 +403,7 @@ static unsigned long interpreter_version(void)
  * back, none are kept. */
 static void watch_code_deaths(void)
 {
-    char *type = symbol("PyCode_Type");
+    char *type = mlk_py_symbol("PyCode_Type");
     if (!type || pthread_key_create(&thread_py_key, thread_py_release) != 0)
         return;
     void (**slot)(void *) = (void (**)(void *))(type + TYPE_DEALLOC);
@@ -410,20 +418,35 @@ static void copy_words(uint64_t *at, const void *words) { memcpy(at, words, 4 * 
 
 /* At the segment's making and after each dlopen: is this an interpreter
  * (an executable with one, or a libpython loaded), and can its frames be read? */
+static unsigned long found_version;
+static void *found_eval;
+static int frames_status, pymalloc_status;
+
+/* The interpreter's record (shm_layout.h): what the reports say of it.
+ * Written again when that changes (the reporter keeps the last). */
+static void interpreter_record(void)
+{
+    uint64_t record[4] = {0, found_version, (uint64_t)found_eval,
+                          (uint64_t)frames_status | (uint64_t)pymalloc_status << 8};
+    mlk_stack_add_record(4, copy_words, record, MLK_KIND_PYCODE);
+}
+
 void mlk_py_find_interpreter(void)
 {
     if (__atomic_load_n(&py_seen, __ATOMIC_ACQUIRE) || !mlk_seg)
         return;
-    void *eval = symbol("_PyEval_EvalFrameDefault");
+    void *eval = mlk_py_symbol("_PyEval_EvalFrameDefault");
     unsigned long version = eval ? interpreter_version() : 0;
     if (!version || __atomic_exchange_n(&py_seen, 1, __ATOMIC_ACQ_REL))
         return;
     int readable = version >= READ_VERSION_MIN && version < READ_VERSION_END;
-    void *(*state)(void) = (void *(*)(void))symbol("PyGILState_GetThisThreadState");
-    const char *rt = symbol("_PyRuntime");
+    void *(*state)(void) = (void *(*)(void))mlk_py_symbol("PyGILState_GetThisThreadState");
+    const char *rt = mlk_py_symbol("_PyRuntime");
     readable = readable && state && rt;
-    uint64_t record[4] = {0, version, (uint64_t)eval, readable ? MLK_PY_FRAMES_READ : MLK_PY_FRAMES_NOT_READ};
-    mlk_stack_add_record(4, copy_words, record, MLK_KIND_PYCODE);
+    found_version = version, found_eval = eval;
+    frames_status = readable ? MLK_PY_FRAMES_READ : MLK_PY_FRAMES_NOT_READ;
+    pymalloc_status = mlk_pymalloc_route();
+    interpreter_record();
     if (!readable) {
         char v[24] = "3.", *p = v + 2;
         unsigned long minor = version >> 16 & 0xff;
@@ -441,4 +464,17 @@ void mlk_py_find_interpreter(void)
     runtime = rt;
     mlk_fast_off_set(MLK_FAST_PYTHON, 1); /* every allocation's stack takes the whole way, here */
     __atomic_store_n(&mlk_py_reading, 1, __ATOMIC_RELEASE);
+}
+
+/* The interpreter's first Python stack: pymalloc's domains still ours
+ * (its start replaces them where PYTHONMALLOC names an allocator)? */
+static void check_routing(void)
+{
+    static int checked;
+    if (__atomic_exchange_n(&checked, 1, __ATOMIC_ACQ_REL) || pymalloc_status != MLK_PYMALLOC_ROUTED)
+        return;
+    if (!mlk_pymalloc_still_routed()) {
+        pymalloc_status = MLK_PYMALLOC_REPLACED;
+        interpreter_record();
+    }
 }
