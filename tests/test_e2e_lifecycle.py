@@ -454,8 +454,12 @@ def test_a_death_by_signal_has_its_final_report_on_disk_when_run_returns(tmp_pat
     disposition where the tracer's handler stands, and its report says
     what killed it."""
     prog = compile_program("dies.c")
+    # (SIGINT at its default in the program whatever the suite's: a shell's
+    # background job starts with it ignored, and an ignored signal stays so
+    # across exec)
     p = subprocess.Popen(cli_argv("run", "-q", prog, how), cwd=tmp_path, env=CLI_ENV, stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert p.stdout.readline() == "defaults: yes yes\n"
         if how == "wait":
