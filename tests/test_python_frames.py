@@ -7,6 +7,7 @@ first frames of user code, the C line first for the extension's leak,
 with the planted bytes exact."""
 
 import json
+import shutil
 import os
 import subprocess
 import sys
@@ -234,3 +235,72 @@ def wait_snapshot(p, cwd):
         return False
     wait_for(taken, "the 40 generations' blocks in a snapshot")
     return path[0]
+
+
+def test_records_and_words_the_program_wrote_never_break_the_reader():
+    """The records and the stack words are written by the traced program:
+    random ones, and real ones mutated, are refused or read -- never an
+    exception, never a loop that does not end (python_code)."""
+    import random
+    from libmemleak.daemon import python_code as pc
+    rng = random.Random(20261129)
+    code = compile("def f(x):\n    y = [x]\n    return y * 2\n", "t.py", "exec").co_consts[0]
+    name, file = code.co_qualname.encode(), code.co_filename.encode()
+    table = code.co_linetable
+
+    def words_of(data):
+        data += b"\0" * (-len(data) % 8)
+        return [int.from_bytes(data[i:i + 8], "little") for i in range(0, len(data), 8)]
+    real = [0x7f0000001000, 0x123456 | code.co_firstlineno << 32, len(name) | 1 << 16, len(file) | 1 << 16,
+            len(table), *words_of(name), *words_of(file), *words_of(table)]
+    parsed = pc.parse_record(real)
+    assert parsed[0] == "code" and parsed[2].name == "f" and parsed[2].file == "t.py"
+    for _ in range(3000):
+        words = list(real)
+        for _ in range(rng.randint(1, 4)):
+            words[rng.randrange(len(words))] = rng.getrandbits(64) if rng.random() < 0.5 else rng.randrange(1 << 20)
+        if rng.random() < 0.2:
+            words = words[:rng.randrange(len(words) + 1)]
+        got = pc.parse_record(words)
+        if got and got[0] == "code":
+            for index in (0, 1, 7, 1 << 31, pc.NO_INSTRUCTION, rng.getrandbits(32)):
+                assert isinstance(pc.line_at(got[2], index), int)
+        stack = [pc.TAG_NATIVE << pc.TAG_SHIFT | 3] + [rng.getrandbits(64) for _ in range(rng.randrange(8))]
+        if rng.random() < 0.5:
+            stack[1::2] = [pc.TAG_CODE << pc.TAG_SHIFT | w & 0xffffffffffff for w in stack[1::2]]
+        got = pc.python_frames(stack, {})
+        assert got is None or got[0] == 3
+    for _ in range(2000):  # line tables of random bytes
+        info = pc.CodeInfo("f", "t.py", 1, bytes(rng.getrandbits(8) for _ in range(rng.randrange(40))))
+        assert isinstance(pc.line_at(info, rng.randrange(64)), int)
+
+
+@pytest.mark.skipif(not shutil.which("go"), reason="go is not installed")
+def test_the_exporters_profile_has_the_python_frames(tmp_path):
+    """/debug/pprof/heap of a Python service, read by `go tool pprof`: the
+    extension's leak under the Python functions that called it, merged
+    where the evaluation loop stood, as the reports show it."""
+    from test_exporter import go_pprof_raw, start_exporter, stop
+    ext = build_extension(sys.executable, str(tmp_path / "ext"))
+    env = dict(CLI_ENV, PYTHONPATH=os.pathsep.join([ext, CLI_ENV.get("PYTHONPATH", "")]))
+    p = subprocess.Popen(cli_argv("run", "-q", sys.executable, SERVICE), cwd=tmp_path, env=env,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    exporter, base = start_exporter(tmp_path)
+    try:
+        tell(p, "grow 50\n", "ok 50\n")
+        traces = subprocess.run([shutil.which("go"), "tool", "pprof", "-traces", "-lines",
+                                 f"{base}/debug/pprof/heap?pid={p.pid}"], capture_output=True, text=True,
+                                timeout=120, env=dict(os.environ, PPROF_TMPDIR=str(tmp_path), HOME=str(tmp_path),
+                                                      GOCACHE=str(tmp_path / "gocache")))
+        assert traces.returncode == 0, traces.stderr
+    finally:
+        stop(exporter)
+        p.communicate("", timeout=120)
+    stacks = traces.stdout.split("-----------+-------------------------------------------------------")
+    leak = [s for s in stacks if " leak " in s and "leakmod.c" in s]
+    assert leak, traces.stdout[-3000:]
+    lines = [line.split() for line in leak[0].splitlines() if line.strip()]
+    functions = [words[-2] if len(words) > 1 else words[0] for words in lines]
+    assert functions.index("leak") < functions.index("handle") < functions.index("serve") < \
+        functions.index("main"), lines
+    assert f"pyservice.py:{line_of(SERVICE, 'CALLS-C')}" in leak[0], leak[0]

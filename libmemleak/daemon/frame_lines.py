@@ -6,7 +6,7 @@ runtime's perf map (symbols/perfmap.py); a frame of our own library is
 left out of reports."""
 
 from libmemleak.daemon.header_parts import SELF_LIBRARY
-from libmemleak.daemon.python_code import EVAL_LOOP, PYTHON_MODULE, PyFrame, merged_order
+from libmemleak.daemon.python_code import PyFrame, as_frame, is_eval_loop, kind_of, merged_order
 from libmemleak.files.memlog import Frame, render_frames
 
 NOT_THE_PROGRAMS = -1  # a frame left out of reports: our own hooks'
@@ -67,7 +67,7 @@ class FrameLines:
         else:
             skipped = self.symbolizer.skipped
             frames = self.symbolizer.frames_for(module, address)
-            if any(f.function and f.function.startswith(EVAL_LOOP) for f in frames):
+            if is_eval_loop(frames):
                 self.python_kinds[token] = "eval"
             text = render_frames(frames)
             if self.symbolizer.skipped != skipped:
@@ -92,7 +92,6 @@ class FrameLines:
     def python_line(self, token, frame):
         """A Python frame: its function, "(python)" as its module, its
         file and line (docs/memlog.md)."""
-        self.python_kinds[token] = "py-entry" if frame.entry else "py"
-        line_id = self.token_lines[token] = self.texts.add_line(
-            render_frames([Frame(frame.function, PYTHON_MODULE, 0, frame.file or None, frame.line or None)]))
+        self.python_kinds[token] = kind_of(frame)
+        line_id = self.token_lines[token] = self.texts.add_line(render_frames([as_frame(frame)]))
         return line_id

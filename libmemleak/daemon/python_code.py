@@ -9,6 +9,7 @@ hold together is dropped, never trusted."""
 from typing import NamedTuple
 
 from libmemleak.daemon.layout import CONST
+from libmemleak.symbols import Frame
 
 TAG_SHIFT = CONST["MLK_PY_TAG_SHIFT"]
 TAG_NATIVE = CONST["MLK_PY_TAG_NATIVE"]
@@ -198,6 +199,23 @@ class PythonCodes:
 # The evaluation loop's native frames, which a run of Python frames stands
 # for (3.11: one function; gcc may split off a ".cold" part).
 EVAL_LOOP = "_PyEval_EvalFrameDefault"
+
+
+def is_eval_loop(frames):
+    """Whether a native frame's symbolized frames (its inlined calls and
+    its function) are the evaluation loop's."""
+    return any(f.function and f.function.startswith(EVAL_LOOP) for f in frames)
+
+
+def kind_of(pyframe):
+    """A Python frame's kind for merged_order."""
+    return "py-entry" if pyframe.entry else "py"
+
+
+def as_frame(pyframe):
+    """A Python frame as a report's frame (docs/memlog.md): its function,
+    "python" as its module, its file and line."""
+    return Frame(pyframe.function, PYTHON_MODULE, 0, pyframe.file or None, pyframe.line or None)
 
 
 def merged_order(kinds):

@@ -168,6 +168,7 @@ class Segment:
         self._pending = set()
         self._corrupt = 0
         self.python = python_code.PythonCodes()  # a CPython's code records (MLK_KIND_PYCODE)
+        self._python_words = {}  # id -> (offset, words) of a stack with Python frames
         self.stacks = _StackView(self)  # id -> Stack, for ids known to be ok
 
     @classmethod
@@ -371,6 +372,10 @@ class Segment:
         if depth > max_depth or off < 0 or off + depth > frames_used:
             self._corrupt += 1
             return
+        python = depth and self._frames[off] >> python_code.TAG_SHIFT == python_code.TAG_NATIVE
+        if python and self._frames[off] & 0xffffffff in self._pending:
+            self._pending.add(i)  # its native stack is not read yet: both are, next time
+            return
         cut = self._stack_words[i * _W + _W_FLAGS] & CONST["MLK_STACK_CUT"]
         self._kind[i] = ((state >> 48) & 0xffff) | (_CUT if cut else 0)
         if cut:
@@ -383,8 +388,11 @@ class Segment:
             self._custom_ids.append(i)
         elif RESOURCE_BASE <= kind < RESOURCE_BASE + RESOURCE_KINDS:
             self._resource_ids.append((i, kind - RESOURCE_BASE))
+        epoch = epochs & 0xffffffff
+        if python:
+            off, depth, epoch = self._python_stack(i, off, depth)
         self._off[i] = off
-        self._epoch[i] = epochs & 0xffffffff
+        self._epoch[i] = epoch
         self._depth[i] = depth
         self._ok[i] = 1
 
@@ -393,25 +401,37 @@ class Segment:
         off, depth, kind = self._off[i], self._depth[i], self._kind[i]
         frames = tuple(self._frames[off:off + depth].tolist())
         cut, kind = bool(kind & _CUT), kind & 0xffff
-        if python_code.is_python_stack(frames):
-            return self._with_python_frames(i, kind, frames, cut)
+        words = self._python_words.get(i)
+        if words is not None:
+            return self._with_python_frames(i, kind, frames, words, cut)
         return Stack(i, self.kind_name(kind), frames, self._epoch[i], cut)
 
-    def _with_python_frames(self, i, kind, words, cut):
-        """Stack i, whose words are a native stack's id and Python frames
-        (python_code): the native stack's frames, then the Python frames.
-        A code not described yet may be in a record published after this
-        stack was read: the records are looked at again, once."""
+    def _python_stack(self, i, off, depth):
+        """A stack whose words are a native stack's id and Python frames
+        (python_code): its words kept aside, and the native stack's frames
+        made its own -- what the scan's allocation sites read.  (The native
+        stack was interned first: its id is smaller.)"""
+        self._python_words[i] = (off, depth)
+        native = self._frames[off] & 0xffffffff
+        if native < i and self._ok[native] and native not in self._python_words:
+            return self._off[native], self._depth[native], self._epoch[native]
+        return off, 0, 0  # words that do not hold together: no frames
+
+    def _with_python_frames(self, i, kind, native_frames, where, cut):
+        """Stack i: its native stack's frames, then its Python frames.  A
+        code not described yet may be in a record published after this
+        stack was read: the records are looked at again, once.  Cut where
+        its Python frames were (its native ones are cut at the depth often:
+        the Python frames carry it to its outermost caller)."""
+        off, depth = where
+        words = self._frames[off:off + depth].tolist()
         found = self.python.frames(words)
         if found is not None and not found[2]:
             self._learn_new_stacks()
             found = self.python.frames(words)
-        native = found[0] if found else -1
-        if not (0 <= native < self._next_id and self._ok[native] and native != i) or \
-                python_code.is_python_stack(self._frames[self._off[native]:self._off[native] + 1]):
+        if found is None or not native_frames:
             return Stack(i, self.kind_name(kind), (), self._epoch[i], cut)  # words that do not hold together
-        base = self.stack(native)
-        return Stack(i, self.kind_name(kind), base.frames + tuple(found[1]), base.map_epoch, cut or base.cut)
+        return Stack(i, self.kind_name(kind), native_frames + tuple(found[1]), self._epoch[i], cut)
 
     def kind_name(self, kind):
         """A stack kind's name: the allocator family's, or "resource:" and

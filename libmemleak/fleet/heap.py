@@ -16,6 +16,7 @@ from collections import defaultdict
 
 from libmemleak.daemon.diff import FrameResolver, KeyTable, estimate
 from libmemleak.daemon.header_parts import SELF_LIBRARY
+from libmemleak.daemon.python_code import PyFrame, as_frame, is_eval_loop, kind_of, merged_order
 from libmemleak.outputs.pprof import encode_samples
 from libmemleak.symbols import Frame
 from libmemleak.symbols.perfmap import PerfMap
@@ -63,14 +64,24 @@ class HeapProfiles:
         return gzip.compress(data, mtime=0)
 
     def frames_of(self, kid, build_ids):
+        """The key's frames, Python frames where the evaluation loop's
+        native frames stood (as reports show them)."""
         (_, pairs), modules = self.keys.key(kid)
-        frames = []
+        each, kinds = [], []  # per frame token: its frames, and its kind for merged_order
         for (_path, offset), module in zip(pairs, modules):
-            if module is None:
+            if type(offset) is PyFrame:
+                each.append([as_frame(offset)])
+                kinds.append(kind_of(offset))
+            elif module is None:
                 found = self.perf_map.frame_at(offset)
-                frames.append(Frame(found[0], self.perf_map.shown, found[1]) if found else Frame(None, None, offset))
+                each.append([Frame(found[0], self.perf_map.shown, found[1]) if found else Frame(None, None, offset)])
+                kinds.append(None)
             elif not module.path.endswith("/" + SELF_LIBRARY):
                 if module.build_id:
                     build_ids[module.path] = module.build_id
-                frames.extend(self.symbolizer.frames_for(module, module.base + offset))
+                each.append(self.symbolizer.frames_for(module, module.base + offset))
+                kinds.append("eval" if is_eval_loop(each[-1]) else None)
+        if "py" in kinds or "py-entry" in kinds:
+            each = [each[i] for i in merged_order(kinds)]
+        frames = [f for fs in each for f in fs]
         return frames
