@@ -335,6 +335,8 @@ MLK_HIDDEN int mlk_addr_insert(uint64_t addr, uint32_t stack, uint64_t size, int
  * In sampling mode the hooks call it only for blocks mlk_maybe_recorded()
  * does not rule out (the check is theirs, before any other work). */
 MLK_HIDDEN int mlk_addr_remove(uint64_t addr, uint32_t *stack, uint64_t *size);
+/* Before any block is in the table: hash each block on its own, not by window (runtimes/pymalloc.c). */
+MLK_HIDDEN int mlk_addr_hash_each_block(void);
 MLK_HIDDEN void mlk_addrs_lock_for_fork(int acquire);
 /* The program's own blocks (api/custom.c): where the scan finds them
  * (shm_layout.h custom_table); its lock, held across fork. */

@@ -133,6 +133,7 @@ int mlk_pymalloc_route(void)
     get_allocator(DOMAIN_OBJ, &obj);
     if (obj.malloc == raw.malloc || mem.malloc == raw.malloc)
         return MLK_PYMALLOC_MALLOC;
+    mlk_addr_hash_each_block(); /* (its dense blocks: see there; the table is empty this early) */
     was_mem = mem, was_obj = obj;
     struct allocator ours = {&was_mem, routed_malloc, routed_calloc, routed_realloc, routed_free};
     set(DOMAIN_MEM, &ours);
