@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """What tracing a Python program costs (#60): instructions counted by
 callgrind, as bench/callgrind.py counts them, for bench/programs/pywork.py
-bare, under libmemleak with CPython's default allocator (pymalloc) and
-with PYTHONMALLOC=malloc (every object through malloc, each with its
+bare, under libmemleak with CPython's default allocator (pymalloc), in
+sampling mode (the always-on one, bench/run.py's interval), and with
+PYTHONMALLOC=malloc (every object through malloc, each with its
 Python frames), and under memray --native (the tool that names Python
 lines today) when it is installed for the interpreter measured.
 
@@ -27,6 +28,7 @@ sys.path.insert(0, HERE)
 
 from callgrind import measure  # noqa: E402
 from libmemleak import preload_path  # noqa: E402
+from run import SAMPLE_BYTES  # noqa: E402
 
 WORKLOAD = os.path.join(HERE, "programs", "pywork.py")
 
@@ -52,6 +54,8 @@ def main():
     script = [WORKLOAD, str(args.rounds)]
     runs = [("bare", [real, *script], {}),
             ("libmemleak", [real, *script], {"LD_PRELOAD": lib, "MEMLEAK_CONFIG": f"mtraceinit,dir={work}"}),
+            ("libmemleak sampled (always-on)", [real, *script],
+             {"LD_PRELOAD": lib, "MEMLEAK_CONFIG": f"mtraceinit,sample={SAMPLE_BYTES},dir={work}"}),
             ("libmemleak PYTHONMALLOC=malloc", [real, *script],
              {"LD_PRELOAD": lib, "MEMLEAK_CONFIG": f"mtraceinit,dir={work}", "PYTHONMALLOC": "malloc"})]
     if has_memray(python):
