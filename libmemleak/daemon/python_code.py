@@ -195,6 +195,19 @@ class PythonCodes:
     def frames(self, words):
         return python_frames(words, self.codes)
 
+    def stack_frames(self, words, native_frames, learn):
+        """A stack's frames: its native stack's, then its Python frames;
+        () where its words do not hold together.  A code not described yet
+        may be in a record published after the stack was read: learn() reads
+        the records again, once."""
+        found = python_frames(words, self.codes)
+        if found is not None and not found[2]:
+            learn()
+            found = python_frames(words, self.codes)
+        if found is None or not native_frames:
+            return ()
+        return native_frames + tuple(found[1])
+
 
 # The evaluation loop's native frames, which a run of Python frames stands
 # for (3.11: one function; gcc may split off a ".cold" part).

@@ -418,20 +418,13 @@ class Segment:
         return off, 0, 0  # words that do not hold together: no frames
 
     def _with_python_frames(self, i, kind, native_frames, where, cut):
-        """Stack i: its native stack's frames, then its Python frames.  A
-        code not described yet may be in a record published after this
-        stack was read: the records are looked at again, once.  Cut where
-        its Python frames were (its native ones are cut at the depth often:
-        the Python frames carry it to its outermost caller)."""
+        """Stack i: its native stack's frames, then its Python frames; cut
+        where its Python frames were (the Python frames carry it to its
+        outermost caller where its native ones are cut at the depth)."""
         off, depth = where
-        words = self._frames[off:off + depth].tolist()
-        found = self.python.frames(words)
-        if found is not None and not found[2]:
-            self._learn_new_stacks()
-            found = self.python.frames(words)
-        if found is None or not native_frames:
-            return Stack(i, self.kind_name(kind), (), self._epoch[i], cut)  # words that do not hold together
-        return Stack(i, self.kind_name(kind), native_frames + tuple(found[1]), self._epoch[i], cut)
+        frames = self.python.stack_frames(self._frames[off:off + depth].tolist(), native_frames,
+                                          self._learn_new_stacks)
+        return Stack(i, self.kind_name(kind), frames, self._epoch[i], cut)
 
     def kind_name(self, kind):
         """A stack kind's name: the allocator family's, or "resource:" and

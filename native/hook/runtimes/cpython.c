@@ -64,11 +64,11 @@ static inline uint64_t fingerprint(const char *code)
     const char *table = ptr_at(code, CODE_LINETABLE);
     uint64_t head = 0, len = table ? (uint64_t)*(const int64_t *)(table + BYTES_SIZE) : 0;
     /* (Its first 8 bytes in one load, whatever its length: a bytes object
-     * of n bytes takes BYTES_DATA + n + 1, which every allocator rounds up
-     * to 16 (pymalloc) or to malloc's 24-byte minimum past its 16-byte
-     * header -- 40 bytes either way, so the load stays inside it; past its
-     * length the bytes are the object's own, never written.  A memcpy here
-     * was a sixth of the Python frames' cost.) */
+     * of n bytes takes BYTES_DATA + n + 1 bytes, which pymalloc rounds up
+     * to a multiple of 16 and glibc's malloc to 40 usable at least -- so
+     * bytes 32 to 40 lie inside it, past its length its own and never
+     * written; the one-byte ones are static, in an array that goes on
+     * past each.  A memcpy call here was a sixth of a frame's cost.) */
     if (len) {
         uint64_t word;
         __builtin_memcpy(&word, table + BYTES_DATA, 8);
