@@ -83,6 +83,8 @@
  * the code's fingerprint (24 bits) << 32 | the instruction's index, or
  * 0xffffffff before the first). */
 #define MLK_PY_TAG_SHIFT 56
+/* Such a stack's words, at most: the native stack's id and 63 frames. */
+#define MLK_PY_MAX_WORDS 127
 #define MLK_PY_TAG_NATIVE 129
 #define MLK_PY_TAG_CODE 130
 #define MLK_PY_TAG_WHERE 131

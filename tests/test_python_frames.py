@@ -304,3 +304,38 @@ def test_the_exporters_profile_has_the_python_frames(tmp_path):
     assert functions.index("leak") < functions.index("handle") < functions.index("serve") < \
         functions.index("main"), lines
     assert f"pyservice.py:{line_of(SERVICE, 'CALLS-C')}" in leak[0], leak[0]
+
+
+DEEP = """import sys
+def down(n):
+    if n == 0:
+        return bytearray(7000)  # DEEP-LEAK
+    return down(n - 1)
+kept = down(55)
+sys.stdin.readline()
+"""
+
+
+def test_a_deep_python_stack_keeps_its_frames(tmp_path):
+    """55 nested calls and the module's frame: every Python frame is in
+    the stack (up to 63 are kept), not cut where a native walk's depth is."""
+    script = tmp_path / "deep.py"
+    script.write_text(DEEP)
+    p = subprocess.Popen(cli_argv("run", "-q", sys.executable, script), cwd=tmp_path, env=CLI_ENV,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        from helpers import wait_for
+        found = []
+
+        def seen():
+            out = cli("snapshot", p.pid, cwd=tmp_path)
+            entries = memlog.read(out.stdout.strip()).entries if out.returncode == 0 else []
+            found[:] = [e for e in entries if e.bytes == 7001]
+            return bool(found)
+        wait_for(seen, "the deep stack's block in a snapshot")
+    finally:
+        p.communicate("\n", timeout=120)
+    [entry] = found
+    python = [(f.function, f.line) for f in entry.frames if f.module == "python"]
+    assert python == [("down", 4)] + [("down", 5)] * 55 + [("<module>", 6)], python
+    assert "cut" not in " ".join(entry.extra or ()), entry.extra

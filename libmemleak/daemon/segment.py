@@ -364,6 +364,9 @@ class Segment:
         depth = (state >> 32) & 0xffff
         if (state >> 48) & 0xffff == _PYCODE:
             max_depth = python_code.RECORD_MAX_WORDS
+        elif depth > max_depth and 0 <= off < len(self._frames) and \
+                self._frames[off] >> python_code.TAG_SHIFT == python_code.TAG_NATIVE:
+            max_depth = CONST["MLK_PY_MAX_WORDS"]  # a stack with Python frames
         if off + depth > frames_used:
             # frames_used was read before this entry's state: the entry may
             # be newer than that reading (its frames are reserved before it

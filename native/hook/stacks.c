@@ -35,7 +35,7 @@ struct index_slot {
 #define ENTRY_DEPTH_BITS 7
 #define ENTRY_SHAPE_SHIFT (ENTRY_ID_BITS + ENTRY_OFF_BITS) /* then depth | kind << ENTRY_DEPTH_BITS */
 _Static_assert(MLK_STACKS_CAP < (1ull << ENTRY_ID_BITS) && MLK_FRAMES_CAP <= (1ull << ENTRY_OFF_BITS) &&
-                   MLK_MAX_DEPTH < (1 << ENTRY_DEPTH_BITS),
+                   MLK_MAX_DEPTH < (1 << ENTRY_DEPTH_BITS) && MLK_PY_MAX_WORDS < (1 << ENTRY_DEPTH_BITS),
                "an index slot's entry word holds any id, frame offset and depth");
 
 static inline uint64_t pack_entry(uint32_t id, uint64_t frames_off, int depth, int kind)
@@ -92,9 +92,21 @@ static const uint64_t position_mul[MLK_MAX_DEPTH] = {
     0x4df1cf2fc09130d5ull, 0x47f696438b728c2full, 0x9cfb4f96c1a19b83ull, 0x39b5ee7409b82fb9ull,
 };
 
+/* A stack longer than the walk's depth: one with Python frames (up to
+ * MLK_PY_MAX_WORDS words); each word past MLK_MAX_DEPTH takes its
+ * position's constant of the first 64 plus an even number of its own. */
+static __attribute__((noinline)) uint64_t hash_long_stack(const uint64_t *ips, int depth, uint64_t h)
+{
+    for (int i = 0; i < depth; i++)
+        h += ips[i] * (position_mul[i & (MLK_MAX_DEPTH - 1)] + (uint64_t)(i / MLK_MAX_DEPTH) * 2);
+    return mix64(h) | 1;
+}
+
 static uint64_t hash_stack(const uint64_t *ips, int depth, int kind, uint32_t unload_epoch)
 {
     uint64_t h = ((uint64_t)kind << 32 | unload_epoch) ^ (uint64_t)depth << 48;
+    if (MLK_UNLIKELY(depth > MLK_MAX_DEPTH))
+        return hash_long_stack(ips, depth, h);
 #pragma GCC unroll 4
     for (int i = 0; i < depth; i++)
         h += ips[i] * position_mul[i];

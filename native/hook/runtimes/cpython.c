@@ -110,8 +110,8 @@ struct prints {
  * code while no code object has died: the instruction lies inside it).
  * Most allocations are made by a loop's few sites; looking a walk up
  * was two thirds of a Python stack's cost. */
-#define MEMO_WAYS 64
-#define MEMO_FRAMES ((MLK_MAX_DEPTH - 1) / 2)
+#define MEMO_WAYS 32
+#define MEMO_FRAMES ((MLK_PY_MAX_WORDS - 1) / 2)
 struct walk_memo {
     uint64_t deaths; /* the death count it is good for; 0: empty */
     uint32_t native, id, unload_epoch;
@@ -217,7 +217,7 @@ uint32_t mlk_py_stack(uint32_t native, int kind, uint32_t unload_epoch)
             return id;
         m->deaths = 0; /* (being rewritten: a signal handler's allocation meanwhile finds nothing) */
     }
-    uint64_t words[MLK_MAX_DEPTH];
+    uint64_t words[MLK_PY_MAX_WORDS];
     int n = 0, k = 0, cut = 0;
     words[n++] = (uint64_t)MLK_PY_TAG_NATIVE << MLK_PY_TAG_SHIFT | native;
     for (; frame; frame = ptr_at(frame, FRAME_PREVIOUS), k++) {
