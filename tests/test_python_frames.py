@@ -339,3 +339,22 @@ def test_a_deep_python_stack_keeps_its_frames(tmp_path):
     python = [(f.function, f.line) for f in entry.frames if f.module == "python"]
     assert python == [("down", 4)] + [("down", 5)] * 55 + [("<module>", 6)], python
     assert "cut" not in " ".join(entry.extra or ()), entry.extra
+
+
+DEBUG_PYTHON = "/usr/bin/python3.11d"
+
+
+@pytest.mark.skipif(not os.path.exists(DEBUG_PYTHON), reason="no Debian python3.11-dbg")
+def test_a_debug_build_is_said_not_read(tmp_path):
+    """A debug build lays its objects out otherwise than the layout checked:
+    its frames are not read -- never guessed -- and the run and every report
+    say so; the program runs as it would."""
+    out = cli("run", "-q", DEBUG_PYTHON, "-c", "x = [bytearray(1000) for i in range(10)]; print('ok')",
+              cwd=tmp_path)
+    assert (out.returncode, out.stdout) == (0, "ok\n"), out.stderr
+    assert "Python 3.11: its frames are not read" in out.stderr, out.stderr
+    [name] = os.listdir(tmp_path)
+    report = memlog.read(os.path.join(tmp_path, name))
+    assert report.header["python"] == ("CPython 3.11.2: frames not read (libmemleak reads the frames of CPython "
+                                       "3.11's release builds): stacks stop at the interpreter"), report.header
+    assert not any(f.module == "python" for e in report.entries for f in e.frames)

@@ -167,7 +167,7 @@ def python_lines(python):
     if python.interpreter.frames_read:
         text = f"CPython {version}: frames read"
     else:
-        text = (f"CPython {version}: frames not read (libmemleak reads CPython 3.11's frames): "
-                "stacks stop at the interpreter")
+        text = (f"CPython {version}: frames not read (libmemleak reads the frames of CPython 3.11's "
+                "release builds): stacks stop at the interpreter")
     words = PYMALLOC_WORDS.get(python.interpreter.pymalloc)
     return [("python", f"{text}; {words}" if words else text)]

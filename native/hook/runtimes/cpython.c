@@ -439,13 +439,18 @@ void mlk_py_find_interpreter(void)
     unsigned long version = eval ? interpreter_version() : 0;
     if (!version || __atomic_exchange_n(&py_seen, 1, __ATOMIC_ACQ_REL))
         return;
-    int readable = version >= READ_VERSION_MIN && version < READ_VERSION_END;
+    /* (A debug build -- reference counting's totals kept, objects linked
+     * in a list -- lays objects out otherwise: not the layout checked.) */
+    int readable = version >= READ_VERSION_MIN && version < READ_VERSION_END && !mlk_py_symbol("_Py_RefTotal") &&
+                   !mlk_py_symbol("_Py_ForgetReference");
     void *(*state)(void) = (void *(*)(void))mlk_py_symbol("PyGILState_GetThisThreadState");
     const char *rt = mlk_py_symbol("_PyRuntime");
     readable = readable && state && rt;
     found_version = version, found_eval = eval;
     frames_status = readable ? MLK_PY_FRAMES_READ : MLK_PY_FRAMES_NOT_READ;
-    pymalloc_status = mlk_pymalloc_route();
+    /* (Routed only where frames are read: the first Python stack checks
+     * that the routing held.) */
+    pymalloc_status = readable ? mlk_pymalloc_route() : 0;
     interpreter_record();
     if (!readable) {
         char v[24] = "3.", *p = v + 2;
@@ -454,8 +459,8 @@ void mlk_py_find_interpreter(void)
             *p++ = (char)('0' + minor / 10);
         *p++ = (char)('0' + minor % 10);
         *p = 0;
-        mlk_warn("Python ", v, ": its frames are not read (libmemleak reads CPython 3.11's); stacks stop "
-                               "at the interpreter, and every report says so");
+        mlk_warn("Python ", v, ": its frames are not read (libmemleak reads CPython 3.11's, release "
+                               "builds); stacks stop at the interpreter, and every report says so");
         return;
     }
     described = mlk_map_anon(sizeof *described << DESCRIBED_BITS);
