@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What tracing a Python program costs (#60): instructions counted by
 callgrind, as bench/callgrind.py counts them, for bench/programs/pywork.py
-bare, under libmemleak with CPython's default allocator (pymalloc), in
+(allocation-dense) or pycalls.py (call-dense) bare, under libmemleak with CPython's default allocator (pymalloc), in
 sampling mode (the always-on one, bench/run.py's interval), and with
 PYTHONMALLOC=malloc (every object through malloc, each with its
 Python frames), and under memray --native (the tool that names Python
@@ -10,6 +10,7 @@ lines today) when it is installed for the interpreter measured.
     python bench/python.py                       # this interpreter
     python bench/python.py --python /tmp/venv/bin/python   # one with memray installed
     python bench/python.py --rounds 5 --lib /path/to/libmtrace.so
+    python bench/python.py --workload pycalls
 
 memray writes its capture file as it runs (its cost includes that);
 libmemleak counts in shared memory and writes a report at exit.
@@ -30,7 +31,8 @@ from callgrind import measure  # noqa: E402
 from libmemleak import preload_path  # noqa: E402
 from run import SAMPLE_BYTES  # noqa: E402
 
-WORKLOAD = os.path.join(HERE, "programs", "pywork.py")
+WORKLOADS = {"pywork": os.path.join(HERE, "programs", "pywork.py"),    # allocation-dense: an object every ~150 instructions
+             "pycalls": os.path.join(HERE, "programs", "pycalls.py")}  # call-dense: many calls, few objects
 
 
 def has_memray(python):
@@ -40,7 +42,8 @@ def has_memray(python):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--python", default=sys.executable, help="the interpreter measured (default: this one)")
-    ap.add_argument("--rounds", type=int, default=10, help="pywork.py's rounds (default 10)")
+    ap.add_argument("--rounds", type=int, default=None, help="the workload's rounds (pywork 10, pycalls 3000)")
+    ap.add_argument("--workload", choices=sorted(WORKLOADS), default="pywork", help="which (default pywork)")
     ap.add_argument("--lib", default=None, help="the libmtrace.so to measure (default: this checkout's)")
     args = ap.parse_args()
     if not shutil.which("valgrind"):
@@ -51,7 +54,8 @@ def main():
     real = os.path.realpath(python)
     lib = os.path.abspath(args.lib) if args.lib else preload_path()
     work = tempfile.mkdtemp(prefix="mlk-python-bench-")
-    script = [WORKLOAD, str(args.rounds)]
+    rounds = args.rounds or {"pywork": 10, "pycalls": 3000}[args.workload]
+    script = [WORKLOADS[args.workload], str(rounds)]
     runs = [("bare", [real, *script], {}),
             ("libmemleak", [real, *script], {"LD_PRELOAD": lib, "MEMLEAK_CONFIG": f"mtraceinit,dir={work}"}),
             ("libmemleak sampled (always-on)", [real, *script],
