@@ -84,6 +84,11 @@ def test_metrics_say_what_the_programs_own_report_says_and_leave_its_reports_alo
             int(first.header["allocated-bytes"]) - live)
         assert value(page, "libmemleak_blind", t.pid) == 0
         assert value(page, "libmemleak_rss_bytes", t.pid) > live
+        # glibc's free memory by its arenas' own count, as the report reads it
+        # (the program waits at its checkpoint: nothing moves between the two)
+        free = sum(int(v.split()[2]) + int(v.split()[3]) + int(v.split()[5])
+                   for k, v in first.header.items() if k.startswith("memory-malloc-arena "))
+        assert value(page, "libmemleak_malloc_free_bytes", t.pid) == free > 0, page
         assert f'libmemleak_live_bytes{{pid="{t.pid}",program="nsleak"}} {live}' in page
         scrape(base)
         # The scrapes moved no baseline: the next report's change is nothing.

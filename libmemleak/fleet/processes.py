@@ -16,6 +16,7 @@ import os
 import time
 from dataclasses import dataclass
 
+from libmemleak.daemon import memory_use
 from libmemleak.daemon.diff import totals
 from libmemleak.daemon.header_parts import process_status
 from libmemleak.daemon.procfs import proc_dir
@@ -42,6 +43,7 @@ class Sample:
     blind: bool            # it has allocations the tracer cannot see (its reports' `blind` line)
     sampled: bool
     suspects: tuple = ()   # ((rank, site, live bytes, bytes grown), ...): as `report` ranks them
+    malloc_free_bytes: int | None = None  # what glibc's malloc holds free, by its arenas' own count
 
 
 class Process:
@@ -58,7 +60,8 @@ class Process:
         sums = totals(seg.take_snapshot())
         return Sample(self.pid, seg.program_name() or "?", self.labels, sums.live_bytes, sums.live_blocks,
                       sums.alloc_bytes, sums.alloc_count, rss_bytes(self.pid), bool(h.blind_len),
-                      bool(h.sample_bytes), self.suspects.top(top) if top else ())
+                      bool(h.sample_bytes), self.suspects.top(top) if top else (),
+                      malloc_free_bytes(self.pid, (h.own_lo, h.own_hi)))
 
     def close(self):
         self.segment.close()
@@ -151,6 +154,18 @@ def _start_time(pid):
             return int(f.read().rpartition(b")")[2].split()[19])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def malloc_free_bytes(pid, own):
+    """What glibc's malloc holds free in the process -- its arenas' own
+    count (mallinfo2's fordblks), read from outside as reports read it --
+    or None where that is not known (another allocator, arenas read while
+    they changed, a process gone)."""
+    use = memory_use.measure(pid, own)
+    arenas = None if isinstance(use, str) else use.malloc_arenas
+    if not isinstance(arenas, tuple) or any(a.torn for a in arenas[0]):
+        return None
+    return sum(a.free for a in arenas[0])
 
 
 def rss_bytes(pid):
