@@ -148,8 +148,8 @@ def memory_lines(rep, snap, sums, touched):
 # What a report says of a CPython's allocator (shm_layout.h MLK_PYMALLOC_*).
 PYMALLOC_WORDS = {
     CONST["MLK_PYMALLOC_ROUTED"]: "objects routed (each at its own stack)",
-    CONST["MLK_PYMALLOC_RUNNING"]: "objects not routed (the interpreter ran before collection started): "
-                                   "pymalloc's are seen as its 1 MiB arenas",
+    CONST["MLK_PYMALLOC_RUNNING"]: "objects not routed yet (the interpreter ran before collection started: "
+                                   "routed once a thread is seen allocating with its GIL)",
     CONST["MLK_PYMALLOC_MALLOC"]: "objects through malloc",
     CONST["MLK_PYMALLOC_REPLACED"]: "objects not routed (PYTHONMALLOC or -X dev chose its allocator)",
     CONST["MLK_PYMALLOC_NO_INTERFACE"]: "objects not routed (no PyMem_SetAllocator found): pymalloc's are "

@@ -181,9 +181,9 @@ static uint32_t memo_holds(const struct walk_memo *m, const char *frame, uint32_
 
 /* The calling thread's innermost frame, or NULL: no interpreter on this
  * thread, or one finalizing (its thread states are being freed). */
-static const char *innermost_frame(void)
+static const char *innermost_frame(const char **state)
 {
-    const char *ts = this_thread_state();
+    const char *ts = *state = this_thread_state();
     if (!ts || __atomic_load_n((const void *const *)(runtime + RUNTIME_FINALIZING), __ATOMIC_RELAXED))
         return NULL;
     /* The state is this thread's own (it is one the interpreter gave this
@@ -194,18 +194,17 @@ static const char *innermost_frame(void)
     return cframe ? ptr_at(cframe, CFRAME_CURRENT) : NULL;
 }
 
-static void check_routing(void);
+static void check_routing(const char *ts);
 static int routing_checked;
 
 uint32_t mlk_py_stack(uint32_t native, int kind, uint32_t unload_epoch)
 {
-    const char *frame = innermost_frame();
+    const char *ts;
+    const char *frame = innermost_frame(&ts);
     if (!frame)
         return native;
-    if (MLK_UNLIKELY(!routing_checked)) {
-        routing_checked = 1;
-        check_routing();
-    }
+    if (MLK_UNLIKELY(!routing_checked))
+        check_routing(ts);
     struct py_thread *t = py_of_thread();
     uint64_t deaths = __atomic_load_n(&code_deaths, __ATOMIC_ACQUIRE) & ((1ull << 40) - 1);
     struct walk_memo *m = NULL;
@@ -471,14 +470,23 @@ void mlk_py_find_interpreter(void)
     __atomic_store_n(&mlk_py_reading, 1, __ATOMIC_RELEASE);
 }
 
-/* The interpreter's first Python stack: pymalloc's domains still ours
- * (its start replaces them where PYTHONMALLOC names an allocator)? */
-static void check_routing(void)
+/* At a Python stack until it is settled (routing_checked): pymalloc's
+ * domains still ours (the interpreter's start replaces them where
+ * PYTHONMALLOC names an allocator)?  Or, in one that ran before collection
+ * started, routed now -- by a thread that holds the GIL (ts: the calling
+ * thread's state). */
+static void check_routing(const char *ts)
 {
-    static int checked;
-    if (__atomic_exchange_n(&checked, 1, __ATOMIC_ACQ_REL) || pymalloc_status != MLK_PYMALLOC_ROUTED)
+    if (pymalloc_status == MLK_PYMALLOC_RUNNING) {
+        if (__atomic_load_n((const char *const *)(runtime + RUNTIME_GIL_HOLDER), __ATOMIC_ACQUIRE) != ts)
+            return; /* (not this thread: the next allocation asks again) */
+        routing_checked = 1;
+        pymalloc_status = mlk_pymalloc_route_running();
+        interpreter_record();
         return;
-    if (!mlk_pymalloc_still_routed()) {
+    }
+    routing_checked = 1;
+    if (pymalloc_status == MLK_PYMALLOC_ROUTED && !mlk_pymalloc_still_routed()) {
         pymalloc_status = MLK_PYMALLOC_REPLACED;
         interpreter_record();
     }

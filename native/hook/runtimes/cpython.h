@@ -9,6 +9,8 @@
 MLK_HIDDEN void *mlk_py_symbol(const char *name);
 /* pymalloc's domains wrapped, before the interpreter starts: MLK_PYMALLOC_*. */
 MLK_HIDDEN int mlk_pymalloc_route(void);
+/* The same, in an interpreter already running: by a thread holding its GIL. */
+MLK_HIDDEN int mlk_pymalloc_route_running(void);
 /* Whether they are still ours once it runs (PYTHONMALLOC replaces them). */
 MLK_HIDDEN int mlk_pymalloc_still_routed(void);
 extern MLK_HIDDEN int mlk_pymalloc_routed;

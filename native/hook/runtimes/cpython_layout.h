@@ -22,6 +22,7 @@ enum {
     CODE_LINETABLE = 136,     /* .co_linetable (bytes) */
     CODE_INSTRUCTIONS = 184,  /* .co_code_adaptive: the instructions, 2 bytes each */
     RUNTIME_FINALIZING = 24,  /* _PyRuntimeState._finalizing */
+    RUNTIME_GIL_HOLDER = 576, /* .gilstate.tstate_current: the thread state holding the GIL */
     STR_LENGTH = 16,          /* PyASCIIObject.length (characters) */
     STR_HASH = 24,            /* .hash (-1: not computed yet) */
     STR_STATE = 32,           /* .state: kind in bits 2-4, compact bit 5, ascii bit 6 */

@@ -10,11 +10,12 @@
  * guard up, so its arenas are not counted again, nor its big requests'
  * mallocs.
  *
- * Not routed -- and every report says so (`# python:`): an interpreter
- * already running (attach, or collection started late: its older blocks
- * would come back unseen), and one whose allocator is not pymalloc's
- * (PYTHONMALLOC=malloc: malloc sees every object anyway; the debug
- * allocators, which replace ours as the interpreter starts). */
+ * An interpreter already running (attach, collection started late) is
+ * routed by the first thread seen allocating with the GIL held
+ * (mlk_pymalloc_route_running).  Not routed -- and every report says so
+ * (`# python:`): one whose allocator is not pymalloc's (PYTHONMALLOC=malloc:
+ * malloc sees every object anyway; the debug allocators, which replace
+ * ours as the interpreter starts). */
 #define _GNU_SOURCE
 #include <string.h>
 
@@ -114,6 +115,8 @@ static void routed_free(void *ctx, void *p)
 }
 
 static void (*get_allocator)(int, struct allocator *);
+static void (*set_allocator)(int, struct allocator *);
+static int route(void);
 
 /* At the segment's making, in a CPython whose frames are read: pymalloc's
  * domains wrapped, if the interpreter has not started and they are
@@ -121,24 +124,43 @@ static void (*get_allocator)(int, struct allocator *);
 int mlk_pymalloc_route(void)
 {
     int (*initialized)(void) = (int (*)(void))mlk_py_symbol("Py_IsInitialized");
-    void (*set)(int, struct allocator *) = (void (*)(int, struct allocator *))mlk_py_symbol("PyMem_SetAllocator");
+    set_allocator = (void (*)(int, struct allocator *))mlk_py_symbol("PyMem_SetAllocator");
     get_allocator = (void (*)(int, struct allocator *))mlk_py_symbol("PyMem_GetAllocator");
-    if (!initialized || !get_allocator || !set)
+    if (!initialized || !get_allocator || !set_allocator) {
+        get_allocator = NULL;
         return MLK_PYMALLOC_NO_INTERFACE;
+    }
     if (initialized())
-        return MLK_PYMALLOC_RUNNING;
+        return MLK_PYMALLOC_RUNNING; /* (mlk_pymalloc_route_running, later, with the GIL) */
+    return route();
+}
+
+/* An interpreter that ran before collection started (attach, a late
+ * mtrace()): routed by a thread that holds the GIL -- PyMem_SetAllocator's
+ * condition once it runs; no other thread is inside pymalloc then.  Its
+ * older blocks were never recorded (an attached process's older blocks
+ * have no trailer, and pymalloc's none at all): their frees and reallocs,
+ * through our wrappers with the guard up, find nothing to take, as
+ * before. */
+int mlk_pymalloc_route_running(void)
+{
+    return get_allocator ? route() : MLK_PYMALLOC_NO_INTERFACE;
+}
+
+static int route(void)
+{
     struct allocator raw, mem, obj;
     get_allocator(DOMAIN_RAW, &raw);
     get_allocator(DOMAIN_MEM, &mem);
     get_allocator(DOMAIN_OBJ, &obj);
     if (obj.malloc == raw.malloc || mem.malloc == raw.malloc)
         return MLK_PYMALLOC_MALLOC;
-    mlk_addr_hash_each_block(); /* (its dense blocks: see there; the table is empty this early) */
+    mlk_addr_hash_each_block(); /* (its dense blocks: see there; where the table is still empty) */
     was_mem = mem, was_obj = obj;
     struct allocator ours = {&was_mem, routed_malloc, routed_calloc, routed_realloc, routed_free};
-    set(DOMAIN_MEM, &ours);
+    set_allocator(DOMAIN_MEM, &ours);
     ours.ctx = &was_obj;
-    set(DOMAIN_OBJ, &ours);
+    set_allocator(DOMAIN_OBJ, &ours);
     mlk_pymalloc_routed = 1;
     return MLK_PYMALLOC_ROUTED;
 }

@@ -24,6 +24,7 @@ SAME(CODE_QUALNAME, PyCodeObject, co_qualname);
 SAME(CODE_LINETABLE, PyCodeObject, co_linetable);
 SAME(CODE_INSTRUCTIONS, PyCodeObject, co_code_adaptive);
 SAME(RUNTIME_FINALIZING, _PyRuntimeState, _finalizing);
+SAME(RUNTIME_GIL_HOLDER, _PyRuntimeState, gilstate.tstate_current);
 SAME(STR_LENGTH, PyASCIIObject, length);
 SAME(STR_HASH, PyASCIIObject, hash);
 SAME(STR_STATE, PyASCIIObject, state);
