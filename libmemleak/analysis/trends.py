@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from libmemleak.analysis import lost
 from libmemleak.analysis import alloc_layer
 from libmemleak.analysis import pools
-from libmemleak.analysis.names import deeper_words, shown_frames
+from libmemleak.analysis.names import deeper_words, has_python_frames, shown_frames
 
 TEARDOWN = "exit"
 
@@ -185,15 +185,23 @@ def regroup(trends, by, executable, layer=None):
     """Stacks merged by where the program's own code allocates, as
     LeakSanitizer's and heaptrack's groupings do: by="site", the first frame
     of the program's own code (function, file, line) with the frames under
-    it; by="function", that frame's function alone.  The allocator wrappers
-    and library frames above it -- and the program's own allocation layer
-    (alloc_layer) -- do not split a site in many, nor take the blame."""
+    it; by="function", that frame's function alone; by="stack", stacks
+    with Python frames by all their frames from that one on (others stay
+    as they are).  The allocator wrappers and library frames above it --
+    and the program's own allocation layer (alloc_layer) -- do not split a
+    site in many, nor take the blame."""
     groups = {}
     for t in trends:
+        if by == "stack":  # (python_stacks: the stacks without Python frames stay as they are)
+            if not has_python_frames(t.frames):
+                groups[("stack", len(groups))] = t
+                continue
         frames, _, _ = shown_frames(t.frames, executable, keep=len(t.frames), layer=layer)
         own = frames[0] if frames else None
         if own is None:
             key = ("?",)
+        elif by == "stack":
+            key = (t.kind, t.resource, tuple((f.function, f.module, f.file, f.line) for f in frames))
         elif by == "function":
             key = (t.kind, t.resource, own.function or own.module)
         else:
@@ -234,8 +242,11 @@ def analyse(series, group_by="stack", alloc_fns=None, fold=True):
     config = next((r.header["alloc-fns"] for r in reversed(reports) if r.header.get("alloc-fns")), None)
     layer = alloc_layer.find([(t.frames, t.allocations) for t in trends], series.executable, alloc_fns, fold,
                              config)
-    if group_by != "stack":
-        trends = regroup(trends, group_by, series.executable, layer)
+    # By stack, a Python process's stacks are one per Python stack: the
+    # interpreter's own frames above the first of user code (its object
+    # making, a list's growth, a dict's keys) do not make one Python line's
+    # leak several suspects (#60).
+    trends = regroup(trends, group_by, series.executable, layer)
     running = len(reports) - (1 if reports and reports[-1].reason == TEARDOWN and len(reports) > 1 else 0)
     times = [r.time for r in reports[:running]]
     seconds = (times[-1] - times[0]) if running > 1 and None not in (times[0], times[-1]) else None
