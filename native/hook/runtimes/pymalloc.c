@@ -153,6 +153,8 @@ static int route(void)
     get_allocator(DOMAIN_RAW, &raw);
     get_allocator(DOMAIN_MEM, &mem);
     get_allocator(DOMAIN_OBJ, &obj);
+    if (obj.malloc == routed_malloc || mem.malloc == routed_malloc)
+        return MLK_PYMALLOC_ROUTED; /* (ours already: wrapping them again would call themselves) */
     if (obj.malloc == raw.malloc || mem.malloc == raw.malloc)
         return MLK_PYMALLOC_MALLOC;
     mlk_addr_hash_each_block(); /* (its dense blocks: see there; where the table is still empty) */
