@@ -116,7 +116,7 @@ static void routed_free(void *ctx, void *p)
 
 static void (*get_allocator)(int, struct allocator *);
 static void (*set_allocator)(int, struct allocator *);
-static int route(void);
+static int route(int early);
 
 /* At the segment's making, in a CPython whose frames are read: pymalloc's
  * domains wrapped, if the interpreter has not started and they are
@@ -132,7 +132,7 @@ int mlk_pymalloc_route(void)
     }
     if (initialized())
         return MLK_PYMALLOC_RUNNING; /* (mlk_pymalloc_route_running, later, with the GIL) */
-    return route();
+    return route(1);
 }
 
 /* An interpreter that ran before collection started (attach, a late
@@ -144,10 +144,13 @@ int mlk_pymalloc_route(void)
  * before. */
 int mlk_pymalloc_route_running(void)
 {
-    return get_allocator ? route() : MLK_PYMALLOC_NO_INTERFACE;
+    return get_allocator ? route(0) : MLK_PYMALLOC_NO_INTERFACE;
 }
 
-static int route(void)
+/* early: before the program's threads run, so the address table's hash
+ * may still change (with threads allocating meanwhile, a block hashed one
+ * way could be looked for the other). */
+static int route(int early)
 {
     struct allocator raw, mem, obj;
     get_allocator(DOMAIN_RAW, &raw);
@@ -157,7 +160,8 @@ static int route(void)
         return MLK_PYMALLOC_ROUTED; /* (ours already: wrapping them again would call themselves) */
     if (obj.malloc == raw.malloc || mem.malloc == raw.malloc)
         return MLK_PYMALLOC_MALLOC;
-    mlk_addr_hash_each_block(); /* (its dense blocks: see there; where the table is still empty) */
+    if (early)
+        mlk_addr_hash_each_block(); /* (its dense blocks: see there) */
     was_mem = mem, was_obj = obj;
     struct allocator ours = {&was_mem, routed_malloc, routed_calloc, routed_realloc, routed_free};
     set_allocator(DOMAIN_MEM, &ours);
