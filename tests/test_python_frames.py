@@ -218,11 +218,12 @@ def test_a_dead_code_objects_address_taken_by_another_is_not_confused(tmp_path):
                          cwd=tmp_path, env=CLI_ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     try:
-        out = wait_snapshot(p, tmp_path)
+        report = snapshot_when(p, tmp_path, lambda r: any(f.file == "gen.py" for e in r.entries for f in e.frames)
+                               and sum(1 for e in r.entries if e.bytes == 5001) >= 40)
     finally:
         p.communicate("\n", timeout=120)
     lines = {}
-    for e in memlog.read(out).entries:
+    for e in report.entries:
         for f in e.frames:
             if f.module == "python" and f.file == "gen.py" and f.line != 1:  # (line 1: each `def`, whose
                 # function and namespace, a cycle, wait for the collector)
@@ -232,22 +233,26 @@ def test_a_dead_code_objects_address_taken_by_another_is_not_confused(tmp_path):
     assert {line: sorted(v) for line, v in lines.items()} == {k + 2: made for k in range(40)}, lines
 
 
-def wait_snapshot(p, cwd):
-    """A snapshot of p once it holds what it made (it waits on stdin)."""
+def snapshot_when(p, cwd, wanted):
+    """The first snapshot of p (a memlog.Report) for which wanted(report)
+    holds, snapshots taken until one does (p waits on stdin meanwhile; each
+    report holds the changes since the one before)."""
     from helpers import wait_for
-    path = []
+    found = []
 
-    def taken():
+    def seen():
         out = cli("snapshot", p.pid, cwd=cwd)
-        if out.returncode == 0:
-            report = memlog.read(out.stdout.strip())
-            if any(f.file == "gen.py" for e in report.entries for f in e.frames) and \
-                    sum(1 for e in report.entries if e.bytes == 5001) >= 40:
-                path.append(out.stdout.strip())
-                return True
-        return False
-    wait_for(taken, "the 40 generations' blocks in a snapshot")
-    return path[0]
+        report = memlog.read(out.stdout.strip()) if out.returncode == 0 else None
+        found[:] = [report] if report is not None and wanted(report) else []
+        return bool(found)
+    wait_for(seen, "the program's blocks in a snapshot")
+    return found[0]
+
+
+def snapshot_entry(p, cwd, wanted):
+    """The first entry for which wanted(entry) holds, of a snapshot of p."""
+    report = snapshot_when(p, cwd, lambda r: any(wanted(e) for e in r.entries))
+    return next(e for e in report.entries if wanted(e))
 
 
 def test_records_and_words_the_program_wrote_never_break_the_reader():
@@ -337,18 +342,9 @@ def test_a_deep_python_stack_keeps_its_frames(tmp_path):
     p = subprocess.Popen(cli_argv("run", "-q", sys.executable, script), cwd=tmp_path, env=CLI_ENV,
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        from helpers import wait_for
-        found = []
-
-        def seen():
-            out = cli("snapshot", p.pid, cwd=tmp_path)
-            entries = memlog.read(out.stdout.strip()).entries if out.returncode == 0 else []
-            found[:] = [e for e in entries if e.bytes == 7001]
-            return bool(found)
-        wait_for(seen, "the deep stack's block in a snapshot")
+        entry = snapshot_entry(p, tmp_path, lambda e: e.bytes == 7001)
     finally:
         p.communicate("\n", timeout=120)
-    [entry] = found
     python = [(f.function, f.line) for f in entry.frames if f.module == "python"]
     assert python == [("down", 4)] + [("down", 5)] * 55 + [("<module>", 6)], python
     assert "cut" not in " ".join(entry.extra or ()), entry.extra
@@ -371,3 +367,30 @@ def test_a_debug_build_is_said_not_read(tmp_path):
     assert report.header["python"] == ("CPython 3.11.2: frames not read (libmemleak reads the frames of CPython "
                                        "3.11's release builds): stacks stop at the interpreter"), report.header
     assert not any(f.module == "python" for e in report.entries for f in e.frames)
+
+
+FORGER = """import sys
+code = compile("def make():\\n    return bytearray(9000)\\n", "evil\\n+999999 +1\\tforged", "exec")
+namespace = {}
+exec(code, namespace)
+kept = namespace["make"]()
+sys.stdin.readline()
+"""
+
+
+def test_a_file_name_the_program_chose_cannot_forge_report_lines(tmp_path):
+    """A code object's file name is the program's to choose: one with a
+    newline and a tab is shown with '?' for them, inside its frame line --
+    no entry or field of its making appears in the report."""
+    script = tmp_path / "forger.py"
+    script.write_text(FORGER)
+    p = subprocess.Popen(cli_argv("run", "-q", sys.executable, script), cwd=tmp_path, env=CLI_ENV,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        entry = snapshot_entry(p, tmp_path, lambda e: e.bytes == 9001)
+    finally:
+        p.communicate("\n", timeout=120)
+    assert [(f.function, f.file, f.line) for f in entry.frames if f.module == "python"][0] == \
+        ("make", "evil?+999999 +1?forged", 2), entry.frames
+    path = [n for n in os.listdir(tmp_path) if n.endswith(".memlog")]
+    assert not any(e.bytes == 999999 for n in path for e in memlog.read(os.path.join(tmp_path, n)).entries)

@@ -9,6 +9,7 @@ hold together is dropped, never trusted."""
 from typing import NamedTuple
 
 from libmemleak.daemon.layout import CONST
+from libmemleak.files.memlog import header_text
 from libmemleak.symbols import Frame
 
 TAG_SHIFT = CONST["MLK_PY_TAG_SHIFT"]
@@ -90,7 +91,10 @@ def parse_record(words):
     table = b"".join(w.to_bytes(8, "little") for w in words[at:at + (table_len + 7) // 8])[:table_len]
     firstline = words[1] >> 32
     firstline = firstline - (1 << 32) if firstline >= 1 << 31 else firstline
-    return "code", (words[0], words[1] & 0xffffff), CodeInfo(texts[0] or "?", texts[1], firstline, table)
+    # (The program's text: a file named with a newline or a tab would
+    # otherwise forge a report's lines and fields.)
+    name, file = (header_text(t) for t in texts)
+    return "code", (words[0], words[1] & 0xffffff), CodeInfo(name or "?", file, firstline, table)
 
 
 def _varint(table, i):

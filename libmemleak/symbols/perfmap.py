@@ -12,14 +12,13 @@ symbolic link, at most MAX_BYTES of it (files/owned.py); names are cut and their
 again when it has changed (the runtime appends as it compiles)."""
 
 import bisect
-import re
 
+from libmemleak.files.memlog import header_text
 from libmemleak.files.owned import owner_of, read_owned
 
 MAX_BYTES = 64 << 20
 MAX_NAME = 512
 LOOK_BACK = 64  # overlapping entries looked at per address
-_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 class PerfMap:
@@ -58,7 +57,7 @@ class PerfMap:
             except ValueError:
                 continue
             if 0 < size < 1 << 32 and 0 <= start < 1 << 64:
-                entries.append((start, start + size, order, _CONTROLS.sub("?", parts[2][:MAX_NAME])))
+                entries.append((start, start + size, order, header_text(parts[2][:MAX_NAME])))
         entries.sort()
         self._entries = entries
         self._starts = [e[0] for e in entries]
