@@ -4,6 +4,8 @@ code), with a count of the rest."""
 
 import re
 
+from libmemleak.files.memlog import PYTHON_MODULE
+
 LIBRARY_HINTS = ("/libc.so", "/libstdc++.so", "/ld-linux", "/libm.so", "/libgcc_s.so",
                  "/libpthread.so")
 
@@ -64,9 +66,8 @@ def is_library(module):
     return bool(module) and any(hint in module for hint in LIBRARY_HINTS)
 
 
-# A Python frame's module column (docs/memlog.md), and the interpreter's
-# own modules: CPython's executable (python3.11) or its library.
-PYTHON_MODULE = "python"
+# The interpreter's own modules: CPython's executable (python3.11) or its
+# library.
 _INTERPRETER = re.compile(r"(libpython\d[\d.]*\w*\.so[\d.]*|python\d+(\.\d+)?[a-z]*)")
 
 

@@ -9,7 +9,7 @@ hold together is dropped, never trusted."""
 from typing import NamedTuple
 
 from libmemleak.daemon.layout import CONST
-from libmemleak.files.memlog import header_text
+from libmemleak.files.memlog import PYTHON_MODULE, header_text
 from libmemleak.symbols import Frame
 
 TAG_SHIFT = CONST["MLK_PY_TAG_SHIFT"]
@@ -20,7 +20,6 @@ ENTRY_BIT = 1 << CONST["MLK_PY_ENTRY_SHIFT"]
 NO_INSTRUCTION = CONST["MLK_PY_NO_INSTRUCTION"]
 ADDRESS_MASK = (1 << 47) - 1
 RECORD_MAX_WORDS = 8192   # the hook's longest record is ~2,700 words (cpython.c's caps)
-PYTHON_MODULE = "python"  # a Python frame's module column in a report (docs/memlog.md)
 
 
 class PyFrame(NamedTuple):

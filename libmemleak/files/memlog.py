@@ -130,6 +130,11 @@ def report_names(directory, prog, pid, ns=None):
     return sorted(n for n in os.listdir(directory) if n.startswith(prefix) and n.endswith(".memlog"))
 
 
+# A Python frame's module column: its line is FUNCTION (python) FILE:LINE
+# (docs/memlog.md).
+PYTHON_MODULE = "python"
+
+
 def format_frame(frame):
     if frame.function is None:
         if frame.module is None:

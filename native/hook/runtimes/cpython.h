@@ -13,6 +13,5 @@ MLK_HIDDEN int mlk_pymalloc_route(void);
 MLK_HIDDEN int mlk_pymalloc_route_running(void);
 /* Whether they are still ours once it runs (PYTHONMALLOC replaces them). */
 MLK_HIDDEN int mlk_pymalloc_still_routed(void);
-extern MLK_HIDDEN int mlk_pymalloc_routed;
 
 #endif

@@ -33,7 +33,6 @@ struct allocator {
 enum { DOMAIN_RAW = 0, DOMAIN_MEM = 1, DOMAIN_OBJ = 2 };
 
 static struct allocator was_mem, was_obj; /* pymalloc's, which ours call (ctx: which) */
-int mlk_pymalloc_routed;
 
 /* pymalloc's call with the guard up: what it does inside (an arena's
  * mmap, a big request's malloc) is not counted again. */
@@ -167,7 +166,6 @@ static int route(int early)
     set_allocator(DOMAIN_MEM, &ours);
     ours.ctx = &was_obj;
     set_allocator(DOMAIN_OBJ, &ours);
-    mlk_pymalloc_routed = 1;
     return MLK_PYMALLOC_ROUTED;
 }
 
@@ -177,7 +175,5 @@ int mlk_pymalloc_still_routed(void)
 {
     struct allocator obj;
     get_allocator(DOMAIN_OBJ, &obj);
-    if (obj.malloc != routed_malloc)
-        mlk_pymalloc_routed = 0;
-    return mlk_pymalloc_routed;
+    return obj.malloc == routed_malloc;
 }
