@@ -23,7 +23,16 @@ struct mlk_rc_row { int64_t key, pos, bytes, blocks, live_bytes, live_blocks, sa
                     scanned, lost[8], since[8], touched, touched_changed, slack; };
 struct mlk_rc_texts { const char *arena; const int64_t *line_off; const int32_t *pool;
                       const int64_t *key_first; const int32_t *key_lines; const int8_t *key_kind;
-                      int64_t keys; const int32_t *since_seq; int32_t depth; const char *kind_text; };
+                      int64_t keys; const int32_t *since_seq; int32_t depth; const char *kind_text;
+                      const int64_t *key_node; int64_t inline_rows; };
+struct mlk_rc_table { int64_t *parent; int32_t *line; int32_t *mark; int64_t nodes, room; int64_t *slots;
+                      int64_t nslots; int32_t *line_mark; int64_t nlines, permanent_lines;
+                      int32_t stamp, scope_first; };
+void mlk_rc_table_rehash(struct mlk_rc_table *);
+int64_t mlk_rc_table_nodes(struct mlk_rc_table *, const struct mlk_rc_row *, int64_t, int64_t,
+                           const struct mlk_rc_texts *, int64_t *);
+int64_t mlk_rc_table_render(struct mlk_rc_table *, const struct mlk_rc_row *, int64_t, int64_t,
+                            const struct mlk_rc_texts *, const int64_t *, char *, int64_t, int64_t *);
 void mlk_rc_resources_last(struct mlk_rc_row *, int64_t, const int8_t *, int64_t, int, struct mlk_rc_row *);
 void mlk_rc_columns(const struct mlk_stack *, int64_t, const uint8_t *, int64_t *, int64_t *,
                     int64_t *, int64_t *, int64_t *, int64_t *, int64_t *, int64_t *);
@@ -369,48 +378,85 @@ class TextStore:
         self._mark = (len(self.arena), len(self.line_off), len(self.pool))
 
     def end_temporary(self):
+        """Drop the temporary texts; returns the keys that had them."""
         arena, lines, pool = self._mark
         del self.arena[arena:]
         del self.line_off[lines:]
         del self.pool[pool:]
         for key_id in self._temporary_keys:
             self.key_first[key_id] = -1
-        self._temporary_keys, self._mark = [], None
+        dropped, self._temporary_keys, self._mark = self._temporary_keys, [], None
+        return dropped
 
-    def render(self, rows, chunk_bytes=1 << 20, since_seq=None, depth=0, kind_words=None):
+    def permanent_lines(self):
+        """Line ids below this one outlive the report being written."""
+        return (self._mark[1] if self._mark is not None else len(self.line_off)) - 1
+
+    def render(self, rows, chunk_bytes=1 << 20, since_seq=None, depth=0, kind_words=None, table=None):
         """The entries of `rows` in the report format, as bytes pieces of
         about chunk_bytes.  Nothing may be added to the store until the
         generator is finished or closed (C holds its buffers).  since_seq:
         the report seq of each age bucket of a scan report's rows.  depth:
         the configured depth, which keys marked cut (CUT_KIND) say they were
         cut at.  kind_words: kind code -> what its entries say of it
-        (" resource=fd"), for kinds whose words C does not know."""
-        keep = [ffi.from_buffer("char[]", self.arena), _q(self.line_off),
+        (" resource=fd"), for kinds whose words C does not know.  table: the
+        StackTable whose nodes entries name (stack=), or None: every entry
+        with its frames."""
+        keep = []
+        try:
+            texts = self.texts_struct(keep, since_seq, depth, kind_words, table)
+            rows_ptr = rows.pointer()
+            keep.append(rows_ptr)
+            yield from chunks(lambda at, buf, cap, nxt: lib.mlk_rc_render(rows_ptr, at, len(rows), texts, buf,
+                                                                          cap, nxt),
+                              len(rows), chunk_bytes)
+        finally:
+            for b in keep:
+                ffi.release(b)
+
+    def texts_struct(self, keep, since_seq=None, depth=0, kind_words=None, table=None):
+        """The store as C reads it (struct mlk_rc_texts); the buffers it
+        points into are appended to `keep`, for the caller to release."""
+        mine = [ffi.from_buffer("char[]", self.arena), _q(self.line_off),
                 ffi.from_buffer("int32_t[]", self.pool), _q(self.key_first),
                 ffi.from_buffer("int32_t[]", self.key_lines),
                 ffi.from_buffer("int8_t[]", self.key_kind)]
         seqs = ffi.new("int32_t[8]", list(since_seq)[:8]) if since_seq is not None else ffi.NULL
-        try:
-            table = bytearray(KIND_TEXT_KINDS * KIND_TEXT_WIDTH)
-            for code, words in (kind_words or {}).items():
-                data = words.encode("ascii", "replace")[:KIND_TEXT_WIDTH - 1]
-                if 0 < code < KIND_TEXT_KINDS:
-                    table[code * KIND_TEXT_WIDTH:code * KIND_TEXT_WIDTH + len(data)] = data
-            keep.append(ffi.from_buffer("char[]", table))
-            texts = ffi.new("struct mlk_rc_texts *", keep[:6] + [len(self.key_first), seqs, depth, keep[6]])
-            rows_ptr, total = rows.pointer(), len(rows)
-            keep.append(rows_ptr)
-            out = bytearray(chunk_bytes)
-            nxt = ffi.new("int64_t *")
-            at = 0
-            while at < total:
-                with ffi.from_buffer("char[]", out) as buf:
-                    size = lib.mlk_rc_render(rows_ptr, at, total, texts, buf, len(out), nxt)
-                if size < 0:  # one entry larger than the buffer
-                    out = bytearray(-size)
-                    continue
-                at = nxt[0]
-                yield bytes(out[:size])
-        finally:
-            for b in keep:
-                ffi.release(b)
+        kinds = bytearray(KIND_TEXT_KINDS * KIND_TEXT_WIDTH)
+        for code, words in (kind_words or {}).items():
+            data = words.encode("ascii", "replace")[:KIND_TEXT_WIDTH - 1]
+            if 0 < code < KIND_TEXT_KINDS:
+                kinds[code * KIND_TEXT_WIDTH:code * KIND_TEXT_WIDTH + len(data)] = data
+        mine.append(ffi.from_buffer("char[]", kinds))
+        key_node = ffi.NULL
+        if table is not None:
+            extend_to(table.key_node, len(self.key_first), 0)
+            key_node = _q(table.key_node)
+            mine.append(key_node)
+        texts = ffi.new("struct mlk_rc_texts *", mine[:6] + [len(self.key_first), seqs, depth, mine[6],
+                                                             key_node, INLINE_ENTRIES])
+        keep += mine
+        return texts
+
+
+# The first entries of a report written with a stack table carry their
+# frames inline as well (docs/memlog.md): the largest changes read in a
+# text editor as before; the rest name their stack.
+INLINE_ENTRIES = 100
+
+
+def chunks(write, total, chunk_bytes):
+    """Bytes pieces of about chunk_bytes from a C writer of items 0..total:
+    write(at, buffer, cap, next) writes items from `at` into the buffer and
+    returns the bytes written (-needed if not even one fits)."""
+    out = bytearray(chunk_bytes)
+    nxt = ffi.new("int64_t *")
+    at = 0
+    while at < total:
+        with ffi.from_buffer("char[]", out) as buf:
+            size = write(at, buf, len(out), nxt)
+        if size < 0:  # one item larger than the buffer
+            out = bytearray(-size)
+            continue
+        at = nxt[0]
+        yield bytes(out[:size])

@@ -25,6 +25,7 @@ from libmemleak.daemon.program_watch import ProgramWatch
 from libmemleak.daemon.recorder import DRAIN_SECONDS, Recorder
 from libmemleak.daemon.report_core import CUT_KIND, TextStore
 from libmemleak.daemon.segment import RESOURCE_BASE, futex_wait, futex_wake
+from libmemleak.daemon.stack_table import StackTable, stack_table_wanted
 from libmemleak.daemon.procfs import namespace_tag
 from libmemleak.daemon.trust import pid_of_pidfd
 from libmemleak.files.memlog import Frame, render, report_name, safe_label, write_report
@@ -111,6 +112,8 @@ class Reporter:
         # lines stored once (frame_lines.py), a key as a run of line ids.  C
         # writes entries from it.
         self.texts = TextStore()
+        # Each stack written once, and entries naming it (stack_table.py).
+        self.table = StackTable() if stack_table_wanted() else None
         self.watch = ProgramWatch(self.pid, os.fstat(segment_fd).st_ino, pidfd)
         self.written = []        # paths of the reports this reporter wrote
         self.scan_asked = False  # a pending request asked for a reachability scan
@@ -435,7 +438,11 @@ class Reporter:
                                           [k for k in set(misuse_keys.values()) if not texts.has(k)])
             seq = self.h.report_seq + 1
             label = self.label_of(reason)
-            header = render(header_lines(self, snap, sums, seq, reason, scan, touched, label), ())
+            where = directory or self.directory
+            lines = header_lines(self, snap, sums, seq, reason, scan, touched, label)
+            if self.table:
+                lines.append(("stack-table-from", self.table.begin(seq, where)))
+            header = render(lines, ())
             texts.begin_temporary()  # the texts of partly symbolized keys: this report only
             try:
                 for key_id, items in partial:
@@ -447,16 +454,25 @@ class Reporter:
                     deltas.rows.resources_last(texts.key_kind, RESOURCE_BASE)
                 # misuse entries last (before the body holds the store's buffers)
                 misuse_text = misuse.entries_text(misused, lambda sid: texts.key_text(misuse_keys[sid]))
+                if self.table:
+                    self.table.add_nodes(deltas.rows, texts)
                 body = texts.render(deltas.rows, since_seq=scan.bucket_seq if scan else None,
-                                    depth=snap.depth, kind_words=self.resource_words())
+                                    depth=snap.depth, kind_words=self.resource_words(), table=self.table)
+                defined = self.table.render(deltas.rows, texts) if self.table else iter(())
                 try:
-                    path = write_report(directory or self.directory,
-                                        report_name(self.name, self.pid, seq, label, self.ns_tag),
-                                        itertools.chain([header], body, [misuse_text]))
+                    path = write_report(where, report_name(self.name, self.pid, seq, label, self.ns_tag),
+                                        itertools.chain([header], body, [misuse_text], defined))
+                except BaseException:
+                    if self.table:
+                        self.table.failed()
+                    raise
                 finally:
                     body.close()
+                    defined.close() if self.table else None
             finally:
-                texts.end_temporary()
+                dropped = texts.end_temporary()
+                if self.table:
+                    self.table.forget(dropped)
         finally:
             self.symbolizer.deadline = None
         self.seg.commit_baseline(snap)

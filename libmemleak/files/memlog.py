@@ -13,6 +13,7 @@ import re
 import secrets
 from dataclasses import dataclass, field
 
+from libmemleak.files import stack_tables
 from libmemleak.symbols import Frame
 
 INLINED_MARK = " [inlined]"
@@ -128,6 +129,11 @@ def report_names(directory, prog, pid, ns=None):
     """The names of one process's reports in `directory`, sorted."""
     prefix = f"{safe_name(prog)}-{_pid_part(pid, ns)}-"
     return sorted(n for n in os.listdir(directory) if n.startswith(prefix) and n.endswith(".memlog"))
+
+
+# A report's file name (docs/memlog.md, "File names").
+REPORT_NAME = re.compile(r"^(?P<prog>.+)-(?P<pid>\d+)(?:@(?P<ns>\d+))?-(?P<seq>\d+)"
+                         r"(?:-(?P<label>[A-Za-z_][A-Za-z0-9._+@=,%~]*))?\.memlog$")
 
 
 # A Python frame's module column: its line is FUNCTION (python) FILE:LINE
@@ -269,14 +275,18 @@ def _parse_frame(text):
 # in that grammar and nothing else: matched in C by one regular expression,
 # so that a reader of 100 reports of 10,000 stacks is not a Python loop over
 # seven million lines.  Anything the pattern skips is a broken line.
-_PIECE = re.compile(r"(?P<h>#[^\n]*\n?)|(?P<e>[+-][^\n]*\n?)(?P<f>(?:\t[^\n]*\n?)*)|\n")
+_PIECE = re.compile(r"(?P<h>#[^\n]*\n?)|(?P<e>[-+@][^\n]*\n?)(?P<f>(?:\t[^\n]*\n?)*)|\n")
 
 
-def parse(text, source="<report>", cache=None):
+def parse(text, source="<report>", cache=None, path=None, load=None):
     """The Report in `text`.  cache: a dict kept across calls (the files of
-    one process share most frame lines), mapping frame text to frames."""
+    one process share most frame lines and their stack table), mapping
+    frame text to frames.  path: where the text was read (its stack
+    table's earlier reports are its siblings); load(path): their text, or
+    None (read() reads them as it reads this one)."""
     cache = {} if cache is None else cache
     header, entries, misuse = {}, [], []
+    definitions, named = [], []   # the stack table's lines; (entry index, stack) of entries naming one
     pos = 0
     for m in _PIECE.finditer(text):
         if m.start() != pos:
@@ -290,6 +300,9 @@ def parse(text, source="<report>", cache=None):
             continue
         first = m.group("e")
         if first is None:
+            continue
+        if first[0] == "@":
+            definitions.append((first, m.group("f"), m.start()))
             continue
         fields = first.split()
         try:
@@ -312,6 +325,10 @@ def parse(text, source="<report>", cache=None):
         if extra and extra[0].startswith("misuse="):
             misuse.append(_misuse_of(extra, known[0]))
             continue
+        if extra and extra[-1].startswith("stack="):  # frames in the stack table (written last)
+            stack = extra.pop()[6:]
+            if not block:
+                named.append((len(entries), stack, m.start()))
         entries.append(Entry(nbytes, blocks, known[0], extra, known[1]))
     if pos != len(text):
         line = text.count("\n", 0, pos) + 1
@@ -319,7 +336,95 @@ def parse(text, source="<report>", cache=None):
         if bad.startswith("\t"):
             raise MemlogError(f"{source}:{line}: frame line before any entry")
         raise MemlogError(f"{source}:{line}: expected an entry like '+1024 +2', got {bad[:60]!r}")
-    return Report(header, entries, misuse, _cut_short(text, header, entries))
+    table_cut = ""
+    if definitions or named:
+        table_cut = _name_stacks(entries, named, definitions, header, source, cache, path, load, text)
+    return Report(header, entries, misuse, table_cut or _cut_short(text, header, entries))
+
+
+def _name_stacks(entries, named, definitions, header, source, cache, path, load, text):
+    """Give the entries that name a stack of the table (stack=N) its
+    frames: the table's definitions in this report and the earlier ones of
+    its run (docs/memlog.md, "Stack tables").  Returns why the table looks
+    cut short ("" if it does not): it does not end with @end, and the
+    entries whose stacks are gone with its end are left without frames."""
+    frames_of = lambda block: tuple(_frame_of(line[1:], cache) for line in block.split("\n") if line)
+    at = None
+    try:
+        mine = []
+        for head, lines, at in definitions:
+            mine.append(stack_tables.definition(head, lines, frames_of))
+        at = None
+        seq = header.get("seq", "")
+        seq = int(seq) if seq.isascii() and seq.isdigit() and len(seq) < 19 else 0
+        first = stack_tables.table_from(header, seq)
+        if first is None:
+            raise stack_tables.StackTableError("it names stacks of a table (stack=) but says no "
+                                               "stack-table-from")
+        where = (os.path.dirname(path or source), _run_name(path or source))
+        scope = stack_tables.scope_of(first, seq, cache.setdefault("stack tables", {}), where,
+                                      lambda k: _sibling_text(path, k, load), frames_of)
+        whole = bool(mine) and mine[-1][0] == "end"
+        scope.add(seq, mine)
+        lost = 0
+        for index, stack, at in named:
+            if not (stack.isascii() and stack.isdigit() and len(stack) < 19):
+                raise stack_tables.StackTableError(f"stack={stack[:30]!r} is not a stack number")
+            e = entries[index]
+            try:
+                e.frames, e.frames_text = scope.stack(int(stack))
+            except stack_tables.StackTableError:
+                if whole and not scope.missing:
+                    raise  # a table that names what it never defines: not ours
+                e.frames, e.frames_text, lost = (), "", lost + 1
+        at = None
+        if not whole:
+            return f"its stack table ends early ({lost} entries' stacks are not there)"
+        if lost:
+            gone = ", ".join(map(str, sorted(scope.missing)[:8]))
+            return (f"{lost} entries name stacks defined in report {gone} of this process, which is not "
+                    "there: read without their frames")
+        return ""
+    except stack_tables.StackTableError as e:
+        line = f":{text.count(chr(10), 0, at) + 1}" if at is not None else ""
+        raise MemlogError(f"{source}{line}: {e}") from None
+
+
+def _run_name(path):
+    """What names one process's reports (PROG-PID[@NS]), from one's path."""
+    m = REPORT_NAME.match(os.path.basename(path))
+    return f"{m['prog']}-{m['pid']}@{m['ns'] or ''}" if m else os.path.basename(path)
+
+
+def _sibling_text(path, seq, load):
+    """The text of report `seq` of the process whose report is at `path`
+    (same directory, same PROG-PID), or None."""
+    m = REPORT_NAME.match(os.path.basename(path or ""))
+    if not m:
+        return None
+    directory = os.path.dirname(path)
+    prefix = f"{m['prog']}-{m['pid']}{'@' + m['ns'] if m['ns'] else ''}-{seq}"
+    try:
+        names = [n for n in os.listdir(directory or ".") if n.startswith(prefix) and
+                 (n == prefix + ".memlog" or (n.startswith(prefix + "-") and REPORT_NAME.match(n)))]
+    except OSError:
+        return None
+    for name in names:
+        data = (load or _read_bytes)(os.path.join(directory, name))
+        if data is not None:
+            return _FILE_CONTROLS.sub("?", data.decode("utf-8", "surrogateescape"))
+    return None
+
+
+def _read_bytes(path):
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if os.fstat(f.fileno()).st_size > MAX_REPORT_BYTES:
+            return None
+        return f.read()
 
 
 def _cut_short(text, header, entries):
@@ -413,11 +518,12 @@ def read(path, cache=None):
             data = f.read()
     except OSError as e:
         raise MemlogError(f"{printable(path)}: {e.strerror}") from None
-    return parse_bytes(data, printable(path), cache)
+    return parse_bytes(data, printable(path), cache, path)
 
 
-def parse_bytes(data, name, cache=None):
-    """A report's bytes, read by the caller (`name` says where from)."""
+def parse_bytes(data, name, cache=None, path=None, load=None):
+    """A report's bytes, read by the caller (`name` says where from; path
+    and load: as for parse)."""
     # An escape sequence in a function name, say, never reaches a terminal
     # or an output: '?' as the file is read.
-    return parse(_FILE_CONTROLS.sub("?", data.decode("utf-8", "surrogateescape")), name, cache)
+    return parse(_FILE_CONTROLS.sub("?", data.decode("utf-8", "surrogateescape")), name, cache, path, load)

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 
 from libmemleak.files import memlog
 
-REPORT_NAME = re.compile(r"^(?P<prog>.+)-(?P<pid>\d+)(?:@(?P<ns>\d+))?-(?P<seq>\d+)(?:-(?P<label>[A-Za-z_][A-Za-z0-9._+@=,%~]*))?"
-                         r"\.memlog$")
+REPORT_NAME = memlog.REPORT_NAME
 
 
 @dataclass

@@ -68,7 +68,10 @@ def _read_owned(path, owner, frames):
     found = read_owned(path, owner, memlog.MAX_REPORT_BYTES)
     if found is None:
         return None
+    def load(sibling):  # an earlier report holding stacks this one names: believed likewise
+        got = read_owned(sibling, owner, memlog.MAX_REPORT_BYTES)
+        return got[1] if got else None
     try:
-        return memlog.parse_bytes(found[1], memlog.printable(path), frames)
+        return memlog.parse_bytes(found[1], memlog.printable(path), frames, path, load)
     except memlog.MemlogError:
         return None

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "../shm_layout.h"
+#include "report_core.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -61,25 +62,6 @@ EXPORT void mlk_rc_columns(const struct mlk_stack *stacks, int64_t n, const uint
         reported_allocs[i] = s->reported_allocs;
     }
 }
-
-/* One entry of a report: the changed stacks with one key, merged. */
-struct mlk_rc_row {
-    int64_t key;            /* key id (the Python resolver's) */
-    int64_t pos;            /* the lowest position merged into it */
-    int64_t bytes;          /* change since the previous report */
-    int64_t blocks;
-    int64_t live_bytes;     /* live now, over the merged positions */
-    int64_t live_blocks;
-    int64_t samples;        /* sampled reports: change in recorded blocks behind the
-                             * estimate (what it rests on); -1 when not sampled */
-    int64_t allocs;         /* allocations made since the previous report; -1 = not known */
-    int64_t scanned;        /* 1: a scan report; lost[] holds its split of the live blocks */
-    int64_t lost[8];        /* bytes, blocks: definitely, indirectly, possibly lost, still reachable */
-    int64_t since[8];       /* blocks live since each earlier scan (mlk_rc_texts.since_seq) */
-    int64_t touched;        /* bytes of its mappings ever touched, now; -1 = not measured */
-    int64_t touched_changed; /* 1: that differs from the previous report's */
-    int64_t slack;          /* live slack now, over the merged positions; -1 = not measured */
-};
 
 static int any_scanned(const int64_t *cats)
 {
@@ -306,27 +288,6 @@ EXPORT int64_t mlk_rc_textless(const struct mlk_rc_row *rows, int64_t nrows,
     return found;
 }
 
-/* Where the frame text of each key is: key k's lines are the line ids
- * pool[key_first[k] .. key_first[k] + key_lines[k]); line l is the bytes
- * arena[line_off[l] .. line_off[l + 1]), ending in a newline. */
-struct mlk_rc_texts {
-    const char *arena;
-    const int64_t *line_off;
-    const int32_t *pool;
-    const int64_t *key_first;
-    const int32_t *key_lines;
-    const int8_t *key_kind; /* MLK_KIND_* of each key: the allocator family, | CUT_KIND */
-    int64_t keys;           /* entries of key_first, key_lines and key_kind */
-    const int32_t *since_seq; /* the report seq of each since[] bucket (0: unused), or NULL */
-    int32_t depth;          /* the configured depth: what cut= says */
-    /* What an entry of each kind says of it, KIND_TEXT_WIDTH bytes a kind
-     * (NUL-ended; "" for the built-in words below): " resource=fd" for the
-     * resource kinds, whose names the reporter knows.  Or NULL. */
-    const char *kind_text;
-};
-#define KIND_TEXT_KINDS 64
-#define KIND_TEXT_WIDTH 48
-
 /* In key_kind: the key's stack was cut at the configured depth. */
 #define CUT_KIND 0x40
 
@@ -355,7 +316,7 @@ static int put_signed(char *p, int64_t v)
 }
 
 /* An amount (the scan's bytes and blocks are not changes): no sign. */
-static int put_count(char *p, int64_t v)
+int mlk_rc_put_count(char *p, int64_t v)
 {
     int len = put_signed(p, v);
     if (p[0] == '+')
@@ -375,10 +336,11 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
     for (; r < to; r++) {
         const struct mlk_rc_row *row = &rows[r];
         int64_t first = row->key >= 0 && row->key < t->keys ? t->key_first[row->key] : -1;
-        int32_t lines = first < 0 ? 0 : t->key_lines[row->key];
-        int64_t need = 144 + 240 + 240 + 32 + KIND_TEXT_WIDTH; /* five signed numbers, the kind, "cut=", "touched=", "samples=", "allocs=", "slack=",
+        int64_t node = t->key_node && row->key >= 0 && row->key < t->keys ? t->key_node[row->key] : 0;
+        int32_t lines = first < 0 || (node > 0 && r >= t->inline_rows) ? 0 : t->key_lines[row->key];
+        int64_t need = 144 + 240 + 240 + 64 + KIND_TEXT_WIDTH; /* five signed numbers, the kind, "cut=", "touched=", "samples=", "allocs=", "slack=",
                                          * four categories' "name=bytes/blocks", "since=" with
-                                         * eight "seq:blocks", a newline */
+                                         * eight "seq:blocks", "stack=", a newline */
         for (int32_t k = 0; k < lines; k++) {
             int32_t l = t->pool[first + k];
             need += t->line_off[l + 1] - t->line_off[l];
@@ -396,7 +358,7 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
         if (kind & CUT_KIND) {
             memcpy(p, " cut=", 5);
             p += 5;
-            p += put_count(p, t->depth);
+            p += mlk_rc_put_count(p, t->depth);
             kind &= ~CUT_KIND;
         }
         const char *said = kind > 0 && kind < KIND_FIELDS ? kind_field[kind] : NULL;
@@ -410,7 +372,7 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
         if (row->touched >= 0 && (kind == MLK_KIND_MMAP || kind == MLK_KIND_SHARED)) {
             memcpy(p, " touched=", 9);
             p += 9;
-            p += put_count(p, row->touched);
+            p += mlk_rc_put_count(p, row->touched);
         }
         if (row->allocs != -1) {
             memcpy(p, " allocs=", 8);
@@ -420,7 +382,7 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
         if (row->slack > 0) { /* an amount now, not a change; none: 0 (docs/memlog.md) */
             memcpy(p, " slack=", 7);
             p += 7;
-            p += put_count(p, row->slack);
+            p += mlk_rc_put_count(p, row->slack);
         }
         if (row->samples != -1) {
             memcpy(p, " samples=", 9);
@@ -434,9 +396,9 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
                 size_t n = strlen(category_field[c]);
                 memcpy(p, category_field[c], n);
                 p += n;
-                p += put_count(p, row->lost[2 * c]);
+                p += mlk_rc_put_count(p, row->lost[2 * c]);
                 *p++ = '/';
-                p += put_count(p, row->lost[2 * c + 1]);
+                p += mlk_rc_put_count(p, row->lost[2 * c + 1]);
             }
         if (row->scanned && t->since_seq) {
             int first = 1;
@@ -446,10 +408,15 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
                 memcpy(p, first ? " since=" : ",", first ? 7 : 1);
                 p += first ? 7 : 1;
                 first = 0;
-                p += put_count(p, t->since_seq[k]);
+                p += mlk_rc_put_count(p, t->since_seq[k]);
                 *p++ = ':';
-                p += put_count(p, row->since[k]);
+                p += mlk_rc_put_count(p, row->since[k]);
             }
+        }
+        if (node > 0) {
+            memcpy(p, " stack=", 7);
+            p += 7;
+            p += mlk_rc_put_count(p, node);
         }
         *p++ = '\n';
         for (int32_t k = 0; k < lines; k++) {

@@ -1,0 +1,152 @@
+"""Reading the stack tables of reports (docs/memlog.md, "Stack tables").
+
+A report written with a stack table names most of its stacks (`stack=N`)
+instead of listing their frames: the stack is node N of a tree of frames
+its reporter grows from the outermost caller inward (`@s N FRAME PARENT`),
+each frame's lines defined once (`@f FRAME` and its tab-indented lines).
+One table serves a run of one process's reports -- from the one whose
+`stack-table-from` header names itself up to the last that names it -- and
+each report defines what it is first to name.  Reading report k of such a
+run needs the definitions of the reports before it: a Scope gathers them,
+from the files already read or, for a report read on its own, from its
+siblings on disk.
+
+Everything here is the traced program's word: ids are bounded, a chain
+that loops or runs past CHAIN_MAX frames, an id defined twice or named
+and never defined is one StackTableError, never a hang."""
+
+import itertools
+import re
+
+CHAIN_MAX = 4096          # nodes of one stack: a loop in a hostile table stops here
+_ID = r"\d{1,18}"
+DEFINITION = re.compile(rf"@(?:f (?P<frame>{_ID})|s (?P<node>{_ID}) (?P<line>{_ID}) (?P<parent>{_ID})|"
+                        r"(?P<end>end))\n?$")
+# The definitions of a report whose entries are not wanted (an earlier
+# report of the run, read for its table only).
+_DEFINITIONS = re.compile(r"^@[^\n]*\n(?:\t[^\n]*\n?)*", re.M)
+_TABLE_FROM = re.compile(r"^# stack-table-from: *(\d{1,18}) *$", re.M)
+
+
+class StackTableError(ValueError):
+    """A stack table that cannot be read: the message says why."""
+
+
+class Scope:
+    """The definitions of one run of reports sharing a table: frames
+    (id -> (frames, text)) and nodes (id -> (frame id, parent id)), the
+    seqs whose definitions are in, and the stacks resolved so far."""
+
+    def __init__(self, first_seq):
+        self.first_seq = first_seq
+        self.frames = {}
+        self.nodes = {}
+        self.seqs = set()
+        self.missing = set()   # reports of the run that are not there: their definitions are not known
+        self.stacks = {}
+
+    def add(self, seq, definitions):
+        """The definitions of report `seq` (from definition()); once."""
+        if seq in self.seqs:
+            return
+        for what, ident, value in definitions:
+            if what == "end":
+                continue
+            into = self.frames if what == "f" else self.nodes
+            known = into.get(ident)
+            if known is not None and known != value:
+                raise StackTableError(f"{'frame' if what == 'f' else 'stack'} {ident} is defined twice, "
+                                      "differently")
+            into[ident] = value
+        self.seqs.add(seq)
+
+    def stack(self, node):
+        """(frames, text) of stack `node`: its frames innermost first, and
+        their lines as an entry would list them."""
+        known = self.stacks.get(node)
+        if known is not None:
+            return known
+        frame_ids, at = [], node
+        while at:
+            if len(frame_ids) >= CHAIN_MAX:
+                raise StackTableError(f"stack {node} loops, or is deeper than {CHAIN_MAX} frames")
+            got = self.nodes.get(at)
+            if got is None:
+                raise StackTableError(f"stack {at} is named but not defined (a report of its run missing "
+                                      "or cut short?)")
+            frame_ids.append(got[0])
+            at = got[1]
+        parts = []
+        for ident in frame_ids:
+            part = self.frames.get(ident)
+            if part is None:
+                raise StackTableError(f"frame {ident} of stack {node} is not defined")
+            parts.append(part)
+        known = self.stacks[node] = (tuple(itertools.chain.from_iterable(p[0] for p in parts)),
+                                     "\n".join(p[1] for p in parts if p[1]))
+        return known
+
+
+def definition(head, lines, frames_of):
+    """One definition: its head line ("@f 12", "@s 40 12 39") and the tab
+    lines after it, as (kind, id, value); frames_of(text) parses frame lines."""
+    m = DEFINITION.match(head)
+    if m is None:
+        raise StackTableError(f"not a stack table line: {head.rstrip()[:60]!r}")
+    if m["end"] is not None:
+        return "end", 0, None
+    if m["frame"] is not None:
+        text = lines.rstrip("\n")
+        return "f", int(m["frame"]), (frames_of(text), text)
+    if lines:
+        raise StackTableError(f"frame lines after {head.rstrip()!r}")
+    node, parent = int(m["node"]), int(m["parent"])
+    if node == 0:
+        raise StackTableError("stack 0 is defined (0 means none)")
+    return "s", node, (int(m["line"]), parent)
+
+
+def definitions_in(text, frames_of):
+    """The definitions of a report's text, not its entries."""
+    found = []
+    for m in _DEFINITIONS.finditer(text):
+        head, _, lines = m.group().partition("\n")
+        found.append(definition(head, lines, frames_of))
+    return found
+
+
+def table_from(header, seq):
+    """The seq of the report that began this report's table, from its
+    header (None: it has none)."""
+    text = header.get("stack-table-from")
+    if text is None:
+        return None
+    if not (text.isascii() and text.isdigit() and len(text) < 19) or not 0 < int(text) <= seq:
+        raise StackTableError(f"stack-table-from {text[:30]!r} is not a report before this one")
+    return int(text)
+
+
+def scope_of(first, seq, scopes, where, load, frames_of):
+    """The Scope of a report (seq) whose table began at report `first`,
+    with the definitions of every report of the run before it.  scopes: a
+    dict kept across the files read (where: what tells processes apart --
+    the directory and name); load(k): the text of report k of the same
+    process, or None."""
+    scope = scopes.get((where, first))
+    if scope is None:
+        scope = scopes[(where, first)] = Scope(first)
+    for k in range(first, seq):
+        if k in scope.seqs:
+            continue
+        text = load(k)
+        if text is None:  # deleted, say: what it alone defined is not known
+            scope.missing.add(k)
+            continue
+        m = _TABLE_FROM.search(text)
+        if m is None or int(m.group(1)) != first:
+            raise StackTableError(f"report {k} of this process belongs to another stack table")
+        found = definitions_in(text, frames_of)
+        if not found or found[-1][0] != "end":  # cut short: what it defined past the cut is not known
+            scope.missing.add(k)
+        scope.add(k, found)
+    return scope

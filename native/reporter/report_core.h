@@ -1,0 +1,60 @@
+/* A report's entries (rows) and the frame texts of the reporter's stack
+ * keys, as report_core.c merges and writes entries and stack_table.c
+ * writes a report's stack table (libmemleak/daemon/report_core.py owns
+ * the arrays). */
+#ifndef MLK_REPORT_CORE_H
+#define MLK_REPORT_CORE_H
+
+#include <stdint.h>
+
+/* One entry of a report: the changed stacks with one key, merged. */
+struct mlk_rc_row {
+    int64_t key;            /* key id (the Python resolver's) */
+    int64_t pos;            /* the lowest position merged into it */
+    int64_t bytes;          /* change since the previous report */
+    int64_t blocks;
+    int64_t live_bytes;     /* live now, over the merged positions */
+    int64_t live_blocks;
+    int64_t samples;        /* sampled reports: change in recorded blocks behind the
+                             * estimate (what it rests on); -1 when not sampled */
+    int64_t allocs;         /* allocations made since the previous report; -1 = not known */
+    int64_t scanned;        /* 1: a scan report; lost[] holds its split of the live blocks */
+    int64_t lost[8];        /* bytes, blocks: definitely, indirectly, possibly lost, still reachable */
+    int64_t since[8];       /* blocks live since each earlier scan (mlk_rc_texts.since_seq) */
+    int64_t touched;        /* bytes of its mappings ever touched, now; -1 = not measured */
+    int64_t touched_changed; /* 1: that differs from the previous report's */
+    int64_t slack;          /* live slack now, over the merged positions; -1 = not measured */
+};
+
+/* Where the frame text of each key is: key k's lines are the line ids
+ * pool[key_first[k] .. key_first[k] + key_lines[k]); line l is the bytes
+ * arena[line_off[l] .. line_off[l + 1]), ending in a newline. */
+struct mlk_rc_texts {
+    const char *arena;
+    const int64_t *line_off;
+    const int32_t *pool;
+    const int64_t *key_first;
+    const int32_t *key_lines;
+    const int8_t *key_kind; /* MLK_KIND_* of each key: the allocator family, | CUT_KIND */
+    int64_t keys;           /* entries of key_first, key_lines and key_kind */
+    const int32_t *since_seq; /* the report seq of each since[] bucket (0: unused), or NULL */
+    int32_t depth;          /* the configured depth: what cut= says */
+    /* What an entry of each kind says of it, KIND_TEXT_WIDTH bytes a kind
+     * (NUL-ended; "" for the built-in words below): " resource=fd" for the
+     * resource kinds, whose names the reporter knows.  Or NULL. */
+    const char *kind_text;
+    /* The stack table's node of each key (stack_table.c), or NULL: every
+     * entry has its frames inline, as before stack tables.  An entry whose
+     * key has a node says stack=NODE, and has its frames inline only when it
+     * is one of the report's first inline_rows entries; a key without one
+     * (node 0: frames of this report only) always has them inline. */
+    const int64_t *key_node;
+    int64_t inline_rows;
+};
+#define KIND_TEXT_KINDS 64
+#define KIND_TEXT_WIDTH 48
+
+/* v in decimal at p, no sign, no NUL; returns its length (at most 20). */
+int mlk_rc_put_count(char *p, int64_t v);
+
+#endif
