@@ -5,7 +5,7 @@ allocate (bare and traced), the report's time, its totals and peak RSS of
 the program and the reporter.  The report must show every block and every
 stack: nothing dropped.
 
-    python bench/scale.py [--threads 64] [--blocks 10000000] [--bits 20]
+    python bench/scale.py [--threads 64] [--blocks 10000000] [--bits 20] [--stack-table no]
 """
 
 import argparse
@@ -30,12 +30,12 @@ def status(pid, key):
     return 0
 
 
-def run(exe, args, traced, out, depth):
+def run(exe, args, traced, out, depth, stack_table="yes"):
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
     if traced:
         env.update(LD_PRELOAD=preload_path(), MEMLEAK_PYTHON=sys.executable,
-                   MEMLEAK_CONFIG=f"mtraceinit,depth={depth}")
+                   MEMLEAK_CONFIG=f"mtraceinit,depth={depth}", MEMLEAK_STACK_TABLE=stack_table)
         env.pop("MEMLEAK_ROOT_PID", None)
     t0 = time.monotonic()
     p = subprocess.Popen([exe, *args], cwd=out, env=env, stdin=subprocess.PIPE,
@@ -44,12 +44,15 @@ def run(exe, args, traced, out, depth):
     alloc = time.monotonic() - t0
     result = {"alloc s": alloc, "rss MiB": status(p.pid, "VmHWM")}
     if traced:
-        t1 = time.monotonic()
-        p.send_signal(signal.SIGUSR1)
+        for seq in (1, 2):  # the first report; a second with (almost) nothing changed
+            t1 = time.monotonic()
+            p.send_signal(signal.SIGUSR1)
+            path = os.path.join(out, f"scale-{p.pid}-{seq}.memlog")
+            while not os.path.exists(path):
+                time.sleep(0.01)
+            result[f"report {seq} s"] = time.monotonic() - t1
+            result[f"report {seq} MB"] = os.path.getsize(path) / 1e6
         path = os.path.join(out, f"scale-{p.pid}-1.memlog")
-        while not os.path.exists(path):
-            time.sleep(0.01)
-        result["report s"] = time.monotonic() - t1
         with open(path) as f:  # the header only: the file may be gigabytes
             head = ""
             for line in f:
@@ -71,6 +74,8 @@ def main():
     ap.add_argument("--threads", type=int, default=64)
     ap.add_argument("--blocks", type=int, default=10_000_000)
     ap.add_argument("--bits", type=int, default=20)
+    ap.add_argument("--stack-table", default="yes", choices=("yes", "no"),
+                    help="no: reports without a stack table (every entry with its frames), as before #62")
     args = ap.parse_args()
     out = os.path.join(HERE, "out", "scale")
     os.makedirs(out, exist_ok=True)
@@ -82,11 +87,12 @@ def main():
                     "-lpthread"], check=True)
     a = [str(args.threads), str(args.blocks), str(args.bits)]
     bare = run(exe, a, False, out, 0)
-    traced = run(exe, a, True, out, min(2 * args.bits + 8, 64))  # step + left/right per level
+    traced = run(exe, a, True, out, min(2 * args.bits + 8, 64), args.stack_table)  # step + left/right per level
     print(f"{args.threads} threads, {args.blocks} live blocks, {2 ** args.bits} stacks")
     print(f"  bare:   allocate {bare['alloc s']:.2f} s, rss {bare['rss MiB']} MiB")
     print(f"  traced: allocate {traced['alloc s']:.2f} s, rss {traced['rss MiB']} MiB; "
-          f"SIGUSR1 -> report {traced['report s']:.2f} s (cold symbols)")
+          f"SIGUSR1 -> report {traced['report 1 s']:.2f} s (cold symbols), {traced['report 1 MB']:.1f} MB; "
+          f"again, nothing changed: {traced['report 2 s']:.2f} s, {traced['report 2 MB']:.2f} MB")
     print("  report: " + ", ".join(f"{k} {traced[k]}" for k in (
         "live-blocks", "stacks", "dropped-stacks", "dropped-blocks", "truncated-stacks",
         "corrupt-stacks", "reporter-vm-hwm")))

@@ -382,8 +382,8 @@ def _name_stacks(entries, named, definitions, header, source, cache, path, load,
             return f"its stack table ends early ({lost} entries' stacks are not there)"
         if lost:
             gone = ", ".join(map(str, sorted(scope.missing)[:8]))
-            return (f"{lost} entries name stacks defined in report {gone} of this process, which is not "
-                    "there: read without their frames")
+            return (f"{lost} entries without frames: their stacks are defined in report {gone} of this "
+                    "process, which is not there")
         return ""
     except stack_tables.StackTableError as e:
         line = f":{text.count(chr(10), 0, at) + 1}" if at is not None else ""

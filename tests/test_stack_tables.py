@@ -1,0 +1,154 @@
+"""#62: reports with a stack table (docs/memlog.md, "Stack tables") -- each
+stack of a process written once and named by later entries -- read back
+to exactly what the old form says, on a real program; a report read alone
+finds its frames in its siblings; a hostile table is one line and status 2."""
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+
+import pytest
+
+from helpers import cli, env_for, report_path, wait_for_file
+from libmemleak.files import memlog
+from libmemleak.files.series import read_series
+
+ROWS = 3000
+
+
+def _sqlite3_reports(directory, table):
+    """sqlite3 fed the same statements, with a report after each of two
+    loads and one at its exit; the three reports' paths."""
+    os.makedirs(directory)
+    p = subprocess.Popen(["sqlite3", ":memory:"], cwd=directory, text=True, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, env=env_for(extra={"MEMLEAK_STACK_TABLE": table}))
+    paths = []
+    for step in (1, 2):
+        rows = " ".join(f"insert into t{step} values({i}, '{'x' * (i % 50)}', randomblob(0));"
+                        for i in range(ROWS))
+        p.stdin.write(f"create table t{step}(a, b, c); create index i{step} on t{step}(b); begin; {rows} commit;"
+                      f" select 'loaded';\n")
+        p.stdin.flush()
+        assert p.stdout.readline() == "loaded\n"
+        p.send_signal(signal.SIGUSR1)
+        paths.append(wait_for_file(report_path(str(directory), "sqlite3", p.pid, step)))
+    p.stdin.close()
+    assert p.wait(timeout=120) == 0
+    paths.append(wait_for_file(report_path(str(directory), "sqlite3", p.pid, 3)))
+    return paths
+
+
+def _per_stack(paths):
+    """(seq, allocator family, frame lines) -> (bytes, blocks), over the reports."""
+    cache, out = {}, {}
+    for path in paths:
+        report = memlog.read(path, cache)
+        assert not report.truncated, report.truncated
+        for e in report.entries:
+            key = (report.header["seq"], tuple(x for x in e.extra if x.startswith("kind=")), e.frames_text)
+            b, n = out.get(key, (0, 0))
+            out[key] = (b + e.bytes, n + e.blocks)
+    return out
+
+
+@pytest.fixture(scope="module")
+def sqlite3_runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("tables")
+    return _sqlite3_reports(base / "table", "yes"), _sqlite3_reports(base / "inline", "no")
+
+
+def test_a_stack_table_reads_back_exactly_as_the_old_form(sqlite3_runs):
+    table, inline = sqlite3_runs
+    texts = [open(p).read() for p in table]
+    assert all("\n@end\n" not in open(p).read() and "stack=" not in open(p).read() for p in inline)
+    assert all(t.endswith("@end\n") and "# stack-table-from: 1\n" in t for t in texts)
+    # the exit report names stacks the first report defined, without their frames
+    lines = texts[2].splitlines()
+    named_only = [line.rsplit("=", 1)[1] for line, after in zip(lines, lines[1:] + [""])
+                  if line.startswith(("+", "-")) and " stack=" in line and not after.startswith("\t")]
+    assert any(f"\n@s {n} " in texts[0] and f"\n@s {n} " not in texts[2] for n in named_only)
+    ours, theirs = _per_stack(table), _per_stack(inline)
+    assert len(ours) > 100  # more entries than are written with their frames inline
+    assert ours == theirs
+    assert sum(map(os.path.getsize, table)) < sum(map(os.path.getsize, inline))
+
+
+def test_a_report_read_alone_finds_its_frames_in_its_siblings(sqlite3_runs, tmp_path):
+    table, _ = sqlite3_runs
+    for path in table:
+        shutil.copy(path, tmp_path)
+    last = os.path.join(tmp_path, os.path.basename(table[-1]))
+    alone = memlog.read(last)          # no cache: reports 1 and 2 are read for their tables
+    in_series = memlog.read(table[-1], {})
+    assert [(e.bytes, e.frames_text) for e in alone.entries] == [(e.bytes, e.frames_text)
+                                                                 for e in in_series.entries]
+    assert all(e.frames for e in alone.entries)
+    series, problems = read_series([str(tmp_path)])
+    assert not problems and not series[0].problems
+    r = cli("report", last)  # the live totals need the others, and it says so -- nothing else
+    assert r.returncode == 1 and r.stderr.splitlines() == [
+        f"libmemleak: report: sqlite3 pid {alone.header['pid']}: reports 1-2 missing: live totals are wrong"]
+
+
+def test_a_missing_report_loses_only_the_frames_it_alone_defined(sqlite3_runs, tmp_path):
+    table, _ = sqlite3_runs
+    for path in table[1:]:  # report 1, which defined most stacks, is gone
+        shutil.copy(path, tmp_path)
+    report = memlog.read(os.path.join(tmp_path, os.path.basename(table[-1])))
+    assert "their stacks are defined in report 1 of this process, which is not there" in report.truncated
+    assert any(not e.frames for e in report.entries) and any(e.frames for e in report.entries)
+    r = cli("report", tmp_path)
+    assert r.returncode == 1 and "report 1 missing" in r.stderr and "Traceback" not in r.stderr
+
+
+HEADER = "# libmemleak: 0.1.0\n# program: /bin/x\n# pid: 7\n# seq: 1\n# reason: exit\n# stack-table-from: 1\n"
+
+
+@pytest.mark.parametrize("table, says", [
+    ("@f 1\n\tf\t(/bin/x)\tx.c:1\n@s 1 1 2\n@s 2 1 1\n@end\n", "loops"),
+    ("@f 1\n\tf\t(/bin/x)\tx.c:1\n@s 2 1 0\n@end\n", "stack 1 is named but not defined"),
+    ("@f 1\n\tf\t(/bin/x)\tx.c:1\n@s 1 1 0\n@s 1 2 0\n@end\n", "stack 1 is defined twice"),
+    ("@f 1\n\tf\t(/bin/x)\tx.c:1\n@f 1\n\tg\t(/bin/x)\tx.c:2\n@s 1 1 0\n@end\n", "frame 1 is defined twice"),
+    ("@s 1 9 0\n@end\n", "frame 9 of stack 1 is not defined"),
+    ("@s 1 99999999999999999999 0\n@end\n", "not a stack table line"),
+    ("@s 1 1\n@end\n", "not a stack table line"),
+    ("@s 0 1 0\n@end\n", "stack 0 is defined"),
+    ("@f 1\n\tf\t(/bin/x)\tx.c:1\n" + "".join(f"@s {i} 1 {i + 1}\n" for i in range(1, 5001)) + "@s 5001 1 0\n@end\n",
+     "deeper than 4096 frames"),
+])
+def test_a_hostile_stack_table_is_one_line_and_status_2(tmp_path, table, says):
+    path = tmp_path / "x-7-1.memlog"
+    path.write_text(HEADER + "+64 +1 stack=1\n" + table)
+    with pytest.raises(memlog.MemlogError, match=says):
+        memlog.read(str(path))
+    r = cli("report", path)
+    assert r.returncode == 2 and says in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
+
+
+def test_a_report_that_names_a_table_from_a_later_report_is_refused(tmp_path):
+    path = tmp_path / "x-7-1.memlog"
+    path.write_text(HEADER.replace("stack-table-from: 1", "stack-table-from: 5") + "+64 +1 stack=1\n@end\n")
+    r = cli("report", path)
+    assert r.returncode == 2 and "is not a report before this one" in r.stderr, r.stderr
+
+
+def test_fuzzed_stack_tables_never_raise_anything_but_a_clear_error(sqlite3_runs, tmp_path):
+    table, _ = sqlite3_runs
+    data = [open(p, "rb").read() for p in table]
+    rnd = random.Random(62)
+    for trial in range(400):
+        where = tmp_path / str(trial)
+        where.mkdir()
+        for k, whole in enumerate(data):
+            start = whole.index(b"\n@") + 1 if k == trial % 3 else len(whole)
+            body = bytearray(whole)
+            for _ in range(rnd.randint(1, 6)) if start < len(whole) else ():
+                at = rnd.randrange(start, len(body))
+                body[at] = rnd.choice(b"0123456789 @\n\tfs-+=x")
+            (where / os.path.basename(table[k])).write_bytes(bytes(body))
+        try:
+            read_series([str(where)])
+        except Exception as e:  # noqa: BLE001 -- what is under test
+            assert type(e).__name__ == "InputError", repr(e)
