@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from libmemleak.daemon import report_core
 from libmemleak.daemon.modmap import ModuleMap
+from libmemleak.daemon.stack_keys import AddressCache, KeyTable, key_stacks
 
 
 class StackDelta(NamedTuple):  # a named tuple: thousands are built per report
@@ -44,66 +45,6 @@ class Totals:
     live_slack: int | None = None  # bytes the allocator reserved beyond the live blocks' sizes
 
 
-class KeyTable:
-    """For the reporter's lifetime: each distinct frame (module path and
-    offset, or a bare address) as a small int, its *token*; each distinct
-    stack key (kind and frame tokens) as a small int, its *key id*.  Kept
-    across module-list changes, so caches by token or key id stay valid.
-    Keys are bytes: hashing one is a C loop, where tuples of (path, offset)
-    pairs and module objects cost a Python call per frame."""
-
-    def __init__(self):
-        self.frames = []        # token -> (module or None, address, (path or None, offset))
-        self._tokens = {}       # (path or None, offset) -> token
-        self.kinds = []         # kind code -> (kind name ("malloc", ...), cut at the depth)
-        self._kind_codes = {}
-        # A key is the bytes of an int32 array: kind code, then the tokens
-        # (a million 48-frame keys: 200 bytes each, where a tuple took 440).
-        self.ids = {}           # key -> key id
-        self.keys = []          # key id -> key
-
-    def token(self, module, address):
-        pair = (module.path, address - module.base) if module is not None else (None, address)
-        t = self._tokens.get(pair)
-        if t is None:
-            t = self._tokens[pair] = len(self.frames)
-            self.frames.append((module, address, pair))
-        return t
-
-    def id_of(self, kind, tokens, cut=False):
-        """The key id of a stack of this allocator family and frames; a
-        stack cut at the depth is another key than a whole one."""
-        code = self._kind_codes.get((kind, cut))
-        if code is None:
-            code = self._kind_codes[(kind, cut)] = len(self.kinds)
-            self.kinds.append((kind, cut))
-        key = array("i", [code, *tokens]).tobytes()
-        kid = self.ids.get(key)
-        if kid is None:
-            kid = self.ids[key] = len(self.keys)
-            self.keys.append(key)
-        return kid
-
-    def kind(self, kid):
-        """The allocator family of key kid ("malloc", "new", "mmap")."""
-        return self.kinds[memoryview(self.keys[kid]).cast("i")[0]][0]
-
-    def cut(self, kid):
-        """Whether key kid's stack was cut at the configured depth."""
-        return self.kinds[memoryview(self.keys[kid]).cast("i")[0]][1]
-
-    def tokens(self, kid):
-        """The frame tokens of key kid, innermost first (a sequence of ints)."""
-        return memoryview(self.keys[kid]).cast("i")[1:]
-
-    def key(self, kid):
-        """(kind, ((path or None, offset), ...)) and the modules per frame."""
-        words = memoryview(self.keys[kid]).cast("i")
-        frames = self.frames
-        return ((self.kinds[words[0]][0], tuple([frames[t][2] for t in words[1:]])),
-                tuple([frames[t][0] for t in words[1:]]))
-
-
 class FrameResolver:
     """Return address -> frame token, cached per address wherever the
     answer cannot depend on when the stack was recorded (one module ever
@@ -116,6 +57,7 @@ class FrameResolver:
         self.keys = keys if keys is not None else KeyTable()
         self._modmap = ModuleMap(self.modules)
         self._cache = {}
+        self.addrs = AddressCache()  # the int addresses of _cache, for C (stack_keys.py)
         # Stack id -> key id, -1 while not resolved: a stack is immutable once
         # published, so it is resolved once, not at every report that finds it
         # changed.  An array: 8 bytes per stack, and C reads it (report_core).
@@ -133,7 +75,22 @@ class FrameResolver:
         token = self.keys.token(m, address)
         if m is not None and self._modmap.only_one(address):
             self._cache[address] = token
+            self.addrs.put(address, token)
         return token
+
+    def key_many(self, stacks, ids, key_of):
+        """Key the stacks `ids` (array('q')) whose frames C can read
+        (stacks.key_columns(): the segment's) in C, after resolving each
+        address they have that is new here once; returns the ids left for
+        key_id (Python's frames, an address whose module depends on when
+        the stack was recorded)."""
+        columns = stacks.key_columns()
+        for address in self.addrs.misses(columns, ids):
+            m = self._modmap.sole(address)
+            if m is not None:
+                token = self._cache[address] = self.keys.token(m, address)
+                self.addrs.put(address, token)
+        return key_stacks(self.keys, self.addrs, columns, ids, key_of)
 
     def cover(self, n):
         """Make key_of long enough for stack ids below n."""
@@ -244,9 +201,12 @@ def diff_snapshot(snapshot, resolver=None, scan=None, age=None, touched=None):
         key_of = resolver.key_of
     else:
         key_of = array("q", [resolver.key_of[i] if i < len(resolver.key_of) else -1 for i in ids])
-    for pos in changes.unkeyed(key_of):
+    unkeyed = changes.unkeyed(key_of)
+    if unkeyed and report_core.positions_are_ids(ids) and hasattr(stacks, "key_columns"):
+        unkeyed = resolver.key_many(stacks, array("q", unkeyed), key_of)  # positions are ids
+    for pos in unkeyed:
         key_of[pos] = resolver.key_id(stacks, ids[pos])
-    nkeys = len(resolver.keys.keys)
+    nkeys = resolver.keys.nkeys
     report_core.extend_to(resolver.scratch, nkeys)
     rows = changes.merge(key_of, nkeys, resolver.scratch)
     return Deltas(rows, resolver, ids)

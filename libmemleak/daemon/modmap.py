@@ -22,11 +22,18 @@ class ModuleMap:
 
     def only_one(self, address):
         """True if exactly one module, loaded or unloaded, covers address."""
+        return self.sole(address) is not None
+
+    def sole(self, address):
+        """The module covering address if exactly one, loaded or unloaded,
+        does (whenever the stack was recorded, the answer), else None."""
         i = bisect.bisect_right(self._los, address) - 1
-        found = 0
+        found = None
         while i >= 0 and address - self._los[i] < self._widest:
             m = self._modules[i]
             if m.lo <= address < m.hi:
-                found += 1
+                if found is not None:
+                    return None
+                found = m
             i -= 1
-        return found == 1
+        return found

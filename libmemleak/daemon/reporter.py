@@ -18,12 +18,13 @@ import time
 
 from libmemleak.analysis.names import frame_text
 from libmemleak.daemon import misuse, reachability, report_core
-from libmemleak.daemon.diff import FrameResolver, KeyTable, diff_snapshot, totals
+from libmemleak.daemon.diff import FrameResolver, diff_snapshot, totals
+from libmemleak.daemon.stack_keys import KeyTable
 from libmemleak.daemon.frame_lines import FrameLines
 from libmemleak.daemon.report_header import header_lines
 from libmemleak.daemon.program_watch import ProgramWatch
 from libmemleak.daemon.recorder import DRAIN_SECONDS, Recorder
-from libmemleak.daemon.report_core import CUT_KIND, TextStore
+from libmemleak.daemon.text_store import CUT_KIND, TextStore
 from libmemleak.daemon.segment import RESOURCE_BASE, futex_wait, futex_wake
 from libmemleak.daemon.stack_table import StackTable, stack_table_wanted
 from libmemleak.daemon.procfs import namespace_tag
@@ -427,7 +428,7 @@ class Reporter:
         misused = misuse.changed(misuse.records(self.h, self.seg.stack_ok))
         misuse_keys = {sid: self.resolver.key_id(snap.stacks, sid) for sid in misuse.stacks_of(misused)}
         texts = self.texts
-        texts.grow_keys(len(self.keys.keys))
+        texts.grow_keys(self.keys.nkeys)
         self.symbolizer.deadline = time.monotonic() + self.budget
         self.symbolizer.skipped = 0
         try:

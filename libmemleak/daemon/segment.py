@@ -119,6 +119,19 @@ class _StackView:
     def __getitem__(self, i):
         return self._seg.stack(i)
 
+    def key_columns(self):
+        return self._seg.key_columns()
+
+
+class KeyColumns(NamedTuple):
+    """Where C reads each stack's frames to key it (stack_keys.py)."""
+    frames: object      # the segment's frame words
+    off: array          # stack id -> its first word in frames
+    depth: array        # stack id -> its words
+    kind: array         # stack id -> MLK_KIND_* | _CUT
+    special: bytearray  # stack id -> 1: read by Python (its Python frames)
+    kind_name: object   # kind -> its name (Segment.kind_name)
+
 
 class Segment:
     """A mapped segment.  Use `Segment.from_fd` (the reporter's inherited
@@ -455,6 +468,14 @@ class Segment:
         """Look at newly published stacks; returns how many ids are known."""
         self._learn_new_stacks()
         return self._next_id
+
+    def key_columns(self):
+        """The stacks as C keys them (KeyColumns)."""
+        special = bytearray(self._next_id)
+        for i in self._python_words:
+            if i < len(special):
+                special[i] = 1
+        return KeyColumns(self._frames, self._off, self._depth, self._kind, special, self.kind_name)
 
     def frame_arrays(self):
         """(offsets, depths, frames, n): where the frames of each of stack

@@ -14,7 +14,8 @@ are named from the process's perf map."""
 import gzip
 from collections import defaultdict
 
-from libmemleak.daemon.diff import FrameResolver, KeyTable, estimate
+from libmemleak.daemon.diff import FrameResolver, estimate
+from libmemleak.daemon.stack_keys import KeyTable
 from libmemleak.daemon.header_parts import SELF_LIBRARY
 from libmemleak.daemon.python_code import PyFrame, as_frame, is_eval_loop, kind_of, merged_order
 from libmemleak.outputs.pprof import encode_samples

@@ -1,0 +1,167 @@
+"""The frame lines of the reporter's stack keys (TextStore), as C writes
+entries and stack tables from them (native/reporter/report_core.c,
+stack_table.c): each distinct line stored once as bytes, each key a run
+of line ids."""
+
+from array import array
+
+from libmemleak.daemon.report_core import _q, chunks, extend_to, ffi, lib
+from libmemleak.daemon.stack_keys import WordTable
+
+CUT_KIND = 0x40  # in TextStore.key_kind: entries say cut=DEPTH (report_core.c)
+KIND_TEXT_KINDS, KIND_TEXT_WIDTH = 64, 48  # mlk_rc_texts.kind_text (report_core.c)
+
+
+class TextStore:
+    """The frame lines of each stack key, as C reads them to write entries:
+    each distinct line (the frames of one return address) stored once as
+    bytes, each key a run of line ids.  4 bytes per frame per key.
+
+    Texts added between begin_temporary() and end_temporary() (frames whose
+    symbolization was cut short by the time budget) are dropped at the end,
+    so the next report tries again."""
+
+    def __init__(self):
+        self.arena = bytearray()
+        self.line_off = array("q", [0])
+        self.pool = array("i")
+        self.key_first = array("q")
+        self.key_lines = array("i")
+        self.key_kind = array("b")  # MLK_KIND_* per key (kind=), | CUT_KIND if cut at the depth (cut=)
+        self._mark = None
+        self._temporary_keys = []
+        # key id -> the first key id whose frames print the same (-1: none
+        # before it); such keys are one entry (Rows.merge_same_text).
+        self.canon = array("q")
+        # A complete key's text (its kind, then line ids) -> a text id, and
+        # each text id's first key (stack_keys.WordTable: C reads both).
+        self.text_ids = WordTable()
+        self.first_key = array("q")
+        self._line_of_text = {}   # text -> line id, so equal lines get one id
+
+    def grow_keys(self, nkeys):
+        extend_to(self.key_first, nkeys)
+        extend_to(self.key_lines, nkeys, 0)
+        extend_to(self.key_kind, nkeys, 0)
+        extend_to(self.canon, nkeys)
+
+    def add_line(self, text):
+        """The line id of `text` (one or more frame lines, no final newline):
+        equal texts share one id, so that equal stacks have equal runs."""
+        if self._mark is None:
+            known = self._line_of_text.get(text)
+            if known is not None:
+                return known
+        data = text.encode("utf-8", "surrogateescape")
+        self.arena += data + b"\n" if data else b""
+        self.line_off.append(len(self.arena))
+        line_id = len(self.line_off) - 2
+        if self._mark is None:  # temporary lines are dropped after the report
+            self._line_of_text[text] = line_id
+        return line_id
+
+    def has(self, key_id):
+        return key_id < len(self.key_first) and self.key_first[key_id] >= 0
+
+    def set_key(self, key_id, line_ids, kind=0):
+        """The frame lines of a key, and its allocator family (MLK_KIND_*)."""
+        self.grow_keys(key_id + 1)
+        self.key_kind[key_id] = kind
+        self.key_first[key_id] = len(self.pool)
+        self.key_lines[key_id] = len(line_ids)
+        self.pool.extend(array("i", line_ids))
+        if self._mark is not None:
+            self._temporary_keys.append(key_id)
+        else:
+            text_id = self.text_ids.intern(array("i", [kind, *line_ids]))
+            extend_to(self.first_key, text_id + 1)
+            if self.first_key[text_id] < 0:
+                self.first_key[text_id] = key_id
+            first = self.first_key[text_id]
+            self.canon[key_id] = first if first != key_id else -1
+
+    def line_text(self, line_id):
+        """The text of one line id (a frame's lines, newline-separated)."""
+        text = bytes(self.arena[self.line_off[line_id]:self.line_off[line_id + 1]])
+        return text.decode("utf-8", "surrogateescape").rstrip("\n")
+
+    def key_text(self, key_id):
+        """The frame lines of a key that has them, one string each."""
+        first, n = self.key_first[key_id], self.key_lines[key_id]
+        lines = []
+        for line_id in self.pool[first:first + n]:
+            text = bytes(self.arena[self.line_off[line_id]:self.line_off[line_id + 1]])
+            lines += text.decode("utf-8", "surrogateescape").rstrip("\n").split("\n") if text else []
+        return lines
+
+    def begin_temporary(self):
+        self._mark = (len(self.arena), len(self.line_off), len(self.pool))
+
+    def end_temporary(self):
+        """Drop the temporary texts; returns the keys that had them."""
+        arena, lines, pool = self._mark
+        del self.arena[arena:]
+        del self.line_off[lines:]
+        del self.pool[pool:]
+        for key_id in self._temporary_keys:
+            self.key_first[key_id] = -1
+        dropped, self._temporary_keys, self._mark = self._temporary_keys, [], None
+        return dropped
+
+    def permanent_lines(self):
+        """Line ids below this one outlive the report being written."""
+        return (self._mark[1] if self._mark is not None else len(self.line_off)) - 1
+
+    def render(self, rows, chunk_bytes=1 << 20, since_seq=None, depth=0, kind_words=None, table=None):
+        """The entries of `rows` in the report format, as bytes pieces of
+        about chunk_bytes.  Nothing may be added to the store until the
+        generator is finished or closed (C holds its buffers).  since_seq:
+        the report seq of each age bucket of a scan report's rows.  depth:
+        the configured depth, which keys marked cut (CUT_KIND) say they were
+        cut at.  kind_words: kind code -> what its entries say of it
+        (" resource=fd"), for kinds whose words C does not know.  table: the
+        StackTable whose nodes entries name (stack=), or None: every entry
+        with its frames."""
+        keep = []
+        try:
+            texts = self.texts_struct(keep, since_seq, depth, kind_words, table)
+            rows_ptr = rows.pointer()
+            keep.append(rows_ptr)
+            yield from chunks(lambda at, buf, cap, nxt: lib.mlk_rc_render(rows_ptr, at, len(rows), texts, buf,
+                                                                          cap, nxt),
+                              len(rows), chunk_bytes)
+        finally:
+            for b in keep:
+                ffi.release(b)
+
+    def texts_struct(self, keep, since_seq=None, depth=0, kind_words=None, table=None):
+        """The store as C reads it (struct mlk_rc_texts); the buffers it
+        points into are appended to `keep`, for the caller to release."""
+        mine = [ffi.from_buffer("char[]", self.arena), _q(self.line_off),
+                ffi.from_buffer("int32_t[]", self.pool), _q(self.key_first),
+                ffi.from_buffer("int32_t[]", self.key_lines),
+                ffi.from_buffer("int8_t[]", self.key_kind)]
+        seqs = ffi.new("int32_t[8]", list(since_seq)[:8]) if since_seq is not None else ffi.NULL
+        kinds = bytearray(KIND_TEXT_KINDS * KIND_TEXT_WIDTH)
+        for code, words in (kind_words or {}).items():
+            data = words.encode("ascii", "replace")[:KIND_TEXT_WIDTH - 1]
+            if 0 < code < KIND_TEXT_KINDS:
+                kinds[code * KIND_TEXT_WIDTH:code * KIND_TEXT_WIDTH + len(data)] = data
+        mine.append(ffi.from_buffer("char[]", kinds))
+        key_node = ffi.NULL
+        if table is not None:
+            extend_to(table.key_node, len(self.key_first), 0)
+            key_node = _q(table.key_node)
+            mine.append(key_node)
+        texts = ffi.new("struct mlk_rc_texts *", mine[:6] + [len(self.key_first), seqs, depth, mine[6],
+                                                             key_node, INLINE_ENTRIES])
+        keep += mine
+        return texts
+
+
+# The first entries of a report written with a stack table carry their
+# frames inline as well (docs/memlog.md): the largest changes read in a
+# text editor as before; the rest name their stack.
+INLINE_ENTRIES = 100
+
+

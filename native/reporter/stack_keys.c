@@ -1,0 +1,191 @@
+/* The reporter's stack keys, in C (libmemleak/daemon/diff.py's KeyTable
+ * and FrameResolver own the arrays).  A stack's key is its allocator
+ * family (a small code) and its frames as tokens -- one per distinct
+ * module-relative address -- so that stacks which differ only in where a
+ * module was loaded are one entry.  A report of a million new stacks keys
+ * every one of them: in Python that was ~10 us a stack (a tuple of
+ * addresses, a dictionary look-up per frame, the key's bytes hashed); here
+ * it is a loop over the segment's own frame words.
+ *
+ * Python keeps the judgement: which module holds an address (the module
+ * list, dlclose, Python's frames) and which answers may be cached.  An
+ * address is in the cache below only once Python resolved it to a token
+ * that cannot depend on when the stack was recorded; a stack with an
+ * address not in it is left to Python, which resolves it and caches it. */
+
+#include <stdint.h>
+#include <string.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* Distinct keys: the words of each (kind code, then tokens) in one pool. */
+struct mlk_rc_keys {
+    int32_t *pool;    /* every key's words, one after another */
+    int64_t used;     /* words of pool used */
+    int64_t room;     /* words of pool */
+    int64_t *start;   /* key id -> its first word in pool */
+    int32_t *len;     /* key id -> its words */
+    int64_t nkeys;    /* key ids in use: 0 .. nkeys - 1 */
+    int64_t key_room; /* entries of start and len */
+    int64_t *slots;   /* open addressing on the words: key id + 1, 0 empty */
+    int64_t nslots;   /* a power of two, at least twice nkeys */
+};
+
+/* Return addresses already resolved to a token, for good. */
+struct mlk_rc_addrs {
+    uint64_t *addr;   /* open addressing: the address (0: empty) */
+    int32_t *token;   /* its token */
+    int64_t nslots;   /* a power of two */
+    int64_t count;    /* addresses in */
+};
+
+static uint64_t mix(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return h;
+}
+
+static uint64_t words_hash(const int32_t *w, int32_t n)
+{
+    uint64_t h = (uint64_t)n * 0x9E3779B97F4A7C15ull;
+    for (int32_t i = 0; i < n; i++)
+        h = (h ^ (uint32_t)w[i]) * 0x100000001B3ull;
+    return mix(h);
+}
+
+static int64_t *key_slot(const struct mlk_rc_keys *k, const int32_t *w, int32_t n)
+{
+    uint64_t mask = (uint64_t)k->nslots - 1;
+    for (uint64_t i = words_hash(w, n) & mask;; i = (i + 1) & mask) {
+        int64_t id = k->slots[i] - 1;
+        if (id < 0 || (k->len[id] == n && !memcmp(k->pool + k->start[id], w, (size_t)n * sizeof *w)))
+            return &k->slots[i];
+    }
+}
+
+/* The key id of these words, made if new.  -1: no room (the caller grows
+ * the pool, the ids' arrays or the slots, and asks again). */
+EXPORT int64_t mlk_rc_key_intern(struct mlk_rc_keys *k, const int32_t *w, int32_t n)
+{
+    int64_t *slot = key_slot(k, w, n);
+    if (*slot)
+        return *slot - 1;
+    if (k->used + n > k->room || k->nkeys >= k->key_room || 2 * (k->nkeys + 1) > k->nslots)
+        return -1;
+    int64_t id = k->nkeys++;
+    memcpy(k->pool + k->used, w, (size_t)n * sizeof *w);
+    k->start[id] = k->used;
+    k->len[id] = n;
+    k->used += n;
+    *slot = id + 1;
+    return id;
+}
+
+/* Put every key back in fresh (all-zero) slots. */
+EXPORT void mlk_rc_keys_rehash(struct mlk_rc_keys *k)
+{
+    for (int64_t id = 0; id < k->nkeys; id++)
+        *key_slot(k, k->pool + k->start[id], k->len[id]) = id + 1;
+}
+
+static int64_t addr_find(const struct mlk_rc_addrs *a, uint64_t addr)
+{
+    uint64_t mask = (uint64_t)a->nslots - 1;
+    for (uint64_t i = mix(addr) & mask;; i = (i + 1) & mask)
+        if (a->addr[i] == addr || !a->addr[i])
+            return (int64_t)i;
+}
+
+/* Remember addr's token.  0: no room (the caller doubles the slots,
+ * re-puts what it has, and asks again); address 0 is never cached. */
+EXPORT int mlk_rc_addr_put(struct mlk_rc_addrs *a, uint64_t addr, int32_t token)
+{
+    if (!addr)
+        return 1;
+    int64_t i = addr_find(a, addr);
+    if (!a->addr[i]) {
+        if (2 * (a->count + 1) > a->nslots)
+            return 0;
+        a->count++;
+        a->addr[i] = addr;
+    }
+    a->token[i] = token;
+    return 1;
+}
+
+#define KEY_WORDS_MAX 4096
+#define KIND_VALUES (1 << 17) /* a stack's kind column: MLK_KIND_* | 1 << 16 if cut */
+
+/* Key the stacks at positions[from..n) (stack ids) whose every address
+ * is cached: key_of[id] := their key id.  The others -- an address not
+ * cached yet, a stack Python must read (special[id]), or more words than
+ * KEY_WORDS_MAX -- are added to left[] (up to cap; *nleft counts them all).
+ * frames: the segment's frame words; off, depth, kind: each stack's;
+ * code_of_kind: a key's first word for each kind value (its family, and
+ * 1 << 16 when cut at the depth: KIND_VALUES entries).  Returns n when done, or
+ * the index of the position whose key found no room: the caller grows the
+ * key table and calls again from there. */
+EXPORT int64_t mlk_rc_key_stacks(struct mlk_rc_keys *k, const struct mlk_rc_addrs *a, const uint64_t *frames,
+                                 int64_t nframes, const int64_t *off, const int64_t *depth, const int64_t *kind,
+                                 const int32_t *code_of_kind,
+                                 const uint8_t *special, const int64_t *positions, int64_t from, int64_t n,
+                                 int64_t *key_of, int64_t *left, int64_t cap, int64_t *nleft)
+{
+    int32_t w[KEY_WORDS_MAX + 1];
+    for (int64_t p = from; p < n; p++) {
+        int64_t id = positions[p];
+        int64_t o = off[id], d = depth[id];
+        int ok = !special[id] && d >= 0 && d <= KEY_WORDS_MAX && o >= 0 && o + d <= nframes &&
+                 kind[id] >= 0 && kind[id] < KIND_VALUES && code_of_kind[kind[id]] >= 0;
+        w[0] = ok ? code_of_kind[kind[id]] : 0;
+        for (int64_t f = 0; ok && f < d; f++) {
+            int64_t i = addr_find(a, frames[o + f]);
+            if (!a->addr[i] || a->token[i] < 0) /* not asked yet, or its answer depends on when */
+                ok = 0;
+            else
+                w[f + 1] = a->token[i];
+        }
+        if (!ok) {
+            if (*nleft < cap)
+                left[*nleft] = id;
+            ++*nleft;
+            continue;
+        }
+        int64_t key = mlk_rc_key_intern(k, w, (int32_t)d + 1);
+        if (key < 0)
+            return p;
+        key_of[id] = key;
+    }
+    return n;
+}
+
+/* The addresses of stacks ids[from..n) not in the cache yet, each once:
+ * each is put in with token -1 (asked: keying still passes it by) and
+ * added to out[] (*nout of them, cap at most).  Returns n when done, or
+ * the index of the stack it stopped at: the cache or out[] needs room. */
+EXPORT int64_t mlk_rc_addr_misses(struct mlk_rc_addrs *a, const uint64_t *frames, int64_t nframes,
+                                  const int64_t *off, const int64_t *depth, const uint8_t *special,
+                                  const int64_t *ids, int64_t from, int64_t n, uint64_t *out, int64_t cap,
+                                  int64_t *nout)
+{
+    for (int64_t p = from; p < n; p++) {
+        int64_t id = ids[p], o = off[id], d = depth[id];
+        if (special[id] || d < 0 || d > KEY_WORDS_MAX || o < 0 || o + d > nframes)
+            continue;
+        if (2 * (a->count + d) > a->nslots || *nout + d > cap)
+            return p;
+        for (int64_t f = 0; f < d; f++) {
+            uint64_t addr = frames[o + f];
+            int64_t i = addr_find(a, addr);
+            if (!addr || a->addr[i])
+                continue;
+            a->addr[i] = addr;
+            a->token[i] = -1;
+            a->count++;
+            out[(*nout)++] = addr;
+        }
+    }
+    return n;
+}
