@@ -133,7 +133,7 @@ class Reporter:
         # host (the unsymbolized pprof export, go tool pprof with
         # PPROF_BINARY_PATH); the header's build-ids name the files.
         self.symbolize = os.environ.get("MEMLEAK_SYMBOLIZE", "yes").lower() not in ("no", "0", "off")
-        self.frame_lines = FrameLines(self.keys, self.texts, self.symbolizer, self.symbolize, self.kind_code,
+        self.frame_lines = FrameLines(self.keys, self.texts, self.symbolizer, self.symbolize, self.kind_value,
                                       lambda: PerfMap(self.pid, self.h.pid))
         self.recorder = Recorder.of(self)  # the event log (record=), or None
         self.keeper = keeper     # the root's first reporter's keeper (reporter_main), or None
@@ -522,7 +522,12 @@ class Reporter:
         """What the key's entries say of it: its allocator family
         (MLK_KIND_*) or resource kind (MLK_KIND_RESOURCE + its index), and
         CUT_KIND if its stack was cut at the depth."""
-        return self.seg.kind_code(self.keys.kind(key_id)) | (CUT_KIND if self.keys.cut(key_id) else 0)
+        return self.kind_value(self.keys.kind(key_id), self.keys.cut(key_id))
+
+    def kind_value(self, kind, cut):
+        """What an entry of this allocator family says of it (a TextStore
+        key_kind), cut at the depth or not."""
+        return self.seg.kind_code(kind) | (CUT_KIND if cut else 0)
 
     def resource_words(self):
         """Resource kind code -> what its entries say: " resource=NAME"."""

@@ -22,6 +22,13 @@ void mlk_rc_keys_rehash(struct mlk_rc_keys *);
 int mlk_rc_addr_put(struct mlk_rc_addrs *, uint64_t, int32_t);
 int64_t mlk_rc_addr_misses(struct mlk_rc_addrs *, const uint64_t *, int64_t, const int64_t *, const int64_t *,
                            const uint8_t *, const int64_t *, int64_t, int64_t, uint64_t *, int64_t, int64_t *);
+struct mlk_rc_store { int32_t *out; int64_t out_used, out_room, base; int64_t *key_first; int32_t *key_lines;
+                      int8_t *key_kind; int64_t *canon; int64_t keys; int64_t *first_key; int64_t first_key_room; };
+int64_t mlk_rc_key_texts(const struct mlk_rc_keys *, const int64_t *, int64_t, int64_t, const int32_t *,
+                         const uint8_t *, int64_t, const int8_t *, int64_t, struct mlk_rc_store *,
+                         struct mlk_rc_keys *, int64_t *, int64_t, int64_t *);
+int64_t mlk_rc_key_tokens_unnamed(const struct mlk_rc_keys *, const int64_t *, int64_t, int64_t, int32_t *,
+                                  int64_t, int32_t *, int64_t, int64_t *);
 int64_t mlk_rc_key_stacks(struct mlk_rc_keys *, const struct mlk_rc_addrs *, const uint64_t *, int64_t,
                           const int64_t *, const int64_t *, const int64_t *, const int32_t *, const uint8_t *,
                           const int64_t *,
@@ -29,7 +36,7 @@ int64_t mlk_rc_key_stacks(struct mlk_rc_keys *, const struct mlk_rc_addrs *, con
 """)
 
 
-class _Bound:
+class Bound:
     """C pointers into arrays, released when the block ends (the arrays
     cannot be resized meanwhile)."""
 
@@ -64,7 +71,7 @@ class WordTable:
     def intern(self, words):
         """The id of these words (an array('i')), made if new."""
         while True:
-            with _Bound() as bind:
+            with Bound() as bind:
                 k = self.struct(bind)
                 got = lib.mlk_rc_key_intern(k, bind("int32_t[]", words), len(words))
                 self.sync(k)
@@ -92,7 +99,7 @@ class WordTable:
             self.len.extend(zeros(more, "i"))
         if 2 * (self.count + 1) > len(self.slots):
             self.slots = zeros(2 * len(self.slots))
-            with _Bound() as bind:
+            with Bound() as bind:
                 lib.mlk_rc_keys_rehash(self.struct(bind))
 
     def first(self, i):
@@ -171,7 +178,7 @@ class AddressCache:
 
     def put(self, address, token):
         while True:
-            with _Bound() as bind:
+            with Bound() as bind:
                 a = self.struct(bind)
                 done = lib.mlk_rc_addr_put(a, address, token)
                 self.count = a.count
@@ -185,7 +192,7 @@ class AddressCache:
         until put()."""
         n, out, nout, at = len(ids), zeros(1 << 12, "Q"), ffi.new("int64_t *"), 0
         while True:
-            with _Bound() as bind:
+            with Bound() as bind:
                 a = self.struct(bind)
                 at = lib.mlk_rc_addr_misses(a, bind("uint64_t[]", columns.frames), len(columns.frames),
                                             bind("int64_t[]", columns.off), bind("int64_t[]", columns.depth),
@@ -202,7 +209,7 @@ class AddressCache:
     def _grow(self):
         old = [(a, t) for a, t in zip(self.addr, self.token) if a]  # (-1 tokens too: asked)
         self.addr, self.token, self.count = zeros(2 * len(self.addr), "Q"), zeros(2 * len(self.token), "i"), 0
-        with _Bound() as bind:
+        with Bound() as bind:
             a = self.struct(bind)
             for address, token in old:
                 lib.mlk_rc_addr_put(a, address, token)
@@ -223,7 +230,7 @@ def key_stacks(keys, cache, columns, positions, key_of):
     n = len(positions)
     left, nleft, at = zeros(n), ffi.new("int64_t *"), 0
     while True:
-        with _Bound() as bind:
+        with Bound() as bind:
             k = keys.words.struct(bind)
             at = lib.mlk_rc_key_stacks(k, cache.struct(bind), bind("uint64_t[]", columns.frames),
                                        len(columns.frames), bind("int64_t[]", columns.off),
@@ -235,3 +242,17 @@ def key_stacks(keys, cache, columns, positions, key_of):
         if at >= n:
             return left[:nleft[0]]
         keys.words.grow(4097)
+
+
+def unnamed_tokens(keys, key_ids, token_line):
+    """The frame tokens of keys `key_ids` (array('q')) with no line yet
+    (token_line -2), each once; they are marked -4 (asked) meanwhile."""
+    n, out, nout, at = len(key_ids), zeros(1 << 12, "i"), ffi.new("int64_t *"), 0
+    while True:
+        with Bound() as bind:
+            at = lib.mlk_rc_key_tokens_unnamed(keys.words.struct(bind), bind("int64_t[]", key_ids), at, n,
+                                               bind("int32_t[]", token_line), len(token_line),
+                                               bind("int32_t[]", out), len(out), nout)
+        if at >= n:
+            return out[:nout[0]]
+        out.extend(zeros(len(out) + 4096, "i"))

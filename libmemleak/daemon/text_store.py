@@ -5,8 +5,8 @@ of line ids."""
 
 from array import array
 
-from libmemleak.daemon.report_core import _q, chunks, extend_to, ffi, lib
-from libmemleak.daemon.stack_keys import WordTable
+from libmemleak.daemon.report_core import _q, chunks, extend_to, ffi, lib, zeros
+from libmemleak.daemon.stack_keys import Bound, WordTable
 
 CUT_KIND = 0x40  # in TextStore.key_kind: entries say cut=DEPTH (report_core.c)
 KIND_TEXT_KINDS, KIND_TEXT_WIDTH = 64, 48  # mlk_rc_texts.kind_text (report_core.c)
@@ -79,6 +79,34 @@ class TextStore:
                 self.first_key[text_id] = key_id
             first = self.first_key[text_id]
             self.canon[key_id] = first if first != key_id else -1
+
+    def add_keys(self, keys, key_ids, token_line, python_token, kind_byte):
+        """set_key, in C, for the keys `key_ids` (array('q')) whose every
+        frame token has a line in token_line and none is Python's to merge
+        (python_token); kind_byte: a key's kind code -> its key_kind.
+        Returns the key ids left for set_key."""
+        self.grow_keys(keys.nkeys)
+        n, left, nleft, at = len(key_ids), zeros(len(key_ids)), ffi.new("int64_t *"), 0
+        out = zeros(1 << 16, "i")
+        while at < n:
+            with Bound() as bind:
+                store = ffi.new("struct mlk_rc_store *", [
+                    bind("int32_t[]", out), 0, len(out), len(self.pool), bind("int64_t[]", self.key_first),
+                    bind("int32_t[]", self.key_lines), bind("int8_t[]", self.key_kind),
+                    bind("int64_t[]", self.canon), len(self.key_first), bind("int64_t[]", self.first_key),
+                    len(self.first_key)])
+                texts = self.text_ids.struct(bind)
+                at = lib.mlk_rc_key_texts(keys.words.struct(bind), bind("int64_t[]", key_ids), at, n,
+                                          bind("int32_t[]", token_line), bind("uint8_t[]", python_token),
+                                          min(len(token_line), len(python_token)), bind("int8_t[]", kind_byte),
+                                          len(kind_byte), store, texts, bind("int64_t[]", left), n, nleft)
+                self.text_ids.sync(texts)
+                used = store.out_used
+            self.pool.extend(out[:used])
+            if at < n:  # something was full: grow what may have been
+                self.text_ids.grow(4097)
+                extend_to(self.first_key, self.text_ids.count + 4096)
+        return left[:nleft[0]]
 
     def line_text(self, line_id):
         """The text of one line id (a frame's lines, newline-separated)."""

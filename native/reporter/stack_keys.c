@@ -189,3 +189,96 @@ EXPORT int64_t mlk_rc_addr_misses(struct mlk_rc_addrs *a, const uint64_t *frames
     }
     return n;
 }
+
+/* The text store's side of mlk_rc_key_texts (text_store.py's TextStore). */
+struct mlk_rc_store {
+    int32_t *out;          /* line ids of the keys given text now, appended to the pool after */
+    int64_t out_used, out_room;
+    int64_t base;          /* the pool's length before them */
+    int64_t *key_first;    /* key id -> its first line id's place in the pool */
+    int32_t *key_lines;
+    int8_t *key_kind;
+    int64_t *canon;        /* key id -> the first key with its text (-1: itself) */
+    int64_t keys;          /* entries of the four above */
+    int64_t *first_key;    /* text id -> its first key (-1: none yet) */
+    int64_t first_key_room;
+};
+
+/* Give text to the keys key_ids[from..n) whose every frame token has a
+ * line (token_line[token] >= 0; -1: a frame of our own, left out; -2: not
+ * symbolized yet, or any other value: Python's to judge) and none is a
+ * Python frame or the evaluation loop's (python_token: they are merged,
+ * in Python): their line ids
+ * into the store, their kind (kind_byte[the key's kind code]) and canon
+ * (texts: kind, then line ids -> text id).  The others are added to
+ * left[] (*nleft, at most cap).  Returns n when done, or the index of the
+ * key that found no room: the caller grows what is full and calls again. */
+EXPORT int64_t mlk_rc_key_texts(const struct mlk_rc_keys *k, const int64_t *key_ids, int64_t from, int64_t n,
+                                const int32_t *token_line, const uint8_t *python_token, int64_t ntokens,
+                                const int8_t *kind_byte,
+                                int64_t nkinds, struct mlk_rc_store *s, struct mlk_rc_keys *texts, int64_t *left,
+                                int64_t cap, int64_t *nleft)
+{
+    int32_t w[KEY_WORDS_MAX + 1];
+    for (int64_t p = from; p < n; p++) {
+        int64_t key = key_ids[p];
+        int ok = key >= 0 && key < k->nkeys && key < s->keys && k->len[key] >= 1 &&
+                 k->len[key] <= KEY_WORDS_MAX + 1;
+        const int32_t *words = ok ? k->pool + k->start[key] : NULL;
+        ok = ok && words[0] >= 0 && words[0] < nkinds;
+        int32_t lines = 0;
+        for (int32_t i = 1; ok && i < k->len[key]; i++) {
+            int32_t t = words[i];
+            int32_t l = t >= 0 && t < ntokens && !python_token[t] ? token_line[t] : -2;
+            if (l >= 0)
+                w[1 + lines++] = l;
+            else if (l != -1)
+                ok = 0;
+        }
+        if (!ok) {
+            if (*nleft < cap)
+                left[*nleft] = key;
+            ++*nleft;
+            continue;
+        }
+        w[0] = kind_byte[words[0]];
+        if (s->out_used + lines > s->out_room)
+            return p;
+        int64_t text = mlk_rc_key_intern(texts, w, lines + 1);
+        if (text < 0 || text >= s->first_key_room)
+            return p;
+        memcpy(s->out + s->out_used, w + 1, (size_t)lines * sizeof *w);
+        s->key_first[key] = s->base + s->out_used;
+        s->key_lines[key] = lines;
+        s->key_kind[key] = (int8_t)w[0];
+        s->out_used += lines;
+        if (s->first_key[text] < 0)
+            s->first_key[text] = key;
+        s->canon[key] = s->first_key[text] == key ? -1 : s->first_key[text];
+    }
+    return n;
+}
+
+/* The frame tokens of keys key_ids[from..n) that have no line yet
+ * (token_line -2), each once: marked -4 (asked) and added to out[]
+ * (*nout, cap at most).  Returns n when done, or the index of the key
+ * whose tokens found out[] full. */
+EXPORT int64_t mlk_rc_key_tokens_unnamed(const struct mlk_rc_keys *k, const int64_t *key_ids, int64_t from,
+                                         int64_t n, int32_t *token_line, int64_t ntokens, int32_t *out,
+                                         int64_t cap, int64_t *nout)
+{
+    for (int64_t p = from; p < n; p++) {
+        int64_t key = key_ids[p];
+        if (key < 0 || key >= k->nkeys)
+            continue;
+        if (*nout + k->len[key] > cap)
+            return p;
+        const int32_t *words = k->pool + k->start[key];
+        for (int32_t i = 1; i < k->len[key]; i++)
+            if (words[i] >= 0 && words[i] < ntokens && token_line[words[i]] == -2) {
+                token_line[words[i]] = -4;
+                out[(*nout)++] = words[i];
+            }
+    }
+    return n;
+}
