@@ -62,14 +62,6 @@ def traced_environment(env=None):
 # or traced.  Every other mistake in what the user typed is 2.
 EXIT_USAGE, EXIT_CANNOT_RUN, EXIT_NOT_FOUND = 2, 126, 127
 
-PYTHON_NAMES = ("python", "python2", "python3", "pypy", "pypy3")
-
-
-def is_python(program):
-    name = os.path.basename(os.path.realpath(program))
-    return name.startswith(PYTHON_NAMES) and name.rstrip("0123456789.").endswith(("python", "pypy"))
-
-
 def run_config(args):
     """MEMLEAK_CONFIG for `run`, or (None, why not).  `run` collects from
     the start: a bare MEMLEAK_CONFIG means "wait for the program's
@@ -159,10 +151,6 @@ def announce(argv, program, config, wait_for_mtrace):
         start = f"ask for a report with: kill -{signal_name} {pid} (or: libmemleak snapshot {pid})"
     lines = [f"tracing {name} (pid {pid}); reports go to {where}/{name}-{named}-N.memlog; {start}; "
              "a final one at exit"]
-    if is_python(program) and os.environ.get("PYTHONMALLOC") != "malloc":
-        lines.append("a Python program: under pymalloc, growth is blamed on whichever call opened "
-                     "a new 1 MiB arena; run it with PYTHONMALLOC=malloc to see each object's "
-                     "own stack")
     for line in lines:
         print(f"libmemleak: {line}", file=sys.stderr, flush=True)
 

@@ -394,3 +394,14 @@ def test_a_file_name_the_program_chose_cannot_forge_report_lines(tmp_path):
         ("make", "evil?+999999 +1?forged", 2), entry.frames
     path = [n for n in os.listdir(tmp_path) if n.endswith(".memlog")]
     assert not any(e.bytes == 999999 for n in path for e in memlog.read(os.path.join(tmp_path, n)).entries)
+
+
+def test_run_does_not_tell_a_python_user_to_give_up_pymalloc(tmp_path):
+    """#64 item 15: `run` told every Python user that growth is blamed on
+    pymalloc's arenas and to run with PYTHONMALLOC=malloc -- untrue since
+    its objects are routed, each at its own stack (the report says so)."""
+    out = cli("run", sys.executable, "-c", "x = [bytearray(100) for i in range(10)]", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "PYTHONMALLOC" not in out.stderr and "arena" not in out.stderr, out.stderr
+    report = memlog.read(str(next(tmp_path.glob("*.memlog"))))
+    assert "objects routed (each at its own stack)" in report.header["python"]
