@@ -134,7 +134,7 @@ def _pid_as_proc_says():
         return os.getpid()
 
 
-def announce(argv, program, config, wait_for_mtrace):
+def announce(argv, config, wait_for_mtrace):
     """What valgrind and heaptrack say at start: what is traced, where the
     reports go and how to ask for one."""
     pid = _pid_as_proc_says()
@@ -186,7 +186,7 @@ def cmd_run(args):
         env["MEMLEAK_ROOT_PID"] = str(os.getpid())  # the program keeps this pid
         if not args.quiet:
             env["MEMLEAK_ANNOUNCE"] = "1"  # the reporter lists the reports at the end
-            announce(argv, program, config, args.wait_for_mtrace)
+            announce(argv, config, args.wait_for_mtrace)
         os.execve(program, argv, env)
     except OSError as e:
         return fail(f"run: {program}: {e.strerror}", EXIT_CANNOT_RUN)
