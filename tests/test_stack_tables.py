@@ -107,16 +107,17 @@ HEADER = "# libmemleak: 0.1.0\n# program: /bin/x\n# pid: 7\n# seq: 1\n# reason: 
 
 
 @pytest.mark.parametrize("table, says", [
-    ("@f 1\n\tf\t(/bin/x)\tx.c:1\n@s 1 1 2\n@s 2 1 1\n@end\n", "loops"),
-    ("@f 1\n\tf\t(/bin/x)\tx.c:1\n@s 2 1 0\n@end\n", "stack 1 is named but not defined"),
-    ("@f 1\n\tf\t(/bin/x)\tx.c:1\n@s 1 1 0\n@s 1 2 0\n@end\n", "stack 1 is defined twice"),
-    ("@f 1\n\tf\t(/bin/x)\tx.c:1\n@f 1\n\tg\t(/bin/x)\tx.c:2\n@s 1 1 0\n@end\n", "frame 1 is defined twice"),
-    ("@s 1 9 0\n@end\n", "frame 9 of stack 1 is not defined"),
-    ("@s 1 99999999999999999999 0\n@end\n", "not a stack table line"),
-    ("@s 1 1\n@end\n", "not a stack table line"),
-    ("@s 0 1 0\n@end\n", "stack 0 is defined"),
-    ("@f 1\n\tf\t(/bin/x)\tx.c:1\n" + "".join(f"@s {i} 1 {i + 1}\n" for i in range(1, 5001)) + "@s 5001 1 0\n@end\n",
+    ("@f 1\n\tf\t(/bin/x)\tx.c:1\n@s 1 2 1\n@s 2 1 1\n@end\n", "loops"),
+    ("@f 1\n\tf\t(/bin/x)\tx.c:1\n@s 2 0 1\n@end\n", "stack 1 is named but not defined"),
+    ("@f 1\n\tf\t(/bin/x)\tx.c:1\n@s 1 0 1\n@s 1 0 2\n@end\n", "stack 1 is defined twice"),
+    ("@f 1\n\tf\t(/bin/x)\tx.c:1\n@f 1\n\tg\t(/bin/x)\tx.c:2\n@s 1 0 1\n@end\n", "frame 1 is defined twice"),
+    ("@s 1 0 9\n@end\n", "frame 9 of stack 1 is not defined"),
+    ("@s 1 0 99999999999999999999\n@end\n", "not a stack table line"),
+    ("@s 1\n@end\n", "not a stack table line"),
+    ("@s 0 0 1\n@end\n", "stack 0 is defined"),
+    ("@f 1\n\tf\t(/bin/x)\tx.c:1\n" + "".join(f"@s {i} {i + 1} 1\n" for i in range(1, 5001)) + "@s 5001 0 1\n@end\n",
      "deeper than 4096 frames"),
+    ("@f 1\n\tf\t(/bin/x)\tx.c:1\n@s 1 0" + " 1" * 5000 + "\n@end\n", "not a stack table line"),
 ])
 def test_a_hostile_stack_table_is_one_line_and_status_2(tmp_path, table, says):
     path = tmp_path / "x-7-1.memlog"

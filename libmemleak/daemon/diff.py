@@ -73,8 +73,8 @@ class FrameResolver:
             return token
         m = self._modmap.find(address, epoch)
         token = self.keys.token(m, address)
-        if m is not None and self._modmap.only_one(address):
-            self._cache[address] = token
+        if self._modmap.only_one(address) if m is not None else not self._modmap.covers(address):
+            self._cache[address] = token  # the same answer whenever the stack was recorded
             self.addrs.put(address, token)
         return token
 
@@ -87,7 +87,7 @@ class FrameResolver:
         columns = stacks.key_columns()
         for address in self.addrs.misses(columns, ids):
             m = self._modmap.sole(address)
-            if m is not None:
+            if m is not None or not self._modmap.covers(address):  # one answer, or none ever
                 token = self._cache[address] = self.keys.token(m, address)
                 self.addrs.put(address, token)
         return key_stacks(self.keys, self.addrs, columns, ids, key_of)

@@ -24,6 +24,15 @@ class ModuleMap:
         """True if exactly one module, loaded or unloaded, covers address."""
         return self.sole(address) is not None
 
+    def covers(self, address):
+        """True if any module, loaded or unloaded, covers address."""
+        i = bisect.bisect_right(self._los, address) - 1
+        while i >= 0 and address - self._los[i] < self._widest:
+            if self._modules[i].lo <= address < self._modules[i].hi:
+                return True
+            i -= 1
+        return False
+
     def sole(self, address):
         """The module covering address if exactly one, loaded or unloaded,
         does (whenever the stack was recorded, the answer), else None."""

@@ -24,15 +24,11 @@ struct mlk_rc_row { int64_t key, pos, bytes, blocks, live_bytes, live_blocks, sa
 struct mlk_rc_texts { const char *arena; const int64_t *line_off; const int32_t *pool;
                       const int64_t *key_first; const int32_t *key_lines; const int8_t *key_kind;
                       int64_t keys; const int32_t *since_seq; int32_t depth; const char *kind_text;
-                      const int64_t *key_node; int64_t inline_rows; };
-struct mlk_rc_table { int64_t *parent; int32_t *line; int32_t *mark; int64_t nodes, room; int64_t *slots;
-                      int64_t nslots; int32_t *line_mark; int64_t nlines, permanent_lines;
+                      int32_t table; int64_t inline_rows, permanent_pool, permanent_lines; };
+struct mlk_rc_table { int32_t *key_mark; int64_t nkeys; int32_t *line_mark; int64_t nlines;
                       int32_t stamp, scope_first; };
-void mlk_rc_table_rehash(struct mlk_rc_table *);
-int64_t mlk_rc_table_nodes(struct mlk_rc_table *, const struct mlk_rc_row *, int64_t, int64_t,
-                           const struct mlk_rc_texts *, int64_t *);
 int64_t mlk_rc_table_render(struct mlk_rc_table *, const struct mlk_rc_row *, int64_t, int64_t,
-                            const struct mlk_rc_texts *, const int64_t *, char *, int64_t, int64_t *);
+                            const struct mlk_rc_texts *, char *, int64_t, int64_t *);
 void mlk_rc_resources_last(struct mlk_rc_row *, int64_t, const int8_t *, int64_t, int, struct mlk_rc_row *);
 void mlk_rc_columns(const struct mlk_stack *, int64_t, const uint8_t *, int64_t *, int64_t *,
                     int64_t *, int64_t *, int64_t *, int64_t *, int64_t *, int64_t *);

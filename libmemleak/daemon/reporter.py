@@ -455,8 +455,6 @@ class Reporter:
                     deltas.rows.resources_last(texts.key_kind, RESOURCE_BASE)
                 # misuse entries last (before the body holds the store's buffers)
                 misuse_text = misuse.entries_text(misused, lambda sid: texts.key_text(misuse_keys[sid]))
-                if self.table:
-                    self.table.add_nodes(deltas.rows, texts)
                 body = texts.render(deltas.rows, since_seq=scan.bucket_seq if scan else None,
                                     depth=snap.depth, kind_words=self.resource_words(), table=self.table)
                 defined = self.table.render(deltas.rows, texts) if self.table else iter(())
@@ -471,9 +469,7 @@ class Reporter:
                     body.close()
                     defined.close() if self.table else None
             finally:
-                dropped = texts.end_temporary()
-                if self.table:
-                    self.table.forget(dropped)
+                texts.end_temporary()
         finally:
             self.symbolizer.deadline = None
         self.seg.commit_baseline(snap)

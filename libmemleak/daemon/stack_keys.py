@@ -190,7 +190,8 @@ class AddressCache:
         """The addresses of stacks `ids` (array('q')) not asked about yet,
         each once; they are in the cache from now on, as not known (-1)
         until put()."""
-        n, out, nout, at = len(ids), zeros(1 << 12, "Q"), ffi.new("int64_t *"), 0
+        n, nout, at = len(ids), ffi.new("int64_t *"), 0
+        out = zeros(min(1 << 12, 64 * n + 64), "Q")
         while True:
             with Bound() as bind:
                 a = self.struct(bind)
@@ -247,7 +248,8 @@ def key_stacks(keys, cache, columns, positions, key_of):
 def unnamed_tokens(keys, key_ids, token_line):
     """The frame tokens of keys `key_ids` (array('q')) with no line yet
     (token_line -2), each once; they are marked -4 (asked) meanwhile."""
-    n, out, nout, at = len(key_ids), zeros(1 << 12, "i"), ffi.new("int64_t *"), 0
+    n, nout, at = len(key_ids), ffi.new("int64_t *"), 0
+    out = zeros(min(1 << 12, 64 * n + 64), "i")
     while True:
         with Bound() as bind:
             at = lib.mlk_rc_key_tokens_unnamed(keys.words.struct(bind), bind("int64_t[]", key_ids), at, n,

@@ -87,7 +87,7 @@ class TextStore:
         Returns the key ids left for set_key."""
         self.grow_keys(keys.nkeys)
         n, left, nleft, at = len(key_ids), zeros(len(key_ids)), ffi.new("int64_t *"), 0
-        out = zeros(1 << 16, "i")
+        out = zeros(min(1 << 16, 64 * n + 64), "i")  # (warm-up asks for a few keys at a time)
         while at < n:
             with Bound() as bind:
                 store = ffi.new("struct mlk_rc_store *", [
@@ -148,8 +148,8 @@ class TextStore:
         the configured depth, which keys marked cut (CUT_KIND) say they were
         cut at.  kind_words: kind code -> what its entries say of it
         (" resource=fd"), for kinds whose words C does not know.  table: the
-        StackTable whose nodes entries name (stack=), or None: every entry
-        with its frames."""
+        StackTable whose stacks entries name (stack=), or None: every
+        entry with its frames."""
         keep = []
         try:
             texts = self.texts_struct(keep, since_seq, depth, kind_words, table)
@@ -176,13 +176,10 @@ class TextStore:
             if 0 < code < KIND_TEXT_KINDS:
                 kinds[code * KIND_TEXT_WIDTH:code * KIND_TEXT_WIDTH + len(data)] = data
         mine.append(ffi.from_buffer("char[]", kinds))
-        key_node = ffi.NULL
-        if table is not None:
-            extend_to(table.key_node, len(self.key_first), 0)
-            key_node = _q(table.key_node)
-            mine.append(key_node)
+        pool = self._mark[2] if self._mark is not None else len(self.pool)
         texts = ffi.new("struct mlk_rc_texts *", mine[:6] + [len(self.key_first), seqs, depth, mine[6],
-                                                             key_node, INLINE_ENTRIES])
+                                                             table is not None, INLINE_ENTRIES, pool,
+                                                             self.permanent_lines()])
         keep += mine
         return texts
 

@@ -1,26 +1,26 @@
 """Reading the stack tables of reports (docs/memlog.md, "Stack tables").
 
 A report written with a stack table names most of its stacks (`stack=N`)
-instead of listing their frames: the stack is node N of a tree of frames
-its reporter grows from the outermost caller inward (`@s N FRAME PARENT`),
-each frame's lines defined once (`@f FRAME` and its tab-indented lines).
-One table serves a run of one process's reports -- from the one whose
+instead of listing their frames: `@s N P F1 F2 ...` defines stack N as
+frames F1, F2, ... (innermost first) followed by stack P's frames (0:
+none), and `@f F` with its tab-indented lines defines frame F, once.  One
+table serves a run of one process's reports -- from the one whose
 `stack-table-from` header names itself up to the last that names it -- and
 each report defines what it is first to name.  Reading report k of such a
 run needs the definitions of the reports before it: a Scope gathers them,
 from the files already read or, for a report read on its own, from its
 siblings on disk.
 
-Everything here is the traced program's word: ids are bounded, a chain
-that loops or runs past CHAIN_MAX frames, an id defined twice or named
-and never defined is one StackTableError, never a hang."""
+Everything here is the traced program's word: ids are bounded, a stack
+that loops or runs past CHAIN_MAX frames, an id defined twice differently
+or named and never defined is one StackTableError, never a hang."""
 
 import itertools
 import re
 
-CHAIN_MAX = 4096          # nodes of one stack: a loop in a hostile table stops here
+CHAIN_MAX = 4096          # frames of one stack: a loop in a hostile table stops here
 _ID = r"\d{1,18}"
-DEFINITION = re.compile(rf"@(?:f (?P<frame>{_ID})|s (?P<node>{_ID}) (?P<line>{_ID}) (?P<parent>{_ID})|"
+DEFINITION = re.compile(rf"@(?:f (?P<frame>{_ID})|s (?P<node>{_ID}) (?P<parent>{_ID})(?P<frames>(?: {_ID}){{0,{CHAIN_MAX}}})|"
                         r"(?P<end>end))\n?$")
 # The definitions of a report whose entries are not wanted (an earlier
 # report of the run, read for its table only).
@@ -34,7 +34,7 @@ class StackTableError(ValueError):
 
 class Scope:
     """The definitions of one run of reports sharing a table: frames
-    (id -> (frames, text)) and nodes (id -> (frame id, parent id)), the
+    (id -> (frames, text)) and stacks (id -> (frame ids, parent id)), the
     seqs whose definitions are in, and the stacks resolved so far."""
 
     def __init__(self, first_seq):
@@ -66,15 +66,16 @@ class Scope:
         known = self.stacks.get(node)
         if known is not None:
             return known
-        frame_ids, at = [], node
+        frame_ids, at, steps = [], node, 0
         while at:
-            if len(frame_ids) >= CHAIN_MAX:
-                raise StackTableError(f"stack {node} loops, or is deeper than {CHAIN_MAX} frames")
             got = self.nodes.get(at)
             if got is None:
                 raise StackTableError(f"stack {at} is named but not defined (a report of its run missing "
                                       "or cut short?)")
-            frame_ids.append(got[0])
+            frame_ids += got[0]
+            steps += 1
+            if len(frame_ids) > CHAIN_MAX or steps > CHAIN_MAX:
+                raise StackTableError(f"stack {node} loops, or is deeper than {CHAIN_MAX} frames")
             at = got[1]
         parts = []
         for ident in frame_ids:
@@ -88,7 +89,7 @@ class Scope:
 
 
 def definition(head, lines, frames_of):
-    """One definition: its head line ("@f 12", "@s 40 12 39") and the tab
+    """One definition: its head line ("@f 12", "@s 40 0 12 7 3") and the tab
     lines after it, as (kind, id, value); frames_of(text) parses frame lines."""
     m = DEFINITION.match(head)
     if m is None:
@@ -103,7 +104,7 @@ def definition(head, lines, frames_of):
     node, parent = int(m["node"]), int(m["parent"])
     if node == 0:
         raise StackTableError("stack 0 is defined (0 means none)")
-    return "s", node, (int(m["line"]), parent)
+    return "s", node, (tuple(map(int, m["frames"].split())), parent)
 
 
 def definitions_in(text, frames_of):

@@ -336,7 +336,7 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
     for (; r < to; r++) {
         const struct mlk_rc_row *row = &rows[r];
         int64_t first = row->key >= 0 && row->key < t->keys ? t->key_first[row->key] : -1;
-        int64_t node = t->key_node && row->key >= 0 && row->key < t->keys ? t->key_node[row->key] : 0;
+        int64_t node = mlk_rc_in_table(t, row->key) ? row->key + 1 : 0;
         int32_t lines = first < 0 || (node > 0 && r >= t->inline_rows) ? 0 : t->key_lines[row->key];
         int64_t need = 144 + 240 + 240 + 64 + KIND_TEXT_WIDTH; /* five signed numbers, the kind, "cut=", "touched=", "samples=", "allocs=", "slack=",
                                          * four categories' "name=bytes/blocks", "since=" with

@@ -43,14 +43,30 @@ struct mlk_rc_texts {
      * (NUL-ended; "" for the built-in words below): " resource=fd" for the
      * resource kinds, whose names the reporter knows.  Or NULL. */
     const char *kind_text;
-    /* The stack table's node of each key (stack_table.c), or NULL: every
-     * entry has its frames inline, as before stack tables.  An entry whose
-     * key has a node says stack=NODE, and has its frames inline only when it
-     * is one of the report's first inline_rows entries; a key without one
-     * (node 0: frames of this report only) always has them inline. */
-    const int64_t *key_node;
+    /* With a stack table (stack_table.c): an entry whose key is in it says
+     * stack=KEY+1, and has its frames inline only when it is one of the
+     * report's first inline_rows entries.  A key is in the table when its
+     * text outlives the report: stored before `permanent_pool` (the pool's
+     * length when this report's temporary texts began) and of lines below
+     * `permanent_lines`.  table 0: every entry with its frames, no table. */
+    int32_t table;
     int64_t inline_rows;
+    int64_t permanent_pool;
+    int64_t permanent_lines;
 };
+
+/* Whether key `key` is in the stack table (see above). */
+static inline int mlk_rc_in_table(const struct mlk_rc_texts *t, int64_t key)
+{
+    if (!t->table || key < 0 || key >= t->keys || t->key_first[key] < 0 || t->key_lines[key] <= 0 ||
+        t->key_first[key] + t->key_lines[key] > t->permanent_pool)
+        return 0;
+    const int32_t *lines = t->pool + t->key_first[key];
+    for (int32_t k = 0; k < t->key_lines[key]; k++)
+        if (lines[k] < 0 || lines[k] >= t->permanent_lines)
+            return 0;
+    return 1;
+}
 #define KIND_TEXT_KINDS 64
 #define KIND_TEXT_WIDTH 48
 
