@@ -30,6 +30,21 @@ def status(pid, key):
     return 0
 
 
+def reporter_of(pid):
+    """The reporter watching pid (its fd 4 is a pidfd of it), or None."""
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if b"_reporter_main.py" not in f.read():
+                    continue
+            with open(f"/proc/{entry}/fdinfo/4") as f:
+                if f"Pid:\t{pid}\n" in f.read():
+                    return int(entry)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
 def run(exe, args, traced, out, depth, stack_table="yes"):
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
@@ -44,14 +59,18 @@ def run(exe, args, traced, out, depth, stack_table="yes"):
     alloc = time.monotonic() - t0
     result = {"alloc s": alloc, "rss MiB": status(p.pid, "VmHWM")}
     if traced:
+        reporter, private = reporter_of(p.pid), 0
         for seq in (1, 2):  # the first report; a second with (almost) nothing changed
             t1 = time.monotonic()
             p.send_signal(signal.SIGUSR1)
             path = os.path.join(out, f"scale-{p.pid}-{seq}.memlog")
             while not os.path.exists(path):
+                # its own memory, not the program's segment it maps (in its VmHWM too)
+                private = max(private, status(reporter, "RssAnon") if reporter else 0)
                 time.sleep(0.01)
             result[f"report {seq} s"] = time.monotonic() - t1
             result[f"report {seq} MB"] = os.path.getsize(path) / 1e6
+        result["reporter private MiB"] = private
         path = os.path.join(out, f"scale-{p.pid}-1.memlog")
         with open(path) as f:  # the header only: the file may be gigabytes
             head = ""
@@ -93,6 +112,7 @@ def main():
     print(f"  traced: allocate {traced['alloc s']:.2f} s, rss {traced['rss MiB']} MiB; "
           f"SIGUSR1 -> report {traced['report 1 s']:.2f} s (cold symbols), {traced['report 1 MB']:.1f} MB; "
           f"again, nothing changed: {traced['report 2 s']:.2f} s, {traced['report 2 MB']:.2f} MB")
+    print(f"  reporter: peak private memory (RssAnon, sampled) {traced['reporter private MiB']} MiB")
     print("  report: " + ", ".join(f"{k} {traced[k]}" for k in (
         "live-blocks", "stacks", "dropped-stacks", "dropped-blocks", "truncated-stacks",
         "corrupt-stacks", "reporter-vm-hwm")))

@@ -32,6 +32,8 @@ int64_t mlk_rc_table_render(struct mlk_rc_table *, const struct mlk_rc_row *, in
 void mlk_rc_resources_last(struct mlk_rc_row *, int64_t, const int8_t *, int64_t, int, struct mlk_rc_row *);
 void mlk_rc_columns(const struct mlk_stack *, int64_t, const uint8_t *, int64_t *, int64_t *,
                     int64_t *, int64_t *, int64_t *, int64_t *, int64_t *, int64_t *);
+int64_t mlk_rc_shown(int64_t, const int64_t *, const int64_t *, const int64_t *, const int64_t *, const int64_t *,
+                     const int64_t *, const int64_t *);
 int64_t mlk_rc_unkeyed(int64_t, const int64_t *, const int64_t *, const int64_t *,
                        const int64_t *, const int64_t *, const int64_t *, const int64_t *, const int64_t *,
                        int64_t *, int64_t);
@@ -179,7 +181,10 @@ class Changes:
     def merge(self, key_of, nkeys, scratch):
         """Rows (one per key, report order).  scratch: array('q') of at least
         nkeys entries, all -1 (left so)."""
-        rows = zeros(self.n * ROW_WORDS)
+        touched = list(map(_q, self.touched)) if self.touched else [ffi.NULL, ffi.NULL]
+        shown = lib.mlk_rc_shown(self.n, *map(_q, self.cols),
+                                 _q(self.scan) if self.scan is not None else ffi.NULL, *touched)
+        rows = zeros(max(shown, 1) * ROW_WORDS)  # (a report of few changes among a million stacks: small)
         with ffi.from_buffer("struct mlk_rc_row[]", rows) as out:
             samples = list(map(_q, self.samples)) if self.samples else [ffi.NULL, ffi.NULL]
             allocs = list(map(_q, self.allocs)) if self.allocs else [ffi.NULL, ffi.NULL]

@@ -87,7 +87,9 @@ class TextStore:
         Returns the key ids left for set_key."""
         self.grow_keys(keys.nkeys)
         n, left, nleft, at = len(key_ids), zeros(len(key_ids)), ffi.new("int64_t *"), 0
-        out = zeros(min(1 << 16, 64 * n + 64), "i")  # (warm-up asks for a few keys at a time)
+        # (warm-up asks for a few keys at a time; an empty out[] must take
+        # the longest key: KEY_WORDS_MAX, stack_keys.c)
+        out = zeros(min(1 << 20, max(8192, 64 * n)), "i")
         while at < n:
             with Bound() as bind:
                 store = ffi.new("struct mlk_rc_store *", [
@@ -103,9 +105,9 @@ class TextStore:
                 self.text_ids.sync(texts)
                 used = store.out_used
             self.pool.extend(out[:used])
-            if at < n:  # something was full: grow what may have been
+            if at < n and used + 4097 <= len(out):  # not out[] that was full (a key takes <= 4097): the text ids
                 self.text_ids.grow(4097)
-                extend_to(self.first_key, self.text_ids.count + 4096)
+                extend_to(self.first_key, 2 * self.text_ids.count + 4096)
         return left[:nleft[0]]
 
     def line_text(self, line_id):

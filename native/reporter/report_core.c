@@ -83,6 +83,19 @@ static int position_shown(int64_t i, const int64_t *live_bytes, const int64_t *l
            (scan && any_scanned(&scan[8 * i])) || (touched && touched[i] != touched_before[i]);
 }
 
+/* How many positions (< n) are entries (position_shown): room for the
+ * rows of mlk_rc_merge. */
+EXPORT int64_t mlk_rc_shown(int64_t n, const int64_t *live_bytes, const int64_t *live_blocks,
+                            const int64_t *reported_bytes, const int64_t *reported_blocks, const int64_t *scan,
+                            const int64_t *touched, const int64_t *touched_before)
+{
+    int64_t found = 0;
+    for (int64_t i = 0; i < n; i++)
+        found += position_shown(i, live_bytes, live_blocks, reported_bytes, reported_blocks, scan, touched,
+                                touched_before);
+    return found;
+}
+
 /* Positions (< n) that are entries (position_shown) and whose key
  * (key_of[pos]) is not known yet (< 0): the reporter resolves those in
  * Python before merging.  Returns how many; writes at most cap. */
