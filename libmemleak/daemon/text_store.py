@@ -6,7 +6,7 @@ of line ids."""
 from array import array
 
 from libmemleak.daemon.report_core import _q, chunks, extend_to, ffi, lib, zeros
-from libmemleak.daemon.stack_keys import Bound, WordTable
+from libmemleak.daemon.stack_keys import Bound
 
 CUT_KIND = 0x40  # in TextStore.key_kind: entries say cut=DEPTH (report_core.c)
 KIND_TEXT_KINDS, KIND_TEXT_WIDTH = 64, 48  # mlk_rc_texts.kind_text (report_core.c)
@@ -33,10 +33,10 @@ class TextStore:
         # key id -> the first key id whose frames print the same (-1: none
         # before it); such keys are one entry (Rows.merge_same_text).
         self.canon = array("q")
-        # A complete key's text (its kind, then line ids) -> a text id, and
-        # each text id's first key (stack_keys.WordTable: C reads both).
-        self.text_ids = WordTable()
-        self.first_key = array("q")
+        # The first key of each distinct text (kind, line ids), as C finds
+        # it (stack_keys.c mlk_rc_store.texts): a slot is a hash and key + 1.
+        self.texts = zeros(2 * 1024, "Q")
+        self.ntexts = 0
         self._line_of_text = {}   # text -> line id, so equal lines get one id
 
     def grow_keys(self, nkeys):
@@ -73,12 +73,8 @@ class TextStore:
         if self._mark is not None:
             self._temporary_keys.append(key_id)
         else:
-            text_id = self.text_ids.intern(array("i", [kind, *line_ids]))
-            extend_to(self.first_key, text_id + 1)
-            if self.first_key[text_id] < 0:
-                self.first_key[text_id] = key_id
-            first = self.first_key[text_id]
-            self.canon[key_id] = first if first != key_id else -1
+            while not self._with_store(lambda store, bind: lib.mlk_rc_text_canon(store, key_id)):
+                self._more_texts()
 
     def add_keys(self, keys, key_ids, token_line, python_token, kind_byte):
         """set_key, in C, for the keys `key_ids` (array('q')) whose every
@@ -91,24 +87,39 @@ class TextStore:
         # the longest key: KEY_WORDS_MAX, stack_keys.c)
         out = zeros(min(1 << 20, max(8192, 64 * n)), "i")
         while at < n:
-            with Bound() as bind:
-                store = ffi.new("struct mlk_rc_store *", [
-                    bind("int32_t[]", out), 0, len(out), len(self.pool), bind("int64_t[]", self.key_first),
-                    bind("int32_t[]", self.key_lines), bind("int8_t[]", self.key_kind),
-                    bind("int64_t[]", self.canon), len(self.key_first), bind("int64_t[]", self.first_key),
-                    len(self.first_key)])
-                texts = self.text_ids.struct(bind)
-                at = lib.mlk_rc_key_texts(keys.words.struct(bind), bind("int64_t[]", key_ids), at, n,
-                                          bind("int32_t[]", token_line), bind("uint8_t[]", python_token),
-                                          min(len(token_line), len(python_token)), bind("int8_t[]", kind_byte),
-                                          len(kind_byte), store, texts, bind("int64_t[]", left), n, nleft)
-                self.text_ids.sync(texts)
-                used = store.out_used
+            def fill(store, bind):
+                return lib.mlk_rc_key_texts(keys.words.struct(bind), bind("int64_t[]", key_ids), at, n,
+                                            bind("int32_t[]", token_line), bind("uint8_t[]", python_token),
+                                            min(len(token_line), len(python_token)), bind("int8_t[]", kind_byte),
+                                            len(kind_byte), store, bind("int64_t[]", left), n, nleft)
+            at, used = self._with_store(fill, out)
             self.pool.extend(out[:used])
-            if at < n and used + 4097 <= len(out):  # not out[] that was full (a key takes <= 4097): the text ids
-                self.text_ids.grow(4097)
-                extend_to(self.first_key, 2 * self.text_ids.count + 4096)
+            if at < n and 2 * (self.ntexts + 1) > len(self.texts) // 2:
+                self._more_texts()
         return left[:nleft[0]]
+
+    def _with_store(self, call, out=None):
+        """call(the store as C sees it, bind)'s answer (with out[]'s words
+        used, when out is given); the texts table's count kept."""
+        with Bound() as bind:
+            o = bind("int32_t[]", out) if out is not None else ffi.NULL
+            store = ffi.new("struct mlk_rc_store *", [
+                bind("int32_t[]", self.pool), o, 0, len(out) if out is not None else 0, len(self.pool),
+                bind("int64_t[]", self.key_first), bind("int32_t[]", self.key_lines), bind("int8_t[]", self.key_kind),
+                bind("int64_t[]", self.canon), len(self.key_first), bind("uint64_t[]", self.texts),
+                len(self.texts) // 2, self.ntexts])
+            got = call(store, bind)
+            self.ntexts = store.ntexts
+            return (got, store.out_used) if out is not None else got
+
+    def _more_texts(self):
+        """Twice the texts table's slots, refilled."""
+        size = len(self.texts)
+        while True:
+            size *= 2
+            self.texts = zeros(size, "Q")
+            if self._with_store(lambda store, bind: lib.mlk_rc_texts_rebuild(store)):
+                return
 
     def line_text(self, line_id):
         """The text of one line id (a frame's lines, newline-separated)."""

@@ -192,34 +192,89 @@ EXPORT int64_t mlk_rc_addr_misses(struct mlk_rc_addrs *a, const uint64_t *frames
 
 /* The text store's side of mlk_rc_key_texts (text_store.py's TextStore). */
 struct mlk_rc_store {
+    const int32_t *pool;   /* the store's line ids so far */
     int32_t *out;          /* line ids of the keys given text now, appended to the pool after */
     int64_t out_used, out_room;
-    int64_t base;          /* the pool's length before them */
-    int64_t *key_first;    /* key id -> its first line id's place in the pool */
+    int64_t base;          /* the pool's length before them (where out[0] will be) */
+    int64_t *key_first;    /* key id -> its first line id's place in pool (then out) */
     int32_t *key_lines;
     int8_t *key_kind;
     int64_t *canon;        /* key id -> the first key with its text (-1: itself) */
     int64_t keys;          /* entries of the four above */
-    int64_t *first_key;    /* text id -> its first key (-1: none yet) */
-    int64_t first_key_room;
+    /* The first key of each distinct text (kind and line ids): open
+     * addressing, two words a slot -- the text's hash and key id + 1 (0:
+     * empty) -- so that texts are compared where they are, not copied. */
+    uint64_t *texts;
+    int64_t ntexts_slots;  /* a power of two, at least twice ntexts */
+    int64_t ntexts;
 };
+
+static const int32_t *lines_of(const struct mlk_rc_store *s, int64_t key)
+{
+    int64_t first = s->key_first[key];
+    return first >= s->base ? s->out + (first - s->base) : s->pool + first;
+}
+
+static uint64_t text_hash(int8_t kind, const int32_t *lines, int32_t n)
+{
+    uint64_t h = (uint64_t)(uint8_t)kind * 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
+    for (int32_t i = 0; i < n; i++)
+        h = (h ^ (uint32_t)lines[i]) * 0x100000001B3ull;
+    return mix(h) | 1; /* never 0 */
+}
+
+/* canon[key] from the texts table, key's text being stored (in pool or
+ * out).  0: the table needs room (the caller doubles it and re-puts). */
+static int set_canon(struct mlk_rc_store *s, int64_t key)
+{
+    int32_t n = s->key_lines[key];
+    const int32_t *lines = lines_of(s, key);
+    uint64_t h = text_hash(s->key_kind[key], lines, n), mask = (uint64_t)s->ntexts_slots - 1;
+    for (uint64_t i = h & mask;; i = (i + 1) & mask) {
+        uint64_t *slot = &s->texts[2 * i];
+        if (!slot[1]) {
+            if (2 * (s->ntexts + 1) > s->ntexts_slots)
+                return 0;
+            slot[0] = h;
+            slot[1] = (uint64_t)key + 1;
+            s->ntexts++;
+            s->canon[key] = -1;
+            return 1;
+        }
+        int64_t other = (int64_t)slot[1] - 1;
+        if (slot[0] == h && other != key && s->key_kind[other] == s->key_kind[key] &&
+            s->key_lines[other] == n && !memcmp(lines_of(s, other), lines, (size_t)n * sizeof *lines)) {
+            s->canon[key] = other;
+            return 1;
+        }
+        if (other == key) {
+            s->canon[key] = -1;
+            return 1;
+        }
+    }
+}
+
+/* canon[key] for a key whose text Python stored (TextStore.set_key), or
+ * for each key of a texts table being rebuilt.  0: no room. */
+EXPORT int mlk_rc_text_canon(struct mlk_rc_store *s, int64_t key)
+{
+    return key >= 0 && key < s->keys ? set_canon(s, key) : 1;
+}
 
 /* Give text to the keys key_ids[from..n) whose every frame token has a
  * line (token_line[token] >= 0; -1: a frame of our own, left out; -2: not
  * symbolized yet, or any other value: Python's to judge) and none is a
  * Python frame or the evaluation loop's (python_token: they are merged,
- * in Python): their line ids
- * into the store, their kind (kind_byte[the key's kind code]) and canon
- * (texts: kind, then line ids -> text id).  The others are added to
- * left[] (*nleft, at most cap).  Returns n when done, or the index of the
- * key that found no room: the caller grows what is full and calls again. */
+ * in Python): their line ids into out[], their kind (kind_byte[the key's
+ * kind code]) and canon.  The others are added to left[] (*nleft, at most
+ * cap).  Returns n when done, or the index of the key that found no room
+ * (out[] or the texts table full): the caller makes room and calls again. */
 EXPORT int64_t mlk_rc_key_texts(const struct mlk_rc_keys *k, const int64_t *key_ids, int64_t from, int64_t n,
                                 const int32_t *token_line, const uint8_t *python_token, int64_t ntokens,
-                                const int8_t *kind_byte,
-                                int64_t nkinds, struct mlk_rc_store *s, struct mlk_rc_keys *texts, int64_t *left,
+                                const int8_t *kind_byte, int64_t nkinds, struct mlk_rc_store *s, int64_t *left,
                                 int64_t cap, int64_t *nleft)
 {
-    int32_t w[KEY_WORDS_MAX + 1];
+    int32_t w[KEY_WORDS_MAX];
     for (int64_t p = from; p < n; p++) {
         int64_t key = key_ids[p];
         int ok = key >= 0 && key < k->nkeys && key < s->keys && k->len[key] >= 1 &&
@@ -231,7 +286,7 @@ EXPORT int64_t mlk_rc_key_texts(const struct mlk_rc_keys *k, const int64_t *key_
             int32_t t = words[i];
             int32_t l = t >= 0 && t < ntokens && !python_token[t] ? token_line[t] : -2;
             if (l >= 0)
-                w[1 + lines++] = l;
+                w[lines++] = l;
             else if (l != -1)
                 ok = 0;
         }
@@ -241,20 +296,14 @@ EXPORT int64_t mlk_rc_key_texts(const struct mlk_rc_keys *k, const int64_t *key_
             ++*nleft;
             continue;
         }
-        w[0] = kind_byte[words[0]];
-        if (s->out_used + lines > s->out_room)
+        if (s->out_used + lines > s->out_room || 2 * (s->ntexts + 1) > s->ntexts_slots)
             return p;
-        int64_t text = mlk_rc_key_intern(texts, w, lines + 1);
-        if (text < 0 || text >= s->first_key_room)
-            return p;
-        memcpy(s->out + s->out_used, w + 1, (size_t)lines * sizeof *w);
+        memcpy(s->out + s->out_used, w, (size_t)lines * sizeof *w);
         s->key_first[key] = s->base + s->out_used;
         s->key_lines[key] = lines;
-        s->key_kind[key] = (int8_t)w[0];
+        s->key_kind[key] = kind_byte[words[0]];
         s->out_used += lines;
-        if (s->first_key[text] < 0)
-            s->first_key[text] = key;
-        s->canon[key] = s->first_key[text] == key ? -1 : s->first_key[text];
+        set_canon(s, key); /* (room checked above) */
     }
     return n;
 }
@@ -281,4 +330,15 @@ EXPORT int64_t mlk_rc_key_tokens_unnamed(const struct mlk_rc_keys *k, const int6
             }
     }
     return n;
+}
+
+/* Put the first key of each text (canon -1, with text) in fresh, larger
+ * (all-zero) texts slots.  0: still no room. */
+EXPORT int mlk_rc_texts_rebuild(struct mlk_rc_store *s)
+{
+    s->ntexts = 0;
+    for (int64_t key = 0; key < s->keys; key++)
+        if (s->key_first[key] >= 0 && s->canon[key] == -1 && !set_canon(s, key))
+            return 0;
+    return 1;
 }
