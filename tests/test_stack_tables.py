@@ -153,3 +153,20 @@ def test_fuzzed_stack_tables_never_raise_anything_but_a_clear_error(sqlite3_runs
             read_series([str(where)])
         except Exception as e:  # noqa: BLE001 -- what is under test
             assert type(e).__name__ == "InputError", repr(e)
+
+
+def test_a_stack_that_shares_its_callers_reads_as_its_whole_frames(tmp_path):
+    """`@s N P F...`: stack N's frames, then stack P's -- the form a writer
+    sharing callers (as heaptrack's trace tree) writes; today's writes P 0."""
+    path = tmp_path / "x-7-1.memlog"
+    path.write_text(HEADER + "+64 +1 stack=3\n+32 +1 stack=1\n"
+                    "@f 1\n\tmain\t(/bin/x)\tx.c:9\n@f 2\n\tserve\t(/bin/x)\tx.c:5\n"
+                    "@f 3\n\tleak [inlined]\t(/bin/x)\tx.c:2\n\tleak\t(/bin/x)\tx.c:1\n"
+                    "@s 1 0 1\n@s 2 1 2\n@s 3 2 3\n@end\n")
+    report = memlog.read(str(path))
+    assert [[(f.function, f.line, f.inlined) for f in e.frames] for e in report.entries] == [
+        [("leak", 2, True), ("leak", 1, False), ("serve", 5, False), ("main", 9, False)],
+        [("main", 9, False)]]
+    assert report.entries[0].frames_text == ("\tleak [inlined]\t(/bin/x)\tx.c:2\n\tleak\t(/bin/x)\tx.c:1\n"
+                                             "\tserve\t(/bin/x)\tx.c:5\n\tmain\t(/bin/x)\tx.c:9")
+    assert not report.truncated and report.entries[0].extra == []
