@@ -442,7 +442,8 @@ class Reporter:
             where = directory or self.directory
             lines = header_lines(self, snap, sums, seq, reason, scan, touched, label)
             if self.table:
-                lines.append(("stack-table-from", self.table.begin(seq, where)))
+                # (a table's reports are found by their directory and name)
+                lines.append(("stack-table-from", self.table.begin(seq, (where, self.name, self.pid))))
             header = render(lines, ())
             texts.begin_temporary()  # the texts of partly symbolized keys: this report only
             try:

@@ -38,8 +38,9 @@ class StackTable:
         self.directory = None        # where its reports are
 
     def begin(self, seq, directory):
-        """A report (seq) is about to be written in `directory`: the seq
-        whose report began the table it uses (its header's
+        """A report (seq) is about to be written in `directory` (with the
+        names its reports take there: any change begins a new table): the
+        seq whose report began the table it uses (its header's
         stack-table-from)."""
         self.stamp += 1
         if self.first_seq is None or directory != self.directory:
