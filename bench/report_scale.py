@@ -6,7 +6,7 @@ ranked and written as JSON and as text.  Prints wall time and the peak RSS
 of the report process.
 
     python bench/report_scale.py                   # 100 x 10,000 and 1 x 100,000
-    python bench/report_scale.py --reports 20 --stacks 5000
+    python bench/report_scale.py --reports 20 --stacks 5000 [--stack-table]
 """
 
 import argparse
@@ -27,10 +27,23 @@ ROOT = os.path.dirname(HERE)
 FRAME = "\tns{a}::Pool<{b}>::grow(unsigned long)\t(/usr/bin/server)\t/src/pool{a}.h:{line}\n"
 
 
-def write_reports(directory, reports, stacks, seed=1):
+def write_reports(directory, reports, stacks, seed=1, table=False):
+    """table: reports with a stack table (docs/memlog.md), as the reporter
+    writes them: the first defines every stack, the entries name them."""
     rnd = random.Random(seed)
     frames = ["".join(FRAME.format(a=(s * 7 + k) % 97, b=s % 13, line=10 + k) for k in range(6))
               for s in range(stacks)]
+    if table:
+        ids, definitions = {}, []
+        for s in range(stacks):
+            numbers = []
+            for line in frames[s].splitlines(keepends=True):
+                if line not in ids:
+                    ids[line] = len(ids) + 1
+                    definitions.append(f"@f {ids[line]}\n{line}")
+                numbers.append(str(ids[line]))
+            definitions.append(f"@s {s + 1} 0 {' '.join(numbers)}\n")
+            frames[s] = ""
     leaking = set(rnd.sample(range(stacks), max(1, stacks // 100)))
     size = 0
     for seq in range(1, reports + 1):
@@ -38,14 +51,17 @@ def write_reports(directory, reports, stacks, seed=1):
         with open(path, "w") as f:
             f.write(f"# program: /usr/bin/server\n# pid: 4242\n# seq: {seq}\n"
                     f"# time: 2026-11-23T12:{seq // 60:02d}:{seq % 60:02d}.000+00:00\n"
-                    f"# reason: signal\n")
+                    f"# reason: signal\n" + ("# stack-table-from: 1\n" if table else ""))
             for s in range(stacks):
                 if s in leaking:
                     b, k = 64, 1
                 else:
                     k = rnd.choice((-2, -1, 1, 2))
                     b = 48 * k
-                f.write(f"{b:+d} {k:+d} allocs=+{abs(k) * 3}\n{frames[s]}")
+                f.write(f"{b:+d} {k:+d} allocs=+{abs(k) * 3}{f' stack={s + 1}' if table else ''}\n{frames[s]}")
+            if table:
+                f.write("".join(definitions) if seq == 1 else "")
+                f.write("@end\n")
         size += os.path.getsize(path)
     return size
 
@@ -76,12 +92,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reports", type=int)
     ap.add_argument("--stacks", type=int)
+    ap.add_argument("--stack-table", action="store_true", help="reports with a stack table, as written now")
     a = ap.parse_args()
     cases = [(a.reports, a.stacks)] if a.reports else [(100, 10_000), (1, 100_000)]
     for reports, stacks in cases:
         work = tempfile.mkdtemp(prefix="report-scale-")
         try:
-            size = write_reports(work, reports, stacks)
+            size = write_reports(work, reports, stacks, table=a.stack_table)
             for args in (["--json"], []):
                 took, peak, out = measure(work, args)
                 print(f"{reports:4d} reports x {stacks:7,d} stacks ({size / 1e6:6.1f} MB): "
