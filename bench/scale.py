@@ -20,6 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from libmemleak import preload_path  # noqa: E402
+from libmemleak.live.client import open_segment  # noqa: E402
 
 
 def status(pid, key):
@@ -31,18 +32,12 @@ def status(pid, key):
 
 
 def reporter_of(pid):
-    """The reporter watching pid (its fd 4 is a pidfd of it), or None."""
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if b"_reporter_main.py" not in f.read():
-                    continue
-            with open(f"/proc/{entry}/fdinfo/4") as f:
-                if f"Pid:\t{pid}\n" in f.read():
-                    return int(entry)
-        except (OSError, ValueError):
-            continue
-    return None
+    """The reporter of traced process pid, as its segment names it."""
+    segment, fd = open_segment(pid, writable=False)
+    try:
+        return int(segment.header.reporter_pid) or None
+    finally:
+        os.close(fd)
 
 
 def run(exe, args, traced, out, depth, stack_table="yes"):
