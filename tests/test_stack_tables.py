@@ -170,3 +170,13 @@ def test_a_stack_that_shares_its_callers_reads_as_its_whole_frames(tmp_path):
     assert report.entries[0].frames_text == ("\tleak [inlined]\t(/bin/x)\tx.c:2\n\tleak\t(/bin/x)\tx.c:1\n"
                                              "\tserve\t(/bin/x)\tx.c:5\n\tmain\t(/bin/x)\tx.c:9")
     assert not report.truncated and report.entries[0].extra == []
+
+
+def test_a_forged_seq_costs_nothing_to_look_for(tmp_path):
+    """A lone report saying it is report 10^11 of a table begun at 1: its
+    earlier reports are looked for in one listing, not one by one."""
+    path = tmp_path / "x-7-100000000000.memlog"
+    path.write_text(HEADER.replace("# seq: 1\n", "# seq: 100000000000\n") + "+64 +1 stack=1\n@end\n")
+    report = memlog.read(str(path))
+    assert "defined in reports 1, 2, 3, 4, 5, 6, 7, 8 of this process, which are not there" in report.truncated
+    assert report.entries[0].frames == ()

@@ -363,7 +363,7 @@ def _name_stacks(entries, named, definitions, header, source, cache, path, load,
                                                "stack-table-from")
         where = (os.path.dirname(path or source), _run_name(path or source))
         scope = stack_tables.scope_of(first, seq, cache.setdefault("stack tables", {}), where,
-                                      lambda k: _sibling_text(path, k, load), frames_of)
+                                      lambda: _siblings(path, load), frames_of)
         whole = bool(mine) and mine[-1][0] == "end"
         scope.add(seq, mine)
         lost = 0
@@ -381,9 +381,11 @@ def _name_stacks(entries, named, definitions, header, source, cache, path, load,
         if not whole:
             return f"its stack table ends early ({lost} entries' stacks are not there)"
         if lost:
-            gone = ", ".join(map(str, sorted(scope.missing)[:8]))
-            return (f"{lost} entries without frames: their stacks are defined in report {gone} of this "
-                    "process, which is not there")
+            gone = sorted(scope.missing)
+            many = len(gone) > 1
+            return (f"{lost} entries without frames: their stacks are defined in report{'s' if many else ''} "
+                    f"{', '.join(map(str, gone[:8]))}{' (and more)' if len(gone) > 8 else ''} of this "
+                    f"process, which {'are' if many else 'is'} not there")
         return ""
     except stack_tables.StackTableError as e:
         line = f":{text.count(chr(10), 0, at) + 1}" if at is not None else ""
@@ -396,24 +398,29 @@ def _run_name(path):
     return f"{m['prog']}-{m['pid']}@{m['ns'] or ''}" if m else os.path.basename(path)
 
 
-def _sibling_text(path, seq, load):
-    """The text of report `seq` of the process whose report is at `path`
-    (same directory, same PROG-PID), or None."""
+def _siblings(path, load):
+    """{seq: a function giving that report's text, or None} for the reports
+    of the process whose report is at `path` (same directory, same
+    PROG-PID[@NS]): one listing of the directory."""
     m = REPORT_NAME.match(os.path.basename(path or ""))
     if not m:
-        return None
+        return {}
     directory = os.path.dirname(path)
-    prefix = f"{m['prog']}-{m['pid']}{'@' + m['ns'] if m['ns'] else ''}-{seq}"
     try:
-        names = [n for n in os.listdir(directory or ".") if n.startswith(prefix) and
-                 (n == prefix + ".memlog" or (n.startswith(prefix + "-") and REPORT_NAME.match(n)))]
+        names = os.listdir(directory or ".")
     except OSError:
-        return None
+        return {}
+    found = {}
     for name in names:
-        data = (load or _read_bytes)(os.path.join(directory, name))
-        if data is not None:
-            return _FILE_CONTROLS.sub("?", data.decode("utf-8", "surrogateescape"))
-    return None
+        n = REPORT_NAME.match(name)
+        if n and (n["prog"], n["pid"], n["ns"]) == (m["prog"], m["pid"], m["ns"]) and len(n["seq"]) < 12:
+            found[int(n["seq"])] = lambda name=name: _text_of(os.path.join(directory, name), load)
+    return found
+
+
+def _text_of(path, load):
+    data = (load or _read_bytes)(path)
+    return None if data is None else _FILE_CONTROLS.sub("?", data.decode("utf-8", "surrogateescape"))
 
 
 def _read_bytes(path):

@@ -127,27 +127,41 @@ def table_from(header, seq):
     return int(text)
 
 
-def scope_of(first, seq, scopes, where, load, frames_of):
+def scope_of(first, seq, scopes, where, siblings, frames_of):
     """The Scope of a report (seq) whose table began at report `first`,
     with the definitions of every report of the run before it.  scopes: a
     dict kept across the files read (where: what tells processes apart --
-    the directory and name); load(k): the text of report k of the same
-    process, or None."""
+    the directory and name); siblings(): {k: load} for the reports of the
+    same process found, load() giving report k's text or None.  Reports of
+    the run that are not there are counted missing, never looked for one
+    by one (a forged seq of 10^12 must cost nothing)."""
     scope = scopes.get((where, first))
     if scope is None:
         scope = scopes[(where, first)] = Scope(first)
-    for k in range(first, seq):
-        if k in scope.seqs:
-            continue
-        text = load(k)
-        if text is None:  # deleted, say: what it alone defined is not known
-            scope.missing.add(k)
-            continue
-        m = _TABLE_FROM.search(text)
-        if m is None or int(m.group(1)) != first:
-            raise StackTableError(f"report {k} of this process belongs to another stack table")
-        found = definitions_in(text, frames_of)
-        if not found or found[-1][0] != "end":  # cut short: what it defined past the cut is not known
-            scope.missing.add(k)
-        scope.add(k, found)
+    if sum(first <= k < seq for k in scope.seqs) < seq - first:  # (else all there: nothing to look for)
+        found = siblings()
+        for k in sorted(k for k in found if first <= k < seq and k not in scope.seqs):
+            text = found[k]()
+            if text is None:
+                continue
+            m = _TABLE_FROM.search(text)
+            if m is None or int(m.group(1)) != first:
+                raise StackTableError(f"report {k} of this process belongs to another stack table")
+            got = definitions_in(text, frames_of)
+            if not got or got[-1][0] != "end":  # cut short: what it defined past the cut is not known
+                scope.missing.add(k)
+            scope.add(k, got)
+        have = sorted(k for k in scope.seqs if first <= k < seq)
+        scope.missing.update(_first_gaps(first, seq, have))
     return scope
+
+
+def _first_gaps(first, seq, have, most=8):
+    """Up to `most` numbers of first..seq-1 missing from sorted `have`."""
+    gaps, expected = [], first
+    for k in have + [seq]:
+        while expected < k and len(gaps) < most:
+            gaps.append(expected)
+            expected += 1
+        expected = max(expected, k + 1)
+    return gaps
