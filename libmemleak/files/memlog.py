@@ -350,6 +350,8 @@ def _name_stacks(entries, named, definitions, header, source, cache, path, load,
     entries whose stacks are gone with its end are left without frames."""
     frames_of = lambda block: tuple(_frame_of(line[1:], cache) for line in block.split("\n") if line)
     at = None
+    if definitions and not text.endswith("\n") and not definitions[-1][1]:
+        definitions = definitions[:-1]  # the line the file was cut inside (said: no @end)
     try:
         mine = []
         for head, lines, at in definitions:
