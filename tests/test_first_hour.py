@@ -294,8 +294,8 @@ def test_run_says_what_it_traces_and_which_reports_it_wrote(workdir):
     assert status == 0 and err == ""
 
 
-# -- 9. Python programs: told nothing at start now -- their objects are routed,
-# each at its own stack (tests/test_python_frames.py) ------------------------
+# -- 9. (Python programs: no start-up hint now, their objects routed each at
+# its own stack -- tests/test_python_frames.py.)  The README's demo ----------
 
 def test_the_demo_ends_with_the_ranked_leaks(workdir):
     """The README's first command: build the bundled server, take reports
