@@ -15,6 +15,7 @@ from typing import NamedTuple
 from libmemleak.daemon import python_code, report_core
 from libmemleak.daemon.layout import CONST, HEADER_SIZE, MODULE_SIZE, STACK_SIZE, ffi, stack_word
 from libmemleak.daemon.procfs import namespace_tag
+from libmemleak.daemon.stack_keys import Bound
 from libmemleak.files.memlog import report_name, resource_name, safe_name
 
 KIND_NAMES = {CONST["MLK_KIND_MALLOC"]: "malloc", CONST["MLK_KIND_NEW"]: "new",
@@ -108,6 +109,26 @@ class Snapshot:
     fds_before: int = 0      # descriptors (3 and up) open when collection started: in no entry
     live_slack: object = None  # per position: bytes reserved beyond the blocks' sizes (trailers only)
     slack_floor: int = 0     # the allocator's smallest usable size, when known (glibc: 24)
+
+
+def learn_stacks(seg, first, n, frames_used, max_depth):
+    """native/reporter/stack_keys.c's mlk_rc_learn_stacks over stacks
+    first..n-1 of seg: the columns of the plain ones filled; the ids of the
+    others, for _fill."""
+    ordinary = bytearray(64)
+    for kind in range(64):
+        ordinary[kind] = kind not in (_PYCODE, CONST["MLK_KIND_CUSTOM"]) and not (
+            RESOURCE_BASE <= kind < RESOURCE_BASE + RESOURCE_KINDS)
+    others = report_core.zeros(n - first)
+    with Bound() as bind:
+        learn = report_core.ffi.new("struct mlk_rc_learn *", [
+            bind("int64_t[]", seg._stack_words), _W, _W_STATE, _W_FRAMES, _W_EPOCHS, _W_FLAGS,
+            bind("uint64_t[]", seg._frames), frames_used, max_depth, CONST["MLK_STACK_READY"],
+            CONST["MLK_STACK_CUT"], bind("uint8_t[]", ordinary), python_code.TAG_SHIFT, python_code.TAG_NATIVE,
+            bind("int64_t[]", seg._kind), bind("int64_t[]", seg._off), bind("int64_t[]", seg._epoch),
+            bind("int64_t[]", seg._depth), bind("uint8_t[]", seg._ok)])
+        count = report_core.lib.mlk_rc_learn_stacks(learn, first, n, bind("int64_t[]", others))
+    return others[:count]
 
 
 class _StackView:
@@ -367,11 +388,12 @@ class Segment:
             col.frombytes(bytes(8 * grow))
         self._ok.extend(bytes(grow))
         self._next_id = n
-        for k, st in enumerate(states):
-            if st & 0xffffffff != ready:
-                self._pending.add(first + k)
+        for i in learn_stacks(self, first, n, frames_used, max_depth):  # the plain ones in C
+            k = i - first
+            if states[k] & 0xffffffff != ready:
+                self._pending.add(i)
             else:
-                self._fill(first + k, st, offs[k], epochs[k], frames_used, max_depth)
+                self._fill(i, states[k], offs[k], epochs[k], frames_used, max_depth)
 
     def _fill(self, i, state, off, epochs, frames_used, max_depth):
         depth = (state >> 32) & 0xffff

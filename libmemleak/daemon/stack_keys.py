@@ -32,6 +32,11 @@ int mlk_rc_text_canon(struct mlk_rc_store *, int64_t);
 int mlk_rc_texts_rebuild(struct mlk_rc_store *);
 int64_t mlk_rc_key_tokens_unnamed(const struct mlk_rc_keys *, const int64_t *, int64_t, int64_t, int32_t *,
                                   int64_t, int32_t *, int64_t, int64_t *);
+struct mlk_rc_learn { const int64_t *words; int64_t per, w_state, w_frames, w_epochs, w_flags;
+                      const uint64_t *frames; int64_t frames_used, max_depth; uint32_t ready; uint64_t cut_flag;
+                      const uint8_t *ordinary; int tag_shift; uint64_t tag_native;
+                      int64_t *kind, *off, *epoch, *depth; uint8_t *ok; };
+int64_t mlk_rc_learn_stacks(const struct mlk_rc_learn *, int64_t, int64_t, int64_t *);
 int64_t mlk_rc_key_stacks(struct mlk_rc_keys *, const struct mlk_rc_addrs *, const uint64_t *, int64_t,
                           const int64_t *, const int64_t *, const int64_t *, const int32_t *, const uint8_t *,
                           const int64_t *,

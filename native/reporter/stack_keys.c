@@ -342,3 +342,48 @@ EXPORT int mlk_rc_texts_rebuild(struct mlk_rc_store *s)
             return 0;
     return 1;
 }
+
+/* Where a newly published stack's words are (segment.py's columns). */
+struct mlk_rc_learn {
+    const int64_t *words;      /* the segment's stack entries, `per` words each */
+    int64_t per, w_state, w_frames, w_epochs, w_flags;
+    const uint64_t *frames;    /* the segment's frame words */
+    int64_t frames_used;       /* as read before the entries' states */
+    int64_t max_depth;
+    uint32_t ready;            /* MLK_STACK_READY */
+    uint64_t cut_flag;         /* MLK_STACK_CUT, in the flags word */
+    const uint8_t *ordinary;   /* kind -> 1: nothing for Python to note (64 kinds) */
+    int tag_shift;             /* a Python stack's first word >> tag_shift == tag_native */
+    uint64_t tag_native;
+    int64_t *kind, *off, *epoch, *depth; /* the columns, by stack id */
+    uint8_t *ok;
+};
+
+/* segment.py's _fill for stacks first..n-1 that are ready, whole (not
+ * cut), of an ordinary kind, without Python frames and plainly in bounds:
+ * their columns, and ok.  The others -- not ready yet, or anything Python
+ * must look at or count -- are written to others[] (all of them: cap is
+ * n - first).  Returns how many others. */
+EXPORT int64_t mlk_rc_learn_stacks(const struct mlk_rc_learn *l, int64_t first, int64_t n, int64_t *others)
+{
+    int64_t found = 0;
+    for (int64_t i = first; i < n; i++) {
+        const int64_t *w = l->words + i * l->per;
+        uint64_t state = (uint64_t)w[l->w_state];
+        int64_t depth = (int64_t)(state >> 32 & 0xffff), kind = (int64_t)(state >> 48 & 0xffff);
+        int64_t off = w[l->w_frames];
+        int plain = (uint32_t)state == l->ready && kind < 64 && l->ordinary[kind] && depth <= l->max_depth &&
+                    off >= 0 && off + depth <= l->frames_used && !((uint64_t)w[l->w_flags] & l->cut_flag) &&
+                    !(depth && l->frames[off] >> l->tag_shift == l->tag_native);
+        if (!plain) {
+            others[found++] = i;
+            continue;
+        }
+        l->kind[i] = kind;
+        l->off[i] = off;
+        l->epoch[i] = (int64_t)((uint64_t)w[l->w_epochs] & 0xffffffff);
+        l->depth[i] = depth;
+        l->ok[i] = 1;
+    }
+    return found;
+}
