@@ -29,7 +29,8 @@ struct mlk_rc_table { int32_t *key_mark; int64_t nkeys; int32_t *line_mark; int6
                       int32_t stamp, scope_first; };
 int64_t mlk_rc_table_render(struct mlk_rc_table *, const struct mlk_rc_row *, int64_t, int64_t,
                             const struct mlk_rc_texts *, char *, int64_t, int64_t *);
-void mlk_rc_resources_last(struct mlk_rc_row *, int64_t, const int8_t *, int64_t, int, struct mlk_rc_row *);
+int64_t mlk_rc_resources_last(struct mlk_rc_row *, int64_t, const int8_t *, int64_t, int, struct mlk_rc_row *,
+                              int64_t);
 void mlk_rc_columns(const struct mlk_stack *, int64_t, const uint8_t *, int64_t *, int64_t *,
                     int64_t *, int64_t *, int64_t *, int64_t *, int64_t *, int64_t *);
 int64_t mlk_rc_shown(int64_t, const int64_t *, const int64_t *, const int64_t *, const int64_t *, const int64_t *,
@@ -255,10 +256,12 @@ class Rows:
         after the others, each group keeping its order."""
         if not len(self):
             return
-        scratch = zeros(len(self.words))
-        with self.pointer() as rows, ffi.from_buffer("struct mlk_rc_row[]", scratch) as room:
-            lib.mlk_rc_resources_last(rows, len(self), ffi.from_buffer("int8_t[]", key_kind), len(key_kind),
-                                      first_resource_kind, room)
+        need = 64
+        while need:
+            scratch = zeros(need * ROW_WORDS)
+            with self.pointer() as rows, ffi.from_buffer("struct mlk_rc_row[]", scratch) as room:
+                need = lib.mlk_rc_resources_last(rows, len(self), ffi.from_buffer("int8_t[]", key_kind),
+                                                 len(key_kind), first_resource_kind, room, need)
 
     def textless(self, key_first):
         """Key ids of rows without text in key_first (-1)."""

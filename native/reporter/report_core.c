@@ -444,23 +444,35 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
     return len;
 }
 
+static int is_resource(const struct mlk_rc_row *row, const int8_t *key_kind, int64_t nkeys, int first_resource_kind)
+{
+    return row->key >= 0 && row->key < nkeys && (key_kind[row->key] & ~CUT_KIND) >= first_resource_kind;
+}
+
 /* Moves the rows of resource keys (key_kind, less CUT_KIND, at least
  * `first_resource_kind`) after all the others, each group in its order:
  * a report's resources are a section of their own, after memory's
- * (docs/memlog.md).  scratch: room for n rows.  */
-EXPORT void mlk_rc_resources_last(struct mlk_rc_row *rows, int64_t n, const int8_t *key_kind, int64_t nkeys,
-                                  int first_resource_kind, struct mlk_rc_row *scratch)
+ * (docs/memlog.md).  scratch: room for `room` rows -- the resource rows,
+ * a few descriptors' stacks among a million (not a copy of them all).
+ * Returns 0, or how many rows scratch needs when it has too few. */
+EXPORT int64_t mlk_rc_resources_last(struct mlk_rc_row *rows, int64_t n, const int8_t *key_kind, int64_t nkeys,
+                                     int first_resource_kind, struct mlk_rc_row *scratch, int64_t room)
 {
-    int64_t memory = 0, later = 0;
+    int64_t later = 0;
+    for (int64_t r = 0; r < n; r++)
+        later += is_resource(&rows[r], key_kind, nkeys, first_resource_kind);
+    if (later > room)
+        return later;
+    int64_t memory = 0;
+    later = 0;
     for (int64_t r = 0; r < n; r++) {
-        int64_t key = rows[r].key;
-        int kind = key >= 0 && key < nkeys ? key_kind[key] & ~CUT_KIND : 0;
-        if (kind >= first_resource_kind)
+        if (is_resource(&rows[r], key_kind, nkeys, first_resource_kind))
             scratch[later++] = rows[r];
         else
             rows[memory++] = rows[r];
     }
     memcpy(rows + memory, scratch, (size_t)later * sizeof *rows);
+    return 0;
 }
 
 /* Record that a report now covers these columns: reported := live, for the
