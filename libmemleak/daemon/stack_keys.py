@@ -100,11 +100,12 @@ class WordTable:
     def grow(self, words):
         """Room for one more run of `words` words (or more)."""
         if self.used + words > len(self.pool):
-            self.pool.extend(zeros(max(len(self.pool), words), "i"))
+            # half again (a million keys' pool is ~200 MB), zeros straight in: no temporary array
+            self.pool.frombytes(bytes(4 * max(len(self.pool) // 2, words)))
         if self.count >= len(self.start):
             more = len(self.start)
-            self.start.extend(zeros(more))
-            self.len.extend(zeros(more, "i"))
+            self.start.frombytes(bytes(8 * more))
+            self.len.frombytes(bytes(4 * more))
         if 2 * (self.count + 1) > len(self.slots):
             self.slots = zeros(2 * len(self.slots))
             with Bound() as bind:
