@@ -405,3 +405,18 @@ def test_run_does_not_tell_a_python_user_to_give_up_pymalloc(tmp_path):
     assert "PYTHONMALLOC" not in out.stderr and "arena" not in out.stderr, out.stderr
     report = memlog.read(str(next(tmp_path.glob("*.memlog"))))
     assert "objects routed (each at its own stack)" in report.header["python"]
+
+    # nor does `report` of it while it runs: the interpreter's frame-stack
+    # chunk (an mmap through _PyObject_VirtualAlloc) is no pool, and its
+    # objects are not behind one
+    (tmp_path / "live").mkdir()
+    p = subprocess.Popen(cli_argv("run", "-q", sys.executable, "-c",
+                                  "import sys; x = [bytearray(100) for i in range(10)]; print('ready', flush=True); "
+                                  "sys.stdin.readline()"),
+                         cwd=tmp_path / "live", env=CLI_ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline() == "ready\n"
+    taken = cli("snapshot", p.pid)
+    assert taken.returncode == 0, taken.stderr
+    p.communicate("\n", timeout=120)
+    shown = cli("report", next((tmp_path / "live").glob("*-1.memlog")))
+    assert "PYTHONMALLOC" not in shown.stdout and "pool in the way" not in shown.stdout, shown.stdout

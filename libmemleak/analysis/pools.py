@@ -22,8 +22,11 @@ class Pool:
 
 
 POOLS = (
+    # (not _PyObject_ArenaMmap itself: the interpreter maps its frame stack's
+    # chunks through it too -- _PyObject_VirtualAlloc -- and those are no pool;
+    # an arena's mmap has new_arena right after it)
     Pool("CPython's pymalloc", frozenset(("pymalloc_alloc", "allocate_from_new_pool", "new_arena",
-                                          "_PyObject_ArenaMmap", "_PyObject_Malloc")),
+                                          "_PyObject_Malloc")),
          "run it with PYTHONMALLOC=malloc"),
     Pool("GLib's slice allocator", frozenset(("g_slice_alloc", "g_slice_alloc0", "g_slice_copy",
                                               "magazine_cache_pop_magazine", "slab_allocator_alloc_chunk")),
