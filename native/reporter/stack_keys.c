@@ -242,6 +242,12 @@ static int set_canon(struct mlk_rc_store *s, int64_t key)
             return 1;
         }
         int64_t other = (int64_t)slot[1] - 1;
+        if (other >= s->keys || s->key_first[other] < 0) { /* (no text now: never, but never read) */
+            slot[0] = h;
+            slot[1] = (uint64_t)key + 1;
+            s->canon[key] = -1;
+            return 1;
+        }
         if (slot[0] == h && other != key && s->key_kind[other] == s->key_kind[key] &&
             s->key_lines[other] == n && !memcmp(lines_of(s, other), lines, (size_t)n * sizeof *lines)) {
             s->canon[key] = other;
