@@ -255,6 +255,20 @@ def snapshot_entry(p, cwd, wanted):
     return next(e for e in report.entries if wanted(e))
 
 
+def entry_while_running(tmp_path, name, source, wanted):
+    """The first entry for which wanted(entry) holds, of a snapshot of the
+    Python script `source` (saved as tmp_path/name) run traced: it waits on
+    stdin meanwhile, and is let go after."""
+    script = tmp_path / name
+    script.write_text(source)
+    p = subprocess.Popen(cli_argv("run", "-q", sys.executable, script), cwd=tmp_path, env=CLI_ENV,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        return snapshot_entry(p, tmp_path, wanted)
+    finally:
+        p.communicate("\n", timeout=120)
+
+
 def test_records_and_words_the_program_wrote_never_break_the_reader():
     """The records and the stack words are written by the traced program:
     random ones, and real ones mutated, are refused or read -- never an
@@ -337,14 +351,7 @@ sys.stdin.readline()
 def test_a_deep_python_stack_keeps_its_frames(tmp_path):
     """55 nested calls and the module's frame: every Python frame is in
     the stack (up to 63 are kept), not cut where a native walk's depth is."""
-    script = tmp_path / "deep.py"
-    script.write_text(DEEP)
-    p = subprocess.Popen(cli_argv("run", "-q", sys.executable, script), cwd=tmp_path, env=CLI_ENV,
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        entry = snapshot_entry(p, tmp_path, lambda e: e.bytes == 7001)
-    finally:
-        p.communicate("\n", timeout=120)
+    entry = entry_while_running(tmp_path, "deep.py", DEEP, lambda e: e.bytes == 7001)
     python = [(f.function, f.line) for f in entry.frames if f.module == "python"]
     assert python == [("down", 4)] + [("down", 5)] * 55 + [("<module>", 6)], python
     assert "cut" not in " ".join(entry.extra or ()), entry.extra
@@ -382,14 +389,7 @@ def test_a_file_name_the_program_chose_cannot_forge_report_lines(tmp_path):
     """A code object's file name is the program's to choose: one with a
     newline and a tab is shown with '?' for them, inside its frame line --
     no entry or field of its making appears in the report."""
-    script = tmp_path / "forger.py"
-    script.write_text(FORGER)
-    p = subprocess.Popen(cli_argv("run", "-q", sys.executable, script), cwd=tmp_path, env=CLI_ENV,
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        entry = snapshot_entry(p, tmp_path, lambda e: e.bytes == 9001)
-    finally:
-        p.communicate("\n", timeout=120)
+    entry = entry_while_running(tmp_path, "forger.py", FORGER, lambda e: e.bytes == 9001)
     assert [(f.function, f.file, f.line) for f in entry.frames if f.module == "python"][0] == \
         ("make", "evil?+999999 +1?forged", 2), entry.frames
     path = [n for n in os.listdir(tmp_path) if n.endswith(".memlog")]
