@@ -73,10 +73,16 @@ class FrameResolver:
             return token
         m = self._modmap.find(address, epoch)
         token = self.keys.token(m, address)
-        if self._modmap.only_one(address) if m is not None else not self._modmap.covers(address):
-            self._cache[address] = token  # the same answer whenever the stack was recorded
-            self.addrs.put(address, token)
+        fixed, sole = self._modmap.fixed(address)
+        if fixed and sole is m:
+            self._remember(address, token)
         return token
+
+    def _remember(self, address, token):
+        """address has this token whenever its stack was recorded: for
+        Python's look-ups and C's (key_many)."""
+        self._cache[address] = token
+        self.addrs.put(address, token)
 
     def key_many(self, stacks, ids, key_of):
         """Key the stacks `ids` (array('q')) whose frames C can read
@@ -86,10 +92,9 @@ class FrameResolver:
         the stack was recorded)."""
         columns = stacks.key_columns()
         for address in self.addrs.misses(columns, ids):
-            m = self._modmap.sole(address)
-            if m is not None or not self._modmap.covers(address):  # one answer, or none ever
-                token = self._cache[address] = self.keys.token(m, address)
-                self.addrs.put(address, token)
+            fixed, sole = self._modmap.fixed(address)
+            if fixed:
+                self._remember(address, self.keys.token(sole, address))
         return key_stacks(self.keys, self.addrs, columns, ids, key_of)
 
     def cover(self, n):

@@ -20,29 +20,18 @@ class ModuleMap:
             i -= 1
         return None
 
-    def only_one(self, address):
-        """True if exactly one module, loaded or unloaded, covers address."""
-        return self.sole(address) is not None
-
-    def covers(self, address):
-        """True if any module, loaded or unloaded, covers address."""
-        i = bisect.bisect_right(self._los, address) - 1
-        while i >= 0 and address - self._los[i] < self._widest:
-            if self._modules[i].lo <= address < self._modules[i].hi:
-                return True
-            i -= 1
-        return False
-
-    def sole(self, address):
-        """The module covering address if exactly one, loaded or unloaded,
-        does (whenever the stack was recorded, the answer), else None."""
+    def fixed(self, address):
+        """(True, the module) when which module holds address cannot depend
+        on when a stack was recorded: exactly one module, loaded or
+        unloaded, ever covered it -- or none did (the module: None).
+        (False, None) when several did."""
         i = bisect.bisect_right(self._los, address) - 1
         found = None
         while i >= 0 and address - self._los[i] < self._widest:
             m = self._modules[i]
             if m.lo <= address < m.hi:
                 if found is not None:
-                    return None
+                    return False, None
                 found = m
             i -= 1
-        return found
+        return True, found
