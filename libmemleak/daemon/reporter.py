@@ -442,7 +442,6 @@ class Reporter:
             where = directory or self.directory
             lines = header_lines(self, snap, sums, seq, reason, scan, touched, label)
             if self.table:
-                # (a table's reports are found by their directory and name)
                 lines.append(("stack-table-from", self.table.begin(seq, (where, self.name, self.pid))))
             header = render(lines, ())
             texts.begin_temporary()  # the texts of partly symbolized keys: this report only
@@ -458,17 +457,18 @@ class Reporter:
                 misuse_text = misuse.entries_text(misused, lambda sid: texts.key_text(misuse_keys[sid]))
                 body = texts.render(deltas.rows, since_seq=scan.bucket_seq if scan else None,
                                     depth=snap.depth, kind_words=self.resource_words(), table=self.table)
-                defined = self.table.render(deltas.rows, texts) if self.table else iter(())
+                defined = self.table.render(deltas.rows, texts) if self.table else None
                 try:
                     path = write_report(where, report_name(self.name, self.pid, seq, label, self.ns_tag),
-                                        itertools.chain([header], body, [misuse_text], defined))
+                                        itertools.chain([header], body, [misuse_text], defined or ()))
                 except BaseException:
                     if self.table:
                         self.table.failed()
                     raise
                 finally:
                     body.close()
-                    defined.close() if self.table else None
+                    if defined:
+                        defined.close()
             finally:
                 texts.end_temporary()
         finally:

@@ -35,16 +35,17 @@ class StackTable:
         self.stamp = 0               # write attempts so far
         self.scope_first = 1         # the table's first attempt
         self.first_seq = None        # the seq of the table's first report
-        self.directory = None        # where its reports are
+        self.place = None            # where its reports are, and how they are named
 
-    def begin(self, seq, directory):
-        """A report (seq) is about to be written in `directory` (with the
-        names its reports take there: any change begins a new table): the
-        seq whose report began the table it uses (its header's
+    def begin(self, seq, place):
+        """A report (seq) is about to be written at `place` (its directory
+        and what names the process's reports there: a reader finds a
+        table's reports by both, so any change begins a new table): the seq
+        whose report began the table it uses (its header's
         stack-table-from)."""
         self.stamp += 1
-        if self.first_seq is None or directory != self.directory:
-            self.scope_first, self.first_seq, self.directory = self.stamp, seq, directory
+        if self.first_seq is None or place != self.place:
+            self.scope_first, self.first_seq, self.place = self.stamp, seq, place
         return self.first_seq
 
     def failed(self):

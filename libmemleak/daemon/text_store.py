@@ -139,15 +139,13 @@ class TextStore:
         self._mark = (len(self.arena), len(self.line_off), len(self.pool))
 
     def end_temporary(self):
-        """Drop the temporary texts; returns the keys that had them."""
         arena, lines, pool = self._mark
         del self.arena[arena:]
         del self.line_off[lines:]
         del self.pool[pool:]
         for key_id in self._temporary_keys:
             self.key_first[key_id] = -1
-        dropped, self._temporary_keys, self._mark = self._temporary_keys, [], None
-        return dropped
+        self._temporary_keys, self._mark = [], None
 
     def permanent_lines(self):
         """Line ids below this one outlive the report being written."""
