@@ -111,20 +111,22 @@ class Snapshot:
     slack_floor: int = 0     # the allocator's smallest usable size, when known (glibc: 24)
 
 
+# Kinds _fill has nothing to note of (not custom blocks, resources or
+# Python's code records): mlk_rc_learn_stacks fills their stacks itself.
+_ORDINARY_KINDS = bytes(kind not in (_PYCODE, CONST["MLK_KIND_CUSTOM"]) and
+                        not RESOURCE_BASE <= kind < RESOURCE_BASE + RESOURCE_KINDS for kind in range(64))
+
+
 def learn_stacks(seg, first, n, frames_used, max_depth):
     """native/reporter/stack_keys.c's mlk_rc_learn_stacks over stacks
     first..n-1 of seg: the columns of the plain ones filled; the ids of the
     others, for _fill."""
-    ordinary = bytearray(64)
-    for kind in range(64):
-        ordinary[kind] = kind not in (_PYCODE, CONST["MLK_KIND_CUSTOM"]) and not (
-            RESOURCE_BASE <= kind < RESOURCE_BASE + RESOURCE_KINDS)
     others = report_core.zeros(n - first)
     with Bound() as bind:
         learn = report_core.ffi.new("struct mlk_rc_learn *", [
             bind("int64_t[]", seg._stack_words), _W, _W_STATE, _W_FRAMES, _W_EPOCHS, _W_FLAGS,
             bind("uint64_t[]", seg._frames), frames_used, max_depth, CONST["MLK_STACK_READY"],
-            CONST["MLK_STACK_CUT"], bind("uint8_t[]", ordinary), python_code.TAG_SHIFT, python_code.TAG_NATIVE,
+            CONST["MLK_STACK_CUT"], bind("uint8_t[]", _ORDINARY_KINDS), python_code.TAG_SHIFT, python_code.TAG_NATIVE,
             bind("int64_t[]", seg._kind), bind("int64_t[]", seg._off), bind("int64_t[]", seg._epoch),
             bind("int64_t[]", seg._depth), bind("uint8_t[]", seg._ok)])
         count = report_core.lib.mlk_rc_learn_stacks(learn, first, n, bind("int64_t[]", others))
@@ -379,21 +381,19 @@ class Segment:
         first = self._next_id
         if first >= n:
             return
-        words = self._stack_words[first * _W:n * _W]
-        states = words[_W_STATE::_W].tolist()
-        offs = words[_W_FRAMES::_W].tolist()
-        epochs = words[_W_EPOCHS::_W].tolist()
         grow = n - first
         for col in (self._kind, self._off, self._epoch, self._depth):
             col.frombytes(bytes(8 * grow))
         self._ok.extend(bytes(grow))
         self._next_id = n
         for i in learn_stacks(self, first, n, frames_used, max_depth):  # the plain ones in C
-            k = i - first
-            if states[k] & 0xffffffff != ready:
+            base = i * _W
+            st = self._stack_words[base + _W_STATE]
+            if st & 0xffffffff != ready:
                 self._pending.add(i)
             else:
-                self._fill(i, states[k], offs[k], epochs[k], frames_used, max_depth)
+                self._fill(i, st, self._stack_words[base + _W_FRAMES], self._stack_words[base + _W_EPOCHS],
+                           frames_used, max_depth)
 
     def _fill(self, i, state, off, epochs, frames_used, max_depth):
         depth = (state >> 32) & 0xffff
