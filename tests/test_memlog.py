@@ -54,7 +54,7 @@ def test_zero_is_written_with_a_sign():
 def test_unknown_extra_fields_and_header_lines_are_tolerated():
     r = memlog.parse("# future-key: x\n# not a pair\n+5 +1 +9 future\n\tf\t(/m)\n")
     assert r.header["future-key"] == "x"
-    assert r.entries[0].extra == ["+9", "future"]
+    assert r.entries[0].extra == ("+9", "future")
 
 
 @pytest.mark.parametrize("text, where", [

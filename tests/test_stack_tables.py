@@ -12,6 +12,8 @@ import subprocess
 import pytest
 
 from helpers import cli, env_for, report_path, wait_for_file
+from libmemleak.analysis.stack_fold import StackFold
+from libmemleak.analysis.trends import analyse
 from libmemleak.files import memlog
 from libmemleak.files.series import read_series
 
@@ -73,6 +75,29 @@ def test_a_stack_table_reads_back_exactly_as_the_old_form(sqlite3_runs):
     assert len(ours) > 100  # more entries than are written with their frames inline
     assert ours == theirs
     assert sum(map(os.path.getsize, table)) < sum(map(os.path.getsize, inline))
+
+
+def _trends(paths, fold):
+    """Each stack's changes, report by report, as the analysis sees them
+    (read_series with or without folding the reports as it reads them)."""
+    [series], problems = read_series([os.path.dirname(paths[0])], fold=fold)
+    assert not problems and len(series.reports) == 3
+    assert all((r.entries is None) == bool(fold) for r in series.reports)
+    trends = analyse(series).trends
+    by_stack = {(t.kind, tuple(t.frames)): (t.deltas, t.block_deltas, t.alloc_deltas) for t in trends}
+    assert len(by_stack) == len(trends)
+    return by_stack
+
+
+def test_report_keeps_no_entry_and_counts_the_same(sqlite3_runs):
+    """`report`, `check` and `export` fold each report into the stacks'
+    trends as it is read and keep none of its entries (memory follows
+    the distinct stacks, not the files' size): the same trends as a
+    series read whole, from a stack table and from the old form alike."""
+    table, inline = sqlite3_runs
+    whole = _trends(table, None)
+    assert len(whole) > 50 and sum(sum(d) for d, _, _ in whole.values()) > 0
+    assert _trends(table, StackFold) == whole == _trends(inline, StackFold)
 
 
 def test_a_report_read_alone_finds_its_frames_in_its_siblings(sqlite3_runs, tmp_path):
@@ -169,7 +194,7 @@ def test_a_stack_that_shares_its_callers_reads_as_its_whole_frames(tmp_path):
         [("main", 9, False)]]
     assert report.entries[0].frames_text == ("\tleak [inlined]\t(/bin/x)\tx.c:2\n\tleak\t(/bin/x)\tx.c:1\n"
                                              "\tserve\t(/bin/x)\tx.c:5\n\tmain\t(/bin/x)\tx.c:9")
-    assert not report.truncated and report.entries[0].extra == []
+    assert not report.truncated and report.entries[0].extra == ()
 
 
 def test_a_forged_seq_costs_nothing_to_look_for(tmp_path):

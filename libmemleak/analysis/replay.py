@@ -341,10 +341,10 @@ def _series(log, moments, describe):
                 kind, lines = log.stacks.get(i, ("unknown", []))
                 # (a kind is one word in a report's entry: the log's may be anything)
                 kind = kind if isinstance(kind, str) and re.fullmatch(r"[A-Za-z0-9._-]{1,32}", kind) else "unknown"
-                frames_of[i] = ([f for f in (parse_frame(line.strip("\t")) for line in lines) if f is not None],
-                                [f"kind={kind}"] if kind not in ("malloc", "unknown") else [])
+                frames_of[i] = (tuple(f for f in (parse_frame(line.strip("\t")) for line in lines) if f is not None),
+                                (f"kind={kind}",) if kind not in ("malloc", "unknown") else ())
             frames, extra = frames_of[i]
-            allocs = [f"allocs={value[2]}"] if len(value) > 2 and value[2] else []
+            allocs = (f"allocs={value[2]}",) if len(value) > 2 and value[2] else ()
             entries.append(Entry(value[0], value[1], frames, extra + allocs))
         header = {"program": program, "pid": str(pid), "seq": str(seq), "reason": reason,
                   "replay-moment": describe(at_ns),

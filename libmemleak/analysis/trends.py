@@ -22,6 +22,7 @@ from libmemleak.analysis import lost
 from libmemleak.analysis import alloc_layer
 from libmemleak.analysis import pools
 from libmemleak.analysis.names import deeper_words, has_python_frames, shown_frames
+from libmemleak.analysis.stack_fold import Trend, fold_series
 
 TEARDOWN = "exit"
 
@@ -40,52 +41,6 @@ def add_live(a, t):
     else:
         a.live_bytes += t.live_bytes
         a.live_blocks += t.live_blocks
-
-
-def stack_key(entry):
-    """A stack's identity across reports: what a report prints of it, and
-    its allocator family or resource kind."""
-    kind = next((x for x in entry.extra if x.startswith(("kind=", "resource="))), "") if entry.extra else ""
-    if entry.frames_text is not None:
-        return (kind, entry.frames_text)
-    return (kind, *((f.function, f.module, f.file, f.line, f.inlined) for f in entry.frames))
-
-
-@dataclass
-class Trend:
-    key: tuple
-    frames: list                       # memlog frames (of the first entry seen)
-    deltas: list                       # byte change per report (0 where absent)
-    block_deltas: list
-    samples: int = 0                   # sampled reports: recorded blocks behind the estimates
-    allocations: int | None = None     # allocations made (reports that count them: allocs=)
-    alloc_deltas: list | None = None   # allocations made in each report's interval
-    kind: str = "malloc"               # allocator family: malloc, new, mmap, shared, custom (kind=)
-    touched: int | None = None         # mappings: bytes ever touched, as last said (touched=)
-    touched_at: int = -1               # the report that said it
-    slack: int = 0                     # bytes reserved beyond its live blocks' sizes, as last said (slack=)
-    slack_at: int = -1                 # the report that said it
-    cut: int = 0                       # the depth its stack was cut at (cut=), 0 if whole
-    resource: str = ""                 # a resource other than memory (resource=fd): its kind; its
-                                       # "bytes" are weights and its "blocks" how many are held
-    # filled in by rank():
-    live_bytes: int = 0
-    live_blocks: int = 0
-    running_live_bytes: int = 0        # live at the last report before teardown
-    running_live_blocks: int = 0
-    grew: int = 0                      # intervals (after the first report) it grew in
-    shrank: int = 0
-    intervals: int = 0
-    recent_grew: int = 0
-    growth_bytes: int = 0              # net change over those intervals
-    rate: float | None = None          # bytes per second over them
-    freed_at_exit: int = 0
-    survival: float | None = None      # share of its allocations (in those intervals) still live
-    lost: dict = field(default_factory=dict)  # the latest scan's split: category -> (bytes, blocks)
-    since: dict = field(default_factory=dict)  # the latest scan's survivors: report seq -> blocks
-    score: float = 0.0
-    suspect: bool = False
-    verdict: str = ""
 
 
 @dataclass
@@ -121,64 +76,6 @@ class Analysis:
     # and the last report that measured it (None: none did).
     memory_first: object = None
     memory_last: object = None
-
-
-def latest_scan(series):
-    """(index, ScanResult) of the process's latest report that carries a
-    reachability scan, or (None, None)."""
-    for i in range(len(series.reports) - 1, -1, -1):
-        result = lost.from_report(series.reports[i])
-        if result is not None:
-            return i, result
-    return None, None
-
-
-def trends_of(series, scanned_at=None):
-    """Every stack of the process, with its change in each report (and
-    its split in the report at index scanned_at, a scan's)."""
-    n = len(series.reports)
-    by_key = {}
-    for i, report in enumerate(series.reports):
-        slack_said = "live-slack" in report.header  # then an entry without slack= has none
-        for entry in report.entries:
-            key = stack_key(entry)
-            t = by_key.get(key)
-            if t is None:
-                t = by_key[key] = Trend(key, entry.frames, [0] * n, [0] * n)
-            if slack_said and t.slack_at != i:  # an amount as of report i, as touched=
-                t.slack, t.slack_at = 0, i
-            if i == scanned_at:
-                for name, value in lost.categories_of(entry).items():
-                    b, k = t.lost.get(name, (0, 0))
-                    t.lost[name] = (b + value[0], k + value[1])
-                for seq, blocks in lost.since_of(entry).items():
-                    t.since[seq] = t.since.get(seq, 0) + blocks
-            t.deltas[i] += entry.bytes
-            t.block_deltas[i] += entry.blocks or 0
-            for extra in entry.extra:
-                name, _, value = extra.partition("=")
-                try:
-                    if name == "samples":
-                        t.samples += int(value)
-                    elif name == "allocs":
-                        if t.alloc_deltas is None:
-                            t.alloc_deltas = [0] * n
-                        t.alloc_deltas[i] += int(value)
-                        t.allocations = (t.allocations or 0) + int(value)
-                    elif name == "kind":
-                        t.kind = value
-                    elif name == "resource":
-                        t.kind, t.resource = "resource", value
-                    elif name == "touched":  # an amount as of report i: the latest counts
-                        t.touched = int(value) + (t.touched or 0 if t.touched_at == i else 0)
-                        t.touched_at = i
-                    elif name == "cut":
-                        t.cut = max(t.cut, int(value))
-                    elif name == "slack" and slack_said:
-                        t.slack += int(value)
-                except ValueError:
-                    pass
-    return list(by_key.values())
 
 
 def regroup(trends, by, executable, layer=None):
@@ -237,8 +134,10 @@ def analyse(series, group_by="stack", alloc_fns=None, fold=True):
     regular expression naming more of the program's allocation layer;
     fold=False attributes to the wrapper itself (alloc_layer)."""
     reports = series.reports
-    scanned_at, scan = latest_scan(series)
-    trends = trends_of(series, scanned_at)
+    # (read_series(fold=) folded the reports as it read them, and kept no entries)
+    folded = series.fold if series.fold is not None else fold_series(series)
+    scanned_at, scan = folded.scan
+    trends = folded.trends
     config = next((r.header["alloc-fns"] for r in reversed(reports) if r.header.get("alloc-fns")), None)
     layer = alloc_layer.find([(t.frames, t.allocations) for t in trends], series.executable, alloc_fns, fold,
                              config)

@@ -34,12 +34,13 @@ def say_blind(command, series):
     return len(blind)
 
 
-def read_reports(command, paths, pid=None, progress=None):
+def read_reports(command, paths, pid=None, progress=None, fold=None):
     """The series of the reports in `paths` for an offline command, its
     problems said on stderr, one line each; None (after one line) when
-    nothing could be read -- the command then exits EXIT_BAD_INPUT."""
+    nothing could be read -- the command then exits EXIT_BAD_INPUT.
+    fold: as read_series's."""
     try:
-        series, problems = read_series(paths, progress)
+        series, problems = read_series(paths, progress, fold)
     except InputError as e:
         print(f"libmemleak: {command}: {printable(e)}", file=sys.stderr)
         return None

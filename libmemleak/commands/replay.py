@@ -13,6 +13,7 @@ import time
 from libmemleak.analysis import alloc_layer
 from libmemleak.analysis import replay as R
 from libmemleak.analysis.names import frame_lines
+from libmemleak.analysis.stack_fold import StackFold
 from libmemleak.analysis.trends import count, human_bytes
 from libmemleak.commands import EXIT_BAD_INPUT, add_layer_options, layer_args, positive, read_reports
 from libmemleak.files.events import EventLog, EventsError, is_event_log
@@ -87,7 +88,8 @@ def reports_or_logs(command, paths, pid, make, progress=None):
     line when nothing can be read (report's, check's and export's input)."""
     logs = [p for p in paths if is_event_log(p)]
     if not logs:
-        return read_reports(command, paths, pid, progress)
+        # (analysed, not shown: each report's entries folded as read, none kept)
+        return read_reports(command, paths, pid, progress, StackFold)
     if len(logs) < len(paths):
         print(f"libmemleak: {command}: an event log is read alone, not with reports", file=sys.stderr)
         return None

@@ -23,12 +23,12 @@ class MemlogError(Exception):
     """A .memlog file that cannot be read; the message names file and line."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Entry:
     bytes: int
     blocks: int | None
     frames: list                    # of Frame (read back: module/file may be None)
-    extra: list = field(default_factory=list)
+    extra: tuple = ()               # the fields after the counts (allocs=+3, kind=new, ...)
     frames_text: str | None = None  # the frame lines already rendered (a writer's cache)
 
 
@@ -157,6 +157,16 @@ def format_frame(frame):
 _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
 # Those a report file may not carry -- all but tab and newline, the format's own.
 _FILE_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_PLAIN_BYTES = b"\t\n" + bytes(range(0x20, 0x7f))
+
+
+def file_text(data):
+    """A file's bytes as text a reader may keep: undecodable bytes kept as
+    surrogates, control characters (but tab and newline) as '?'.  A file of
+    printable ASCII alone -- nearly every report -- is known so by one
+    bytes.translate, three times faster than looking with the pattern."""
+    text = data.decode("utf-8", "surrogateescape")
+    return text if not data.translate(None, _PLAIN_BYTES) else _FILE_CONTROLS.sub("?", text)
 
 
 def header_text(value):
@@ -272,10 +282,33 @@ def _parse_frame(text):
 
 
 # A file is header lines, entries with their frame lines, and blank lines,
-# in that grammar and nothing else: matched in C by one regular expression,
-# so that a reader of 100 reports of 10,000 stacks is not a Python loop over
-# seven million lines.  Anything the pattern skips is a broken line.
-_PIECE = re.compile(r"(?P<h>#[^\n]*\n?)|(?P<e>[-+@][^\n]*\n?)(?P<f>(?:\t[^\n]*\n?)*)|\n")
+# in that grammar and nothing else: split in C by one regular expression
+# (findall: no match object per piece), so that a reader of 20 reports of
+# 100,000 stacks is not a Python loop over every line.  Each piece is
+# (header line, entry line, its newline, its frame lines, blank line), and
+# together they are the whole text unless something broke the grammar.
+_PIECES = re.compile(r"(#[^\n]*\n?)|([-+@][^\n]*)(\n?)((?:\t[^\n]*\n?)*)|(\n)")
+HEADS_KEPT = 1 << 16   # entry lines (less their stack=) remembered as read: "+32 +1 allocs=+1" recurs
+
+
+def _pieces(text):
+    """(the pieces of text before anything broken, the offset of what broke
+    the grammar or None)."""
+    pieces = _PIECES.findall(text)
+    if sum(map(len, map("".join, pieces))) == len(text):
+        return pieces, None
+    pos = count = 0
+    for m in _PIECES.finditer(text):
+        if m.start() != pos:
+            break
+        pos, count = m.end(), count + 1
+    return pieces[:count], pos
+
+
+def _line_of(text, pieces, piece):
+    """The line number of `piece` (one of pieces, as it is) in text."""
+    k = next(k for k, p in enumerate(pieces) if p is piece)
+    return text.count("\n", 0, sum(map(len, map("".join, pieces[:k])))) + 1
 
 
 def parse(text, source="<report>", cache=None, path=None, load=None):
@@ -285,70 +318,123 @@ def parse(text, source="<report>", cache=None, path=None, load=None):
     table's earlier reports are its siblings); load(path): their text, or
     None (read() reads them as it reads this one)."""
     cache = {} if cache is None else cache
+    heads = cache.setdefault("entry heads", {})
+    if len(heads) > HEADS_KEPT:
+        heads.clear()
     header, entries, misuse = {}, [], []
-    definitions, named = [], []   # the stack table's lines; (entry index, stack) of entries naming one
-    pos = 0
-    for m in _PIECE.finditer(text):
-        if m.start() != pos:
-            break
-        pos = m.end()
-        if m.group("h") is not None:
+    # the stack table's lines; (entry index, stack, piece, head) of entries naming one
+    definitions, named = [], []
+    pieces, broken = _pieces(text)
+    for piece in pieces:
+        h, first, _, block, _ = piece
+        if h:
             if not entries:
-                key, sep, value = m.group("h")[1:].strip().partition(":")
-                if sep:
-                    header[key.strip()] = value.strip()
+                _header_line(h, header)
             continue
-        first = m.group("e")
-        if first is None:
+        if not first:
             continue
         if first[0] == "@":
-            definitions.append((first, m.group("f"), m.start()))
+            definitions.append((first, block, piece))
             continue
-        fields = first.split()
-        try:
-            nbytes = int(fields[0])
-            blocks = int(fields[1]) if len(fields) > 1 and fields[1][:1] in "+-" else None
-        except ValueError:
-            line = text.count("\n", 0, m.start()) + 1
-            raise MemlogError(f"{source}:{line}: expected an entry like '+1024 +2', "
-                              f"got {first.rstrip()[:60]!r}") from None
-        block = m.group("f")
-        known = cache.get(block)
-        if known is None:
-            # One tuple of frames and one text per distinct stack, shared by
-            # every entry that prints it: the text is also the stack's
-            # identity for the analysis (a string hashes once).
-            known = cache[block] = (tuple(_frame_of(line[1:], cache)
-                                          for line in block.split("\n") if line),
-                                    block.rstrip("\n"))
-        extra = fields[2 if blocks is not None else 1:]
-        if extra and extra[0].startswith("misuse="):
-            misuse.append(_misuse_of(extra, known[0]))
+        # The entry line less its stack= (the last field, written so by
+        # the reporter), whose numbers are read once for all its repeats.
+        line, sep, stack = first.rpartition(" stack=")
+        if not (sep and stack.isdigit()):
+            line, stack = first, None
+        head = heads.get(line)
+        if head is None:
+            head = heads[line] = _entry_head(line, source, lambda: _line_of(text, pieces, piece))
+        if head[3] is not None:  # a misuse entry, or a stack= the fast way above did not take
+            if head[3] is True:
+                misuse.append(_misuse_of(head[2], _frames_known(block, cache)[0]))
+                continue
+            stack = head[3]
+        if stack is not None and not block:  # frames in the stack table (written last): then
+            named.append((len(entries), stack, piece, head))
+            entries.append(None)
             continue
-        if extra and extra[-1].startswith("stack="):  # frames in the stack table (written last)
-            stack = extra.pop()[6:]
-            if not block:
-                named.append((len(entries), stack, m.start()))
-        entries.append(Entry(nbytes, blocks, known[0], extra, known[1]))
-    if pos != len(text):
-        line = text.count("\n", 0, pos) + 1
-        bad = text[pos:text.find("\n", pos) if "\n" in text[pos:] else len(text)]
+        known = cache.get(block) or _frames_known(block, cache)
+        entries.append(Entry(head[0], head[1], known[0], head[2], known[1]))
+    if broken is not None:
+        line = text.count("\n", 0, broken) + 1
+        bad = text[broken:text.find("\n", broken) if "\n" in text[broken:] else len(text)]
         if bad.startswith("\t"):
             raise MemlogError(f"{source}:{line}: frame line before any entry")
         raise MemlogError(f"{source}:{line}: expected an entry like '+1024 +2', got {bad[:60]!r}")
     table_cut = ""
     if definitions or named:
-        table_cut = _name_stacks(entries, named, definitions, header, source, cache, path, load, text)
+        table_cut = _name_stacks(entries, named, definitions, header, source, cache, path, load, text, pieces)
     return Report(header, entries, misuse, table_cut or _cut_short(text, header, entries))
 
 
-def _name_stacks(entries, named, definitions, header, source, cache, path, load, text):
+def _frames_known(block, cache):
+    """(frames, text) of an entry's frame lines: one tuple of frames and
+    one text per distinct stack, shared by every entry that prints it (the
+    text is also the stack's identity for the analysis: a string hashes
+    once)."""
+    known = cache.get(block)
+    if known is None:
+        known = cache[block] = (tuple(_frame_of(line[1:], cache) for line in block.split("\n") if line),
+                                block.rstrip("\n"))
+    return known
+
+
+def _header_line(line, header):
+    key, sep, value = line[1:].strip().partition(":")
+    if sep:
+        header[key.strip()] = value.strip()
+
+
+_HEADER_END = re.compile(rb"(?:^|\n)[^#\n]")  # the first line that is neither header nor blank
+
+
+def read_header(path):
+    """The header of the report at `path`, as parse() would read it, from
+    the beginning of the file only (as far as the header goes: a line of
+    it may be long)."""
+    data = bytearray()
+    try:
+        with open(path, "rb") as f:
+            while len(data) <= MAX_REPORT_BYTES:
+                chunk = f.read(1 << 16)
+                data += chunk
+                end = _HEADER_END.search(data, max(0, len(data) - len(chunk) - 1))
+                if end is not None or not chunk:
+                    break
+    except OSError as e:
+        raise MemlogError(f"{printable(path)}: {e.strerror}") from None
+    header = {}
+    for line in file_text(bytes(data[:end.start() if end else len(data)])).split("\n"):
+        if line.startswith("#"):
+            _header_line(line, header)
+    return header
+
+
+def _entry_head(line, source, line_number):
+    """(bytes, blocks or None, the other fields, True if it is a misuse
+    entry else its stack= or None) of an entry's first line."""
+    fields = line.split()
+    try:
+        nbytes = int(fields[0])
+        blocks = int(fields[1]) if len(fields) > 1 and fields[1][:1] in "+-" else None
+    except ValueError:
+        raise MemlogError(f"{source}:{line_number()}: expected an entry like '+1024 +2', "
+                          f"got {line.rstrip()[:60]!r}") from None
+    extra = tuple(fields[2 if blocks is not None else 1:])
+    if extra and extra[0].startswith("misuse="):
+        return nbytes, blocks, extra, True
+    if extra and extra[-1].startswith("stack="):
+        return nbytes, blocks, extra[:-1], extra[-1][6:]
+    return nbytes, blocks, extra, None
+
+
+def _name_stacks(entries, named, definitions, header, source, cache, path, load, text, pieces):
     """Give the entries that name a stack of the table (stack=N) its
     frames: the table's definitions in this report and the earlier ones of
     its run (docs/memlog.md, "Stack tables").  Returns why the table looks
     cut short ("" if it does not): it does not end with @end, and the
     entries whose stacks are gone with its end are left without frames."""
-    frames_of = lambda block: tuple(_frame_of(line[1:], cache) for line in block.split("\n") if line)
+    frames_of = lambda block: _frames_known(block, cache)[0]
     at = None
     if definitions and not text.endswith("\n") and not definitions[-1][1]:
         definitions = definitions[:-1]  # the line the file was cut inside (said: no @end)
@@ -368,17 +454,17 @@ def _name_stacks(entries, named, definitions, header, source, cache, path, load,
                                       lambda: _siblings(path, load), frames_of)
         whole = bool(mine) and mine[-1][0] == "end"
         scope.add(seq, mine)
-        lost = 0
-        for index, stack, at in named:
-            if not (stack.isascii() and stack.isdigit() and len(stack) < 19):
-                raise stack_tables.StackTableError(f"stack={stack[:30]!r} is not a stack number")
-            e = entries[index]
-            try:
-                e.frames, e.frames_text = scope.stack(int(stack))
-            except stack_tables.StackTableError:
-                if whole and not scope.missing:
-                    raise  # a table that names what it never defines: not ours
-                e.frames, e.frames_text, lost = (), "", lost + 1
+        lost, known = 0, scope.stacks
+        for index, stack, at, head in named:
+            got = known.get(stack)
+            if got is None:
+                try:
+                    got = scope.stack(stack)
+                except stack_tables.Unresolved:
+                    if whole and not scope.missing:
+                        raise  # a table that names what it never defines: not ours
+                    got, lost = ((), ""), lost + 1
+            entries[index] = Entry(head[0], head[1], got[0], head[2], got[1])
         at = None
         if not whole:
             return f"its stack table ends early ({lost} entries' stacks are not there)"
@@ -390,7 +476,7 @@ def _name_stacks(entries, named, definitions, header, source, cache, path, load,
                     f"process, which {'are' if many else 'is'} not there")
         return ""
     except stack_tables.StackTableError as e:
-        line = f":{text.count(chr(10), 0, at) + 1}" if at is not None else ""
+        line = f":{_line_of(text, pieces, at)}" if at is not None else ""
         raise MemlogError(f"{source}{line}: {e}") from None
 
 
@@ -422,7 +508,7 @@ def _siblings(path, load):
 
 def _text_of(path, load):
     data = (load or _read_bytes)(path)
-    return None if data is None else _FILE_CONTROLS.sub("?", data.decode("utf-8", "surrogateescape"))
+    return None if data is None else file_text(data)
 
 
 def _read_bytes(path):
@@ -535,4 +621,4 @@ def parse_bytes(data, name, cache=None, path=None, load=None):
     and load: as for parse)."""
     # An escape sequence in a function name, say, never reaches a terminal
     # or an output: '?' as the file is read.
-    return parse(_FILE_CONTROLS.sub("?", data.decode("utf-8", "surrogateescape")), name, cache, path, load)
+    return parse(file_text(data), name, cache, path, load)

@@ -8,7 +8,9 @@ wrong), two programs under one pid -- is said once, in a line, and the rest
 is still read.  `Series.complete` says whether a process's sums can be
 trusted."""
 
+import contextlib
 import datetime
+import gc
 import os
 import re
 from dataclasses import dataclass, field
@@ -25,7 +27,7 @@ class Report:
     reason: str
     time: float | None       # seconds since the epoch, None if the header lacks it
     header: dict
-    entries: list            # memlog.Entry
+    entries: list | None     # memlog.Entry (None: folded as read, not kept -- read_series(fold=))
     misuse: list = field(default_factory=list)  # memlog.Misuse
     truncated: str = ""      # why the file looks cut short (memlog.Report.truncated), or ""
 
@@ -39,6 +41,7 @@ class Series:
     problems: list = field(default_factory=list)  # one line each
     usage: object = None     # an event log's live total over time (analysis/replay.Usage), for charts
     pid_namespace: int | None = None  # `pid` is numbered in this pid namespace (its inode), not the host's
+    fold: object = None      # what read_series(fold=) folded the reports' entries into (they are not kept)
 
     @property
     def complete(self):
@@ -119,34 +122,52 @@ def _time(text):
         return None
 
 
-def read_series(paths, progress=None):
+def read_series(paths, progress=None, fold=None):
     """(list of Series ordered by program and pid, list of problems that
     concern no single process).  Raises InputError when no report at all
-    could be read.  progress(done, total) is called as files are read."""
+    could be read.  progress(done, total) is called as files are read.
+
+    Each process's reports are read in seq order (a report's stack table
+    is then already known from the ones before it).  fold(n): something
+    that takes a process's n reports one at a time -- add(i, report) as
+    each is read, end(count) after the last -- and keeps what it needs of
+    their entries; then no report keeps its entries (Report.entries is
+    None, Series.fold is what folded them), and the memory read_series
+    needs follows the largest report and the distinct stacks, not the
+    files."""
     problems = []
-    by_process = {}
-    frames = {}  # frame text -> parsed frames, shared by every file read
-    files = list(_files(paths, problems))
-    for done, path in enumerate(files, 1):
-        if progress:
-            progress(done, len(files))
+    members = {}  # series key -> [(seq, path)]
+    for path in _files(paths, problems):
         try:
-            parsed = memlog.read(path, frames)
+            header = memlog.read_header(path)
         except memlog.MemlogError as e:
             problems.append(f"{e}: not read")
             continue
-        if parsed.truncated:
-            problems.append(f"{memlog.printable(path)}: truncated or altered ({parsed.truncated}): "
-                            "read as it is")
-        found = report_from(path, parsed, problems)
-        if found is None:
-            continue
-        key, report = found
-        series = by_process.get(key)
-        if series is None:
-            program, pid, executable, ns = key
-            series = by_process[key] = Series(program, executable, pid, pid_namespace=ns)
-        series.reports.append(report)
+        found = _identity(path, header, problems)
+        if found is not None:
+            members.setdefault(found[0], []).append((found[1], path))
+    by_process, frames = {}, {}  # frames: frame text -> parsed frames, shared by every file read
+    total, done = sum(map(len, members.values())), 0
+    for key, found in members.items():
+        program, pid, executable, ns = key
+        series = Series(program, executable, pid, pid_namespace=ns)
+        series.fold = fold(len(found)) if fold else None
+        for seq, path in sorted(found):
+            done += 1
+            if progress:
+                progress(done, total)
+            with _collector_paused():
+                report = _read_report(path, key, seq, frames, problems)
+                if report is None:
+                    continue
+                if series.fold is not None:
+                    series.fold.add(len(series.reports), report)
+                    report.entries = None
+            series.reports.append(report)
+        if series.fold is not None:
+            series.fold.end(len(series.reports))
+        if series.reports:
+            by_process[key] = series
     if not by_process:
         where = ", ".join(paths)
         raise InputError(f"no report could be read in {where}" + (f" ({problems[0]})" if problems else ""))
@@ -171,11 +192,26 @@ def read_series(paths, progress=None):
     return ordered, problems
 
 
-def report_from(path, parsed, problems):
-    """(series key: (program, pid, executable, pid namespace), Report) of a
-    parsed report read from `path`; None, said in problems, where it names
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cycle collector off while a report is read: reading makes a
+    million objects that can form no cycle (entries, frames, trends), and
+    the collector, run every 700 of them, would walk every one it holds
+    again and again -- about half the time of a read."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _identity(path, header, problems):
+    """(series key: (program, pid, executable, pid namespace), seq) of the
+    report at `path` with `header`; None, said in problems, where it names
     no pid or seq in range."""
-    h = parsed.header
+    h = header
     match = REPORT_NAME.match(os.path.basename(path))
     try:
         pid = int(h.get("pid") or (match and match["pid"]))
@@ -188,9 +224,38 @@ def report_from(path, parsed, problems):
         return None
     executable = h.get("program", "?")
     program = memlog.printable(match["prog"] if match else os.path.basename(executable))
-    key = (program, pid, executable, _namespace(h, match))
-    return key, Report(path, seq, h.get("reason", "?"), _time(h.get("time")), h, parsed.entries, parsed.misuse,
-                       parsed.truncated)
+    return (program, pid, executable, _namespace(h, match)), seq
+
+
+def _read_report(path, key, seq, frames, problems):
+    """The Report at `path`, whose header said it is report `seq` of
+    process `key`; None, said in problems, where it cannot be read or no
+    longer says so."""
+    try:
+        parsed = memlog.read(path, frames)
+    except memlog.MemlogError as e:
+        problems.append(f"{e}: not read")
+        return None
+    if _identity(path, parsed.header, []) != (key, seq):
+        problems.append(f"{memlog.printable(path)}: changed while it was read: not read")
+        return None
+    if parsed.truncated:
+        problems.append(f"{memlog.printable(path)}: truncated or altered ({parsed.truncated}): "
+                        "read as it is")
+    return _report(path, seq, parsed)
+
+
+def report_from(path, parsed, problems):
+    """(series key, Report) of a report parsed from `path`; None, said in
+    problems, where it names no pid or seq in range."""
+    found = _identity(path, parsed.header, problems)
+    return None if found is None else (found[0], _report(path, found[1], parsed))
+
+
+def _report(path, seq, parsed):
+    h = parsed.header
+    return Report(path, seq, h.get("reason", "?"), _time(h.get("time")), h, parsed.entries, parsed.misuse,
+                  parsed.truncated)
 
 
 def _gaps(seqs):

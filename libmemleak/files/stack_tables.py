@@ -32,6 +32,12 @@ class StackTableError(ValueError):
     """A stack table that cannot be read: the message says why."""
 
 
+class Unresolved(StackTableError):
+    """A stack named that the definitions known do not make whole (one
+    never defined, or one that loops): a report missing or cut short, or
+    a table that is not ours."""
+
+
 class Scope:
     """The definitions of one run of reports sharing a table: frames
     (id -> (frames, text)) and stacks (id -> (frame ids, parent id)), the
@@ -60,30 +66,35 @@ class Scope:
             into[ident] = value
         self.seqs.add(seq)
 
-    def stack(self, node):
-        """(frames, text) of stack `node`: its frames innermost first, and
-        their lines as an entry would list them."""
-        known = self.stacks.get(node)
+    def stack(self, named):
+        """(frames, text) of the stack an entry names as stack=`named`: its
+        frames innermost first, and their lines as an entry would list
+        them.  (Remembered in self.stacks by `named`: a reader looks there
+        first, this runs once a stack.)"""
+        known = self.stacks.get(named)
         if known is not None:
             return known
+        if not (named.isascii() and named.isdigit() and len(named) < 19):
+            raise StackTableError(f"stack={named[:30]!r} is not a stack number")
+        node = int(named)
         frame_ids, at, steps = [], node, 0
         while at:
             got = self.nodes.get(at)
             if got is None:
-                raise StackTableError(f"stack {at} is named but not defined (a report of its run missing "
-                                      "or cut short?)")
+                raise Unresolved(f"stack {at} is named but not defined (a report of its run missing "
+                                 "or cut short?)")
             frame_ids += got[0]
             steps += 1
             if len(frame_ids) > CHAIN_MAX or steps > CHAIN_MAX:
-                raise StackTableError(f"stack {node} loops, or is deeper than {CHAIN_MAX} frames")
+                raise Unresolved(f"stack {node} loops, or is deeper than {CHAIN_MAX} frames")
             at = got[1]
         parts = []
         for ident in frame_ids:
             part = self.frames.get(ident)
             if part is None:
-                raise StackTableError(f"frame {ident} of stack {node} is not defined")
+                raise Unresolved(f"frame {ident} of stack {node} is not defined")
             parts.append(part)
-        known = self.stacks[node] = (tuple(itertools.chain.from_iterable(p[0] for p in parts)),
+        known = self.stacks[named] = (tuple(itertools.chain.from_iterable(p[0] for p in parts)),
                                      "\n".join(p[1] for p in parts if p[1]))
         return known
 

@@ -11,6 +11,7 @@ file), and at most memlog's MAX_REPORT_BYTES.  Read again only when the
 process has written a new report."""
 
 from libmemleak.analysis.names import frame_text, shown_frames
+from libmemleak.analysis.stack_fold import StackFold
 from libmemleak.analysis.trends import analyse
 from libmemleak.files import memlog
 from libmemleak.files.owned import owner_of, read_owned
@@ -39,6 +40,7 @@ class Suspects:
         if owner is None:
             return ()
         frames, problems, series = {}, [], None
+        fold = StackFold(last_seq)  # (each report folded as read: no entries kept)
         for seq in range(1, last_seq + 1):
             found = None
             for path in self.segment.report_paths(seq):
@@ -50,10 +52,13 @@ class Suspects:
                 continue
             (program, pid, executable, ns), report = found
             if series is None:
-                series = Series(program, executable, pid, pid_namespace=ns)
+                series = Series(program, executable, pid, pid_namespace=ns, fold=fold)
+            fold.add(len(series.reports), report)
+            report.entries = None
             series.reports.append(report)
         if series is None:
             return ()
+        fold.end(len(series.reports))
         a = analyse(series)
         ranked = []
         for rank, t in enumerate(a.suspects, 1):
