@@ -11,7 +11,7 @@ import time
 
 from libmemleak import PACKAGE_DIR
 from libmemleak.cli import traced_environment
-from libmemleak.files.memlog import report_name
+from libmemleak.files.report_names import report_name
 
 EXAMPLE = os.path.join(PACKAGE_DIR, "examples", "leaky_server.c")
 

@@ -11,7 +11,7 @@ import sys
 import time
 
 from libmemleak import PACKAGE_DIR, preload_path
-from libmemleak.files import memlog
+from libmemleak.files import memlog, report_names
 from libmemleak.cli import traced_environment
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -82,7 +82,7 @@ def env_for(config=None, extra=None):
 
 
 def report_path(directory, prog, pid, seq):
-    return os.path.join(directory, memlog.report_name(prog, pid, seq))
+    return os.path.join(directory, report_names.report_name(prog, pid, seq))
 
 
 def wait_for(predicate, what, timeout=60):

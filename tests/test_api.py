@@ -153,7 +153,7 @@ def test_the_header_finds_an_attached_tracer(tmp_path):
 def test_a_label_cannot_leave_the_directory_or_reach_the_terminal(tmp_path):
     """The label is the program's word, written into its segment (which a
     program can also write directly): the reporter cleans it."""
-    from libmemleak.files.memlog import report_name, safe_label
+    from libmemleak.files.report_names import report_name, safe_label
     prog = built(tmp_path)
     out = cli("run", "-q", prog, "nasty", cwd=tmp_path)
     assert out.returncode == 0, out.stderr

@@ -10,8 +10,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 

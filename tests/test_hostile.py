@@ -14,7 +14,7 @@ import time
 import pytest
 
 from helpers import CLI_ENV, cli, cli_argv, compile_program
-from libmemleak.files import memlog
+from libmemleak.files import memlog, report_names
 from libmemleak.daemon import remote
 from test_remote import read_until_secret
 
@@ -115,11 +115,11 @@ def test_a_forged_address_table_does_not_break_the_scan(tmp_path):
 
 def test_safe_names():
     for hostile in ("/../../x", "..", ".", "", "a/b", "\x1b[2J", "x\ny", "é" * 300):
-        name = memlog.safe_name(hostile)
+        name = report_names.safe_name(hostile)
         assert name and "/" not in name and not name.startswith(".")
         assert re.fullmatch(r"[A-Za-z0-9._+@=,%~-]{1,100}", name), name
-    assert memlog.safe_name("redis-server") == "redis-server"
-    assert memlog.safe_name("c++") == "c++"
+    assert report_names.safe_name("redis-server") == "redis-server"
+    assert report_names.safe_name("c++") == "c++"
     assert memlog.header_text("a\nb\x1bc\x9b[2J") == "a?b?c?[2J"  # C1 too: \x9b is a CSI
 
 

@@ -312,7 +312,7 @@ def test_the_exporters_profile_has_the_python_frames(tmp_path):
     """/debug/pprof/heap of a Python service, read by `go tool pprof`: the
     extension's leak under the Python functions that called it, merged
     where the evaluation loop stood, as the reports show it."""
-    from test_exporter import go_pprof_raw, start_exporter, stop
+    from test_exporter import start_exporter, stop
     ext = build_extension(sys.executable, str(tmp_path / "ext"))
     env = dict(CLI_ENV, PYTHONPATH=os.pathsep.join([ext, CLI_ENV.get("PYTHONPATH", "")]))
     p = subprocess.Popen(cli_argv("run", "-q", sys.executable, SERVICE), cwd=tmp_path, env=env,

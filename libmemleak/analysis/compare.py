@@ -8,7 +8,8 @@ trees).  A frame without a function is matched by its module's name."""
 import os
 from dataclasses import dataclass
 
-from libmemleak.files.series import read_series, REPORT_NAME
+from libmemleak.files.report_names import REPORT_NAME
+from libmemleak.files.series import read_series
 
 
 def match_key(frames):

@@ -421,13 +421,13 @@ def health_notes(series):
     """A line for each health counter the last report says is not zero."""
     last = series.reports[-1].header if series.reports else {}
     notes = []
-    for field, meaning in HEALTH_SAID:
+    for said, meaning in HEALTH_SAID:
         try:
-            n = int(last.get(field, 0))
+            n = int(last.get(said, 0))
         except ValueError:
             continue
         if n > 0:
-            notes.append(f"{field}: {n:,} {meaning}")
+            notes.append(f"{said}: {n:,} {meaning}")
     return notes
 
 

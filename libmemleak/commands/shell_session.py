@@ -11,7 +11,8 @@ import time
 from libmemleak.analysis import lost, memory
 from libmemleak.analysis.names import frame_lines, frame_text, shown_frames
 from libmemleak.analysis.trends import analyse, count, human_bytes
-from libmemleak.files.memlog import read as read_memlog, report_names
+from libmemleak.files.memlog import read as read_memlog
+from libmemleak.files.report_names import report_names
 from libmemleak.files.series import InputError, read_series
 from libmemleak.live.client import LiveError
 from libmemleak.outputs import text

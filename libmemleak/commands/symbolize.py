@@ -18,7 +18,7 @@ import sys
 from libmemleak.commands import EXIT_BAD_INPUT
 from libmemleak.files.memlog import MemlogError, read as read_memlog, render, write_report
 from libmemleak.daemon.segment import Module
-from libmemleak.files.series import REPORT_NAME
+from libmemleak.files.report_names import REPORT_NAME
 from libmemleak.symbols import Frame, Symbolizer
 
 EXIT_FAILED = 1

@@ -47,7 +47,7 @@ def namespace_tag(pid="self"):
 def report_pid(pid):
     """The PID part of the names of `pid`'s reports as a reporter started
     inside it writes them: its pid, or -- in a pid namespace of its own --
-    the pid it knows itself by and the namespace (memlog.report_name)."""
+    the pid it knows itself by and the namespace (report_names.report_name)."""
     from libmemleak.daemon.trust import innermost_pid  # (trust reads reports: not for every user of this)
     ns = namespace_tag(pid)
     return f"{innermost_pid(pid)}@{ns}" if ns else str(pid)

@@ -39,7 +39,7 @@ import threading
 import time
 
 from libmemleak import __version__
-from libmemleak.files.memlog import report_names
+from libmemleak.files.report_names import report_names
 
 SECRET_BYTES = 32
 REFUSE_PAUSE_SECONDS = 1.0

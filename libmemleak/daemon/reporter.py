@@ -29,7 +29,8 @@ from libmemleak.daemon.segment import RESOURCE_BASE, futex_wait, futex_wake
 from libmemleak.daemon.stack_table import StackTable, stack_table_wanted
 from libmemleak.daemon.procfs import namespace_tag
 from libmemleak.daemon.trust import pid_of_pidfd
-from libmemleak.files.memlog import Frame, render, report_name, safe_label, write_report
+from libmemleak.files.memlog import Frame, render, write_report
+from libmemleak.files.report_names import report_name, safe_label
 from libmemleak.symbols import Symbolizer
 from libmemleak.symbols.perfmap import PerfMap
 

@@ -13,7 +13,8 @@ from libmemleak.daemon.keeper import Keeper
 from libmemleak.daemon.reporter import PIDFD, SEGMENT_FD, Reporter, fallback_directory, say
 from libmemleak.daemon.segment import Segment, SegmentError
 from libmemleak.daemon.trust import pid_of_pidfd, vouched_directory
-from libmemleak.files.memlog import header_text, safe_name
+from libmemleak.files.memlog import header_text
+from libmemleak.files.report_names import safe_name
 
 
 def started_with():

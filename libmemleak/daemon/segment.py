@@ -16,7 +16,8 @@ from libmemleak.daemon import python_code, report_core
 from libmemleak.daemon.layout import CONST, HEADER_SIZE, MODULE_SIZE, STACK_SIZE, ffi, stack_word
 from libmemleak.daemon.procfs import namespace_tag
 from libmemleak.daemon.stack_keys import Bound
-from libmemleak.files.memlog import report_name, resource_name, safe_name
+from libmemleak.files.memlog import resource_name
+from libmemleak.files.report_names import report_name, safe_name
 
 KIND_NAMES = {CONST["MLK_KIND_MALLOC"]: "malloc", CONST["MLK_KIND_NEW"]: "new",
               CONST["MLK_KIND_MMAP"]: "mmap", CONST["MLK_KIND_SHARED"]: "shared",

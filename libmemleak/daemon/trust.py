@@ -9,11 +9,11 @@ So a claimed directory is taken only from a process that runs wholly as the
 reporter's own user -- it could write there itself -- and a dropped uid can
 never be regained, so a claim read *before* that check was written while
 the process was still trusted.  Names are made safe separately
-(memlog.safe_name)."""
+(report_names.safe_name)."""
 
 import os
 
-from libmemleak.files.memlog import safe_name
+from libmemleak.files.report_names import safe_name
 
 
 def _numbers(path, key):

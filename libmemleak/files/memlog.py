@@ -13,7 +13,7 @@ import re
 import secrets
 from dataclasses import dataclass, field
 
-from libmemleak.files import stack_tables
+from libmemleak.files import report_names, stack_tables
 from libmemleak.symbols import Frame
 
 INLINED_MARK = " [inlined]"
@@ -75,35 +75,6 @@ class Report:
     truncated: str = ""             # why the file looks cut short (its reader says so), or ""
 
 
-# What a program name in a file name may hold: the traced program writes the
-# name into its segment, and a more privileged reporter builds paths from it.
-_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._+@=,%~-]")
-NAME_MAX_CHARS = 100
-
-
-def safe_name(prog):
-    """`prog` as one harmless file-name part: no '/', no control or
-    non-ASCII characters (each becomes '_'), never '.' or '..', never empty,
-    at most NAME_MAX_CHARS characters."""
-    name = _UNSAFE_NAME.sub("_", str(prog))[:NAME_MAX_CHARS].lstrip(".")
-    return name or "unknown"
-
-
-# A label the program gave its report (memleak.h's memleak_report), as a
-# file name carries it: after the sequence number, never a '-' inside and
-# never a digit first, so that prog-PID-SEQ-LABEL cannot be read another way.
-_UNSAFE_LABEL = re.compile(r"[^A-Za-z0-9._+@=,%~]")
-LABEL_MAX_CHARS = 63
-
-
-def safe_label(label):
-    """`label` (the traced program's word) as a file-name part, or ""."""
-    text = _UNSAFE_LABEL.sub("_", str(label or ""))[:LABEL_MAX_CHARS]
-    if text and not (text[0].isascii() and (text[0].isalpha() or text[0] == "_")):
-        text = "_" + text[:LABEL_MAX_CHARS - 1]
-    return text
-
-
 # A resource kind's name (memleak_resource_acquire's; "fd"), as entries
 # (resource=NAME) and header keys (resource-live NAME:) carry it: one word.
 _UNSAFE_RESOURCE = re.compile(r"[^A-Za-z0-9._+@%~-]")
@@ -112,28 +83,6 @@ _UNSAFE_RESOURCE = re.compile(r"[^A-Za-z0-9._+@%~-]")
 def resource_name(raw):
     """A resource kind's name as the traced program wrote it (bytes), cleaned."""
     return _UNSAFE_RESOURCE.sub("_", raw.decode("ascii", "replace"))[:31]
-
-
-def report_name(prog, pid, seq, label=None, ns=None):
-    """PROG-PID-SEQ[-LABEL].memlog; PROG-PID@NS-SEQ... where the pid is one
-    of pid namespace NS (its inode) and not the host's (procfs.namespace_tag)."""
-    tail = f"-{safe_label(label)}" if safe_label(label) else ""
-    return f"{safe_name(prog)}-{_pid_part(pid, ns)}-{int(seq)}{tail}.memlog"
-
-
-def _pid_part(pid, ns):
-    return f"{int(pid)}@{int(ns)}" if ns else f"{int(pid)}"
-
-
-def report_names(directory, prog, pid, ns=None):
-    """The names of one process's reports in `directory`, sorted."""
-    prefix = f"{safe_name(prog)}-{_pid_part(pid, ns)}-"
-    return sorted(n for n in os.listdir(directory) if n.startswith(prefix) and n.endswith(".memlog"))
-
-
-# A report's file name (docs/memlog.md, "File names").
-REPORT_NAME = re.compile(r"^(?P<prog>.+)-(?P<pid>\d+)(?:@(?P<ns>\d+))?-(?P<seq>\d+)"
-                         r"(?:-(?P<label>[A-Za-z_][A-Za-z0-9._+@=,%~]*))?\.memlog$")
 
 
 # A Python frame's module column: its line is FUNCTION (python) FILE:LINE
@@ -449,7 +398,7 @@ def _name_stacks(entries, named, definitions, header, source, cache, path, load,
         if first is None:
             raise stack_tables.StackTableError("it names stacks of a table (stack=) but says no "
                                                "stack-table-from")
-        where = (os.path.dirname(path or source), _run_name(path or source))
+        where = (os.path.dirname(path or source), report_names.run_name(path or source))
         scope = stack_tables.scope_of(first, seq, cache.setdefault("stack tables", {}), where,
                                       lambda: _siblings(path, load), frames_of)
         whole = bool(mine) and mine[-1][0] == "end"
@@ -480,17 +429,11 @@ def _name_stacks(entries, named, definitions, header, source, cache, path, load,
         raise MemlogError(f"{source}{line}: {e}") from None
 
 
-def _run_name(path):
-    """What names one process's reports (PROG-PID[@NS]), from one's path."""
-    m = REPORT_NAME.match(os.path.basename(path))
-    return f"{m['prog']}-{m['pid']}@{m['ns'] or ''}" if m else os.path.basename(path)
-
-
 def _siblings(path, load):
     """{seq: a function giving that report's text, or None} for the reports
     of the process whose report is at `path` (same directory, same
     PROG-PID[@NS]): one listing of the directory."""
-    m = REPORT_NAME.match(os.path.basename(path or ""))
+    m = report_names.REPORT_NAME.match(os.path.basename(path or ""))
     if not m:
         return {}
     directory = os.path.dirname(path)
@@ -500,7 +443,7 @@ def _siblings(path, load):
         return {}
     found = {}
     for name in names:
-        n = REPORT_NAME.match(name)
+        n = report_names.REPORT_NAME.match(name)
         if n and (n["prog"], n["pid"], n["ns"]) == (m["prog"], m["pid"], m["ns"]) and len(n["seq"]) < 12:
             found[int(n["seq"])] = lambda name=name: _text_of(os.path.join(directory, name), load)
     return found

@@ -12,12 +12,11 @@ import contextlib
 import datetime
 import gc
 import os
-import re
 from dataclasses import dataclass, field
 
 from libmemleak.files import memlog
+from libmemleak.files.report_names import REPORT_NAME
 
-REPORT_NAME = memlog.REPORT_NAME
 
 
 @dataclass
