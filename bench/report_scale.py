@@ -2,8 +2,8 @@
 """How `libmemleak report` scales (issue 20): generated report files of the
 real format -- N reports of one process with S stacks each (C++-like frames
 of ~80 characters, 6 a stack), or one report of many stacks -- read,
-ranked and written as JSON and as text.  Prints wall time and the peak RSS
-of the report process.
+ranked and written as JSON and as text.  Prints wall and CPU time and the
+peak RSS of the report process.
 
     python bench/report_scale.py                   # 100 x 10,000 and 1 x 100,000
     python bench/report_scale.py --reports 20 --stacks 5000 [--stack-table]
@@ -76,16 +76,19 @@ def report_env():
 
 
 def measure(directory, args):
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """(wall seconds, CPU seconds, peak RSS in MiB, bytes of output) of one report."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
     # (not from the checkout's directory: `python -m` would take its package from there)
     r = subprocess.run([sys.executable, "-m", "libmemleak", "report", directory, *args],
                        capture_output=True, env=report_env(), cwd=directory)
     took = time.monotonic() - start
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode != 0:
         sys.exit(f"report failed: {r.stderr.decode()[:300]}")
-    return took, max(peak, before) / 1024, len(r.stdout)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    # (ru_maxrss of children is the largest of any: the first report's is its own)
+    return took, cpu, after.ru_maxrss / 1024, len(r.stdout)
 
 
 def main():
@@ -100,10 +103,10 @@ def main():
         try:
             size = write_reports(work, reports, stacks, table=a.stack_table)
             for args in (["--json"], []):
-                took, peak, out = measure(work, args)
+                took, cpu, peak, out = measure(work, args)
                 print(f"{reports:4d} reports x {stacks:7,d} stacks ({size / 1e6:6.1f} MB): "
-                      f"report {' '.join(args) or '(text)':7s} {took:6.2f} s, peak RSS {peak:6.0f} MiB, "
-                      f"output {out / 1e6:.1f} MB", flush=True)
+                      f"report {' '.join(args) or '(text)':7s} {took:6.2f} s ({cpu:5.2f} s CPU), "
+                      f"peak RSS {peak:6.0f} MiB, output {out / 1e6:.1f} MB", flush=True)
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
