@@ -184,6 +184,25 @@ def test_replay_names_the_peak_the_temporaries_and_the_slow_leak(tmp_path):
     assert "peak: 50.0 MB live at" in text.stdout and "build_peak (phases.c:" in text.stdout
 
 
+def test_the_peak_is_kept_in_the_one_pass_that_finds_it(tmp_path):
+    """What each stack held at the peak is kept as the replay goes (an
+    undo record per stack, native/reporter/replay.c): exactly what a second
+    replay stopped at the peak's record has live -- in a log of four
+    threads, the peak reached again and again while build_peak grows."""
+    from libmemleak.analysis import replay as R
+    from libmemleak.files.events import EventLog
+    log_path, _ = record(tmp_path)
+    with EventLog(log_path) as log:
+        whole = R.replay(log)
+        base = R.baseline(log, whole)
+        at_peak = R.live_at(base, whole, at_peak=True)
+        stopped = R.replay(log, stop_ordinal=whole.totals["peak_ordinal"] + 1)
+        assert stopped.totals["total"] == whole.totals["peak"]
+        assert at_peak == R.live_at(base, stopped)
+        assert sum(b for b, _ in at_peak.values()) == whole.totals["peak"] + sum(b for b, _ in base.live.values())
+        assert at_peak != R.live_at(base, whole)  # (not what is live at the end)
+
+
 def test_flight_recorder_of_a_killed_program_replays_to_its_end(tmp_path):
     with phases_forever(tmp_path, "--record-last", "30s") as pid:
         time.sleep(1.5)

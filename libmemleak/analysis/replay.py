@@ -33,12 +33,14 @@ void mlk_rp_end_series(struct mlk_replay *);
 void mlk_rp_stack_limit(struct mlk_replay *, uint64_t);
 void mlk_rp_totals(const struct mlk_replay *, struct mlk_rp_totals *);
 const void *mlk_rp_column(const struct mlk_replay *, int);
+void mlk_rp_at_peak(struct mlk_replay *);
 """)
 ALL = (1 << 64) - 1
 USAGE_POINTS = 2000     # the live total over time: about this many steps, each with its highest total
 LIFE_BUCKETS = 40
 COLUMNS = ("live_bytes", "live_blocks", "allocs", "alloc_bytes", "temp_count", "temp_bytes",
            "window_bytes", "window_blocks")
+PEAK_COLUMNS = {14: "peak_bytes", 15: "peak_blocks"}  # what each stack held at the peak (mlk_rp_at_peak)
 
 
 def lib():
@@ -149,7 +151,8 @@ def _answers(L, r, shift, lifetimes):
         totals[name.replace("tick", "ns")] = getattr(t, name) << shift
     n = t.nstacks
     columns = {}
-    for which, name in enumerate(COLUMNS):
+    L.mlk_rp_at_peak(r)
+    for which, name in [*enumerate(COLUMNS), *PEAK_COLUMNS.items()]:
         ptr = L.mlk_rp_column(r, which)
         values = ffi.unpack(ffi.cast("int64_t *", ptr), n) if ptr != ffi.NULL and n else []
         columns[name] = {i: v for i, v in enumerate(values) if v}
@@ -196,10 +199,12 @@ def baseline(log, whole):
     return Baseline(live, True)
 
 
-def live_at(base, answer):
-    """id -> (bytes, blocks) live at a pass's stop point."""
+def live_at(base, answer, at_peak=False):
+    """id -> (bytes, blocks) live at a pass's stop point (at_peak: at the
+    peak of the records it applied)."""
     out = {}
-    cb, cn = answer.columns["live_bytes"], answer.columns["live_blocks"]
+    cb, cn = (answer.columns["peak_bytes"], answer.columns["peak_blocks"]) if at_peak else \
+        (answer.columns["live_bytes"], answer.columns["live_blocks"])
     for i in set(base.live) | set(cb) | set(cn):
         b = base.live.get(i, (0, 0))[0] + cb.get(i, 0)
         n = base.live.get(i, (0, 0))[1] + cn.get(i, 0)
@@ -216,7 +221,7 @@ def live_moment(log, whole, base, at_ns=None):
         return at_ns, live_at(base, replay(log, stop_ns=at_ns))
     if t["peak"] <= 0:  # nothing grew: what was live as it began
         return t["first_ns"], dict(base.live)
-    return t["peak_ns"], live_at(base, replay(log, stop_ordinal=t["peak_ordinal"] + 1))
+    return t["peak_ns"], live_at(base, whole, at_peak=True)  # (kept as the pass went: no second one)
 
 
 def start_ns(log):

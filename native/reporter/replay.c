@@ -57,6 +57,13 @@ struct mlk_replay {
     /* per stack id */
     uint64_t nstacks;
     int64_t *live_bytes, *live_blocks;
+    /* what each stack held at the peak, kept in one pass: before a stack's
+     * live counts first change after the latest peak, their values then
+     * (the peak's) are saved here and stamped with that peak's number --
+     * an undo record, so a new peak costs nothing and no second pass
+     * replays the log up to the peak (mlk_rp_at_peak) */
+    int64_t *peak_bytes, *peak_blocks;
+    uint64_t *peak_stamp, peak_number;
     uint64_t *allocs, *alloc_bytes, *temp_count, *temp_bytes, *win_bytes, *win_blocks, *lifetimes;
     /* what to follow */
     int want_blocks, want_lifetimes;
@@ -149,6 +156,7 @@ EXPORT void mlk_rp_free(struct mlk_replay *r)
         free_pages(r->open[i].page);
     free(r->open);
     free(r->live_bytes), free(r->live_blocks), free(r->allocs), free(r->alloc_bytes);
+    free(r->peak_bytes), free(r->peak_blocks), free(r->peak_stamp);
     free(r->temp_count), free(r->temp_bytes), free(r->win_bytes), free(r->win_blocks), free(r->lifetimes);
     for (int k = 0; k < SERIES; k++)
         free(r->series[k]);
@@ -164,20 +172,20 @@ static int cover(struct mlk_replay *r, uint64_t s)
     uint64_t n = r->nstacks ? r->nstacks : 1024;
     while (n <= s)
         n *= 2;
-    uint64_t caps[9];
-    int64_t **signed_[] = {&r->live_bytes, &r->live_blocks};
+    uint64_t caps[11];
+    int64_t **signed_[] = {&r->live_bytes, &r->live_blocks, &r->peak_bytes, &r->peak_blocks};
     uint64_t **unsigned_[] = {&r->allocs, &r->alloc_bytes, &r->temp_count, &r->temp_bytes, &r->win_bytes,
-                              &r->win_blocks};
-    for (int i = 0; i < 2; i++) {
+                              &r->win_blocks, &r->peak_stamp};
+    for (int i = 0; i < 4; i++) {
         caps[i] = r->nstacks;
         void *q = grow(*signed_[i], &caps[i], n, 8);
         if (!q)
             return 0;
         *signed_[i] = q;
     }
-    for (int i = 0; i < 6; i++) {
-        caps[2 + i] = r->nstacks;
-        void *q = grow(*unsigned_[i], &caps[2 + i], n, 8);
+    for (int i = 0; i < 7; i++) {
+        caps[4 + i] = r->nstacks;
+        void *q = grow(*unsigned_[i], &caps[4 + i], n, 8);
         if (!q)
             return 0;
         *unsigned_[i] = q;
@@ -380,6 +388,17 @@ static void series_to(struct mlk_replay *r, uint64_t tick)
     }
 }
 
+/* Stack s's live counts are about to change: the first time since the
+ * latest peak, keep what they were at it. */
+static inline void keep_peak(struct mlk_replay *r, uint32_t s)
+{
+    if (r->peak_stamp[s] != r->peak_number) {
+        r->peak_bytes[s] = r->live_bytes[s];
+        r->peak_blocks[s] = r->live_blocks[s];
+        r->peak_stamp[s] = r->peak_number;
+    }
+}
+
 static void apply(struct mlk_replay *r, struct cursor *c)
 {
     uint64_t tick = c->ev_tick, size = c->size;
@@ -397,6 +416,7 @@ static void apply(struct mlk_replay *r, struct cursor *c)
             r->bad_records++;
             return;
         }
+        keep_peak(r, s);
         r->live_bytes[s] += (int64_t)size;
         r->live_blocks[s] += c->blocks;
         r->allocs[s]++;
@@ -410,6 +430,7 @@ static void apply(struct mlk_replay *r, struct cursor *c)
             r->peak = r->total;
             r->peak_ordinal = r->ordinal;
             r->peak_tick = tick;
+            r->peak_number++; /* every stack's counts now are this peak's */
         }
         if (r->total > r->bucket_max)
             r->bucket_max = r->total;
@@ -430,6 +451,7 @@ static void apply(struct mlk_replay *r, struct cursor *c)
         r->bad_records++;
         return;
     }
+    keep_peak(r, s);
     r->live_bytes[s] -= (int64_t)size;
     r->live_blocks[s] += c->blocks;
     r->total -= (int64_t)size;
@@ -542,14 +564,25 @@ EXPORT void mlk_rp_totals(const struct mlk_replay *r, struct mlk_rp_totals *t)
                                 r->map_used, r->total, r->peak};
 }
 
+/* Each stack's counts at the peak (of the records applied so far) into
+ * peak_bytes and peak_blocks: those that changed after it were kept there
+ * (keep_peak), the others are what they are now. */
+EXPORT void mlk_rp_at_peak(struct mlk_replay *r)
+{
+    for (uint64_t s = 0; s < r->nstacks; s++)
+        keep_peak(r, (uint32_t)s);
+}
+
 /* Column `which` of the per-stack arrays (0 live bytes, 1 live blocks,
  * 2 allocations, 3 bytes allocated, 4 temporary count, 5 temporary bytes,
  * 6 window bytes, 7 window blocks, 8 lifetimes [nstacks * 40]; 9 to 13:
- * the series' ticks, totals, maxima, allocations and their bytes), or NULL. */
+ * the series' ticks, totals, maxima, allocations and their bytes; 14 and
+ * 15: live bytes and blocks at the peak, after mlk_rp_at_peak), or NULL. */
 EXPORT const void *mlk_rp_column(const struct mlk_replay *r, int which)
 {
     const void *cols[] = {r->live_bytes, r->live_blocks, r->allocs,      r->alloc_bytes,   r->temp_count,
                           r->temp_bytes, r->win_bytes,   r->win_blocks,  r->lifetimes,     r->series[0],
-                          r->series[1],  r->series[2],   r->series[3],   r->series[4]};
+                          r->series[1],  r->series[2],   r->series[3],   r->series[4],     r->peak_bytes,
+                          r->peak_blocks};
     return which >= 0 && which < (int)(sizeof cols / sizeof cols[0]) ? cols[which] : NULL;
 }
