@@ -15,7 +15,8 @@
  * with release semantics after the element is complete.
  *
  * Layout of the segment (offsets in struct mlk_header):
- *   header | stacks[stacks_cap] | frames[frames_cap] | modules[modules_cap]
+ *   header | stacks[stacks_cap] | counter stripes[MLK_COUNTER_STRIPES][stacks_cap]
+ *   | frames[frames_cap] | modules[modules_cap]
  *   | strings[strings_cap] | the event pool (events_pages pages, when recording)
  * The file is sparse (memfd): untouched capacity costs no memory.
  */
@@ -25,7 +26,7 @@
 #include <stdint.h>
 
 #define MLK_MAGIC 0x314b4c4d454d4c4b
-#define MLK_LAYOUT_VERSION 25
+#define MLK_LAYOUT_VERSION 26
 #define MLK_API_LABEL_MAX 64
 #define MLK_LAST_REPORT_MAX 512
 #define MLK_MAX_DEPTH 64
@@ -147,20 +148,25 @@ struct mlk_counters {
     uint64_t reserved[2];
 };
 
-/* One distinct allocation backtrace and what is live from it: 576 bytes, in
- * nine cache lines.  The first says which stack it is -- written once, then
- * read by every lookup of the stack -- and holds the reporter's baseline.
- * The others are counter stripes, each thread counting in one of them: the
- * first seven threads to count much own one each (plain adds, no locked
+/* One distinct allocation backtrace: which stack it is -- written once,
+ * then read by every lookup of the stack -- and the reporter's baseline,
+ * in one cache line.  What is live from it is counted apart, in counter
+ * stripes (struct mlk_header.stripes_off): MLK_COUNTER_STRIPES arrays of
+ * stacks_cap struct mlk_counters, stripe k's counters of stack id at
+ * index k * stacks_cap + id.  Each thread counts in one stripe: the first
+ * seven threads to count much own one each (plain adds, no locked
  * instructions), every other thread adds to the last with atomic adds
- * (native/hook/stacks.c).  Threads allocating and freeing through the same
- * stack then do not fight over one cache line, and nobody slows the
+ * (native/hook/counters.c).  Threads allocating and freeing through the
+ * same stack then do not fight over one cache line, and nobody slows the
  * lookups.  (Seven owners, not two: a server's four workers all own one --
- * the threads on the shared stripe took a slower way besides, bench/'s
- * kv-server 837.5M -> 736.3M instructions; a stack's lines touched stay
- * two, its identity and one stripe.  Nine lines, an odd number, so that
- * consecutive stacks' counter lines fall in every set of a cache: with
- * eight, a thread's lines of all stacks met in an eighth of the sets.) */
+ * the threads on the shared stripe took a slower way besides; a stack's
+ * lines touched stay two, its identity and one stripe.)  A stripe apart
+ * from the others, not a stack's nine lines side by side: memory is
+ * touched only for the stripes some thread counted in, a stripe's pages
+ * for the stacks it counted for -- 128 bytes a stack in a one-thread
+ * program, where nine lines were 576 (struct mlk_header.stripes_used says
+ * which stripes to read; the others are never touched, by the reporter
+ * either). */
 struct mlk_stack {
     uint64_t hash;          /* of kind, unload_epoch and frames */
     uint32_t state;         /* MLK_STACK_*; READY once the fields below are final */
@@ -174,7 +180,6 @@ struct mlk_stack {
     int64_t reported_allocs; /* reporter: allocations made as of the last report */
     uint32_t flags;         /* MLK_STACK_CUT; final once state is READY */
     uint32_t reserved;
-    struct mlk_counters counters[8]; /* MLK_COUNTER_STRIPES */
 };
 
 /* One loaded ELF object.  Entries are never removed: an unloaded object keeps
@@ -324,6 +329,9 @@ struct mlk_header {
     uint64_t frames_used;
     uint64_t modules_used;
     uint64_t strings_used;
+    uint64_t stripes_off;       /* the counter stripes (struct mlk_stack's comment) */
+    uint32_t stripes_used;      /* bit k: stripe k has been counted in (atomic; set before the first count) */
+    uint32_t stripes_reserved;
 
     int32_t pid;                /* the traced process */
     int32_t parent_pid;         /* pid of the process it was forked from, or 0 */

@@ -12,27 +12,37 @@ from libmemleak.daemon.text_store import TextStore
 STRIPES = CONST["MLK_COUNTER_STRIPES"]
 
 
-def stack_table(rows):
-    """rows: per stack, a list of (alloc_count, alloc_bytes, freed_count,
-    freed_bytes) per stripe, and (reported_bytes, reported_blocks)."""
-    table = ffi.new("struct mlk_stack[]", len(rows))
-    for i, (stripes, (rep_b, rep_k)) in enumerate(rows):
-        for k, (ac, ab, fc, fb) in enumerate(stripes):
-            c = table[i].counters[k]
-            c.alloc_count, c.alloc_bytes, c.freed_count, c.freed_bytes = ac, ab, fc, fb
-        table[i].reported_bytes, table[i].reported_blocks = rep_b, rep_k
-    return table
+class StackTable:
+    """Stacks and their counter stripes, as a segment lays them out (a
+    stripe of len(rows) counters each); used: the stripes counted in."""
+
+    def __init__(self, rows, used=(1 << STRIPES) - 1):
+        """rows: per stack, a list of (alloc_count, alloc_bytes,
+        freed_count, freed_bytes) per stripe, and (reported_bytes,
+        reported_blocks)."""
+        self.n = len(rows)
+        self.stacks = ffi.new("struct mlk_stack[]", self.n)
+        self.stripes = ffi.new("struct mlk_counters[]", self.n * STRIPES)
+        self.used = ffi.new("uint32_t *", used)
+        for i, (stripes, (rep_b, rep_k)) in enumerate(rows):
+            for k, (ac, ab, fc, fb) in enumerate(stripes):
+                c = self.stripes[k * self.n + i]
+                c.alloc_count, c.alloc_bytes, c.freed_count, c.freed_bytes = ac, ab, fc, fb
+            self.stacks[i].reported_bytes, self.stacks[i].reported_blocks = rep_b, rep_k
+
+    def columns(self, ok):
+        return report_core.columns(self.stacks, self.stripes, self.n, self.used, self.n, ok)
 
 
 def test_columns_sum_the_stripes_and_zero_the_stacks_not_ok():
-    table = stack_table([
+    table = StackTable([
         ([(3, 300, 1, 100), (2, 50, 2, 50), (0, 0, 0, 0)], (10, 1)),
         ([(9, 9, 0, 0)] * STRIPES, (0, 0)),                     # not ok: zeros
         # counters that wrapped in the program: live is still the difference
         ([((1 << 64) - 1, (1 << 64) - 8, (1 << 63) - 1, (1 << 63) - 8), (2, 16, 0, 0),
           (0, 0, 0, 0)], (-5, -1)),
     ])
-    cols = report_core.columns(table, 3, bytearray([1, 0, 1]))
+    cols = table.columns(bytearray([1, 0, 1]))
     # allocated 2^64 + 8 bytes (wrapped to 8) in 2^64 + 1 blocks (1), freed 2^63 - 8 in 2^63 - 1
     assert list(cols["live_bytes"]) == [200, 0, 8 - ((1 << 63) - 8)]
     assert list(cols["live_blocks"]) == [2, 0, 1 - ((1 << 63) - 1)]
@@ -42,10 +52,20 @@ def test_columns_sum_the_stripes_and_zero_the_stacks_not_ok():
     assert list(cols["reported_blocks"]) == [1, 0, -1]
 
 
+def test_columns_read_only_the_stripes_counted_in():
+    """A stripe no thread counted in is never read (its pages are never
+    touched, by the reporter either): what the mask leaves out counts
+    nothing."""
+    rows = [([(3, 300, 1, 100), (2, 50, 2, 50), (7, 7, 0, 0)], (0, 0))]
+    assert list(StackTable(rows, used=0b011).columns(bytearray([1]))["live_bytes"]) == [200]
+    assert list(StackTable(rows, used=0b101).columns(bytearray([1]))["live_bytes"]) == [207]
+
+
 def test_commit_writes_only_what_changed():
-    table = stack_table([([(1, 8, 0, 0)] + [(0, 0, 0, 0)] * (STRIPES - 1), (0, 0)),
+    stacks = StackTable([([(1, 8, 0, 0)] + [(0, 0, 0, 0)] * (STRIPES - 1), (0, 0)),
                          ([(1, 8, 0, 0)] + [(0, 0, 0, 0)] * (STRIPES - 1), (8, 1))])
-    cols = report_core.columns(table, 2, bytearray([1, 1]))
+    cols = stacks.columns(bytearray([1, 1]))
+    table = stacks.stacks
     table[1].reported_bytes = 1234  # a change after the snapshot: commit must not undo it
     report_core.commit(table, cols["live_bytes"], cols["live_blocks"],
                        cols["reported_bytes"], cols["reported_blocks"],

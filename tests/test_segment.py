@@ -93,3 +93,36 @@ def test_corrupted_live_segment_still_gives_a_report(workdir):
     t.resume()
     assert t.finish() == 0
     assert "reporter error" not in t.stderr and "Traceback" not in t.stderr, t.stderr
+
+
+def test_tables_moved_after_the_open_are_not_followed(workdir):
+    """Where the tables lie is read from the header once, when the
+    reporter opens the segment, and checked then: a program that later
+    writes other offsets and capacities there (past the segment's end)
+    does not make the reporter read outside it -- the report is written
+    from the tables as they were."""
+    from helpers import report_path, wait_for_file
+    from libmemleak.files import memlog
+    prog = compile_program("blocked.c")
+    t = Traced([prog], workdir)
+    t.expect("blocked")
+    reporter = wait_for_reporter(t.pid)
+    t.proc.send_signal(signal.SIGUSR1)  # (the reporter has opened the segment once it wrote a report)
+    wait_for_file(report_path(workdir, t.prog, t.pid, 1))
+    fd = os.open(f"/proc/{reporter}/fd/3", os.O_RDWR)
+    try:
+        seg = Segment.from_fd(fd, writable=True)
+        h = seg.header
+        far = 1 << 46
+        h.modules_off = h.stripes_off = h.stacks_off = h.frames_off = far
+        h.modules_cap = h.stacks_cap = h.frames_cap = h.strings_cap = far
+        h.modules_used = h.frames_used = 1 << 40
+        seg.close()
+    finally:
+        os.close(fd)
+    t.proc.send_signal(signal.SIGUSR1)
+    report = memlog.read(wait_for_file(report_path(workdir, t.prog, t.pid, 2)))
+    assert report.header["reason"] == "signal" and int(report.header["live-bytes"]) >= 4242
+    t.resume()
+    assert t.finish() == 0
+    assert "reporter error" not in t.stderr and "Traceback" not in t.stderr, t.stderr

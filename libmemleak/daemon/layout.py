@@ -38,6 +38,7 @@ CONST = {name: int(value, 0) for name, value in
          re.findall(r"^#define\s+(MLK_\w+)\s+(0x[0-9a-fA-F]+|\d+)\s*$", _header_text(), re.M)}
 
 STACK_SIZE = ffi.sizeof("struct mlk_stack")
+COUNTERS_SIZE = ffi.sizeof("struct mlk_counters")
 MODULE_SIZE = ffi.sizeof("struct mlk_module")
 HEADER_SIZE = ffi.sizeof("struct mlk_header")
 

@@ -31,8 +31,9 @@ int64_t mlk_rc_table_render(struct mlk_rc_table *, const struct mlk_rc_row *, in
                             const struct mlk_rc_texts *, char *, int64_t, int64_t *);
 int64_t mlk_rc_resources_last(struct mlk_rc_row *, int64_t, const int8_t *, int64_t, int, struct mlk_rc_row *,
                               int64_t);
-void mlk_rc_columns(const struct mlk_stack *, int64_t, const uint8_t *, int64_t *, int64_t *,
-                    int64_t *, int64_t *, int64_t *, int64_t *, int64_t *, int64_t *);
+void mlk_rc_columns(const struct mlk_stack *, const struct mlk_counters *, int64_t, const uint32_t *, int64_t,
+                    const uint8_t *, int64_t *, int64_t *, int64_t *, int64_t *, int64_t *, int64_t *, int64_t *,
+                    int64_t *);
 int64_t mlk_rc_shown(int64_t, const int64_t *, const int64_t *, const int64_t *, const int64_t *, const int64_t *,
                      const int64_t *, const int64_t *);
 int64_t mlk_rc_unkeyed(int64_t, const int64_t *, const int64_t *, const int64_t *,
@@ -129,11 +130,13 @@ def positions_are_ids(ids):
     return isinstance(ids, range) and ids.start == 0 and ids.step == 1
 
 
-def columns(stacks_ptr, n, ok):
+def columns(stacks_ptr, stripes_ptr, stripe_len, stripes_used_ptr, n, ok):
     """Per-stack counters of stacks 0..n-1 (zeros for those not ok), as a
-    dict of array('q') named as in COLUMNS."""
+    dict of array('q') named as in COLUMNS: summed over the counter stripes
+    of stripe_len stacks each at stripes_ptr, those *stripes_used_ptr says
+    were counted in."""
     cols = {name: zeros(n) for name in COLUMNS}
-    lib.mlk_rc_columns(stacks_ptr, n, ffi.from_buffer("uint8_t[]", ok),
+    lib.mlk_rc_columns(stacks_ptr, stripes_ptr, stripe_len, stripes_used_ptr, n, ffi.from_buffer("uint8_t[]", ok),
                        *[_q(cols[name]) for name in COLUMNS])
     return cols
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from libmemleak.daemon import python_code, report_core
-from libmemleak.daemon.layout import CONST, HEADER_SIZE, MODULE_SIZE, STACK_SIZE, ffi, stack_word
+from libmemleak.daemon.layout import CONST, COUNTERS_SIZE, HEADER_SIZE, MODULE_SIZE, STACK_SIZE, ffi, stack_word
 from libmemleak.daemon.procfs import namespace_tag
 from libmemleak.daemon.stack_keys import Bound
 from libmemleak.files.memlog import resource_name
@@ -42,6 +42,20 @@ _PYCODE = CONST["MLK_KIND_PYCODE"]
 _CUT = 1 << 16  # in the kind column: the stack was cut at the depth (MLK_STACK_CUT)
 
 HEALTH_FIELDS = ("dropped_stacks", "dropped_blocks", "unknown_frees", "truncated_stacks", "resources_dropped")
+
+
+class Geometry(NamedTuple):
+    """Where a segment's tables lie, as its header said when it was opened
+    (and checked then)."""
+    stacks_off: int
+    stacks_cap: int
+    stripes_off: int
+    frames_off: int
+    frames_cap: int
+    modules_off: int
+    modules_cap: int
+    strings_off: int
+    strings_cap: int
 
 
 class SegmentError(Exception):
@@ -183,16 +197,20 @@ class Segment:
         self.writable = writable
         self._buf = ffi.from_buffer(self._map)
         self.header = ffi.cast("struct mlk_header *", self._buf)
-        self._validate_header()
+        g = self._geometry = self._validate_header()
         h = self.header
         # The process's pid as this side numbers it: the header's, unless the
         # opener knows better (a process in a pid namespace of its own).
         self.pid = h.pid
         whole = memoryview(self._map)
-        self._stack_words = whole[h.stacks_off:h.stacks_off + h.stacks_cap * STACK_SIZE].cast("q")
-        self._frames = whole[h.frames_off:h.frames_off + h.frames_cap * 8].cast("Q")
-        self._strings = whole[h.strings_off:h.strings_off + h.strings_cap]
-        self._stacks_ptr = ffi.cast("struct mlk_stack *", ffi.cast("char *", self._buf) + h.stacks_off)
+        self._stack_words = whole[g.stacks_off:g.stacks_off + g.stacks_cap * STACK_SIZE].cast("q")
+        self._frames = whole[g.frames_off:g.frames_off + g.frames_cap * 8].cast("Q")
+        self._strings = whole[g.strings_off:g.strings_off + g.strings_cap]
+        at = ffi.cast("char *", self._buf)
+        self._stacks_ptr = ffi.cast("struct mlk_stack *", at + g.stacks_off)
+        self._stripes_ptr = ffi.cast("struct mlk_counters *", at + g.stripes_off)
+        self._stripes_used_ptr = ffi.addressof(h, "stripes_used")
+        self._modules_ptr = ffi.cast("struct mlk_module *", at + g.modules_off)
         # What is known of stacks 0.._next_id-1 (see _learn_new_stacks).
         self._next_id = 0
         self._kind, self._off = array("q"), array("q")
@@ -221,6 +239,9 @@ class Segment:
             os.close(fd)
 
     def _validate_header(self):
+        """The tables' offsets and capacities (a Geometry), each read once
+        and checked to lie in the segment -- the program may write other
+        values there later: only these are used."""
         h = self.header
         if h.magic != CONST["MLK_MAGIC"]:
             raise SegmentError("not a libmemleak segment (bad magic)")
@@ -231,12 +252,15 @@ class Segment:
                 f"header {HEADER_SIZE} bytes): use the same installation for both")
         if h.segment_size > self._size:
             raise SegmentError("segment header claims more bytes than the segment has")
-        for off, cap, elem in ((h.stacks_off, h.stacks_cap, STACK_SIZE),
-                               (h.frames_off, h.frames_cap, 8),
-                               (h.modules_off, h.modules_cap, MODULE_SIZE),
-                               (h.strings_off, h.strings_cap, 1)):
+        g = Geometry(*(getattr(h, name) for name in Geometry._fields))
+        for off, cap, elem in ((g.stacks_off, g.stacks_cap, STACK_SIZE),
+                               (g.stripes_off, g.stacks_cap * CONST["MLK_COUNTER_STRIPES"], COUNTERS_SIZE),
+                               (g.frames_off, g.frames_cap, 8),
+                               (g.modules_off, g.modules_cap, MODULE_SIZE),
+                               (g.strings_off, g.strings_cap, 1)):
             if off < HEADER_SIZE or off % 8 or off + cap * elem > self._size:
                 raise SegmentError("segment tables lie outside the segment")
+        return g
 
     # -- small readers -----------------------------------------------------
 
@@ -271,15 +295,14 @@ class Segment:
 
     def string(self, off, length):
         """A string of the segment's strings array (header *_off/*_len)."""
-        used = min(self.header.strings_used, self.header.strings_cap)
+        used = min(self.header.strings_used, self._geometry.strings_cap)
         if off + length > used:
             return "?"
         return bytes(self._strings[off:off + length]).decode("utf-8", "surrogateescape")
 
     def modules(self):
-        h = self.header
-        n = min(h.modules_used, h.modules_cap)
-        raw = ffi.cast("struct mlk_module *", ffi.cast("char *", self._buf) + h.modules_off)
+        n = min(self.header.modules_used, self._geometry.modules_cap)
+        raw = self._modules_ptr
         out = []
         for i in range(n):
             m = raw[i]
@@ -306,7 +329,8 @@ class Segment:
         n = self._next_id
         # Summed in C (report_core): per stack, frees are read before
         # allocations, so a free racing with us can never make live negative.
-        cols = report_core.columns(self._stacks_ptr, n, self._ok)
+        cols = report_core.columns(self._stacks_ptr, self._stripes_ptr, self._geometry.stacks_cap,
+                                   self._stripes_used_ptr, n, self._ok)
         ok = self._ok
         if ok.count(0) == 0:
             ids = range(n)
@@ -370,7 +394,7 @@ class Segment:
         at again next time."""
         h = self.header
         ready, max_depth = CONST["MLK_STACK_READY"], CONST["MLK_MAX_DEPTH"]
-        frames_used = min(h.frames_used, h.frames_cap)
+        frames_used = min(h.frames_used, self._geometry.frames_cap)
         for i in list(self._pending):
             base = i * _W
             st = self._stack_words[base + _W_STATE]
@@ -378,7 +402,7 @@ class Segment:
                 self._pending.discard(i)
                 self._fill(i, st, self._stack_words[base + _W_FRAMES],
                            self._stack_words[base + _W_EPOCHS], frames_used, max_depth)
-        n = min(h.stacks_used, h.stacks_cap)
+        n = min(h.stacks_used, self._geometry.stacks_cap)
         first = self._next_id
         if first >= n:
             return
@@ -407,7 +431,7 @@ class Segment:
             # frames_used was read before this entry's state: the entry may
             # be newer than that reading (its frames are reserved before it
             # is marked ready).  Judge by a reading taken now.
-            frames_used = min(self.header.frames_used, self.header.frames_cap)
+            frames_used = min(self.header.frames_used, self._geometry.frames_cap)
         if depth > max_depth or off < 0 or off + depth > frames_used:
             self._corrupt += 1
             return
@@ -575,7 +599,7 @@ class Segment:
         return int(ffi.cast("uintptr_t", ffi.addressof(self.header, name)))
 
     def close(self):
-        self.header = self._buf = self._stacks_ptr = None
+        self.header = self._buf = self._stacks_ptr = self._stripes_ptr = self._stripes_used_ptr = None
         for view in ("_stack_words", "_frames", "_strings"):
             getattr(self, view).release()
         try:

@@ -9,9 +9,8 @@
 
 #include "mlk.h"
 
-_Static_assert(sizeof(struct mlk_counters) == 64 && offsetof(struct mlk_stack, counters) == 64 &&
-                   sizeof(((struct mlk_stack *)0)->counters) / 64 == MLK_COUNTER_STRIPES,
-               "a stack entry is cache lines: identity, then one per counter stripe");
+_Static_assert(sizeof(struct mlk_counters) == 64 && sizeof(struct mlk_stack) == 64,
+               "a stack's identity is a cache line, and its counters in a stripe another");
 
 /* This thread's counter stripe.  The first threads to count much own a
  * stripe each (all but the last) and update it with plain loads and stores
@@ -47,16 +46,19 @@ static int stripe_key_made;
 static inline int owned_stripe(unsigned s) { return s - 1 < SHARED_STRIPE - 1; }
 
 /* The thread's stripe becomes s (plus one), its fast-way bit with it, and
- * where its counters of stack 0 are: an owner's counters of stack id are
- * id entries on -- a multiply and one add from thread-local storage, where
- * the line's number (id * 9 + s) and the array's address took two
- * instructions and a load more (churn: -4 instructions a malloc/free
- * pair).  (Set only while counting, so the array exists; and it never
- * moves: a forked child maps its copy of the segment over the parent's.) */
+ * where its counters of stack 0 are: its counters of stack id are id lines
+ * on -- a shift and one add from thread-local storage.  The stripe is
+ * marked used first (the reporter reads no other: a stripe nobody counted
+ * in is never touched).  (Set only while counting, so the array exists;
+ * and it never moves: a forked child maps its copy of the segment over
+ * the parent's.) */
 static unsigned set_stripe(unsigned s)
 {
+    uint32_t bit = 1u << (s - 1);
+    if (!(__atomic_load_n(&mlk_seg->stripes_used, __ATOMIC_RELAXED) & bit))
+        __atomic_fetch_or(&mlk_seg->stripes_used, bit, __ATOMIC_SEQ_CST);
     stripe_plus_one = s;
-    mine.stripe_base = (char *)mlk_stacks() + (uint64_t)s * 64;
+    mine.stripe_base = (char *)mlk_stripe(s - 1);
     mlk_thread_fast_set(MLK_THREAD_STRIPE, owned_stripe(s));
     return s;
 }
@@ -142,22 +144,11 @@ static inline void bump(unsigned stripe_plus_one_, uint64_t *counter, uint64_t v
  * the last one, or has not counted yet): then its event goes through
  * add_slow.  (So that an owner's count makes no call, and saves no
  * registers for one: the stripes' claim cost sqlite3 0.6% while inline.) */
-/* Stack id's counters in stripe s (plus one): each a cache line, the
- * entry's own line first -- (id * 9 + s) lines from the array's start, one
- * lea and a shift, where &counters[s - 1] took gcc three instructions. */
-_Static_assert(sizeof(struct mlk_stack) == 9 * 64 && offsetof(struct mlk_stack, counters) == 64 &&
-                   sizeof(struct mlk_counters) == 64,
-               "a stack entry is its line and a line per stripe");
-static inline struct mlk_counters *stripe_counters(uint32_t id, unsigned s)
-{
-    return (struct mlk_counters *)((char *)mlk_stacks() + ((uint64_t)id * 9 + s) * 64);
-}
-
-/* Stack id's counters in the stripe this thread owns (set_stripe's base:
- * stripe_counters(id, stripe_plus_one), with one add). */
+/* Stack id's counters in this thread's stripe (set_stripe's base, one
+ * line a stack). */
 static inline struct mlk_counters *counters_at_base(uint32_t id)
 {
-    return (struct mlk_counters *)(mine.stripe_base + (uint64_t)id * sizeof(struct mlk_stack));
+    return (struct mlk_counters *)(mine.stripe_base + (uint64_t)id * sizeof(struct mlk_counters));
 }
 
 static inline struct mlk_counters *owned_counters(uint32_t id)
@@ -176,7 +167,7 @@ static inline __attribute__((always_inline)) void add_to_stripe(uint32_t id, siz
                                                                 uint64_t vb, size_t c, uint64_t vc)
 {
     unsigned s = stripe_of_thread();
-    char *at = (char *)stripe_counters(id, s);
+    char *at = (char *)counters_at_base(id);
     if (va)
         bump(s, (uint64_t *)(at + a), va);
     if (vb)

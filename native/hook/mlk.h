@@ -175,6 +175,11 @@ MLK_HIDDEN int mlk_segment_move_fd(int lo, int hi); /* 0 = now outside lo..hi */
  * a second load; a forked child maps its copy at the same address). */
 extern MLK_HIDDEN struct mlk_stack *mlk_stacks_base;
 static inline struct mlk_stack *mlk_stacks(void) { return mlk_stacks_base; }
+/* Counter stripe k (0 to MLK_COUNTER_STRIPES - 1): stacks_cap counters,
+ * stack id's at index id (shm_layout.h, struct mlk_stack). */
+extern MLK_HIDDEN struct mlk_counters *mlk_stripes_base;
+extern MLK_HIDDEN uint64_t mlk_stripe_len; /* stacks_cap */
+static inline struct mlk_counters *mlk_stripe(unsigned k) { return mlk_stripes_base + (uint64_t)k * mlk_stripe_len; }
 MLK_HIDDEN uint64_t *mlk_frames(void);
 MLK_HIDDEN struct mlk_module *mlk_modules(void);
 MLK_HIDDEN char *mlk_strings(void);

@@ -14,6 +14,8 @@
 
 struct mlk_header *mlk_seg;
 struct mlk_stack *mlk_stacks_base;
+struct mlk_counters *mlk_stripes_base;
+uint64_t mlk_stripe_len;
 int mlk_seg_fd = -1;
 
 #define MODULES_CAP 8192ull
@@ -140,13 +142,16 @@ static void freeze_reporter_args(const struct mlk_header *h, const char *strings
 }
 
 /* The segment's layout for tables of these capacities; returns its size. */
-static uint64_t lay_out(uint64_t stacks_cap, uint64_t frames_cap, uint64_t *stacks_off, uint64_t *frames_off,
-                        uint64_t *modules_off, uint64_t *strings_off, uint64_t *events_off, uint64_t *events_data_off)
+static uint64_t lay_out(uint64_t stacks_cap, uint64_t frames_cap, uint64_t *stacks_off, uint64_t *stripes_off,
+                        uint64_t *frames_off, uint64_t *modules_off, uint64_t *strings_off, uint64_t *events_off,
+                        uint64_t *events_data_off)
 {
     uint32_t pages = mlk_events_pages_wanted();
     uint64_t off = align_up(sizeof(struct mlk_header), 4096);
     *stacks_off = off;
     off = align_up(off + stacks_cap * sizeof(struct mlk_stack), 4096);
+    *stripes_off = off;
+    off = align_up(off + MLK_COUNTER_STRIPES * stacks_cap * sizeof(struct mlk_counters), 4096);
     *frames_off = off;
     off = align_up(off + frames_cap * sizeof(uint64_t), 4096);
     *modules_off = off;
@@ -187,9 +192,9 @@ _Static_assert(PAIR(listen) && PAIR(alloc_fns) && PAIR(blind) && PAIR(routed), "
 int mlk_segment_create(uint32_t depth, const char *dir, const char *listen, const char *alloc_fns)
 {
     uint64_t stacks_cap = MLK_STACKS_CAP, frames_cap = MLK_FRAMES_CAP;
-    uint64_t stacks_off, frames_off, modules_off, strings_off, events_off, events_data_off;
-#define LAY_OUT() lay_out(stacks_cap, frames_cap, &stacks_off, &frames_off, &modules_off, &strings_off, \
-                          &events_off, &events_data_off)
+    uint64_t stacks_off, stripes_off, frames_off, modules_off, strings_off, events_off, events_data_off;
+#define LAY_OUT() lay_out(stacks_cap, frames_cap, &stacks_off, &stripes_off, &frames_off, &modules_off, \
+                          &strings_off, &events_off, &events_data_off)
     uint64_t size = LAY_OUT();
     struct rlimit as;
     if (mlk_syscall6(SYS_getrlimit, RLIMIT_AS, (long)&as, 0, 0, 0, 0) == 0 && as.rlim_cur != RLIM_INFINITY) {
@@ -216,6 +221,7 @@ int mlk_segment_create(uint32_t depth, const char *dir, const char *listen, cons
     h->header_size = sizeof *h;
     h->segment_size = size;
     h->stacks_off = stacks_off;
+    h->stripes_off = stripes_off;
     h->frames_off = frames_off;
     h->modules_off = modules_off;
     h->strings_off = strings_off;
@@ -233,6 +239,8 @@ int mlk_segment_create(uint32_t depth, const char *dir, const char *listen, cons
     h->seg_fd = (uint32_t)fd;
     mlk_init_reporter_life(h);
     mlk_stacks_base = (struct mlk_stack *)((char *)h + stacks_off);
+    mlk_stripes_base = (struct mlk_counters *)((char *)h + stripes_off);
+    mlk_stripe_len = stacks_cap;
     mlk_seg = h;
     mlk_seg_fd = fd;
 
@@ -333,6 +341,10 @@ void mlk_segment_fork_prepare(void)
     char *base = (char *)dst;
     copy_range(base, h, 0, h->header_size);
     copy_range(base, mlk_stacks(), h->stacks_off, h->stacks_used * sizeof(struct mlk_stack));
+    for (unsigned k = 0; k < MLK_COUNTER_STRIPES; k++)
+        if (h->stripes_used & (1u << k))
+            copy_range(base, mlk_stripe(k), h->stripes_off + k * h->stacks_cap * sizeof(struct mlk_counters),
+                       h->stacks_used * sizeof(struct mlk_counters));
     copy_range(base, mlk_frames(), h->frames_off, h->frames_used * sizeof(uint64_t));
     copy_range(base, mlk_modules(), h->modules_off, h->modules_used * sizeof(struct mlk_module));
     copy_range(base, mlk_strings(), h->strings_off, h->strings_used);

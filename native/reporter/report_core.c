@@ -27,12 +27,17 @@
  * allocations: a free racing with us is then counted at most after its own
  * allocation, and live can never go negative.  The 64-bit counters wrap, as
  * they do in the program. */
-EXPORT void mlk_rc_columns(const struct mlk_stack *stacks, int64_t n, const uint8_t *ok,
+EXPORT void mlk_rc_columns(const struct mlk_stack *stacks, const struct mlk_counters *stripes, int64_t stripe_len,
+                           const uint32_t *stripes_used, int64_t n, const uint8_t *ok,
                            int64_t *live_bytes, int64_t *live_blocks,
                            int64_t *alloc_count, int64_t *alloc_bytes,
                            int64_t *reported_bytes, int64_t *reported_blocks,
                            int64_t *reported_allocs, int64_t *live_slack)
 {
+    /* Stripes nobody counted in are never read (that would touch their
+     * pages); the mask is read again after a stack's frees, so that an
+     * allocation counted in a stripe first used meanwhile is read too. */
+    uint32_t used = __atomic_load_n(stripes_used, __ATOMIC_ACQUIRE);
     for (int64_t i = 0; i < n; i++) {
         if (!ok[i]) {
             live_bytes[i] = live_blocks[i] = alloc_count[i] = alloc_bytes[i] = 0;
@@ -42,15 +47,22 @@ EXPORT void mlk_rc_columns(const struct mlk_stack *stacks, int64_t n, const uint
         const struct mlk_stack *s = &stacks[i];
         uint64_t freed_count = 0, freed_bytes = 0, count = 0, bytes = 0, freed_slack = 0, slack = 0;
         for (int k = 0; k < MLK_COUNTER_STRIPES; k++) {
-            freed_count += (uint64_t)__atomic_load_n(&s->counters[k].freed_count, __ATOMIC_RELAXED);
-            freed_bytes += (uint64_t)__atomic_load_n(&s->counters[k].freed_bytes, __ATOMIC_RELAXED);
-            freed_slack += __atomic_load_n(&s->counters[k].freed_slack, __ATOMIC_RELAXED);
+            if (!(used & (1u << k)))
+                continue;
+            const struct mlk_counters *c = &stripes[k * stripe_len + i];
+            freed_count += (uint64_t)__atomic_load_n(&c->freed_count, __ATOMIC_RELAXED);
+            freed_bytes += (uint64_t)__atomic_load_n(&c->freed_bytes, __ATOMIC_RELAXED);
+            freed_slack += __atomic_load_n(&c->freed_slack, __ATOMIC_RELAXED);
         }
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        used = __atomic_load_n(stripes_used, __ATOMIC_ACQUIRE);
         for (int k = 0; k < MLK_COUNTER_STRIPES; k++) {
-            count += __atomic_load_n(&s->counters[k].alloc_count, __ATOMIC_RELAXED);
-            bytes += __atomic_load_n(&s->counters[k].alloc_bytes, __ATOMIC_RELAXED);
-            slack += __atomic_load_n(&s->counters[k].alloc_slack, __ATOMIC_RELAXED);
+            if (!(used & (1u << k)))
+                continue;
+            const struct mlk_counters *c = &stripes[k * stripe_len + i];
+            count += __atomic_load_n(&c->alloc_count, __ATOMIC_RELAXED);
+            bytes += __atomic_load_n(&c->alloc_bytes, __ATOMIC_RELAXED);
+            slack += __atomic_load_n(&c->alloc_slack, __ATOMIC_RELAXED);
         }
         live_slack[i] = (int64_t)(slack - freed_slack);
         alloc_count[i] = (int64_t)count;

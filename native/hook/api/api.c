@@ -74,13 +74,16 @@ static void sum_live(int lo, int hi, struct memleak_counts *out)
     if (n > h->stacks_cap)
         n = h->stacks_cap;
     const struct mlk_stack *stacks = mlk_stacks();
+    uint32_t used = __atomic_load_n(&h->stripes_used, __ATOMIC_ACQUIRE);
     int64_t bytes = 0, blocks = 0;
     for (uint64_t i = 0; i < n; i++) {
         int kind = stacks[i].kind;
         if (kind < lo || kind > hi || __atomic_load_n(&stacks[i].state, __ATOMIC_ACQUIRE) != MLK_STACK_READY)
             continue;
-        for (int s = 0; s < MLK_COUNTER_STRIPES; s++) {
-            const struct mlk_counters *c = &stacks[i].counters[s];
+        for (unsigned s = 0; s < MLK_COUNTER_STRIPES; s++) {
+            if (!(used & (1u << s)))
+                continue; /* (never counted in: not to be touched) */
+            const struct mlk_counters *c = &mlk_stripe(s)[i];
             bytes += (int64_t)__atomic_load_n(&c->alloc_bytes, __ATOMIC_RELAXED) -
                      __atomic_load_n(&c->freed_bytes, __ATOMIC_RELAXED);
             blocks += (int64_t)__atomic_load_n(&c->alloc_count, __ATOMIC_RELAXED) -
