@@ -47,3 +47,16 @@ def test_no_module_level_import_circle():
         if module not in state:
             visit(module, [module])
     assert cycles == []
+
+
+def test_pyflakes_finds_nothing():
+    """No unused import, undefined name or shadowed import in the package,
+    its tests and benches (ruff's F rules, pyflakes'): a name that shadows
+    an import once turned a report's health note into a function's repr."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout's, not the installed
+    r = subprocess.run([sys.executable, "-m", "ruff", "check", "--select", "F", "--output-format", "concise",
+                        "--no-cache", *(os.path.join(root, d) for d in ("libmemleak", "tests", "bench"))],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -32,8 +32,8 @@ import threading
 import time
 
 from libmemleak.files.memlog import header_text
-from libmemleak.daemon.segment import (Segment, SegmentError, header_fields, header_string,
-                                program_name_of)
+from libmemleak.daemon.segment import Segment, SegmentError
+from libmemleak.daemon.segment_header import header_fields, header_string, program_name_of
 from libmemleak.symbols import Symbolizer
 from libmemleak.daemon.trust import kernel_name, pid_of_pidfd, vouched_directory
 

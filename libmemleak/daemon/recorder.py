@@ -18,7 +18,8 @@ import cffi
 
 from libmemleak import reporter_library
 
-from libmemleak.daemon.segment import CONST, futex_wake
+from libmemleak.daemon.futex import futex_wake
+from libmemleak.daemon.layout import CONST
 from libmemleak.files.event_pack import Packer
 from libmemleak.files.events import MAGIC, VERSION, StackNamer, evts_chunk, json_chunk
 from libmemleak.files.memlog import write_report

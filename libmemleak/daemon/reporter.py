@@ -25,7 +25,8 @@ from libmemleak.daemon.report_header import header_lines
 from libmemleak.daemon.program_watch import ProgramWatch
 from libmemleak.daemon.recorder import DRAIN_SECONDS, Recorder
 from libmemleak.daemon.text_store import CUT_KIND, TextStore
-from libmemleak.daemon.segment import RESOURCE_BASE, futex_wait, futex_wake
+from libmemleak.daemon.futex import futex_wait, futex_wake
+from libmemleak.daemon.segment import RESOURCE_BASE
 from libmemleak.daemon.stack_table import StackTable, stack_table_wanted
 from libmemleak.daemon.procfs import namespace_tag
 from libmemleak.daemon.trust import pid_of_pidfd

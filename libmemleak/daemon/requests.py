@@ -10,7 +10,7 @@ import time
 
 from libmemleak.daemon import report_core
 from libmemleak.daemon.procfs import proc_dir
-from libmemleak.daemon.segment import futex_wait, futex_wake
+from libmemleak.daemon.futex import futex_wait, futex_wake
 
 
 class LiveError(Exception):

@@ -8,7 +8,6 @@ import os
 import time
 from array import array
 
-import cffi
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -17,7 +16,8 @@ from libmemleak.daemon.layout import CONST, COUNTERS_SIZE, HEADER_SIZE, MODULE_S
 from libmemleak.daemon.procfs import namespace_tag
 from libmemleak.daemon.stack_keys import Bound
 from libmemleak.files.memlog import resource_name
-from libmemleak.files.report_names import report_name, safe_name
+from libmemleak.daemon.segment_header import program_name
+from libmemleak.files.report_names import report_name
 
 KIND_NAMES = {CONST["MLK_KIND_MALLOC"]: "malloc", CONST["MLK_KIND_NEW"]: "new",
               CONST["MLK_KIND_MMAP"]: "mmap", CONST["MLK_KIND_SHARED"]: "shared",
@@ -268,7 +268,7 @@ class Segment:
         """The program as invoked (argv[0]'s last part), which reports are
         named after; the executable's name for segments without it."""
         h = self.header
-        return _program_name(self.string(h.name_off, h.name_len) if h.name_len else "",
+        return program_name(self.string(h.name_off, h.name_len) if h.name_len else "",
                              self.string(h.exe_off, h.exe_len))
 
     def report_dir(self):
@@ -606,72 +606,3 @@ class Segment:
             self._map.close()
         except BufferError:  # a caller still holds a view; the mapping goes with it
             pass
-
-
-def header_fields(fd, names):
-    """A copy of a few header fields of the segment on `fd`, mapping only
-    the header; None if it is not a segment of this libmemleak."""
-    try:
-        if os.fstat(fd).st_size < HEADER_SIZE:
-            return None
-        with mmap.mmap(fd, HEADER_SIZE, mmap.MAP_SHARED, mmap.PROT_READ) as m:
-            buf = ffi.from_buffer(m)
-            try:
-                h = ffi.cast("struct mlk_header *", buf)
-                if (h.magic != CONST["MLK_MAGIC"] or h.header_size != HEADER_SIZE
-                        or h.layout_version != CONST["MLK_LAYOUT_VERSION"]):
-                    return None
-                return {name: getattr(h, name) for name in names}
-            finally:
-                ffi.release(buf)
-    except (OSError, ValueError):
-        return None
-
-
-def header_string(fd, off_field, len_field):
-    """One string of the segment on `fd` (named by its header's *_off and
-    *_len fields), read without mapping the segment; None if unreadable."""
-    h = header_fields(fd, ("strings_off", "strings_cap", "strings_used", off_field, len_field))
-    if h is None:
-        return None
-    used = min(h["strings_used"], h["strings_cap"])
-    off, length = h[off_field], h[len_field]
-    if off + length > used or length > 1 << 16:
-        return None
-    try:
-        raw = os.pread(fd, length, h["strings_off"] + off)
-    except OSError:
-        return None
-    return raw.decode("utf-8", "surrogateescape") if len(raw) == length else None
-
-
-def program_name_of(fd):
-    """Segment.program_name of the segment on `fd`, without mapping it."""
-    return _program_name(header_string(fd, "name_off", "name_len") or "",
-                         header_string(fd, "exe_off", "exe_len") or "")
-
-
-def _program_name(invoked, exe):
-    return safe_name(invoked or os.path.basename(exe) or "unknown")
-
-
-# -- waiting on the segment's futex words ----------------------------------
-
-_sys = cffi.FFI()
-_sys.cdef("long syscall(long number, ...); struct mlk_timespec { long tv_sec; long tv_nsec; };")
-_libc = _sys.dlopen(None)
-_SYS_FUTEX, _FUTEX_WAIT, _FUTEX_WAKE = 202, 0, 1
-
-
-def futex_wait(address, expected, timeout):
-    """Sleep until the u32 at `address` is woken or no longer `expected`, or
-    `timeout` seconds pass.  cffi releases the GIL for the call."""
-    ts = _sys.new("struct mlk_timespec *", (int(timeout), int((timeout % 1) * 1e9)))
-    _libc.syscall(_sys.cast("long", _SYS_FUTEX), _sys.cast("long", address),
-                  _sys.cast("long", _FUTEX_WAIT), _sys.cast("long", expected),
-                  _sys.cast("long", int(_sys.cast("uintptr_t", ts))))
-
-
-def futex_wake(address):
-    _libc.syscall(_sys.cast("long", _SYS_FUTEX), _sys.cast("long", address),
-                  _sys.cast("long", _FUTEX_WAKE), _sys.cast("long", 0x7fffffff))
