@@ -179,17 +179,24 @@ def cmd_run(args):
         print(f"libmemleak: run: your MEMLEAK_CONFIG is kept, but run's options win over "
               f"{', '.join(overridden)}", file=sys.stderr, flush=True)
     os.environ["MEMLEAK_CONFIG"] = config
-    try:
+
+    def start():
         # exec, not a child: the program keeps this pid (the reports are named
-        # after it) and its exit status is the command's.
+        # after it) and its exit status is the command's (--wait: the child's).
         env = traced_environment()
         env["MEMLEAK_ROOT_PID"] = str(os.getpid())  # the program keeps this pid
         if not args.quiet:
             env["MEMLEAK_ANNOUNCE"] = "1"  # the reporter lists the reports at the end
             announce(argv, config, args.wait_for_mtrace)
-        os.execve(program, argv, env)
-    except OSError as e:
-        return fail(f"run: {program}: {e.strerror}", EXIT_CANNOT_RUN)
+        try:
+            os.execve(program, argv, env)
+        except OSError as e:
+            return fail(f"run: {program}: {e.strerror}", EXIT_CANNOT_RUN)
+    if args.wait:
+        from libmemleak.commands.run_wait import run_waiting
+        timeout = config_value(config, "exit_timeout", "60")
+        return run_waiting(start, argv, int(timeout) if timeout.isdigit() else 60)
+    return start()
 
 
 def cmd_preload_path(args):
@@ -262,6 +269,10 @@ def build_parser():
                           "(MEMLEAK_CONFIG record=last,record_keep=)")
     run.add_argument("-q", "--quiet", action="store_true",
                      help="say nothing on stderr at start and at the end")
+    run.add_argument("--wait", action="store_true",
+                     help="run the program as a child and return only once its final report is on disk, "
+                          "also when it is killed by SIGKILL or exits without atexit handlers (Go); "
+                          "signals sent to run go to the program (docs/cli.md)")
     run.add_argument("command", nargs=argparse.REMAINDER, help="[--] PROGRAM [ARGS...]")
     run.set_defaults(func=cmd_run)
     pp = sub.add_parser("preload-path", help="print the path of libmtrace.so for LD_PRELOAD")

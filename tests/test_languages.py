@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from helpers import CLI_ENV, PROGRAMS, cli, compile_program
+from helpers import CLI_ENV, PROGRAMS, cli, compile_program, reports_of
 from libmemleak.files import memlog
 
 RUSTC = shutil.which("rustc")
@@ -101,8 +101,12 @@ def test_go_names_print_intact(tmp_path):
                    capture_output=True, timeout=600)
     work = tmp_path / "work"
     work.mkdir()
-    out = cli("run", "-q", prog, cwd=work)
+    out = cli("run", "-q", "--wait", prog, cwd=work)
     assert (out.returncode, out.stdout) == (0, "done 50\n"), out.stderr
+    # Go's exit runs no atexit handler: the reporter writes the final report
+    # after the exit, and `run --wait` returns once it is there (#64 item 13).
+    (pid,) = {int(n.split("-")[1]) for n in os.listdir(work) if n.endswith(".memlog")}
+    assert reports_of(work, "cgoleak", pid)[-1].header["reason"] in ("exit", "death")
     folded = cli("export", "--format", "collapsed", "--no-fold", work).stdout
     names = {name for line in folded.splitlines() for name in line.rsplit(" ", 1)[0].split(";")}
     assert any(n.startswith("runtime.(*mheap).") for n in names), sorted(names)[:40]
