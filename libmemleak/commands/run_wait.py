@@ -43,10 +43,11 @@ def run_waiting(start, argv, exit_timeout_s):
     if pid == 0:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        code = 127
         try:
-            start()
+            code = start()  # (returns only when the exec failed: its status, said)
         finally:
-            os._exit(127)
+            os._exit(code if isinstance(code, int) else 127)
     status = _until_it_ends(pid, watched)
     _until_reporters_end(exit_timeout_s, watched, [os.fsencode(a) for a in argv])
     return _leave_as(status)
