@@ -5,7 +5,7 @@ and how each side tells the other that something is done."""
 import cffi
 
 _sys = cffi.FFI()
-_sys.cdef("long syscall(long number, ...); struct mlk_timespec { long tv_sec; long tv_nsec; };")
+_sys.cdef("long syscall(long number, ...); struct futex_timespec { long tv_sec; long tv_nsec; };")
 _libc = _sys.dlopen(None)
 _SYS_FUTEX, _FUTEX_WAIT, _FUTEX_WAKE = 202, 0, 1
 
@@ -13,7 +13,7 @@ _SYS_FUTEX, _FUTEX_WAIT, _FUTEX_WAKE = 202, 0, 1
 def futex_wait(address, expected, timeout):
     """Sleep until the u32 at `address` is woken or no longer `expected`, or
     `timeout` seconds pass.  cffi releases the GIL for the call."""
-    ts = _sys.new("struct mlk_timespec *", (int(timeout), int((timeout % 1) * 1e9)))
+    ts = _sys.new("struct futex_timespec *", (int(timeout), int((timeout % 1) * 1e9)))
     _libc.syscall(_sys.cast("long", _SYS_FUTEX), _sys.cast("long", address),
                   _sys.cast("long", _FUTEX_WAIT), _sys.cast("long", expected),
                   _sys.cast("long", int(_sys.cast("uintptr_t", ts))))
