@@ -38,6 +38,7 @@ class TextStore:
         self.texts = zeros(2 * 1024, "Q")
         self.ntexts = 0
         self._line_of_text = {}   # text -> line id, so equal lines get one id
+        self._out = zeros(0, "i")  # add_keys's buffer for C's line ids
 
     def grow_keys(self, nkeys):
         extend_to(self.key_first, nkeys)
@@ -84,8 +85,12 @@ class TextStore:
         self.grow_keys(keys.nkeys)
         n, left, nleft, at = len(key_ids), zeros(len(key_ids)), ffi.new("int64_t *"), 0
         # (warm-up asks for a few keys at a time; an empty out[] must take
-        # the longest key: KEY_WORDS_MAX, stack_keys.c)
-        out = zeros(min(1 << 20, max(8192, 64 * n)), "i")
+        # the longest key: KEY_WORDS_MAX, stack_keys.c.  One buffer for every
+        # call: made anew, zeroing it was a third of the warm-up's time.)
+        want = min(1 << 20, max(8192, 64 * n))
+        if len(self._out) < want:
+            self._out = zeros(want, "i")
+        out = self._out
         while at < n:
             def fill(store, bind):
                 return lib.mlk_rc_key_texts(keys.words.struct(bind), bind("int64_t[]", key_ids), at, n,
