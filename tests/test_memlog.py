@@ -96,3 +96,15 @@ def test_write_report_is_atomic_owner_only_and_ignores_planted_symlinks(tmp_path
 def test_write_report_into_a_missing_directory_raises_oserror(tmp_path):
     with pytest.raises(OSError):
         memlog.write_report(str(tmp_path / "nope"), "x.memlog", "")
+
+
+def test_a_report_too_large_is_refused_before_it_is_read(tmp_path):
+    """A file past MAX_REPORT_BYTES (sparse here: 4 GiB of nothing) is one
+    line, from its size alone -- neither its header nor its body is read."""
+    from libmemleak.files.series import InputError, read_series
+    path = tmp_path / "x-7-1.memlog"
+    with open(path, "wb") as f:
+        f.write(b"# pid: 7\n# seq: 1\n")
+        f.truncate(memlog.MAX_REPORT_BYTES + 1)
+    with pytest.raises(InputError, match="too large for a report"):
+        read_series([str(tmp_path)])

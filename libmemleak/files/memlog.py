@@ -344,6 +344,9 @@ def read_header(path):
     data = bytearray()
     try:
         with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_REPORT_BYTES:
+                raise MemlogError(f"{printable(path)}: {size:,} bytes: too large for a report")
             while len(data) <= MAX_REPORT_BYTES:
                 chunk = f.read(1 << 16)
                 data += chunk
