@@ -100,8 +100,11 @@ class WordTable:
     def grow(self, words):
         """Room for one more run of `words` words (or more)."""
         if self.used + words > len(self.pool):
-            # half again (a million keys' pool is ~200 MB), zeros straight in: no temporary array
-            self.pool.frombytes(bytes(4 * max(len(self.pool) // 2, words)))
+            # an eighth again (a million keys' pool is ~210 MB: by halves, up
+            # to 100 MB more of zeros were written, so resident, and never
+            # used), zeros straight in: no temporary array (a large array
+            # grows in place: glibc's realloc moves its pages, not its bytes)
+            self.pool.frombytes(bytes(4 * max(len(self.pool) // 8, words, 1 << 16)))
         if self.count >= len(self.start):
             more = len(self.start)
             self.start.frombytes(bytes(8 * more))
