@@ -5,6 +5,7 @@ compressed sections, and glibc's debug file when the machine has it."""
 import copy
 import os
 import random
+import shutil
 import subprocess
 
 import pytest
@@ -162,3 +163,36 @@ def test_garbled_and_truncated_debug_info_raises_only_what_callers_catch(tmp_pat
         except PARSE_ERRORS:
             outcomes["error"] += 1
     assert outcomes["error"] > 0 and outcomes["ok"] > 0, outcomes
+
+
+@pytest.mark.skipif(not shutil.which("rustc"), reason="needs rustc")
+def test_a_subtree_is_walked_once_where_no_die_names_its_sibling(tmp_path):
+    """rustc writes no DW_AT_sibling: finding where a DIE's subtree ends
+    meant walking it, again at every look-up that passed it -- a small
+    Rust program's exit report took 12 s, 2.6 million DIEs decoded.  Where
+    each subtree ends is now kept as it is first walked: looking up 300 of
+    the standard library's functions decodes a DIE a few times at most on
+    average (it was hundreds)."""
+    import collections
+    from libmemleak.symbols.dwarf import DwarfIndex
+    prog = tmp_path / "rustleaks"
+    subprocess.run(["rustc", "-g", "-C", "opt-level=0", "-o", str(prog), os.path.join(PROGRAMS, "rustleaks.rs")],
+                   check=True, capture_output=True, timeout=300)
+    symbols = subprocess.run(["nm", "-C", str(prog)], capture_output=True, text=True, check=True).stdout
+    addrs = [int(line.split()[0], 16) + 8 for line in symbols.splitlines()
+             if line.split()[1:2] in (["T"], ["t"]) and ("std::" in line or "alloc::" in line)][:300]
+    assert len(addrs) == 300
+    decoded = collections.Counter()
+    die = dies.Unit.die
+
+    def counted(unit, pos, *args, **kwargs):
+        decoded[(unit.offset, pos)] += 1
+        return die(unit, pos, *args, **kwargs)
+    dies.Unit.die = counted
+    try:
+        index = DwarfIndex(str(prog))
+        named = sum(1 for a in addrs if any(loc.function for loc in index.locate(a)))
+    finally:
+        dies.Unit.die = die
+    assert named > 250
+    assert sum(decoded.values()) < 10 * len(decoded), (sum(decoded.values()), len(decoded))
