@@ -18,7 +18,6 @@ from libmemleak.files import memlog
 from libmemleak.files.report_names import REPORT_NAME
 
 
-
 @dataclass
 class Report:
     path: str
