@@ -128,7 +128,11 @@ class StackFold:
         for entry in report.entries:
             extra = entry.extra
             if extra:
-                facts = said.get(extra)
+                try:
+                    facts = said.get(extra)
+                except TypeError:  # (a list, as an Entry made by hand may hold: memlog's are tuples)
+                    extra = tuple(extra)
+                    facts = said.get(extra)
                 if facts is None:
                     facts = said[extra] = _said(extra)
             else:
