@@ -28,7 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from libmemleak.live.attach import attach, detach  # noqa: E402
-from libmemleak.cli import traced_environment  # noqa: E402
+from libmemleak.tracing import traced_environment  # noqa: E402
 
 MODES = ("bare", "preload", "attached", "detached")
 SQL_WORK = ("create table w(a integer, b text);\n"

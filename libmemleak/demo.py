@@ -10,7 +10,7 @@ import tempfile
 import time
 
 from libmemleak import PACKAGE_DIR
-from libmemleak.cli import traced_environment
+from libmemleak.tracing import traced_environment
 from libmemleak.files.report_names import report_name
 
 EXAMPLE = os.path.join(PACKAGE_DIR, "examples", "leaky_server.c")

@@ -12,7 +12,7 @@ import time
 
 from libmemleak import PACKAGE_DIR, preload_path
 from libmemleak.files import memlog, report_names
-from libmemleak.cli import traced_environment
+from libmemleak.tracing import traced_environment
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAMS = os.path.join(HERE, "programs")

@@ -250,7 +250,7 @@ def test_report_on_a_threaded_cxx_server_with_map_and_string_churn(tmp_path):
 
 def test_progress_bar_on_a_terminal_and_none_in_a_pipe():
     import pty
-    from libmemleak.commands.report import progress_bar
+    from libmemleak.commands.inputs import progress_bar
     master, slave = pty.openpty()
     with os.fdopen(slave, "w") as tty:
         show = progress_bar(tty, every=0, delay=0)

@@ -9,9 +9,20 @@ from libmemleak.files.memlog import printable
 from libmemleak.sizes import byte_size  # noqa: F401 -- the commands' size options take it from here
 from libmemleak.files.series import InputError, read_series
 
+# Exit statuses of the libmemleak command (docs/cli.md).  `run` becomes the
+# program, so its status is the program's; before that it fails as env(1),
+# nohup(1) and timeout(1) do, so a caller can tell the wrapper from the
+# program: 127 the program is not found, 126 it is found but cannot be run
+# or traced.  Every other mistake in what the user typed is 2.
+EXIT_USAGE, EXIT_CANNOT_RUN, EXIT_NOT_FOUND = 2, 126, 127
 EXIT_BAD_INPUT = 2
 MAX_PROBLEMS_SAID = 20  # lines about unreadable input, then one that counts the rest
 EXIT_NOT_SEEN = 3   # check: the tracer said it could not see the heap: no verdict
+
+
+def fail(message, code=2):
+    print(f"libmemleak: {message}", file=sys.stderr)
+    return code
 
 
 def positive(text):

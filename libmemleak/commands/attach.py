@@ -7,7 +7,7 @@ detached from (one line says why; it runs on untouched), 2 a usage mistake."""
 import os
 import sys
 
-from libmemleak.cli import config_value
+from libmemleak.tracing import config_value
 from libmemleak.daemon.procfs import report_pid
 
 EXIT_FAILED = 1

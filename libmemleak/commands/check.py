@@ -11,7 +11,7 @@ from libmemleak.analysis.names import frame_text, shown_frames
 from libmemleak.analysis.trends import analyse, count, human_bytes, resource_title
 from libmemleak.analysis import misuse, suppressions
 from libmemleak.analysis.replay import timeline_series
-from libmemleak.commands.replay import reports_or_logs
+from libmemleak.commands.inputs import reports_or_logs
 from libmemleak.commands import (EXIT_BAD_INPUT, EXIT_NOT_SEEN, add_layer_options, add_suppressions_option, byte_size,
                                  layer_args, load_suppressions, say_blind)
 

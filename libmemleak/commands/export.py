@@ -12,10 +12,9 @@ be written."""
 import sys
 
 from libmemleak.analysis.trends import analyse, growth_since
-from libmemleak.commands.report import progress_bar
+from libmemleak.commands.inputs import progress_bar, reports_or_logs
 from libmemleak.outputs import collapsed, flamegraph, flamegraph_svg, html_report, json_doc, pprof, speedscope
 from libmemleak.analysis import suppressions
-from libmemleak.commands.replay import reports_or_logs
 from libmemleak.commands import (EXIT_BAD_INPUT, add_layer_options, add_suppressions_option, layer_args,
                                  load_suppressions, say_blind)
 from libmemleak.files.events import is_event_log
@@ -127,7 +126,7 @@ def log_moment(at, page=False):
     reports instead of its peak -- the page ranks suspects and charts them
     -- and either way its live total over time, charted at full resolution."""
     from libmemleak.analysis import replay
-    from libmemleak.commands.replay import parse_time
+    from libmemleak.commands.inputs import parse_time
 
     def moment(log):
         at_ns = parse_time(at, log.head, replay.start_ns(log)) if at is not None else None

@@ -14,7 +14,7 @@ from libmemleak.analysis import suppressions
 from libmemleak.commands import (EXIT_BAD_INPUT, add_layer_options, add_suppressions_option, byte_size, layer_args,
                                  load_suppressions, positive, regex_option)
 from libmemleak.analysis.replay import timeline_series
-from libmemleak.commands.replay import reports_or_logs
+from libmemleak.commands.inputs import progress_bar, reports_or_logs
 from libmemleak.files.series import InputError
 
 
@@ -46,31 +46,6 @@ def add_parser(sub):
     add_layer_options(p)
     add_suppressions_option(p)
     p.set_defaults(func=run)
-
-
-def progress_bar(out=sys.stderr, every=0.2, delay=0.5):
-    """A one-line progress bar on a terminal, for long reads; nothing when
-    stderr is not a terminal (a pipe, a CI log)."""
-    if not out.isatty():
-        return None
-    import time
-    state = {"next": time.monotonic() + delay, "shown": False}
-
-    def show(done, total):
-        now = time.monotonic()
-        if done == total:
-            if state["shown"]:
-                out.write("\r\033[K")
-                out.flush()
-            return
-        if now < state["next"]:
-            return
-        state["next"], state["shown"] = now + every, True
-        width = 30
-        filled = width * done // total
-        out.write(f"\rreading reports [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-        out.flush()
-    return show
 
 
 def default_top(processes, out=sys.stdout):

@@ -23,7 +23,7 @@ import sys
 
 from libmemleak.analysis import replay as R
 from libmemleak.analysis.trends import analyse
-from libmemleak.commands import replay as replay_cmd
+from libmemleak.commands import inputs, replay as replay_cmd
 from libmemleak.commands.shell_session import Session, UsageError
 from libmemleak.files.events import EventLog, EventsError
 
@@ -49,7 +49,7 @@ class LogSession(Session):
         self.prompt = "memleak log> "
         self.moments = 16
         self._analysis = None
-        for note in replay_cmd.notes(self.log):
+        for note in inputs.log_notes(self.log):
             print(f"libmemleak: shell: {note}", file=sys.stderr)
 
     def unknown(self, name):
@@ -83,7 +83,7 @@ class LogSession(Session):
             setattr(args, name, value)
         try:
             replay_cmd.answer(args, self.log)
-        except replay_cmd.BadTime as e:
+        except inputs.BadTime as e:
             raise UsageError(str(e)) from None
         except MemoryError:
             raise EventsError("out of memory following the live blocks") from None
