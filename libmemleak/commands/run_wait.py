@@ -2,10 +2,12 @@
 returns only once the program's final report is on disk -- also where the
 program cannot wait for it itself: killed by SIGKILL or the OOM killer (no
 handler runs), or a Go program, whose exit runs no atexit handler.  Its
-reporter writes those reports after the death; `run` is the reapers'
-reaper of the program's tree (PR_SET_CHILD_SUBREAPER), so the reporter,
-orphaned when the program dies, becomes its child, and `run` waits for it
-(at most exit_timeout).
+reporter writes those reports after the death.  The reporter is a
+grandchild of the program whose parent exits at once (native/hook/
+spawn.c), so an orphan from its start: `run` is the reaper of the
+program's orphans (PR_SET_CHILD_SUBREAPER), the reporter becomes its
+child, and `run` waits until it says the final report is written (at most
+exit_timeout).
 
 The price of waiting is a pid of its own: `run` forwards every signal a
 process sends it (kill -USR1 for a report, SIGTERM, ...) to the program,
@@ -27,7 +29,6 @@ from libmemleak.daemon.segment_header import header_fields
 FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
              signal.SIGALRM, signal.SIGWINCH)
 PR_SET_CHILD_SUBREAPER = 36
-SI_KERNEL = 0x80  # si_code of a signal the kernel sent (a terminal's ^C): a process's are 0 or below
 REPORTER_SCRIPT = os.path.realpath(os.path.join(PACKAGE_DIR, "_reporter_main.py"))
 
 
@@ -35,7 +36,10 @@ def run_waiting(start, argv, exit_timeout_s):
     """Forks; the child calls start() (which execs the program, argv, and
     does not return).  Returns the exit status for `run` once the program
     has ended and its reporters are done (or exit_timeout_s passed)."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        print(f"libmemleak: run: --wait: cannot adopt the program's orphans "
+              f"({os.strerror(ctypes.get_errno())}): its final report may land after run returns",
+              file=sys.stderr, flush=True)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # (blocked below: taken by sigwaitinfo)
     watched = {signal.SIGCHLD, *FORWARDED}
     before = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
@@ -58,7 +62,7 @@ def _until_it_ends(pid, watched):
     while True:
         info = signal.sigwaitinfo(watched)
         if info.si_signo != signal.SIGCHLD:
-            if info.si_code <= 0:  # sent by a process, not a terminal to the whole group
+            if info.si_code <= 0:  # sent by a process (SI_USER, SI_QUEUE...), not by the kernel to the group
                 try:
                     os.kill(pid, info.si_signo)
                 except ProcessLookupError:
