@@ -57,7 +57,7 @@ def value(page, metric, pid):
 
 
 def stop(p):
-    p.send_signal(signal.SIGINT)
+    p.send_signal(signal.SIGTERM)  # (what a service manager sends; a background job ignores SIGINT)
     try:
         p.wait(timeout=60)
     except subprocess.TimeoutExpired:

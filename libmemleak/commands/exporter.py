@@ -3,6 +3,7 @@ pod) that serves every traced process this user may read to Prometheus
 (/metrics), from their segments, without touching them and without
 writing a report (libmemleak/fleet/)."""
 
+import signal
 import sys
 
 EXIT_FAILED = 1
@@ -50,6 +51,10 @@ def run(args):
         print(f"libmemleak: exporter: --suspects {args.suspects}: give 0 to {MAX_SUSPECTS}", file=sys.stderr)
         return EXIT_USAGE
     from libmemleak.fleet.server import serve
+    # SIGTERM (a service manager's stop) ends it as ^C does: its scrapes
+    # answered, its segments let go.  (^C alone is not enough: a job started
+    # in the background, under nohup or by a CI runner ignores SIGINT.)
+    signal.signal(signal.SIGTERM, _interrupted)
     try:
         serve(*where, suspects=args.suspects)
     except OSError as e:
@@ -58,3 +63,7 @@ def run(args):
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt
