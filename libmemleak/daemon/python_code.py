@@ -6,6 +6,7 @@ words turned into PyFrames.  Everything here was written by the traced
 program: every length and index is checked, and a record that does not
 hold together is dropped, never trusted."""
 
+import functools
 from typing import NamedTuple
 
 from libmemleak.daemon.layout import CONST
@@ -153,6 +154,12 @@ def line_at(info, index):
     return 0
 
 
+# A line is found by decoding the code's table from its start: kept for the
+# (code, instruction) pairs stacks name again and again (an exporter reads
+# every stack of a process at every scrape).
+_line_of = functools.lru_cache(maxsize=1 << 16)(line_at)
+
+
 def python_frames(words, codes):
     """A stack's words (is_python_stack) -> (the native stack's id, the
     Python frames innermost first, whether every frame's code was known);
@@ -172,7 +179,7 @@ def python_frames(words, codes):
             complete = False
             frames.append(PyFrame(f"<code {address:#x}>", "", 0, entry))
         else:
-            frames.append(PyFrame(info.name, info.file, line_at(info, where & 0xffffffff), entry))
+            frames.append(PyFrame(info.name, info.file, _line_of(info, where & 0xffffffff), entry))
     return native, frames, complete
 
 
