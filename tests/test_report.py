@@ -351,7 +351,10 @@ def test_check_fails_a_leaking_program_and_passes_a_clean_one(slowleaks, tmp_pat
     assert check_cmd(workdir, "--max-growth", "100").returncode == 1
     # sizes as MEMLEAK_CONFIG takes them (#64 item 15): 10M, 100k
     assert check_cmd(workdir, "--max-growth", "10M").returncode == 0
-    assert check_cmd(workdir, "--max-growth", "1k").returncode == 1
+    # (1k is 1024, whatever the churn thread grew by chance: none of the
+    # program's own stacks grows past 600 bytes)
+    kilo, plain = check_cmd(workdir, "--max-growth", "1k"), check_cmd(workdir, "--max-growth", "1024")
+    assert (kilo.returncode, kilo.stdout) == (plain.returncode, plain.stdout)
     bad = check_cmd(workdir, "--max-growth", "10Q")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     # a clean program: everything freed before exit
