@@ -341,22 +341,17 @@ def read_header(path):
     """The header of the report at `path`, as parse() would read it, from
     the beginning of the file only (as far as the header goes: a line of
     it may be long)."""
-    data = bytearray()
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size > MAX_REPORT_BYTES:
-                raise MemlogError(f"{printable(path)}: {size:,} bytes: too large for a report")
-            while len(data) <= MAX_REPORT_BYTES:
-                chunk = f.read(1 << 16)
-                data += chunk
-                end = _HEADER_END.search(data, max(0, len(data) - len(chunk) - 1))
-                if end is not None or not chunk:
-                    break
-    except OSError as e:
-        raise MemlogError(f"{printable(path)}: {e.strerror}") from None
+    def header_bytes(f):
+        data, end = bytearray(), None
+        while len(data) <= MAX_REPORT_BYTES:  # (a file that grows as it is read stops there)
+            chunk = f.read(1 << 16)
+            data += chunk
+            end = _HEADER_END.search(data, max(0, len(data) - len(chunk) - 1))
+            if end is not None or not chunk:
+                break
+        return bytes(data[:end.start() if end else len(data)])
     header = {}
-    for line in file_text(bytes(data[:end.start() if end else len(data)])).split("\n"):
+    for line in file_text(_read_report(path, header_bytes)).split("\n"):
         if line.startswith("#"):
             _header_line(line, header)
     return header
@@ -551,15 +546,20 @@ def printable_field(value, limit):
 
 
 def read(path, cache=None):
+    return parse_bytes(_read_report(path, lambda f: f.read()), printable(path), cache, path)
+
+
+def _read_report(path, take):
+    """take(the open file) of the report at `path`, refused from its size
+    alone when it is past MAX_REPORT_BYTES; MemlogError in one line."""
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size > MAX_REPORT_BYTES:
                 raise MemlogError(f"{printable(path)}: {size:,} bytes: too large for a report")
-            data = f.read()
+            return take(f)
     except OSError as e:
         raise MemlogError(f"{printable(path)}: {e.strerror}") from None
-    return parse_bytes(data, printable(path), cache, path)
 
 
 def parse_bytes(data, name, cache=None, path=None, load=None):
