@@ -14,13 +14,10 @@ from dataclasses import dataclass, field
 from libmemleak.analysis import lost
 
 
-def stack_key(entry):
-    """A stack's identity across reports: what a report prints of it, and
-    its allocator family or resource kind."""
-    return _key(entry, _said(entry.extra)[0] if entry.extra else "")
-
-
 def _key(entry, kind):
+    """A stack's identity across reports: its allocator family or resource
+    kind (the entry's kind= or resource= field), and what a report prints
+    of it."""
     if entry.frames_text is not None:
         return (kind, entry.frames_text)
     return (kind, *((f.function, f.module, f.file, f.line, f.inlined) for f in entry.frames))
