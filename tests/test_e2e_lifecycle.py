@@ -9,7 +9,7 @@ import time
 import pytest
 
 from helpers import (CLI_ENV, PROGRAMS, Traced, by_site, cli_argv, compile_program, kill_and_wait,
-                     report_path, reporters_of, reports_of, wait_for_file, wait_for_reporter)
+                     report_path, reporters_of, reports_of, wait_for, wait_for_file, wait_for_reporter)
 from libmemleak.files import memlog
 
 
@@ -420,6 +420,38 @@ def test_a_reporter_killed_between_its_report_and_done_leaves_the_request_finish
     assert final.header["reason"] == "death"
     time.sleep(0.5)
     assert len(reports_of(str(workdir), t.prog, t.pid)) == (3 if not written else 2)
+
+
+def test_a_reporter_killed_after_writing_the_exit_report_leaves_it_the_last(workdir):
+    """(#64 item 7) The exit report taken and written, the reporter killed
+    before it posted done_seq: its successor posts it -- and went on
+    watching, so when the program then ended it wrote a second final
+    report, "reason: death", after the exit one.  The state the dead
+    reporter leaves is made in the segment itself, as in the test above."""
+    from libmemleak.daemon.reporter import REASON_FIELDS
+    from libmemleak.live.client import open_segment
+    prog = compile_program("blocked.c")
+    t = Traced([prog], workdir)
+    t.expect("blocked")
+    t.signal_report(1)
+    segment, fd = open_segment(t.pid)
+    try:
+        h = segment.header
+        h.exit_requests += 1
+        h.seen_exit = h.exit_requests                # taken, and report 1 stands for it
+        h.answering_reason = 1 + [name for name, _, _ in REASON_FIELDS].index("exit")
+        h.answering_seq = h.report_seq
+        h.request_seq += 1
+        kill_and_wait(wait_for_reporter(t.pid))
+        wait_for(lambda: h.done_seq == h.request_seq, "the successor posting done_seq")
+        wait_for(lambda: h.final_done, "the successor taking the written exit report as the last")
+        t.proc.kill()                                 # (as the program, released, exits)
+        t.finish()
+        wait_for(lambda: not reporters_of(t.pid), "the reporters leaving")
+    finally:
+        segment.close()
+        os.close(fd)
+    assert [r.header["reason"] for r in reports_of(str(workdir), t.prog, t.pid)] == ["signal"]
 
 
 def test_a_subreapers_replacement_reporter_is_not_among_its_children(workdir):

@@ -275,25 +275,38 @@ class Reporter:
             self.scan_asked = True
         return found or "request"
 
+    def written_reason(self):
+        """The reason of the report last taken, if it is written (by a
+        reporter that died before it posted done_seq), else None."""
+        h = self.h
+        if 0 < h.answering_reason <= len(REASON_FIELDS) and h.report_seq == h.answering_seq:
+            return REASON_FIELDS[h.answering_reason - 1][0]
+        return None
+
     def final_written(self):
         """Whether the report last taken, and written, was a final one (an
         exit report whose reporter died before it posted done_seq)."""
-        h = self.h
-        return (0 < h.answering_reason <= len(REASON_FIELDS) and h.report_seq == h.answering_seq
-                and REASON_FIELDS[h.answering_reason - 1][0] in FINAL_REASONS)
+        return self.written_reason() in FINAL_REASONS
 
     def handle(self, request):
         """Answers the pending requests with a report -- unless the report
         that answers them is written already -- and posts done_seq; the
-        report's reason (None: none written)."""
+        report's reason (None: none written, nor known)."""
         reason = self.reason()
-        descendants = self.settle_descendants() if reason == "exit" else None
-        if reason is not None:
+        if reason is None:
+            # Written by a reporter that died before it posted done_seq: if
+            # that was the exit report, it is the last (the program, released,
+            # ends now: no death report may follow it).
+            reason = self.written_reason()
+        elif reason == "exit":
+            descendants = self.settle_descendants()
             # (the root asking from its handler for a signal that ends it:
             # its final report, a death by that signal -- shm_layout.h)
-            self.report("death" if reason == "exit" and self.h.dying_signal else reason)
-        if descendants is not None:
-            self.wait_for_descendants(*descendants)
+            self.report("death" if self.h.dying_signal else reason)
+            if descendants is not None:
+                self.wait_for_descendants(*descendants)
+        else:
+            self.report(reason)
         if reason in ENDS_REPORTER:
             # Before the program goes on: the log ends where its last report
             # does, complete when `run` returns (and the hook logs no more).
