@@ -22,7 +22,10 @@ static char python_path[4096];
 static char main_script[4096];
 static char *spawn_argv[7];
 static char **spawn_envp;
-static uint64_t spawned_at_ns;
+/* A reporter is being started by a thread of ours (between claiming the
+ * reporter's place and its process's pid published): the place is 0 then,
+ * and "none" would start another. */
+static int spawning;
 static int warned_spawn;
 
 extern char **environ;
@@ -116,8 +119,6 @@ static __attribute__((noreturn)) void exec_reporter(int seg_fd, int pidfd, int k
         err = -script | (MLK_SPAWN_READ << 16);
     } else {
         raw(SYS_close, script, 0, 0);
-        /* From here on the program can tell whether its reporter is alive. */
-        __atomic_store_n(&mlk_seg->reporter_pid, mlk_getpid(), __ATOMIC_RELEASE);
         err = -raw(SYS_execve, (long)spawn_argv[0], (long)spawn_argv, (long)spawn_envp) | (MLK_SPAWN_EXEC << 16);
     }
     /* Failed: say why, and tell the program, so that it does not wait for us. */
@@ -132,8 +133,8 @@ static __attribute__((noreturn)) void exec_reporter(int seg_fd, int pidfd, int k
  * which Yama's default (ptrace_scope 1: only an ancestor may trace) forbids
  * a descendant.  LeakSanitizer's answer, here too: name the tracer with
  * PR_SET_PTRACER.  Only under scope 1 (elsewhere it is not needed, or does
- * not help), once the reporter has said its pid (before its exec: a
- * moment).  A program that names a tracer of its own afterwards (a crash
+ * not help), once the reporter's pid is published (as its start's middle
+ * process is reaped).  A program that names a tracer of its own afterwards (a crash
  * handler) takes the slot back; a scan then says it was refused. */
 static void let_reporter_trace(void)
 {
@@ -145,16 +146,9 @@ static void let_reporter_trace(void)
     raw(SYS_close, fd, 0, 0);
     if (n != 1 || scope != '1')
         return;
-    for (int i = 0; i < 2000; i++) {
-        int pid = __atomic_load_n(&mlk_seg->reporter_pid, __ATOMIC_ACQUIRE);
-        if (pid > 0) {
-            raw(SYS_prctl, PR_SET_PTRACER, pid, 0);
-            return;
-        }
-        if (pid < 0)
-            return;
-        mlk_syscall6(SYS_sched_yield, 0, 0, 0, 0, 0, 0);
-    }
+    int pid = __atomic_load_n(&mlk_seg->reporter_pid, __ATOMIC_ACQUIRE);
+    if (pid > 0)
+        raw(SYS_prctl, PR_SET_PTRACER, pid, 0);
 }
 
 static int process_alive(int pid);
@@ -173,7 +167,7 @@ void mlk_spawn_reporter(void)
         return;
     if (!__atomic_compare_exchange_n(&mlk_seg->reporter_pid, &gone, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         return;
-    spawned_at_ns = mlk_now_ns(CLOCK_MONOTONIC);
+    __atomic_add_fetch(&spawning, 1, __ATOMIC_ACQ_REL);
     __atomic_add_fetch(&mlk_seg->reporter_starts, 1, __ATOMIC_RELEASE);
     int pidfd = (int)raw(SYS_pidfd_open, mlk_getpid(), 0, 0);
     /* The root's first reporter becomes the keeper: it takes the listening
@@ -196,6 +190,20 @@ void mlk_spawn_reporter(void)
         long grandchild = mlk_syscall6(SYS_clone, SIGCHLD, 0, 0, 0, 0, 0);
         if (grandchild == 0)
             exec_reporter(mlk_seg_fd, pidfd, keeper_fd);
+        /* The reporter's pid, published before we are reaped: from then on
+         * the program can tell whether its reporter is alive, however long
+         * its start takes (a loaded machine, valgrind: the grandchild once
+         * published it itself, and 2 s without it counted as "none" -- a
+         * second reporter was started).  Unless it has failed already and
+         * said so (-1). */
+        int none = 0;
+        if (grandchild > 0)
+            __atomic_compare_exchange_n(&mlk_seg->reporter_pid, &none, (int)grandchild, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE);
+        else if (__atomic_compare_exchange_n(&mlk_seg->reporter_pid, &none, -1, 0, __ATOMIC_ACQ_REL,
+                                             __ATOMIC_ACQUIRE))
+            __atomic_store_n(&mlk_seg->spawn_error, (uint32_t)(-grandchild | (MLK_SPAWN_CLONE << 16)),
+                             __ATOMIC_RELAXED);
         for (;;)
             raw(SYS_exit_group, 0, 0, 0);
     }
@@ -205,6 +213,7 @@ void mlk_spawn_reporter(void)
     }
     if (subreaper)
         raw(SYS_prctl, PR_SET_CHILD_SUBREAPER, 1, 0);
+    __atomic_sub_fetch(&spawning, 1, __ATOMIC_ACQ_REL);
     if (pidfd >= 0)
         raw(SYS_close, pidfd, 0, 0);
     if (child < 0) {
@@ -274,8 +283,7 @@ int mlk_reporter_alive(void)
     int pid = __atomic_load_n(&mlk_seg->reporter_pid, __ATOMIC_ACQUIRE);
     if (pid > 0)
         return reporter_process_alive(pid);
-    /* Between our clone and the grandchild publishing its pid: a moment. */
-    return pid == 0 && spawned_at_ns && mlk_now_ns(CLOCK_MONOTONIC) - spawned_at_ns < 2000000000ull;
+    return pid == 0 && __atomic_load_n(&spawning, __ATOMIC_ACQUIRE) > 0;
 }
 
 static const char *errno_words(int e)
@@ -327,4 +335,4 @@ void mlk_ensure_reporter(void)
 }
 
 /* A forked child has started no reporter of its own yet. */
-void mlk_spawn_fork_child(void) { spawned_at_ns = 0; }
+void mlk_spawn_fork_child(void) { spawning = 0; }

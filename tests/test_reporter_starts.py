@@ -1,0 +1,70 @@
+"""How many reporters a program starts: one at a time, however slow the
+start (#64 item 7: a second reporter near the exit, a stray
+PROG-PID-2.events saying "the reporter was replaced")."""
+
+import os
+import shutil
+import signal
+import time
+
+from helpers import Traced, compile_program, env_for, gone, kill_and_wait, wait_for
+from libmemleak import preload_path
+
+
+def _copies_of(exe, but):
+    """Pids running `exe` other than `but`: a reporter's process between
+    its clone and its exec still runs the program's image."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != but:
+            try:
+                if os.readlink(f"/proc/{entry}/exe") == exe and not gone(int(entry)):
+                    found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def _back_in_read(pid):
+    """No signal pending, and the program blocked in read() again: its
+    handler has run to its end (a reporter it starts is started by then)."""
+    with open(f"/proc/{pid}/status") as f:
+        pending = [line.split()[1] for line in f if line.startswith(("SigPnd", "ShdPnd"))]
+    with open(f"/proc/{pid}/syscall") as f:
+        call = f.read().split()
+    return all(int(p, 16) == 0 for p in pending) and call[:1] == ["0"]
+
+
+def test_a_reporter_slow_to_start_is_not_started_twice(tmp_path):
+    """The started reporter told the program it was alive only once it was
+    about to exec, and the program took 2 s without a word as "none":
+    a report request after that started a second reporter beside the
+    first (on a loaded machine, under valgrind).  Its start is made slow
+    here for as long as the test likes: the reporter's script, next to the
+    library, is a FIFO nobody writes, so its open blocks."""
+    lib_dir = tmp_path / "lib"
+    lib_dir.mkdir()
+    lib = lib_dir / "libmtrace.so"
+    shutil.copy(preload_path(), lib)
+    os.mkfifo(lib_dir / "_reporter_main.py")
+    prog = compile_program("blocked.c")
+    env = env_for(None, {"LD_PRELOAD": str(lib)})
+    t = Traced([prog], tmp_path, env=env)
+    starting = []
+    try:
+        t.expect("blocked")
+        wait_for(lambda: _copies_of(os.path.realpath(prog), t.pid), "the reporter's process")
+        starting = _copies_of(os.path.realpath(prog), t.pid)
+        assert len(starting) == 1
+        # Report requests, past the old 2 s: each sees the reporter alive.
+        for _ in range(4):
+            time.sleep(1)  # (time passing is the point here)
+            t.proc.send_signal(signal.SIGUSR1)
+            wait_for(lambda: _back_in_read(t.pid), "the signal handled")
+        starting = _copies_of(os.path.realpath(prog), t.pid)
+        assert len(starting) == 1, "a second reporter was started beside the first"
+    finally:
+        for pid in starting:
+            kill_and_wait(pid)
+        t.proc.kill()
+        t.finish()
