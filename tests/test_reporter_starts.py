@@ -2,12 +2,14 @@
 start (#64 item 7: a second reporter near the exit, a stray
 PROG-PID-2.events saying "the reporter was replaced")."""
 
+import json
 import os
 import shutil
 import signal
 import time
 
-from helpers import Traced, compile_program, env_for, gone, kill_and_wait, wait_for
+from helpers import (Traced, cli, compile_program, env_for, gone, kill_and_wait, reporters_of, wait_for,
+                     wait_for_reporter)
 from libmemleak import preload_path
 
 
@@ -68,3 +70,41 @@ def test_a_reporter_slow_to_start_is_not_started_twice(tmp_path):
             kill_and_wait(pid)
         t.proc.kill()
         t.finish()
+
+
+def _children_of(pid):
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    if int(f.read().rpartition(b")")[2].split()[1]) == pid:
+                        found.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
+
+
+def test_a_process_gone_without_its_final_report_is_said_so(tmp_path):
+    """(#64 item 7) The reporter's standby killed, then the reporter, then
+    the program (-9): nobody is left to write its final report, nor to
+    say so then.  The next `report` says it: the process named by its
+    report is gone, and that report is not a final one."""
+    prog = compile_program("blocked.c")
+    t = Traced([prog], tmp_path)
+    t.expect("blocked")
+    t.signal_report(1)
+    out = cli("report", str(tmp_path))
+    assert "still running at the last report" in out.stdout and "gone since" not in out.stdout
+    reporter = wait_for_reporter(t.pid)
+    for standby in _children_of(reporter):
+        kill_and_wait(standby)
+    kill_and_wait(reporter)
+    t.proc.kill()
+    t.finish()
+    wait_for(lambda: not reporters_of(t.pid), "no reporter left")
+    out = cli("report", str(tmp_path))
+    assert "gone since, without a final report" in out.stdout, out.stdout
+    doc = json.loads(cli("report", "--json", str(tmp_path)).stdout)
+    assert doc["processes"][0]["final_report_lost"] is True
+    assert len(t.reports()) == 1

@@ -82,3 +82,31 @@ def maps_entry(line):
         return int(lo, 16), int(hi, 16), parts[1], int(parts[2], 16), parts[5].strip() if len(parts) > 5 else ""
     except ValueError:
         return None
+
+
+def process_start(pid):
+    """What names `pid`'s process for as long as this machine runs, where
+    a pid alone is reused: "BOOT-ID/TICKS" (the boot's id, the process's
+    start in clock ticks since boot), or None if /proc does not say."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            ticks = int(f.read().rpartition(b")")[2].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+    return f"{boot}/{ticks}"
+
+
+def still_running(start, pid, pid_ns):
+    """Whether the process a report names by `start` (process_start) and
+    `pid` (in pid namespace tag `pid_ns`, None for the host's) runs now:
+    True or False, or None where this process cannot tell (another boot or
+    machine, pids numbered in another namespace, a field we never wrote)."""
+    if not isinstance(start, str) or start.count("/") != 1 or pid_ns != namespace_tag():
+        return None
+    boot = start.partition("/")[0]
+    now = process_start("self")
+    if now is None or now.partition("/")[0] != boot:
+        return None
+    return process_start(pid) == start

@@ -26,6 +26,8 @@ def header_lines(rep, snap, sums, seq, reason, scan=None, touched=None, label=""
         lines.append(("pid-in-namespace", rep.h.pid))
     if rep.ns_tag:  # `pid` is numbered in this pid namespace (its inode), not the host's
         lines.append(("pid-namespace", rep.ns_tag))
+    if rep.process_start:  # (`report` tells by it whether the process is gone)
+        lines.append(("process-start", rep.process_start))
     if snap.parent_pid:
         lines.append(("parent-pid", snap.parent_pid))
     if rep.h.blind_len:  # what the hook could not see: first, never missed

@@ -28,7 +28,7 @@ from libmemleak.daemon.text_store import CUT_KIND, TextStore
 from libmemleak.daemon.futex import futex_wait, futex_wake
 from libmemleak.daemon.segment import RESOURCE_BASE
 from libmemleak.daemon.stack_table import StackTable, stack_table_wanted
-from libmemleak.daemon.procfs import namespace_tag
+from libmemleak.daemon.procfs import namespace_tag, process_start
 from libmemleak.daemon.trust import pid_of_pidfd
 from libmemleak.files.memlog import Frame, render, write_report
 from libmemleak.files.report_names import report_name, safe_label
@@ -118,6 +118,11 @@ class Reporter:
         # Each stack written once, and entries naming it (stack_table.py).
         self.table = StackTable() if stack_table_wanted() else None
         self.watch = ProgramWatch(self.pid, os.fstat(segment_fd).st_ino, pidfd)
+        # The process by a name no other will have: read while its pidfd
+        # says it lives (a dead descendant's keeper reporter writes none).
+        self.process_start = process_start(self.pid)
+        if self.watch.dead():
+            self.process_start = None
         self.written = []        # paths of the reports this reporter wrote
         self.scan_asked = False  # a pending request asked for a reachability scan
         self.scan_refused = None # why the scan asked for with this report could not be made

@@ -78,6 +78,17 @@ class Series:
         last = self.reports[-1].reason if self.reports else None
         return last if last in ("exit", "death", "muntrace") else None
 
+    @property
+    def final_report_lost(self):
+        """The process is gone and its last report is not a final one:
+        its reporter (and the standby) were killed before it, or pid 1 of
+        a namespace took them along.  False where this host cannot tell."""
+        if self.ended or not self.reports:
+            return False
+        from libmemleak.daemon.procfs import still_running
+        return still_running(self.reports[-1].header.get("process-start"), self.pid,
+                             self.pid_namespace) is False
+
 
 MAX_PID = 1 << 22    # the kernel's pid_max limit
 MAX_SEQ = 1 << 31    # reports of one process, far beyond any real run

@@ -56,7 +56,7 @@ def document(analyses, problems):
     return {"processes": [{
         "program": a.series.program, "executable": a.series.executable, "pid": a.series.pid,
         "reports": len(a.series.reports), "complete": a.series.complete,
-        "ended": a.series.ended, "sampled": a.series.sampled,
+        "ended": a.series.ended, "final_report_lost": a.series.final_report_lost, "sampled": a.series.sampled,
         "seconds": a.seconds, "live_bytes": a.live_bytes, "live_blocks": a.live_blocks,
         "custom_bytes": a.custom_bytes, "custom_blocks": a.custom_blocks,
         "notes": a.notes,

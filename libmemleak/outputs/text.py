@@ -36,7 +36,10 @@ def write(out, analyses, problems, top=10, full_names=False, all_stacks=False, f
         s = a.series
         span = f", {a.seconds:.1f} s between the first and the last" if a.seconds else ""
         ended = f", ended: {s.ended}" if s.ended else ", still running at the last report"
-        if not s.ended and s.reports and _namespace_init(s.reports[-1].header):
+        if s.final_report_lost:
+            ended += (" -- and gone since, without a final report (its reporter was killed "
+                      "before it): what it did after that report is not known")
+        elif not s.ended and s.reports and _namespace_init(s.reports[-1].header):
             ended += (" -- or killed: as pid 1 of its pid namespace, a SIGKILL takes its reporter "
                       "along and leaves no final report")
         where = f" in pid namespace {s.pid_namespace}" if s.pid_namespace else ""
