@@ -263,6 +263,20 @@ def reporters_of(traced_pid):
     return out
 
 
+def children_of(pid):
+    """Pids whose parent is `pid` (a reporter's: its standby)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    if int(f.read().rpartition(b")")[2].split()[1]) == pid:
+                        found.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
+
+
 def wait_for_reporter(traced_pid, timeout=10.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -8,7 +8,7 @@ import shutil
 import signal
 import time
 
-from helpers import (Traced, cli, compile_program, env_for, gone, kill_and_wait, reporters_of, wait_for,
+from helpers import (Traced, children_of, cli, compile_program, env_for, gone, kill_and_wait, reporters_of, wait_for,
                      wait_for_reporter)
 from libmemleak import preload_path
 
@@ -72,19 +72,6 @@ def test_a_reporter_slow_to_start_is_not_started_twice(tmp_path):
         t.finish()
 
 
-def _children_of(pid):
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as f:
-                    if int(f.read().rpartition(b")")[2].split()[1]) == pid:
-                        found.append(int(entry))
-            except (OSError, ValueError, IndexError):
-                continue
-    return found
-
-
 def test_a_process_gone_without_its_final_report_is_said_so(tmp_path):
     """(#64 item 7) The reporter's standby killed, then the reporter, then
     the program (-9): nobody is left to write its final report, nor to
@@ -97,7 +84,7 @@ def test_a_process_gone_without_its_final_report_is_said_so(tmp_path):
     out = cli("report", str(tmp_path))
     assert "still running at the last report" in out.stdout and "gone since" not in out.stdout
     reporter = wait_for_reporter(t.pid)
-    for standby in _children_of(reporter):
+    for standby in children_of(reporter):
         kill_and_wait(standby)
     kill_and_wait(reporter)
     t.proc.kill()

@@ -8,7 +8,8 @@ import os
 import signal
 import subprocess
 
-from helpers import CLI_ENV, cli, cli_argv, compile_program, reports_of, wait_for
+from helpers import (CLI_ENV, children_of, cli, cli_argv, compile_program, kill_and_wait, reports_of, wait_for,
+                     wait_for_reporter)
 
 
 def _final(tmp_path):
@@ -57,3 +58,24 @@ def test_a_daemon_left_behind_does_not_hold_run(tmp_path):
     r = cli("run", "-q", "--wait", prog, "daemon", cwd=tmp_path, timeout=25)  # (the daemon lives 30 s)
     assert r.returncode == 0 and r.stdout == "ready\n", r.stderr
     assert _final(tmp_path)[-1].header["reason"] == "exit"
+
+
+def test_a_program_whose_reporters_were_killed_before_it_is_said_to_have_no_final_report(tmp_path):
+    """(#64 item 7) The reporter's standby, then the reporter, then the
+    program killed (-9): nobody writes its final report -- said, as `run`
+    returns, with the report that is its last."""
+    prog = compile_program("waited.c")
+    p = subprocess.Popen(cli_argv("run", "-q", "--wait", prog, "wait"), cwd=tmp_path, env=CLI_ENV,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline() == "ready\n"
+    (pid,) = [c for c in children_of(p.pid) if os.readlink(f"/proc/{c}/exe") == os.path.realpath(prog)]
+    os.kill(pid, signal.SIGUSR1)
+    wait_for(lambda: any(n.endswith("-1.memlog") for n in os.listdir(tmp_path)), "the report USR1 asked for")
+    reporter = wait_for_reporter(pid)
+    for standby in children_of(reporter):
+        kill_and_wait(standby)
+    kill_and_wait(reporter)
+    os.kill(pid, signal.SIGKILL)
+    assert p.wait(timeout=120) == -signal.SIGKILL
+    err = p.stderr.read()
+    assert "the program ended without its final report" in err and f"-{pid}-1.memlog is its last" in err, err

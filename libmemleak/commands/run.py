@@ -12,6 +12,7 @@ import sys
 from libmemleak import preload_path
 from libmemleak.commands import EXIT_CANNOT_RUN, EXIT_NOT_FOUND, fail
 from libmemleak.daemon.procfs import namespace_tag
+from libmemleak.files.report_names import REPORT_NAME, report_names
 from libmemleak.sizes import byte_size
 from libmemleak.tracing import config_value, traced_environment
 
@@ -163,6 +164,18 @@ def announce(argv, config, wait_for_mtrace):
         print(f"libmemleak: {line}", file=sys.stderr, flush=True)
 
 
+def _reports_of(directory, program, pid):
+    """The paths of the reports of the program `run` started (by the names
+    announce() gives them), oldest first."""
+    ns = namespace_tag()
+    try:
+        names = report_names(directory, os.path.basename(program), pid, ns)
+    except OSError:
+        return []
+    seqs = {n: int(m["seq"]) for n in names if (m := REPORT_NAME.match(n))}
+    return [os.path.join(directory, n) for n in sorted(seqs, key=seqs.get)]
+
+
 def cmd_run(args):
     argv = args.command
     if argv and argv[0] == "--":
@@ -203,5 +216,6 @@ def cmd_run(args):
     if args.wait:
         from libmemleak.commands.run_wait import run_waiting
         timeout = config_value(config, "exit_timeout", "60")
-        return run_waiting(start, argv, int(timeout) if timeout.isdigit() else 60)
+        return run_waiting(start, argv, int(timeout) if timeout.isdigit() else 60,
+                           lambda pid: _reports_of(report_dir_of(config), argv[0], pid))
     return start()

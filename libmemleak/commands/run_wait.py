@@ -32,10 +32,11 @@ PR_SET_CHILD_SUBREAPER = 36
 REPORTER_SCRIPT = os.path.realpath(os.path.join(PACKAGE_DIR, "_reporter_main.py"))
 
 
-def run_waiting(start, argv, exit_timeout_s):
+def run_waiting(start, argv, exit_timeout_s, reports_at):
     """Forks; the child calls start() (which execs the program, argv, and
     does not return).  Returns the exit status for `run` once the program
-    has ended and its reporters are done (or exit_timeout_s passed)."""
+    has ended and its reporters are done (or exit_timeout_s passed).
+    `reports_at(pid)`: the paths of the program's reports, by its pid."""
     if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         print(f"libmemleak: run: --wait: cannot adopt the program's orphans "
               f"({os.strerror(ctypes.get_errno())}): its final report may land after run returns",
@@ -54,7 +55,26 @@ def run_waiting(start, argv, exit_timeout_s):
             os._exit(code if isinstance(code, int) else 127)
     status = _until_it_ends(pid, watched)
     _until_reporters_end(exit_timeout_s, watched, [os.fsencode(a) for a in argv])
+    _say_if_final_lost(reports_at(pid))
     return _leave_as(status)
+
+
+def _say_if_final_lost(paths):
+    """The program's last report is not a final one although it has ended
+    and its reporters are done: they were killed before it (the reporter
+    and its standby), and what it did since that report is lost -- said,
+    or the missing end would go unnoticed."""
+    from libmemleak.daemon.reporter import FINAL_REASONS
+    from libmemleak.files.memlog import MemlogError, read_header
+    if not paths:
+        return
+    try:
+        reason = read_header(paths[-1]).get("reason")
+    except (OSError, MemlogError):
+        return
+    if reason not in FINAL_REASONS:
+        print(f"libmemleak: run: the program ended without its final report (its reporter was killed "
+              f"before it): {paths[-1]} is its last", file=sys.stderr, flush=True)
 
 
 def _until_it_ends(pid, watched):
