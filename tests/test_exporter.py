@@ -201,6 +201,39 @@ def test_go_tool_pprof_reads_a_process_heap_as_from_a_go_service(workdir, tmp_pa
         assert t.finish() == 0, t.stderr
 
 
+def _site_rows(raw, function):
+    """`go tool pprof -raw`'s sample rows whose innermost location is
+    `function`'s: [values...] each."""
+    samples, rest = raw.split("Samples:\n")[1].split("Locations\n")
+    locations = rest.split("Mappings\n")[0]
+    sites = {line.split(":")[0].strip() for line in locations.splitlines() if f" {function} " in line}
+    return [values.split() for values, _, ids in (line.partition(":") for line in samples.splitlines()[1:])
+            if ids.split()[:1] and ids.split()[0] in sites]
+
+
+@pytest.mark.skipif(not GO, reason="go is not installed")
+def test_each_scrape_says_what_is_live_then_though_the_tables_are_kept(workdir, tmp_path):
+    """The exporter keeps a process's frames and the profile's tables from
+    one scrape to the next (a Python service's second scrape: 8 s -> 0.6
+    s): each profile still counts what is live at its scrape, stacks new
+    since the last one among them."""
+    prog = compile_program("attachee.c")
+    t = Traced([prog], workdir)
+    with exporter_beside([t], workdir) as base:
+        url = f"{base}/debug/pprof/heap?pid={t.pid}"
+        t.expect("attach")
+        assert _site_rows(go_pprof_raw(url, tmp_path), "leak_after_attach") == []
+        t.resume()
+        assert t.proc.stdout.readline() == b"sum 99000\n"
+        t.expect("counted")
+        assert _site_rows(go_pprof_raw(url, tmp_path), "leak_after_attach") == [["10", "1000", "10", "1000"]]
+        t.resume()
+        t.expect("detach")
+        assert _site_rows(go_pprof_raw(url, tmp_path), "leak_after_attach") == [["10", "1000", "5", "500"]]
+        t.resume()
+        assert t.finish() == 7, t.stderr
+
+
 def test_a_profile_of_no_process_is_said(workdir):
     exporter, base = start_exporter(workdir)
     try:

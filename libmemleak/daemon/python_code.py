@@ -160,16 +160,22 @@ def line_at(info, index):
 _line_of = functools.lru_cache(maxsize=1 << 16)(line_at)
 
 
-def python_frames(words, codes):
+def python_frames(words, codes, known=None):
     """A stack's words (is_python_stack) -> (the native stack's id, the
     Python frames innermost first, whether every frame's code was known);
-    None if the words do not hold together."""
+    None if the words do not hold together.  `known`: a dict of the frames
+    of word pairs made before (with these codes), added to."""
     native = words[0] & 0xffffffff
     if len(words) % 2 != 1:
         return None
     frames, complete = [], True
     for k in range(1, len(words), 2):
         code_word, where = words[k], words[k + 1]
+        if known is not None:
+            frame = known.get((code_word, where))
+            if frame is not None:
+                frames.append(frame)
+                continue
         if code_word >> TAG_SHIFT != TAG_CODE or where >> TAG_SHIFT != TAG_WHERE:
             return None
         address, print_ = code_word & ADDRESS_MASK, where >> 32 & 0xffffff
@@ -180,6 +186,8 @@ def python_frames(words, codes):
             frames.append(PyFrame(f"<code {address:#x}>", "", 0, entry))
         else:
             frames.append(PyFrame(info.name, info.file, _line_of(info, where & 0xffffffff), entry))
+            if known is not None:  # (a code's description never changes once learnt)
+                known[code_word, where] = frames[-1]
     return native, frames, complete
 
 
@@ -190,6 +198,7 @@ class PythonCodes:
 
     def __init__(self):
         self.codes = {}          # (address, fingerprint) -> CodeInfo
+        self.known = {}          # (code word, where word) -> its PyFrame, once its code is known
         self.interpreter = None  # Interpreter, once its record is read
         self.bad_records = 0
 
@@ -210,10 +219,10 @@ class PythonCodes:
         () where its words do not hold together.  A code not described yet
         may be in a record published after the stack was read: learn() reads
         the records again, once."""
-        found = python_frames(words, self.codes)
+        found = python_frames(words, self.codes, self.known)
         if found is not None and not found[2]:
             learn()
-            found = python_frames(words, self.codes)
+            found = python_frames(words, self.codes, self.known)
         if found is None or not native_frames:
             return ()
         return native_frames + tuple(found[1])

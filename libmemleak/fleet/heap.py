@@ -18,7 +18,7 @@ from libmemleak.daemon.diff import FrameResolver, estimate
 from libmemleak.daemon.stack_keys import KeyTable
 from libmemleak.daemon.header_parts import SELF_LIBRARY
 from libmemleak.daemon.python_code import PyFrame, as_frame, is_eval_loop, kind_of, merged_order
-from libmemleak.outputs.pprof import encode_samples
+from libmemleak.outputs.pprof import Tables, encode_samples
 from libmemleak.symbols import Frame
 from libmemleak.symbols.perfmap import PerfMap
 
@@ -35,6 +35,16 @@ class HeapProfiles:
         self.keys = KeyTable()
         self.resolver = None
         self.perf_map = PerfMap(pid, segment.header.pid)
+        # A key's frames and the build ids they name, made once: a key id
+        # stands for the same frames for the table's life (as a reporter's
+        # texts do).  Scraping a
+        # Python service rebuilt each stack's Python frames every time (8 s
+        # a scrape; Parca's and Pyroscope's timeouts are ~10 s).
+        self.key_frames = {}
+        # What one frame token shows (its frames, and its kind for
+        # merged_order), shared by the keys that have it.
+        self.token_frames = {}
+        self.tables = Tables()  # the profiles' tables, kept across scrapes (pprof.Tables)
 
     def profile(self, which):
         """The gzipped profile `which` ("heap" or "allocs")."""
@@ -61,28 +71,49 @@ class HeapProfiles:
                 live_b, live_n = estimate(live_b, live_n, rate)
             frames = self.frames_of(kid, build_ids)
             samples.append((frames, [alloc_n, alloc_b, max(0, live_n), max(0, live_b)]))
-        data = encode_samples(samples, TYPES, DEFAULT_TYPE[which], build_ids, rate or 1)
+        data = encode_samples(samples, TYPES, DEFAULT_TYPE[which], build_ids, rate or 1, tables=self.tables)
         return gzip.compress(data, mtime=0)
 
     def frames_of(self, kid, build_ids):
         """The key's frames, Python frames where the evaluation loop's
-        native frames stood (as reports show them)."""
+        native frames stood (as reports show them); the build ids of the
+        modules they are in go into `build_ids`."""
+        made = self.key_frames.get(kid)
+        if made is None:
+            made = self._frames_of(kid)
+            if made[2]:
+                self.key_frames[kid] = made
+        build_ids.update(made[1])
+        return made[0]
+
+    def _frames_of(self, kid):
         (_, pairs), modules = self.keys.key(kid)
-        each, kinds = [], []  # per frame token: its frames, and its kind for merged_order
-        for (_path, offset), module in zip(pairs, modules):
-            if type(offset) is PyFrame:
-                each.append([as_frame(offset)])
-                kinds.append(kind_of(offset))
-            elif module is None:
-                found = self.perf_map.frame_at(offset)
-                each.append([Frame(found[0], self.perf_map.shown, found[1]) if found else Frame(None, None, offset)])
-                kinds.append(None)
-            elif not module.path.endswith("/" + SELF_LIBRARY):
-                if module.build_id:
-                    build_ids[module.path] = module.build_id
-                each.append(self.symbolizer.frames_for(module, module.base + offset))
-                kinds.append("eval" if is_eval_loop(each[-1]) else None)
+        each, kinds, build_ids, final = [], [], {}, True  # per frame token: its frames, and its kind
+        for pair, module in zip(pairs, modules):
+            if module is not None and module.path.endswith("/" + SELF_LIBRARY):
+                continue
+            shown = self.token_frames.get(pair)
+            if shown is None:
+                shown = self._token_frames(pair[1], module)
+                if shown[0][0].function is None and module is None:
+                    final = False  # a JIT's code its perf map does not name yet: looked up again
+                else:
+                    self.token_frames[pair] = shown
+            each.append(shown[0])
+            kinds.append(shown[1])
+            if module is not None and module.build_id:
+                build_ids[module.path] = module.build_id
         if "py" in kinds or "py-entry" in kinds:
             each = [each[i] for i in merged_order(kinds)]
-        frames = [f for fs in each for f in fs]
-        return frames
+        return tuple(f for fs in each for f in fs), build_ids, final
+
+    def _token_frames(self, offset, module):
+        """(frames, kind) of one frame token: a Python frame, a JIT's (no
+        module: the perf map names it) or a native one."""
+        if type(offset) is PyFrame:
+            return [as_frame(offset)], kind_of(offset)
+        if module is None:
+            found = self.perf_map.frame_at(offset)
+            return [Frame(found[0], self.perf_map.shown, found[1]) if found else Frame(None, None, offset)], None
+        frames = self.symbolizer.frames_for(module, module.base + offset)
+        return frames, "eval" if is_eval_loop(frames) else None

@@ -49,18 +49,96 @@ def _packed(number, values):
     return _field_bytes(number, b"".join(_varint(v) for v in values)) if values else b""
 
 
-class _Strings:
-    def __init__(self):
-        self.table = [""]
-        self.index = {"": 0}
+class Tables:
+    """A profile's strings, mappings, functions and locations, each made
+    once -- and kept from one profile to the next where the same frames
+    come back (the exporter's scrapes of one process: its frames are the
+    same objects each time, so a sample's location ids are packed once).
+    Frames are keyed by identity and held here, so that an id is never a
+    dead frame's reused."""
 
-    def __call__(self, s):
+    def __init__(self):
+        self.strings, self.string_ids = [""], {"": 0}
+        self.mappings, self.functions, self.locations = {}, {}, {}
+        self.mapping_msgs, self.function_msgs, self.location_msgs = [], [], []
+        self.by_group = {}    # ids of a group's frames -> (location id, the group)
+        self.by_frames = {}   # id of a sample's frames -> (its packed location ids, the frames)
+
+    def string(self, s):
         s = s or ""
-        i = self.index.get(s)
+        i = self.string_ids.get(s)
         if i is None:
-            i = self.index[s] = len(self.table)
-            self.table.append(s)
+            i = self.string_ids[s] = len(self.strings)
+            self.strings.append(s)
         return i
+
+    def mapping_id(self, module, build_ids, symbolized=True):
+        key = (module, symbolized)
+        mid = self.mappings.get(key)
+        if mid is None:
+            mid = self.mappings[key] = len(self.mappings) + 1
+            msg = _field_varint(1, mid) + _field_varint(5, self.string(module))
+            msg += _field_varint(6, self.string(build_ids.get(module)))
+            if symbolized:
+                msg += _field_varint(7, 1) + _field_varint(8, 1) + _field_varint(9, 1) + _field_varint(10, 1)
+            else:  # addresses are the file's own: start 0, no offset, the whole space
+                msg += _field_varint(3, (1 << 64) - 1)
+            self.mapping_msgs.append(msg)
+        return mid
+
+    def function_id(self, f):
+        name = f.function or f"{(f.module or '?').rsplit('/', 1)[-1]}+{f.offset:#x}"
+        key = (name, f.file)
+        fid = self.functions.get(key)
+        if fid is None:
+            fid = self.functions[key] = len(self.functions) + 1
+            self.function_msgs.append(_field_varint(1, fid) + _field_varint(2, self.string(name))
+                                      + _field_varint(3, self.string(name)) + _field_varint(4, self.string(f.file)))
+        return fid
+
+    def location_id(self, group, build_ids):
+        """The location of a group of frames: inlined ones, then the
+        function they are inlined into."""
+        ident = tuple(map(id, group))
+        known = self.by_group.get(ident)
+        if known is not None:
+            return known[0]
+        key = tuple((f.function, f.module, f.file, f.line, f.offset if not f.function else 0) for f in group)
+        lid = self.locations.get(key)
+        if lid is None:
+            lid = self.locations[key] = len(self.locations) + 1
+            self.location_msgs.append(self._location(lid, group, build_ids))
+        self.by_group[ident] = (lid, group)
+        return lid
+
+    def _location(self, lid, group, build_ids):
+        real = group[-1]
+        if not real.function and real.module and len(group) == 1:  # for pprof to symbolize
+            msg = _field_varint(1, lid) + _field_varint(2, self.mapping_id(real.module, build_ids, False))
+            return msg + _field_varint(3, max(0, real.offset - 1))
+        msg = _field_varint(1, lid) + _field_varint(2, self.mapping_id(real.module or "?", build_ids))
+        msg += _field_varint(3, real.offset if not real.function else 0)
+        for f in group:  # innermost first; the last is the function they are inlined into
+            msg += _field_bytes(4, _field_varint(1, self.function_id(f)) + _field_varint(2, f.line or 0))
+        return msg
+
+    def packed_locations(self, frames, build_ids):
+        """A sample's location ids, packed (field 1 of a Sample)."""
+        known = self.by_frames.get(id(frames))
+        if known is not None and known[1] is frames:
+            return known[0]
+        ids, group = [], []
+        for f in frames:
+            group.append(f)
+            if not f.inlined:
+                ids.append(self.location_id(group, build_ids))
+                group = []
+        if group:
+            ids.append(self.location_id(group, build_ids))
+        packed = _packed(1, ids)
+        if type(frames) is tuple:  # (a list may change: not kept)
+            self.by_frames[id(frames)] = (packed, frames)
+        return packed
 
 
 def encode(analyses):
@@ -86,84 +164,28 @@ def encode(analyses):
                           drawing_notes(analyses))
 
 
-def encode_samples(samples, types, default_type, build_ids, period=0, notes=()):
+def encode_samples(samples, types, default_type, build_ids, period=0, notes=(), tables=None):
     """The uncompressed profile of `samples`: (frames innermost first --
     symbols.Frame, inlined ones before the function they are inlined into
     -- and a value per sample type), `types` [(type, unit)], the module
-    paths' build ids, the sampling period in bytes (0: exact), comments."""
-    strings = _Strings()
+    paths' build ids, the sampling period in bytes (0: exact), comments.
+    `tables`: a Tables kept from an earlier profile of the same frames."""
+    t = tables or Tables()
     body = bytearray()
     for kind, unit in types:
-        body += _field_bytes(1, _field_varint(1, strings(kind)) + _field_varint(2, strings(unit)))
-    mappings, functions, locations = {}, {}, {}
-    mapping_msgs, function_msgs, location_msgs = [], [], []
-
-    def mapping_id(module, symbolized=True):
-        key = (module, symbolized)
-        mid = mappings.get(key)
-        if mid is None:
-            mid = mappings[key] = len(mappings) + 1
-            msg = _field_varint(1, mid) + _field_varint(5, strings(module))
-            msg += _field_varint(6, strings(build_ids.get(module)))
-            if symbolized:
-                msg += _field_varint(7, 1) + _field_varint(8, 1) + _field_varint(9, 1) + _field_varint(10, 1)
-            else:  # addresses are the file's own: start 0, no offset, the whole space
-                msg += _field_varint(3, (1 << 64) - 1)
-            mapping_msgs.append(msg)
-        return mid
-
-    def function_id(f):
-        name = f.function or f"{(f.module or '?').rsplit('/', 1)[-1]}+{f.offset:#x}"
-        key = (name, f.file)
-        fid = functions.get(key)
-        if fid is None:
-            fid = functions[key] = len(functions) + 1
-            function_msgs.append(_field_varint(1, fid) + _field_varint(2, strings(name))
-                                 + _field_varint(3, strings(name)) + _field_varint(4, strings(f.file)))
-        return fid
-
-    def location_id(group):
-        key = tuple((f.function, f.module, f.file, f.line, f.offset if not f.function else 0)
-                    for f in group)
-        lid = locations.get(key)
-        if lid is None:
-            lid = locations[key] = len(locations) + 1
-            real = group[-1]
-            if not real.function and real.module and len(group) == 1:  # for pprof to symbolize
-                msg = _field_varint(1, lid) + _field_varint(2, mapping_id(real.module, False))
-                msg += _field_varint(3, max(0, real.offset - 1))
-                location_msgs.append(msg)
-                return lid
-            msg = _field_varint(1, lid) + _field_varint(2, mapping_id(real.module or "?"))
-            msg += _field_varint(3, real.offset if not real.function else 0)
-            for f in group:  # innermost first; the last is the function they are inlined into
-                msg += _field_bytes(4, _field_varint(1, function_id(f)) + _field_varint(2, f.line or 0))
-            location_msgs.append(msg)
-        return lid
-
+        body += _field_bytes(1, _field_varint(1, t.string(kind)) + _field_varint(2, t.string(unit)))
     for frames, values in samples:
-        ids, group = [], []
-        for f in frames:
-            group.append(f)
-            if not f.inlined:
-                ids.append(location_id(group))
-                group = []
-        if group:
-            ids.append(location_id(group))
-        body += _field_bytes(2, _packed(1, ids) + _packed(2, values))
-    for msg in mapping_msgs:
-        body += _field_bytes(3, msg)
-    for msg in location_msgs:
-        body += _field_bytes(4, msg)
-    for msg in function_msgs:
-        body += _field_bytes(5, msg)
+        body += _field_bytes(2, t.packed_locations(frames, build_ids) + _packed(2, values))
+    for msgs, field in ((t.mapping_msgs, 3), (t.location_msgs, 4), (t.function_msgs, 5)):
+        for msg in msgs:
+            body += _field_bytes(field, msg)
     if period:  # as Go's sampled heap profiles: the mean bytes between samples
-        body += _field_bytes(11, _field_varint(1, strings("space")) + _field_varint(2, strings("bytes")))
+        body += _field_bytes(11, _field_varint(1, t.string("space")) + _field_varint(2, t.string("bytes")))
         body += _field_varint(12, period)
     for note in notes:  # what was folded: `go tool pprof -comments`
-        body += _field_varint(13, strings(note))
-    default = strings(default_type)
-    for s in strings.table:
+        body += _field_varint(13, t.string(note))
+    default = t.string(default_type)
+    for s in t.strings:
         body += _field_bytes(6, s.encode("utf-8", "surrogateescape"))
     body += _field_varint(14, default)
     return bytes(body)
