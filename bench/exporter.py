@@ -76,11 +76,24 @@ def main():
     try:
         assert service.stdout.readline() == b"ready\n"
         base = exporter.stderr.readline().split()[3].removesuffix("/metrics")
+        spy = None
+        if os.environ.get("BENCH_PY_SPY"):  # a raw py-spy profile of the exporter, to this file
+            spy = subprocess.Popen(["py-spy", "record", "--format", "raw", "--rate", "100", "-o",
+                                    os.environ["BENCH_PY_SPY"], "--pid", str(exporter.pid)],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1)
         for i in range(args.scrapes):
+            wall, cpu = time.monotonic(), cpu_seconds(exporter.pid)
+            metrics = urllib.request.urlopen(f"{base}/metrics", timeout=600).read()
+            print(f"/metrics {i + 1}: {time.monotonic() - wall:.2f} s wall, {cpu_seconds(exporter.pid) - cpu:.2f} s "
+                  f"CPU, {len(metrics)} bytes", flush=True)
             wall, cpu = time.monotonic(), cpu_seconds(exporter.pid)
             profile = urllib.request.urlopen(f"{base}/debug/pprof/heap?pid={service.pid}", timeout=600).read()
             print(f"scrape {i + 1}: {time.monotonic() - wall:.2f} s wall, {cpu_seconds(exporter.pid) - cpu:.2f} s "
                   f"CPU, {samples_in(profile)} samples, {len(profile)} bytes", flush=True)
+        if spy:
+            spy.send_signal(2)
+            spy.wait()
     finally:
         exporter.terminate()
         exporter.wait()

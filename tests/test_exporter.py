@@ -10,12 +10,13 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import urllib.error
 import urllib.request
 
 import pytest
 
-from helpers import CLI_ENV, Traced, cli, cli_argv, compile_program, wait_for
+from helpers import BENCH_PROGRAMS, CLI_ENV, Traced, cli, cli_argv, compile_program, wait_for
 from libmemleak.files import memlog
 from libmemleak.live.client import open_segment
 
@@ -232,6 +233,55 @@ def test_each_scrape_says_what_is_live_then_though_the_tables_are_kept(workdir, 
         assert _site_rows(go_pprof_raw(url, tmp_path), "leak_after_attach") == [["10", "1000", "5", "500"]]
         t.resume()
         assert t.finish() == 7, t.stderr
+
+
+def test_metrics_are_answered_while_a_profile_is_made(workdir):
+    """A first profile of a process of many stacks takes seconds to make
+    (each stack keyed, symbolized); the exporter served one request at a
+    time, so Prometheus's scrapes waited behind it -- past their timeout,
+    for a Python service's.  Now /metrics is answered meanwhile, with what
+    the process's last sample said."""
+    prog = compile_program(os.path.join(BENCH_PROGRAMS, "scale.c"), "-O2", name="scale")
+    t = Traced([prog, "2", "65536", "16"], workdir, config="mtraceinit,depth=40")
+    with exporter_beside([t], workdir) as base:
+        t.expect("ready")
+        exporter = next(p for p in _children() if "exporter" in _cmdline(p))
+        before = urllib.request.urlopen(f"{base}/metrics", timeout=120).read().decode()
+        order = []
+        def profile():
+            urllib.request.urlopen(f"{base}/debug/pprof/heap?pid={t.pid}", timeout=600).read()
+            order.append("profile")
+        busy = _cpu_seconds(exporter) + 0.5  # (a /metrics of it costs a hundredth of that)
+        thread = threading.Thread(target=profile)
+        thread.start()
+        wait_for(lambda: _cpu_seconds(exporter) > busy, "the profile being made")
+        metrics = urllib.request.urlopen(f"{base}/metrics", timeout=120).read().decode()
+        order.append("metrics")
+        thread.join(timeout=600)
+        assert order == ["metrics", "profile"]
+        def live(text):
+            return next(line for line in text.splitlines() if line.startswith("libmemleak_live_bytes{"))
+        assert f'pid="{t.pid}"' in live(metrics) and live(metrics) == live(before), metrics
+        assert int(live(metrics).split()[-1]) >= 65536 * 24
+        t.resume()
+        assert t.finish() == 0, t.stderr
+
+
+def _cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children():
+    me = os.getpid()
+    with open(f"/proc/{me}/task/{me}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+
+def _cmdline(pid):
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read().decode("utf-8", "replace")
 
 
 def test_a_profile_of_no_process_is_said(workdir):

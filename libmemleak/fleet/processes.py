@@ -10,9 +10,15 @@ the same whether an exporter runs or not.
 
 A process is kept open between scrapes (its segment's mapping, its stack
 table learnt once) and dropped when its pid ends or is reused (its start
-time in /proc/PID/stat differs)."""
+time in /proc/PID/stat differs).
+
+Requests are served side by side (server.py): one thread at a time reads
+a process's segment (Process.reading), and while a profile of it is made
+-- seconds, for a big Python service's first -- /metrics says what its
+last sample said rather than wait."""
 
 import os
+import threading
 import time
 from dataclasses import dataclass
 
@@ -53,6 +59,50 @@ class Process:
         self.labels = where_it_runs(pid)
         self.heap = HeapProfiles(self.segment, pid, symbolizer)
         self.suspects = Suspects(self.segment, pid)
+        self.last = None                # its last Sample
+        self._reader = threading.Lock() # held by the one thread reading its segment
+        self._state = threading.Lock()  # guards the two below
+        self._busy = self._retired = False
+
+    def begin(self, wait=True):
+        """Take the segment for reading (False: it is dropped, or -- not
+        waiting -- another thread reads it); end() gives it back."""
+        if not self._reader.acquire(blocking=wait):
+            return False
+        with self._state:
+            if not self._retired:
+                self._busy = True
+                return True
+        self._reader.release()
+        return False
+
+    def end(self):
+        with self._state:
+            self._busy = False
+            close = self._retired
+        self._reader.release()
+        if close:
+            self._close()
+
+    def retire(self):
+        """Dropped: closed now, or by the reader that has it when it is done."""
+        with self._state:
+            self._retired = True
+            close = not self._busy
+        if close:
+            self._close()
+
+    def sample_or_last(self, top):
+        """A sample now -- or, while another thread reads the segment (a
+        profile being made), the last one; None if there is neither.
+        Never waits: the table's lock is held."""
+        if not self.begin(wait=False):
+            return self.last
+        try:
+            self.last = self.sample(top)
+            return self.last
+        finally:
+            self.end()
 
     def sample(self, top):
         seg = self.segment
@@ -63,7 +113,7 @@ class Process:
                       bool(h.sample_bytes), self.suspects.top(top) if top else (),
                       malloc_free_bytes(self.pid, (h.own_lo, h.own_hi)))
 
-    def close(self):
+    def _close(self):
         self.segment.close()
         os.close(self.fd)
 
@@ -72,6 +122,7 @@ class Processes:
     """The traced processes found at each scrape, kept open across them."""
 
     def __init__(self, suspects=0, say=lambda line: None):
+        self.lock = threading.Lock()  # held while the table below is looked at or changed
         self.top = suspects      # suspects served per process (0: none)
         self.say = say           # one line on what went wrong with a process
         self.open = {}           # pid -> Process
@@ -86,21 +137,29 @@ class Processes:
         """Process pid's gzipped pprof profile `which` ("heap", "allocs"), or
         None when it is no traced process this exporter may read."""
         self.samples()  # (finds it, or drops it if it ended)
-        proc = self.open.get(pid)
-        if proc is None:
+        with self.lock:
+            proc = self.open.get(pid)
+        if proc is None or not proc.begin():
             return None
         try:
             return proc.heap.profile(which)
         except Exception as e:  # noqa: BLE001 -- as in samples()
-            self._drop(pid)
+            with self.lock:
+                self._drop(pid, proc)
             self.say(f"libmemleak: exporter: no profile of pid {pid}: {type(e).__name__}: {e}")
             return None
+        finally:
+            proc.end()
 
     def _worth_a_look(self, pid, started, now):
         seen = self.not_traced.get(pid)
         return seen is None or seen[0] != started or now - seen[1] >= RELOOK_SECONDS
 
     def samples(self):
+        with self.lock:
+            return self._samples()
+
+    def _samples(self):
         found = []
         alive = set()
         now = time.monotonic()
@@ -119,7 +178,9 @@ class Processes:
             if proc is None:
                 continue
             try:
-                found.append(proc.sample(self.top))
+                sample = proc.sample_or_last(self.top)
+                if sample is not None:
+                    found.append(sample)
             except Exception as e:  # noqa: BLE001 -- its segment or files are its own to spoil: the others go on
                 self._drop(pid)
                 self.not_traced[pid] = (started, now)
@@ -129,14 +190,18 @@ class Processes:
         self.not_traced = {p: s for p, s in self.not_traced.items() if p in alive}
         return found
 
-    def _drop(self, pid):
+    def _drop(self, pid, which=None):
+        """Forget pid's process (`which`: only if it is that one still)."""
+        if which is not None and self.open.get(pid) is not which:
+            return
         proc = self.open.pop(pid, None)
         if proc is not None:
-            proc.close()
+            proc.retire()
 
     def close(self):
-        for pid in list(self.open):
-            self._drop(pid)
+        with self.lock:
+            for pid in list(self.open):
+                self._drop(pid)
 
 
 def _running():

@@ -1,13 +1,17 @@
 """The exporter's HTTP side: GET /metrics (Prometheus),
 /debug/pprof/heap?pid=PID and /debug/pprof/allocs?pid=PID (pprof, as Go
-serves them), and / (what is served).  One request at a time -- each reads every traced process's
-segment once, and a scrape is seconds apart -- so the processes' table
-needs no lock.  Everything else is 404; a request line or header that
-is too long is refused by http.server itself."""
+serves them), and / (what is served).  Requests are served side by
+side, a thread each, at most MAX_REQUESTS at once (more are closed
+unanswered): a profile can take seconds to make, and a Prometheus scrape
+must not wait for it, nor a peer that sends its request slowly hold the
+others up.  Everything else is 404; a request line or header that is too
+long is refused by http.server itself."""
 
 import http.server
 import socket
+import socketserver
 import sys
+import threading
 import urllib.parse
 
 from libmemleak.fleet.metrics import exposition
@@ -21,9 +25,12 @@ INDEX = (b"<html><head><title>libmemleak exporter</title></head><body>"
          b"</body></html>\n")
 
 
+MAX_REQUESTS = 16  # served at once
+
+
 class Handler(http.server.BaseHTTPRequestHandler):
     server_version = "libmemleak-exporter"
-    timeout = 10      # seconds a peer may take to send its request: one at a time is served
+    timeout = 10      # seconds a peer may take to send its request
     processes = None  # set by serve()
 
     def do_GET(self):
@@ -71,7 +78,28 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass  # (a scrape every few seconds: no line each)
 
 
-class _IPv6Server(http.server.HTTPServer):
+class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True      # (a request still being served does not hold the exit)
+    block_on_close = False
+
+    def __init__(self, *args):
+        self.slots = threading.BoundedSemaphore(MAX_REQUESTS)
+        super().__init__(*args)
+
+    def process_request(self, request, client_address):
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)  # (busy: the peer sees the connection closed)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
+class _IPv6Server(_Server):
     address_family = socket.AF_INET6
 
 
@@ -80,7 +108,7 @@ def serve(host, port, suspects=5, say=lambda line: print(line, file=sys.stderr, 
     OSError when the address cannot be bound."""
     processes = Processes(suspects, say)
     handler = type("BoundHandler", (Handler,), {"processes": processes})
-    server_class = _IPv6Server if ":" in host else http.server.HTTPServer
+    server_class = _IPv6Server if ":" in host else _Server
     with server_class((host, port), handler) as server:
         shown = f"[{host}]" if ":" in host else host
         say(f"libmemleak: exporter serving http://{shown}:{server.server_address[1]}/metrics "

@@ -62,6 +62,7 @@ class Tables:
         self.mappings, self.functions, self.locations = {}, {}, {}
         self.mapping_msgs, self.function_msgs, self.location_msgs = [], [], []
         self.by_group = {}    # ids of a group's frames -> (location id, the group)
+        self.alone = {}       # id of a frame that is a location alone -> (its location id as a varint, it)
         self.by_frames = {}   # id of a sample's frames -> (its packed location ids, the frames)
 
     def string(self, s):
@@ -127,15 +128,21 @@ class Tables:
         known = self.by_frames.get(id(frames))
         if known is not None and known[1] is frames:
             return known[0]
-        ids, group = [], []
+        pieces, group, alone = [], [], self.alone
         for f in frames:
+            if not group and not f.inlined:  # a location of one frame: most are
+                got = alone.get(id(f))
+                if got is None:
+                    got = alone[id(f)] = (_varint(self.location_id([f], build_ids)), f)
+                pieces.append(got[0])
+                continue
             group.append(f)
             if not f.inlined:
-                ids.append(self.location_id(group, build_ids))
+                pieces.append(_varint(self.location_id(group, build_ids)))
                 group = []
         if group:
-            ids.append(self.location_id(group, build_ids))
-        packed = _packed(1, ids)
+            pieces.append(_varint(self.location_id(group, build_ids)))
+        packed = _field_bytes(1, b"".join(pieces)) if pieces else b""
         if type(frames) is tuple:  # (a list may change: not kept)
             self.by_frames[id(frames)] = (packed, frames)
         return packed
