@@ -66,6 +66,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--python", default=sys.executable, help="the traced interpreter")
     ap.add_argument("--scrapes", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=600,
+                    help="seconds a scrape waits, as a scraper's timeout (10: Pyroscope's, Parca's)")
     args = ap.parse_args()
     cli = [sys.executable, "-m", "libmemleak"]
     env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
@@ -88,7 +90,12 @@ def main():
             print(f"/metrics {i + 1}: {time.monotonic() - wall:.2f} s wall, {cpu_seconds(exporter.pid) - cpu:.2f} s "
                   f"CPU, {len(metrics)} bytes", flush=True)
             wall, cpu = time.monotonic(), cpu_seconds(exporter.pid)
-            profile = urllib.request.urlopen(f"{base}/debug/pprof/heap?pid={service.pid}", timeout=600).read()
+            try:
+                profile = urllib.request.urlopen(f"{base}/debug/pprof/heap?pid={service.pid}",
+                                                 timeout=args.timeout).read()
+            except OSError as e:  # (a timeout)
+                print(f"scrape {i + 1}: gave up after {time.monotonic() - wall:.2f} s ({e})", flush=True)
+                continue
             print(f"scrape {i + 1}: {time.monotonic() - wall:.2f} s wall, {cpu_seconds(exporter.pid) - cpu:.2f} s "
                   f"CPU, {samples_in(profile)} samples, {len(profile)} bytes", flush=True)
         if spy:
@@ -96,7 +103,9 @@ def main():
             spy.wait()
     finally:
         exporter.terminate()
-        exporter.wait()
+        said = exporter.communicate()[1].strip()
+        if said:
+            print(f"the exporter said: {said}")
         service.communicate(b"\n", timeout=120)
 
 

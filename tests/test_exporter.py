@@ -267,6 +267,32 @@ def test_metrics_are_answered_while_a_profile_is_made(workdir):
         assert t.finish() == 0, t.stderr
 
 
+def test_a_scraper_that_gives_up_leaves_the_profile_made_and_no_traceback(workdir, tmp_path):
+    """A scraper's timeout (Pyroscope's, Parca's: ~10 s) before a first
+    profile is made: the exporter goes on making it, says nothing of the
+    peer that left, and the next scrape is answered from what was kept --
+    the same samples a patient scraper gets."""
+    prog = compile_program(os.path.join(BENCH_PROGRAMS, "scale.c"), "-O2", name="scale")
+    t = Traced([prog, "2", "65536", "16"], workdir, config="mtraceinit,depth=40")
+    exporter, base = start_exporter(workdir)
+    try:
+        t.expect("ready")
+        url = f"{base}/debug/pprof/heap?pid={t.pid}"
+        with pytest.raises(OSError):  # (timed out: the profile takes seconds)
+            urllib.request.urlopen(url, timeout=0.2).read()
+        raw = go_pprof_raw(url, tmp_path)
+        rows = _site_rows(raw, "step")  # (leaf's call is in it: the samples of the 65,536 blocks)
+        assert sum(int(r[3]) for r in rows) == 65536 * 24 and sum(int(r[2]) for r in rows) == 65536
+        t.resume()
+        assert t.finish() == 0, t.stderr
+    finally:
+        if t.proc.poll() is None:
+            t.proc.kill()
+        stop(exporter)
+    said = exporter.stderr.read()
+    assert "Traceback" not in said and "Error" not in said, said
+
+
 def _cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rpartition(")")[2].split()

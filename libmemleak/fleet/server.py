@@ -66,13 +66,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
                      {"Content-Disposition": f'attachment; filename="{which}"'})
 
     def _answer(self, status, content_type, body, headers=None):
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(body)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the peer gave up waiting (a scraper's timeout): what was made is kept for its next scrape
 
     def log_message(self, format, *args):  # noqa: A002 -- http.server's name
         pass  # (a scrape every few seconds: no line each)
