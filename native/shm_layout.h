@@ -518,7 +518,11 @@ struct mlk_header {
     uint32_t check_requests;
     uint32_t seen_check;
     uint32_t check_seq;
-    uint32_t reserved_check;
+    /* Reporter: the seq of the report whose file is in place and whose
+     * baseline is being committed into the stacks (reported_*), 0 once
+     * report_seq says it: a successor finding it set knows that report
+     * is written and its baseline partly committed (reporter.py). */
+    uint32_t committing_seq;
     int64_t check_bytes[4];
     int64_t check_blocks[4];
     /* The program's own blocks (memleak.h's malloc-like blocks and pools,

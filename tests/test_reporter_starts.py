@@ -8,8 +8,8 @@ import shutil
 import signal
 import time
 
-from helpers import (Traced, children_of, cli, compile_program, env_for, gone, kill_and_wait, reporters_of, wait_for,
-                     wait_for_reporter)
+from helpers import (Traced, children_of, cli, compile_program, env_for, gone, kill_and_wait, report_path,
+                     reporters_of, wait_for, wait_for_reporter)
 from libmemleak import preload_path
 
 
@@ -95,3 +95,36 @@ def test_a_process_gone_without_its_final_report_is_said_so(tmp_path):
     doc = json.loads(cli("report", "--json", str(tmp_path)).stdout)
     assert doc["processes"][0]["final_report_lost"] is True
     assert len(t.reports()) == 1
+
+
+def test_a_report_whose_baseline_was_being_committed_is_not_written_again(tmp_path):
+    """(#64 item 7) The reporter killed after report 2's file was put in
+    place, while it committed that report's baseline into the stacks: its
+    successor wrote report 2 again, replacing the file -- and what the
+    stacks committed already counted was then in no report.  Now seq 2 is
+    taken, and report 3 says it may count again part of report 2.  The
+    dead reporter's state is made in the segment (committing_seq) and the
+    directory (report 2's file, as it left it)."""
+    from libmemleak.live.client import open_segment
+    prog = compile_program("blocked.c")
+    t = Traced([prog], tmp_path)
+    t.expect("blocked")
+    first = report_path(tmp_path, t.prog, t.pid, 1)
+    t.signal_report(1)
+    shutil.copy(first, report_path(tmp_path, t.prog, t.pid, 2))   # report 2, in place
+    segment, fd = open_segment(t.pid)
+    try:
+        segment.header.committing_seq = 2
+        kill_and_wait(wait_for_reporter(t.pid))
+        wait_for(lambda: segment.header.report_seq == 2, "the successor taking seq 2 as written")
+    finally:
+        segment.close()
+        os.close(fd)
+    third = t.signal_report(3)
+    assert "report 2's reporter was killed as it committed" in third.header["handover"]
+    with open(report_path(tmp_path, t.prog, t.pid, 2)) as copy, open(first) as original:
+        assert copy.read() == original.read()                      # not written again
+    out = cli("report", str(tmp_path))
+    assert "report 3: report 2's reporter was killed" in out.stdout, out.stdout
+    t.resume()
+    assert t.finish() == 0

@@ -200,6 +200,7 @@ def analyse(series, group_by="stack", alloc_fns=None, fold=True):
     # answer here ("no leak suspects", a small live total) misleads.
     a.notes[:0] = [f"NOT SEEN: {text}" for text in series.blind]
     a.notes += [f"routed: {text}" for text in series.routed]
+    a.notes += [f"report {r.seq}: {r.header['handover']}" for r in reports if r.header.get("handover")]
     a.notes += layer.notes()
     # How the unwinder got the stacks (counts since start: the last report's).
     last = series.reports[-1].header if series.reports else {}

@@ -45,6 +45,8 @@ def header_lines(rep, snap, sums, seq, reason, scan=None, touched=None, label=""
     ]
     if label:
         lines.append(("label", label))
+    if rep.handover:  # a report before it was cut short by its reporter's death (reporter.commit_record)
+        lines.append(("handover", rep.handover))
     if rep.recorder:  # the event log, and what it missed: said, never silent
         lines.append(("event-log", rep.recorder.state_words()))
     if snap.attached_ns:

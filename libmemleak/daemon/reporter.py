@@ -143,6 +143,7 @@ class Reporter:
         self.frame_lines = FrameLines(self.keys, self.texts, self.symbolizer, self.symbolize, self.kind_value,
                                       lambda: PerfMap(self.pid, self.h.pid))
         self.recorder = Recorder.of(self)  # the event log (record=), or None
+        self.handover = self.commit_record()  # what the next report says of one cut short, or None
         self.keeper = keeper     # the root's first reporter's keeper (reporter_main), or None
         self.announce_later = False  # the exit's summary waits for the descendants' reports
 
@@ -380,6 +381,21 @@ class Reporter:
         elif h.collecting:
             self.report("death")
 
+    def commit_record(self):
+        """A reporter killed while it committed a report's baseline (its
+        file in place): that seq is taken -- written again, the file would
+        lose what the stacks committed already count -- and the next report
+        may count again what the others changed in it: said in its header.
+        (Killed before: the report is written again under the same name,
+        with all it held.)"""
+        h = self.h
+        cut, h.committing_seq = h.committing_seq, 0
+        if cut != (h.report_seq + 1) & 0xffffffff:
+            return None
+        h.report_seq = cut  # (a request it answered is then seen written: reason())
+        return (f"report {cut}'s reporter was killed as it committed that report's baseline: "
+                f"this report may count again part of what report {cut} counted")
+
     # -- one report ---------------------------------------------------------
 
     def report(self, reason):
@@ -493,14 +509,20 @@ class Reporter:
                 texts.end_temporary()
         finally:
             self.symbolizer.deadline = None
+        # The file is in place: from here its seq is taken, though the
+        # baseline is not all committed yet (a successor says so, and never
+        # writes this seq again: commit_record()).
+        self.h.committing_seq = seq
         self.seg.commit_baseline(snap)
+        self.h.report_seq = seq
+        self.h.committing_seq = 0
+        self.handover = None
         misuse.commit(self.h, misused)
         self.seg.set_last_report(path)  # for memleak_report, which says it
         if scan:  # for memleak_leak_check, which returns its totals
             self.seg.set_check_totals(scan.bytes, scan.blocks, seq)
         if touched:
             self.touched_before = touched.per_stack
-        self.h.report_seq = seq
         settle_memory()
         return path
 
