@@ -1,6 +1,7 @@
 """Shared test machinery: compile real programs, run them under the real
 preload library, stop them at checkpoints, and read their real reports."""
 
+import contextlib
 import glob
 import hashlib
 import os
@@ -261,6 +262,19 @@ def reporters_of(traced_pid):
         except OSError:
             continue
     return out
+
+
+@contextlib.contextmanager
+def segment_header(pid):
+    """The traced process's segment header (cffi, writable: tests make the
+    states a killed reporter leaves), for the block's length."""
+    from libmemleak.live.client import open_segment
+    segment, fd = open_segment(pid)
+    try:
+        yield segment.header
+    finally:
+        segment.close()
+        os.close(fd)
 
 
 def children_of(pid):

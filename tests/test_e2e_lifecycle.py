@@ -9,7 +9,8 @@ import time
 import pytest
 
 from helpers import (CLI_ENV, PROGRAMS, Traced, by_site, cli_argv, compile_program, kill_and_wait,
-                     report_path, reporters_of, reports_of, wait_for, wait_for_file, wait_for_reporter)
+                     report_path, reporters_of, reports_of, segment_header, wait_for, wait_for_file,
+                     wait_for_reporter)
 from libmemleak.files import memlog
 
 
@@ -68,7 +69,7 @@ def test_a_root_leaving_by__exit_has_its_exit_report_written_before_it_is_gone(w
     report = memlog.read(path)
     assert report.header["reason"] == "exit"
     assert by_site(report)["site_spin"] == (6060, 1)
-    time.sleep(1)
+    wait_for(lambda: not reporters_of(t.pid), "its reporter gone")
     assert not os.path.exists(report_path(str(workdir), "spin", t.pid, 2))   # and no death report after it
 
 
@@ -81,11 +82,10 @@ def test_exec_starts_a_new_traced_image_and_the_old_reporter_leaves(workdir):
     t.resume()
     assert t.finish() == 0, t.stderr
     assert t.stdout.endswith("sync 1 1\n")
-    time.sleep(1.5)  # (a negative check: time for a wrong report of the old reporter, which looks once a second)
+    wait_for(lambda: reporters_of(t.pid) == [], "nobody left behind")  # (the old reporter too: no report of it since)
     # the exec'd image reports under the same pid; the pre-exec image wrote nothing
     assert len(reports_of(str(workdir), "mtrace_api", t.pid)) == 2
     assert not [n for n in os.listdir(workdir) if n.startswith("spin-")]
-    assert reporters_of(t.pid) == []  # nobody left behind
 
 
 def test_reporter_is_invisible_to_the_program(workdir):
@@ -151,10 +151,10 @@ def test_unwritable_report_directory_warns_once_and_keeps_the_data(workdir):
     t = Traced([prog], workdir, config=config)
     t.expect("blocked")
     broken()
-    t.proc.send_signal(signal.SIGUSR1)
-    time.sleep(1.0)
-    t.proc.send_signal(signal.SIGUSR1)
-    time.sleep(1.0)
+    with segment_header(t.pid) as h:
+        for tried in (1, 2):
+            t.proc.send_signal(signal.SIGUSR1)
+            wait_for(lambda: h.report_errors == tried, "the report refused")
     fixed()
     t.resume()
     assert t.finish() == 0
@@ -374,7 +374,7 @@ def test_a_killed_reporter_and_then_a_killed_program_still_give_the_death_report
     report = memlog.read(wait_for_file(report_path(workdir, t.prog, t.pid, 2)))
     assert report.header["reason"] == "death"
     assert report.header["live-bytes"] == "4242" and report.header["change-bytes"] == "+0"
-    time.sleep(0.5)
+    wait_for(lambda: not reporters_of(t.pid), "its reporters gone: no report may follow")
     assert len(reports_of(str(workdir), t.prog, t.pid)) == 2
 
 
@@ -418,7 +418,7 @@ def test_a_reporter_killed_between_its_report_and_done_leaves_the_request_finish
     t.finish()
     final = memlog.read(wait_for_file(report_path(workdir, t.prog, t.pid, 3 if not written else 2)))
     assert final.header["reason"] == "death"
-    time.sleep(0.5)
+    wait_for(lambda: not reporters_of(t.pid), "its reporters gone: no report may follow")
     assert len(reports_of(str(workdir), t.prog, t.pid)) == (3 if not written else 2)
 
 
