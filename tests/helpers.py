@@ -277,6 +277,25 @@ def segment_header(pid):
         os.close(fd)
 
 
+def wait_until_idle(reporter, timeout=120):
+    """Waits until reporter's main thread has nothing left to do: it waits
+    in futex() for the next request (reporter.py's loop; while it warms
+    its symbols it does not) at three looks in a row."""
+    seen = []
+    def waiting():
+        try:
+            with open(f"/proc/{reporter}/syscall") as f:
+                seen.append(f.read().split()[:1] == [str(FUTEX_SYSCALL)])
+        except OSError:
+            seen.append(False)
+        time.sleep(0.05)
+        return seen[-3:] == [True] * 3
+    wait_for(waiting, f"reporter {reporter} idle", timeout)
+
+
+FUTEX_SYSCALL = 202  # x86-64
+
+
 def children_of(pid):
     """Pids whose parent is `pid` (a reporter's: its standby)."""
     found = []

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from helpers import PROGRAMS, Traced, report_path
+from helpers import PROGRAMS, Traced, report_path, wait_for_reporter, wait_until_idle
 from libmemleak.files import memlog
 
 SOURCE = os.path.join(PROGRAMS, "symbolize.cc")
@@ -147,7 +147,6 @@ def test_symbol_budget_spent_gives_a_partial_report_finished_while_idle(tmp_path
     """MEMLEAK_SYMBOL_BUDGET bounds a report's time in DWARF: past it frames
     keep symbol-table names and the header says so; the reporter finishes
     them while the program runs on, so the next report is complete."""
-    import time
     exe = build(tmp_path, "-O2")
     t = Traced([exe], tmp_path, env={"MEMLEAK_SYMBOL_BUDGET": "0"})
     t.expect("ready")
@@ -157,9 +156,8 @@ def test_symbol_budget_spent_gives_a_partial_report_finished_while_idle(tmp_path
     grab = [e for e in first.entries
             if e.frames[0].function.startswith("storage::Pool<double>::grab(int)")]
     assert grab and all(f.file is None for f in grab[0].frames if f.module == exe)
-    # Idle: the reporter finishes what the budget cut short (2 s is plenty
-    # on an idle machine; a loaded one -- CI, a benchmark beside -- took longer).
-    time.sleep(5)
+    # Idle: the reporter finishes what the budget cut short.
+    wait_until_idle(wait_for_reporter(t.pid))
     t.resume()
     assert t.finish() == 0, t.stderr
     final = t.reports()[-1]
