@@ -198,6 +198,26 @@ static void arm_lazy_spawn(void)
     __atomic_store_n(&mlk_lazy_spawn_at, mlk_seg->stacks_used + LAZY_SPAWN_STACKS, __ATOMIC_RELAXED);
 }
 
+/* The process is about to confine itself (hooks_process.c, prctl): a
+ * seccomp filter will refuse the calls a reporter's start makes (a
+ * browser's content process: pidfd_open, prctl, clone -- Firefox logs each
+ * as a violation, its debug builds crash), so a process that has none
+ * starts it now -- a descendant's starts lazily, by then inside -- and
+ * waits until it holds its life mutex (before, its liveness is asked of
+ * /proc, which the sandbox refuses too).  None is started from here on. */
+void mlk_before_sandbox(void)
+{
+    if (!mlk_seg || inert || mlk_seg->pid != mlk_getpid() || mlk_spawn_confined())
+        return;
+    if (mlk_collecting_or_paused() && !mlk_reporter_alive()) {
+        __atomic_exchange_n(&mlk_lazy_spawn_at, 0, __ATOMIC_RELAXED);
+        mlk_fast_off_set(MLK_FAST_LAZY_SPAWN, 0);
+        mlk_spawn_reporter();
+    }
+    mlk_wait_reporter_life(5000);
+    mlk_spawn_confine();
+}
+
 void mlk_lazy_spawn(void)
 {
     if (!__atomic_exchange_n(&mlk_lazy_spawn_at, 0, __ATOMIC_RELAXED))

@@ -55,6 +55,10 @@ MLK_HIDDEN void mlk_spawn_prepare(void);
 MLK_HIDDEN void mlk_spawn_reporter(void);  /* async-signal-safe */
 MLK_HIDDEN int mlk_reporter_alive(void);
 MLK_HIDDEN void mlk_ensure_reporter(void);
+MLK_HIDDEN void mlk_before_sandbox(void);       /* the process is about to confine itself */
+MLK_HIDDEN void mlk_spawn_confine(void);        /* no reporter is started from here on */
+MLK_HIDDEN int mlk_spawn_confined(void);
+MLK_HIDDEN void mlk_wait_reporter_life(uint64_t ms);
 MLK_HIDDEN void mlk_exit_without_handlers(void); /* the root's _exit(): its exit report */
 /* control.c, for leaving.c: a report request posted (its number), and a
  * wait for the reporter's answering counter to reach it (at most ms, not

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -140,6 +141,32 @@ EXPORT void _exit(int status)
 }
 
 EXPORT void _Exit(int status) { _exit(status); }
+
+/* ---- prctl: a process about to confine itself ------------------------------
+ * An unprivileged seccomp filter needs no_new_privs first (PR_SET_NO_NEW_PRIVS,
+ * or PR_SET_SECCOMP itself): browsers' sandboxes set it through libc's
+ * prctl, then install the filter with syscall(SYS_seccomp, ...).  That is
+ * the last moment this process can start its reporter (control.c,
+ * mlk_before_sandbox).  glibc's prctl is the system call alone: made here. */
+EXPORT int prctl(int option, ...)
+{
+    va_list ap;
+    va_start(ap, option);
+    unsigned long a2 = va_arg(ap, unsigned long), a3 = va_arg(ap, unsigned long);
+    unsigned long a4 = va_arg(ap, unsigned long), a5 = va_arg(ap, unsigned long);
+    va_end(ap);
+    if (option == PR_SET_NO_NEW_PRIVS || option == PR_SET_SECCOMP) {
+        int saved = errno;
+        mlk_before_sandbox();
+        errno = saved;
+    }
+    long r = mlk_syscall6(SYS_prctl, option, (long)a2, (long)a3, (long)a4, (long)a5, 0);
+    if (r < 0 && r > -4096) {
+        errno = (int)-r;
+        return -1;
+    }
+    return (int)r;
+}
 
 /* The descriptor calls (close, dup2, ...) are resources/fds.c's: they keep
  * the books of descriptors and protect the segment's own. */

@@ -26,6 +26,29 @@ static char **spawn_envp;
  * reporter's place and its process's pid published): the place is 0 then,
  * and "none" would start another. */
 static int spawning;
+/* The process has set no_new_privs, the step before a seccomp filter
+ * (mlk_before_sandbox): a reporter's start may make calls its policy
+ * refuses, so none is made in it -- whether a filter followed cannot be
+ * asked without such a call. */
+static int confined;
+static int warned_confined;
+
+void mlk_spawn_confine(void) { __atomic_store_n(&confined, 1, __ATOMIC_RELEASE); }
+int mlk_spawn_confined(void) { return __atomic_load_n(&confined, __ATOMIC_ACQUIRE); }
+
+/* Waits, at most ms, until the reporter holds its life mutex -- from then
+ * on whether it lives is known without a system call (reporter_process_alive). */
+void mlk_wait_reporter_life(uint64_t ms)
+{
+    uint64_t deadline = mlk_now_ns(CLOCK_MONOTONIC) + ms * 1000000ull;
+    for (;;) {
+        int pid = __atomic_load_n(&mlk_seg->reporter_pid, __ATOMIC_ACQUIRE);
+        uint32_t life = (uint32_t)__atomic_load_n(&mlk_seg->reporter_life_pid, __ATOMIC_ACQUIRE);
+        if (pid <= 0 || (int)life == pid || mlk_now_ns(CLOCK_MONOTONIC) > deadline)
+            return;
+        mlk_futex_wait((uint32_t *)&mlk_seg->reporter_life_pid, life, 20);
+    }
+}
 static int warned_spawn;
 
 extern char **environ;
@@ -159,6 +182,13 @@ void mlk_spawn_reporter(void)
 {
     if (!mlk_seg || !spawn_envp || !main_script[0])
         return;
+    if (__atomic_load_n(&confined, __ATOMIC_ACQUIRE)) {
+        if (!__atomic_exchange_n(&warned_confined, 1, __ATOMIC_RELAXED))
+            mlk_warn("this process confined itself (no_new_privs: a seccomp sandbox) and its reporter is gone: ",
+                     "none can be started in it now, and its reports are not written ",
+                     "(its reporter was killed, or could not start before)");
+        return;
+    }
     /* Claim the reporter's place from the one that is gone, unless its
      * standby took it over meanwhile (libmemleak/daemon/standby.py): then that one
      * is the reporter. */
@@ -335,4 +365,10 @@ void mlk_ensure_reporter(void)
 }
 
 /* A forked child has started no reporter of its own yet. */
-void mlk_spawn_fork_child(void) { spawning = 0; }
+void mlk_spawn_fork_child(void)
+{
+    spawning = 0;
+    /* A child confines itself anew if it is to be (a zygote's renderer):
+     * no_new_privs alone refuses nothing, and the prctl is seen again. */
+    confined = 0;
+}

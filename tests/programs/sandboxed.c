@@ -8,7 +8,9 @@
  *
  * stdin: a first line lets it into the sandbox (a browser's content
  * process initializes first, its reporter is up by then); "leak" allocates a block of 1,000 bytes kept for ever, "temp" one
- * freed at once; each line answered "ok N" (N the blocks kept).  At end of
+ * freed at once, "paths" a block of 10 bytes from each of 256 call paths,
+ * all freed (work enough for a descendant's reporter to be started
+ * lazily); each line answered "ok N" (N the blocks kept).  At end of
  * input it writes "violations: K" and the refused calls' numbers to
  * stdout, and exits 0. */
 #define _GNU_SOURCE
@@ -65,6 +67,26 @@ static void enter_sandbox(void)
     }
 }
 
+__attribute__((noinline)) static void *path_step(int level, unsigned path);
+__attribute__((noinline)) static void *path_left(int level, unsigned path)
+{
+    void *p = path_step(level + 1, path);
+    __asm__ volatile("" ::: "memory");
+    return p;
+}
+__attribute__((noinline)) static void *path_right(int level, unsigned path)
+{
+    void *p = path_step(level + 1, path);
+    __asm__ volatile("" ::: "memory");
+    return p;
+}
+__attribute__((noinline)) static void *path_step(int level, unsigned path)
+{
+    void *p = level == 8 ? malloc(10) : path >> level & 1 ? path_right(level, path) : path_left(level, path);
+    __asm__ volatile("" ::: "memory");
+    return p;
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -81,6 +103,9 @@ int main(void)
             kept++;
         } else if (!strncmp(line, "temp", 4)) {
             free(malloc(1000));
+        } else if (!strncmp(line, "paths", 5)) {
+            for (unsigned path = 0; path < 256; path++)
+                free(path_step(0, path));
         }
         printf("ok %d\n", kept);
     }
