@@ -521,7 +521,7 @@ struct mlk_header {
     /* Reporter: the seq of the report whose file is in place and whose
      * baseline is being committed into the stacks (reported_*), 0 once
      * report_seq says it: a successor finding it set knows that report
-     * is written and its baseline partly committed (reporter.py). */
+     * is written and its baseline partly committed (report_reasons.py). */
     uint32_t committing_seq;
     int64_t check_bytes[4];
     int64_t check_blocks[4];
@@ -580,7 +580,7 @@ struct mlk_header {
     uint64_t quarantine_blocks; /* how many blocks hold quarantine_held bytes */
     /* Reporter: the report it is writing for the requests whose reasons it
      * took (report_seq + 1) and the first of those reasons (1 + its place
-     * in reporter.py's REASON_FIELDS) -- so that a reporter killed between
+     * in report_reasons.py's REASON_FIELDS) -- so that a reporter killed between
      * taking them and posting done_seq leaves its successor to finish the
      * request (write that report if it is not written, else only post),
      * not to write another. */

@@ -388,7 +388,7 @@ def test_a_reporter_killed_between_its_report_and_done_leaves_the_request_finish
     in the segment itself, as the dead reporter leaves it: the reasons
     taken, the report written or not.  Written: only done_seq is posted, no
     report; not written: that report is written, with its reason."""
-    from libmemleak.daemon.reporter import REASON_FIELDS
+    from libmemleak.daemon.report_reasons import REASON_FIELDS
     from libmemleak.live.client import open_segment
     prog = compile_program("blocked.c")
     t = Traced([prog], workdir)
@@ -428,7 +428,7 @@ def test_a_reporter_killed_after_writing_the_exit_report_leaves_it_the_last(work
     watching, so when the program then ended it wrote a second final
     report, "reason: death", after the exit one.  The state the dead
     reporter leaves is made in the segment itself, as in the test above."""
-    from libmemleak.daemon.reporter import REASON_FIELDS
+    from libmemleak.daemon.report_reasons import REASON_FIELDS
     from libmemleak.live.client import open_segment
     prog = compile_program("blocked.c")
     t = Traced([prog], workdir)

@@ -64,7 +64,7 @@ def _say_if_final_lost(paths):
     and its reporters are done: they were killed before it (the reporter
     and its standby), and what it did since that report is lost -- said,
     or the missing end would go unnoticed."""
-    from libmemleak.daemon.reporter import FINAL_REASONS
+    from libmemleak.daemon.report_reasons import FINAL_REASONS
     from libmemleak.files.memlog import MemlogError, read_header
     if not paths:
         return

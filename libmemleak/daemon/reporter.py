@@ -22,6 +22,8 @@ from libmemleak.daemon.diff import FrameResolver, diff_snapshot, totals
 from libmemleak.daemon.stack_keys import KeyTable
 from libmemleak.daemon.frame_lines import FrameLines
 from libmemleak.daemon.report_header import header_lines
+from libmemleak.daemon.report_reasons import (ENDS_REPORTER, FINAL_REASONS, commit_record, final_written,
+                                              take_reason, written_reason)
 from libmemleak.daemon.program_watch import ProgramWatch
 from libmemleak.daemon.recorder import DRAIN_SECONDS, Recorder
 from libmemleak.daemon.text_store import CUT_KIND, TextStore
@@ -39,17 +41,6 @@ SEGMENT_FD, PIDFD = 3, 4
 POLL_SECONDS = 0.2
 WARM_SLICE_SECONDS = 0.05   # idle symbolization per wake-up, so requests wait little
 DEFAULT_SYMBOL_BUDGET = 15.0
-REASON_FIELDS = (("exit", "exit_requests", "seen_exit"),
-                 ("detach", "detach_requests", "seen_detach"),
-                 ("muntrace", "muntrace_requests", "seen_muntrace"),
-                 ("mtrace", "mtrace_requests", "seen_mtrace"),
-                 ("scan", "scan_requests", "seen_scan"),
-                 ("check", "check_requests", "seen_check"),  # memleak_leak_check: with a scan
-                 ("call", "api_requests", "seen_api"),  # memleak_report: its label named
-                 ("signal", "signal_requests", "seen_signal"),
-                 ("snapshot", "snapshot_requests", "seen_snapshot"))
-FINAL_REASONS = ("exit", "death", "muntrace", "detach")  # no report of this process follows
-ENDS_REPORTER = ("exit", "detach")  # this reporter's work is done
 MAX_EXIT_TIMEOUT = 86400  # seconds: the most exit_timeout= takes (a segment may say anything)
 
 
@@ -143,7 +134,7 @@ class Reporter:
         self.frame_lines = FrameLines(self.keys, self.texts, self.symbolizer, self.symbolize, self.kind_value,
                                       lambda: PerfMap(self.pid, self.h.pid))
         self.recorder = Recorder.of(self)  # the event log (record=), or None
-        self.handover = self.commit_record()  # what the next report says of one cut short, or None
+        self.handover = commit_record(self.h)  # what the next report says of one cut short, or None
         self.keeper = keeper     # the root's first reporter's keeper (reporter_main), or None
         self.announce_later = False  # the exit's summary waits for the descendants' reports
 
@@ -258,41 +249,11 @@ class Reporter:
             self.resolver = FrameResolver(modules, self.keys)
 
     def reason(self):
-        """The reason of the report that answers the pending requests (the
-        first pending in REASON_FIELDS' order); notes whether one of them
-        asked for a scan, which that report then carries (a scan asked for
-        as the program exits is made in its exit report)."""
-        h = self.h
-        found = None
-        for i, (name, asked, seen) in enumerate(REASON_FIELDS):
-            if getattr(h, asked) != getattr(h, seen):
-                if found is None:
-                    found, h.answering_reason = name, i + 1
-                setattr(h, seen, getattr(h, asked))
-                self.scan_asked = self.scan_asked or name in ("scan", "check")
-        if found is not None:
-            h.answering_seq = (h.report_seq + 1) & 0xffffffff  # taken: said before the report is written
-        elif h.answering_seq and h.report_seq == h.answering_seq:
-            return None  # the report of these reasons is written (its reporter died before done_seq)
-        elif h.answering_seq and 0 < h.answering_reason <= len(REASON_FIELDS):
-            found = REASON_FIELDS[h.answering_reason - 1][0]  # taken by a reporter that died: write it
-            self.scan_asked = self.scan_asked or found in ("scan", "check")
-        if found == "exit" and h.scan_at_exit:
-            self.scan_asked = True
-        return found or "request"
-
-    def written_reason(self):
-        """The reason of the report last taken, if it is written (by a
-        reporter that died before it posted done_seq), else None."""
-        h = self.h
-        if 0 < h.answering_reason <= len(REASON_FIELDS) and h.report_seq == h.answering_seq:
-            return REASON_FIELDS[h.answering_reason - 1][0]
-        return None
-
-    def final_written(self):
-        """Whether the report last taken, and written, was a final one (an
-        exit report whose reporter died before it posted done_seq)."""
-        return self.written_reason() in FINAL_REASONS
+        """The reason of the report that answers the pending requests
+        (report_reasons.take_reason), noting whether one asked for a scan."""
+        found, scan = take_reason(self.h)
+        self.scan_asked = self.scan_asked or scan
+        return found
 
     def handle(self, request):
         """Answers the pending requests with a report -- unless the report
@@ -303,7 +264,7 @@ class Reporter:
             # Written by a reporter that died before it posted done_seq: if
             # that was the exit report, it is the last (the program, released,
             # ends now: no death report may follow it).
-            reason = self.written_reason()
+            reason = written_reason(self.h)
         elif reason == "exit":
             descendants = self.settle_descendants()
             # (the root asking from its handler for a signal that ends it:
@@ -374,27 +335,12 @@ class Reporter:
             # answered by the death report, which says how the process ended.
             request = h.request_seq
             reason = self.reason()
-            if reason is not None or not self.final_written():  # else: done, only not posted
+            if reason is not None or not final_written(self.h):  # else: done, only not posted
                 self.report(reason if reason in FINAL_REASONS else "death")
             h.done_seq = request
             futex_wake(self.seg.field_address("done_seq"))
         elif h.collecting:
             self.report("death")
-
-    def commit_record(self):
-        """A reporter killed while it committed a report's baseline (its
-        file in place): that seq is taken -- written again, the file would
-        lose what the stacks committed already count -- and the next report
-        may count again what the others changed in it: said in its header.
-        (Killed before: the report is written again under the same name,
-        with all it held.)"""
-        h = self.h
-        cut, h.committing_seq = h.committing_seq, 0
-        if cut != (h.report_seq + 1) & 0xffffffff:
-            return None
-        h.report_seq = cut  # (a request it answered is then seen written: reason())
-        return (f"report {cut}'s reporter was killed as it committed that report's baseline: "
-                f"this report may count again part of what report {cut} counted")
 
     # -- one report ---------------------------------------------------------
 
