@@ -20,11 +20,12 @@ ffi = cffi.FFI()
 ffi.include(layout_ffi)
 ffi.cdef("""
 struct mlk_rc_row { int64_t key, pos, bytes, blocks, live_bytes, live_blocks, samples, allocs,
-                    scanned, lost[8], since[8], touched, touched_changed, slack; };
+                    scan_at, touched, touched_changed, slack; };
 struct mlk_rc_texts { const char *arena; const int64_t *line_off; const int32_t *pool;
                       const int64_t *key_first; const int32_t *key_lines; const int8_t *key_kind;
                       int64_t keys; const int32_t *since_seq; int32_t depth; const char *kind_text;
-                      int32_t table; int64_t inline_rows, permanent_pool, permanent_lines; };
+                      int32_t table; int64_t inline_rows, permanent_pool, permanent_lines;
+                      const int64_t *scans; };
 struct mlk_rc_table { int32_t *key_mark; int64_t nkeys; int32_t *line_mark; int64_t nlines;
                       int32_t stamp, scope_first; };
 int64_t mlk_rc_table_render(struct mlk_rc_table *, const struct mlk_rc_row *, int64_t, int64_t,
@@ -42,10 +43,10 @@ int64_t mlk_rc_unkeyed(int64_t, const int64_t *, const int64_t *, const int64_t 
 int64_t mlk_rc_merge(int64_t, const int64_t *, const int64_t *, const int64_t *, const int64_t *,
                      const int64_t *, int64_t, int64_t *, const int64_t *, const int64_t *,
                      const int64_t *, const int64_t *, const int64_t *, const int64_t *,
-                     const int64_t *, const int64_t *, const int64_t *, struct mlk_rc_row *);
+                     const int64_t *, const int64_t *, const int64_t *, struct mlk_rc_row *, int64_t *);
 int64_t mlk_rc_touched(int, uint64_t, const struct mlk_stack *, int64_t, int64_t *, int64_t *, int64_t);
 int64_t mlk_rc_merge_same_text(struct mlk_rc_row *, int64_t, const int64_t *, int64_t, int64_t *,
-                               int64_t);
+                               int64_t, int64_t *);
 int64_t mlk_rc_textless(const struct mlk_rc_row *, int64_t, const int64_t *, int64_t, int64_t *,
                         int64_t);
 int64_t mlk_rc_render(const struct mlk_rc_row *, int64_t, int64_t, const struct mlk_rc_texts *,
@@ -81,6 +82,7 @@ except OSError as e:  # the installation is broken: say which file, not a traceb
     raise ImportError(str(e)) from None
 
 ROW_WORDS = ffi.sizeof("struct mlk_rc_row") // 8
+SCAN_WORDS = 16  # a scanned row's words apart (MLK_RC_SCAN_WORDS: lost[8], since[8])
 COLUMNS = ("live_bytes", "live_blocks", "alloc_count", "alloc_bytes",
            "reported_bytes", "reported_blocks", "reported_allocs", "live_slack")
 
@@ -189,6 +191,7 @@ class Changes:
         shown = lib.mlk_rc_shown(self.n, *map(_q, self.cols),
                                  _q(self.scan) if self.scan is not None else ffi.NULL, *touched)
         rows = zeros(max(shown, 1) * ROW_WORDS)  # (a report of few changes among a million stacks: small)
+        scans = zeros(max(shown, 1) * SCAN_WORDS) if self.scan is not None else None  # (only a scan's)
         with ffi.from_buffer("struct mlk_rc_row[]", rows) as out:
             samples = list(map(_q, self.samples)) if self.samples else [ffi.NULL, ffi.NULL]
             allocs = list(map(_q, self.allocs)) if self.allocs else [ffi.NULL, ffi.NULL]
@@ -197,22 +200,26 @@ class Changes:
             touched = list(map(_q, self.touched)) if self.touched else [ffi.NULL, ffi.NULL]
             count = lib.mlk_rc_merge(self.n, *map(_q, self.cols), _q(key_of), nkeys, _q(scratch),
                                      *samples, *allocs, scan, age, *touched,
-                                     _q(self.slack) if self.slack is not None else ffi.NULL, out)
+                                     _q(self.slack) if self.slack is not None else ffi.NULL, out,
+                                     _q(scans) if scans is not None else ffi.NULL)
         if count < 0:
             raise ValueError("a changed stack has no key")
         del rows[count * ROW_WORDS:]
-        return Rows(rows)
+        return Rows(rows, scans)
 
 
 class Rows:
     """Report entries as fixed-size records: key, pos, bytes, blocks,
-    live_bytes, live_blocks, samples, allocs, scanned, lost[8] (struct
-    mlk_rc_row)."""
+    live_bytes, live_blocks, samples, allocs, scan_at, touched,
+    touched_changed, slack (struct mlk_rc_row); a scan report's split of
+    each row's blocks apart, SCAN_WORDS a row (`scans`, or None)."""
 
-    BASE_WORDS = 8  # key .. allocs; then scanned, lost[8], since[8], touched, touched_changed
+    BASE_WORDS = 8  # key .. allocs; then scan_at, touched, touched_changed, slack
+    SCAN_AT = 8
 
-    def __init__(self, words):
+    def __init__(self, words, scans=None):
         self.words = words
+        self.scans = scans
 
     @classmethod
     def of(cls, base):
@@ -220,7 +227,7 @@ class Rows:
         words = array("q")
         for i in range(0, len(base), cls.BASE_WORDS):
             words.extend(base[i:i + cls.BASE_WORDS])
-            words.extend([0] * (ROW_WORDS - cls.BASE_WORDS - 3) + [-1, 0, -1])  # touched, slack not measured
+            words.extend([-1, -1, 0, -1])  # no scan; touched, slack not measured
         return cls(words)
 
     def __len__(self):
@@ -232,13 +239,15 @@ class Rows:
 
     def lost(self, i):
         """A scan report's split of row i (bytes, blocks per category), or None."""
-        at = i * ROW_WORDS + self.BASE_WORDS
-        return self.words[at + 1:at + 9].tolist() if self.words[at] else None
+        at = self.words[i * ROW_WORDS + self.SCAN_AT]
+        return self.scans[at * SCAN_WORDS:at * SCAN_WORDS + 8].tolist() if at >= 0 and self.scans else None
 
     def since(self, i):
         """A scan report's blocks of row i live since each earlier scan (8 buckets)."""
-        at = i * ROW_WORDS + self.BASE_WORDS + 9
-        return self.words[at:at + 8].tolist()
+        at = self.words[i * ROW_WORDS + self.SCAN_AT]
+        if at < 0 or not self.scans:
+            return [0] * 8
+        return self.scans[at * SCAN_WORDS + 8:(at + 1) * SCAN_WORDS].tolist()
 
     def pointer(self):
         """The rows for C; the returned object keeps the buffer exported
@@ -251,7 +260,7 @@ class Rows:
         for Changes.merge, of at least as many entries as key ids."""
         with self.pointer() as rows:
             count = lib.mlk_rc_merge_same_text(rows, len(self), _q(canon), len(canon), _q(scratch),
-                                               len(scratch))
+                                               len(scratch), _q(self.scans) if self.scans is not None else ffi.NULL)
         del self.words[count * ROW_WORDS:]
 
     def resources_last(self, key_kind, first_resource_kind):

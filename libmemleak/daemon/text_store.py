@@ -168,7 +168,7 @@ class TextStore:
         entry with its frames."""
         keep = []
         try:
-            texts = self.texts_struct(keep, since_seq, depth, kind_words, table)
+            texts = self.texts_struct(keep, since_seq, depth, kind_words, table, rows.scans)
             rows_ptr = rows.pointer()
             keep.append(rows_ptr)
             yield from chunks(lambda at, buf, cap, nxt: lib.mlk_rc_render(rows_ptr, at, len(rows), texts, buf,
@@ -178,9 +178,10 @@ class TextStore:
             for b in keep:
                 ffi.release(b)
 
-    def texts_struct(self, keep, since_seq=None, depth=0, kind_words=None, table=None):
+    def texts_struct(self, keep, since_seq=None, depth=0, kind_words=None, table=None, scans=None):
         """The store as C reads it (struct mlk_rc_texts); the buffers it
-        points into are appended to `keep`, for the caller to release."""
+        points into are appended to `keep`, for the caller to release.
+        scans: the rows' scan words (report_core.Rows.scans), or None."""
         mine = [ffi.from_buffer("char[]", self.arena), _q(self.line_off),
                 ffi.from_buffer("int32_t[]", self.pool), _q(self.key_first),
                 ffi.from_buffer("int32_t[]", self.key_lines),
@@ -193,9 +194,12 @@ class TextStore:
                 kinds[code * KIND_TEXT_WIDTH:code * KIND_TEXT_WIDTH + len(data)] = data
         mine.append(ffi.from_buffer("char[]", kinds))
         pool = self._mark[2] if self._mark is not None else len(self.pool)
+        if scans is not None:
+            mine.append(ffi.from_buffer("int64_t[]", scans))
         texts = ffi.new("struct mlk_rc_texts *", mine[:6] + [len(self.key_first), seqs, depth, mine[6],
                                                              table is not None, INLINE_ENTRIES, pool,
-                                                             self.permanent_lines()])
+                                                             self.permanent_lines(),
+                                                             mine[7] if scans is not None else ffi.NULL])
         keep += mine
         return texts
 

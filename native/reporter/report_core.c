@@ -130,9 +130,11 @@ EXPORT int64_t mlk_rc_unkeyed(int64_t n, const int64_t *live_bytes, const int64_
 
 /* A row is an entry of the report: it changed, a scan found blocks of it,
  * or more (or less) of its mappings is touched than the last report said. */
-static int row_shown(const struct mlk_rc_row *r)
+static int row_shown(const struct mlk_rc_row *r, const int64_t *scans)
 {
-    return r->bytes || r->blocks || (r->scanned && any_scanned(r->lost)) || r->touched_changed;
+    return r->bytes || r->blocks ||
+           (r->scan_at >= 0 && scans && any_scanned(&scans[MLK_RC_SCAN_WORDS * r->scan_at])) ||
+           r->touched_changed;
 }
 
 /* Report order (docs/memlog.md): growth before shrinkage, and within
@@ -172,7 +174,7 @@ EXPORT int64_t mlk_rc_merge(int64_t n, const int64_t *live_bytes, const int64_t 
                             const int64_t *alloc_count, const int64_t *reported_allocs,
                             const int64_t *scan, const int64_t *age, const int64_t *touched,
                             const int64_t *touched_before, const int64_t *slack,
-                            struct mlk_rc_row *rows)
+                            struct mlk_rc_row *rows, int64_t *scans)
 {
     int64_t used = 0, bad = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -195,13 +197,16 @@ EXPORT int64_t mlk_rc_merge(int64_t n, const int64_t *live_bytes, const int64_t 
         if (slot < 0) {
             slot_of_key[key] = used;
             rows[used] = (struct mlk_rc_row){key, i, (int64_t)db, (int64_t)dk,
-                                             live_bytes[i], live_blocks[i], ds, da, scan != NULL,
-                                             {0}, {0}, touched ? touched[i] : -1, touch_moved,
-                                             slack ? slack[i] : -1};
-            if (scan)
-                memcpy(rows[used].lost, &scan[8 * i], sizeof rows[used].lost);
-            if (age)
-                memcpy(rows[used].since, &age[8 * i], sizeof rows[used].since);
+                                             live_bytes[i], live_blocks[i], ds, da, scan ? used : -1,
+                                             touched ? touched[i] : -1, touch_moved, slack ? slack[i] : -1};
+            if (scan) {  /* (scans: room for as many rows, MLK_RC_SCAN_WORDS each) */
+                int64_t *words = &scans[MLK_RC_SCAN_WORDS * used];
+                memcpy(words, &scan[8 * i], 8 * sizeof *words);
+                if (age)
+                    memcpy(words + 8, &age[8 * i], 8 * sizeof *words);
+                else
+                    memset(words + 8, 0, 8 * sizeof *words);
+            }
             used++;
         } else {
             struct mlk_rc_row *r = &rows[slot];
@@ -215,10 +220,10 @@ EXPORT int64_t mlk_rc_merge(int64_t n, const int64_t *live_bytes, const int64_t 
                 r->allocs += da;
             if (scan)
                 for (int k = 0; k < 8; k++)
-                    r->lost[k] += scan[8 * i + k];
-            if (age)
+                    scans[MLK_RC_SCAN_WORDS * r->scan_at + k] += scan[8 * i + k];
+            if (scan && age)
                 for (int k = 0; k < 8; k++)
-                    r->since[k] += age[8 * i + k];
+                    scans[MLK_RC_SCAN_WORDS * r->scan_at + 8 + k] += age[8 * i + k];
             if (touched) {
                 r->touched += touched[i];
                 r->touched_changed |= touch_moved;
@@ -230,7 +235,7 @@ EXPORT int64_t mlk_rc_merge(int64_t n, const int64_t *live_bytes, const int64_t 
     int64_t kept = 0;
     for (int64_t r = 0; r < used; r++) {
         slot_of_key[rows[r].key] = -1;
-        if (row_shown(&rows[r]))
+        if (row_shown(&rows[r], scans))
             rows[kept++] = rows[r];
     }
     qsort(rows, (size_t)kept, sizeof *rows, row_order);
@@ -245,7 +250,7 @@ EXPORT int64_t mlk_rc_merge(int64_t n, const int64_t *live_bytes, const int64_t 
  * entry per stack.  slot_of_key: as for mlk_rc_merge.  Rows stay in
  * report order; returns their new number. */
 EXPORT int64_t mlk_rc_merge_same_text(struct mlk_rc_row *rows, int64_t n, const int64_t *canon,
-                                      int64_t ncanon, int64_t *slot_of_key, int64_t nkeys)
+                                      int64_t ncanon, int64_t *slot_of_key, int64_t nkeys, int64_t *scans)
 {
     int64_t used = 0, merged = 0;
     for (int64_t r = 0; r < n; r++) {
@@ -275,10 +280,9 @@ EXPORT int64_t mlk_rc_merge_same_text(struct mlk_rc_row *rows, int64_t n, const 
             into->allocs += row.allocs;
         if (row.pos < into->pos)
             into->pos = row.pos;
-        for (int k = 0; k < 8; k++) {
-            into->lost[k] += row.lost[k];
-            into->since[k] += row.since[k];
-        }
+        if (scans && into->scan_at >= 0 && row.scan_at >= 0)
+            for (int k = 0; k < MLK_RC_SCAN_WORDS; k++)
+                scans[MLK_RC_SCAN_WORDS * into->scan_at + k] += scans[MLK_RC_SCAN_WORDS * row.scan_at + k];
         if (into->touched != -1 && row.touched != -1)
             into->touched += row.touched;
         into->touched_changed |= row.touched_changed;
@@ -288,7 +292,7 @@ EXPORT int64_t mlk_rc_merge_same_text(struct mlk_rc_row *rows, int64_t n, const 
     for (int64_t r = 0; r < used; r++) {
         if (rows[r].key >= 0 && rows[r].key < nkeys)
             slot_of_key[rows[r].key] = -1;
-        if (row_shown(&rows[r]))
+        if (row_shown(&rows[r], scans))
             rows[kept++] = rows[r];
     }
     if (merged)
@@ -414,28 +418,30 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
             p += 9;
             p += put_signed(p, row->samples);
         }
-        if (row->scanned)
+        const int64_t *lost = row->scan_at >= 0 && t->scans ? &t->scans[MLK_RC_SCAN_WORDS * row->scan_at] : NULL;
+        const int64_t *since = lost ? lost + 8 : NULL;
+        if (lost)
             for (int c = 0; c < 4; c++) {
-                if (!row->lost[2 * c + 1])
+                if (!lost[2 * c + 1])
                     continue;
                 size_t n = strlen(category_field[c]);
                 memcpy(p, category_field[c], n);
                 p += n;
-                p += mlk_rc_put_count(p, row->lost[2 * c]);
+                p += mlk_rc_put_count(p, lost[2 * c]);
                 *p++ = '/';
-                p += mlk_rc_put_count(p, row->lost[2 * c + 1]);
+                p += mlk_rc_put_count(p, lost[2 * c + 1]);
             }
-        if (row->scanned && t->since_seq) {
+        if (since && t->since_seq) {
             int first = 1;
             for (int k = 0; k < 8; k++) {
-                if (!row->since[k] || !t->since_seq[k])
+                if (!since[k] || !t->since_seq[k])
                     continue;
                 memcpy(p, first ? " since=" : ",", first ? 7 : 1);
                 p += first ? 7 : 1;
                 first = 0;
                 p += mlk_rc_put_count(p, t->since_seq[k]);
                 *p++ = ':';
-                p += mlk_rc_put_count(p, row->since[k]);
+                p += mlk_rc_put_count(p, since[k]);
             }
         }
         if (node > 0) {

@@ -18,13 +18,19 @@ struct mlk_rc_row {
     int64_t samples;        /* sampled reports: change in recorded blocks behind the
                              * estimate (what it rests on); -1 when not sampled */
     int64_t allocs;         /* allocations made since the previous report; -1 = not known */
-    int64_t scanned;        /* 1: a scan report; lost[] holds its split of the live blocks */
-    int64_t lost[8];        /* bytes, blocks: definitely, indirectly, possibly lost, still reachable */
-    int64_t since[8];       /* blocks live since each earlier scan (mlk_rc_texts.since_seq) */
+    int64_t scan_at;        /* a scan report's: its split of the live blocks is
+                             * scans[SCAN_WORDS * scan_at ...] (below); -1: none.  Apart,
+                             * so that the rows of a report without a scan -- 10^6 of them
+                             * for a big program's first -- are 96 bytes, not 224. */
     int64_t touched;        /* bytes of its mappings ever touched, now; -1 = not measured */
     int64_t touched_changed; /* 1: that differs from the previous report's */
     int64_t slack;          /* live slack now, over the merged positions; -1 = not measured */
 };
+
+/* A scanned row's words: lost[8] (bytes, blocks: definitely, indirectly,
+ * possibly lost, still reachable), then since[8] (blocks live since each
+ * earlier scan, mlk_rc_texts.since_seq). */
+#define MLK_RC_SCAN_WORDS 16
 
 /* Where the frame text of each key is: key k's lines are the line ids
  * pool[key_first[k] .. key_first[k] + key_lines[k]); line l is the bytes
@@ -53,6 +59,7 @@ struct mlk_rc_texts {
     int64_t inline_rows;
     int64_t permanent_pool;
     int64_t permanent_lines;
+    const int64_t *scans;   /* the rows' scan words (mlk_rc_row.scan_at), or NULL */
 };
 
 /* Whether key `key` is in the stack table (see above). */
