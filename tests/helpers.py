@@ -277,6 +277,17 @@ def segment_header(pid):
         os.close(fd)
 
 
+def signal_handled(pid):
+    """No signal pending for pid, and it blocked in read() again: its
+    handler has run to its end.  (For programs that wait on stdin -- the
+    checkpoints -- when a signal is sent.)"""
+    with open(f"/proc/{pid}/status") as f:
+        pending = [line.split()[1] for line in f if line.startswith(("SigPnd", "ShdPnd"))]
+    with open(f"/proc/{pid}/syscall") as f:
+        call = f.read().split()
+    return all(int(p, 16) == 0 for p in pending) and call[:1] == ["0"]
+
+
 def wait_until_idle(reporter, timeout=120):
     """Waits until reporter's main thread has nothing left to do: it waits
     in futex() for the next request (reporter.py's loop; while it warms

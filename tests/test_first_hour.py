@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from helpers import (CLI_ENV, Traced, by_site, cli, cli_argv, compile_program, reports_of, wait_for_file,
-                     wait_for_reporter)
+from helpers import (CLI_ENV, Traced, by_site, cli, cli_argv, compile_program, reporters_of, reports_of,
+                     signal_handled, wait_for, wait_for_file, wait_for_reporter)
 from libmemleak import PACKAGE_DIR, preload_path
 from libmemleak.files import memlog
 
@@ -51,10 +51,9 @@ def test_run_with_config_collects_from_the_start(workdir):
 
 def test_run_can_still_wait_for_mtrace_and_a_signal_then_says_why_nothing_came(workdir):
     p = run_blocked(workdir, "--wait-for-mtrace")
-    p.send_signal(signal.SIGUSR1)
-    time.sleep(0.5)
-    p.send_signal(signal.SIGUSR1)  # said once, not per signal
-    time.sleep(0.5)
+    for _ in range(2):  # said once, not per signal
+        p.send_signal(signal.SIGUSR1)
+        wait_for(lambda: signal_handled(p.pid), "the signal handled")
     status, _, err = finish(p)
     assert status == 0, err
     assert reports_of(str(workdir), "blocked", p.pid) == []
@@ -70,7 +69,7 @@ def test_bare_config_without_mtraceinit_explains_the_ignored_signal(workdir):
     t = Traced([prog], workdir, config="depth=8")
     t.expect("blocked")
     t.proc.send_signal(signal.SIGUSR1)
-    time.sleep(0.5)
+    wait_for(lambda: signal_handled(t.pid), "the signal handled")
     t.resume()
     assert t.finish() == 0
     assert t.reports() == []
@@ -127,7 +126,7 @@ def test_every_run_ends_with_exactly_one_final_report(workdir):
                 p.send_signal(signal.SIGUSR1)
             p.communicate(timeout=60)  # stderr reaches its end (a reporter holding it would hold this)
             assert p.returncode == 0
-            time.sleep(0.6)  # a spurious report came 0.15-0.25 s after the exit
+            wait_for(lambda: not reporters_of(p.pid), "its reporter gone")  # (a spurious report came after the exit)
             reasons = [r.header["reason"] for r in reports_of(str(workdir), "exitrace", p.pid)]
             # Signals that come while a report is being started are answered by
             # that one report (documented in docs/memlog.md), so a loaded machine

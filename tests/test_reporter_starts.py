@@ -9,7 +9,7 @@ import signal
 import time
 
 from helpers import (Traced, children_of, cli, compile_program, env_for, gone, kill_and_wait, report_path,
-                     reporters_of, wait_for, wait_for_reporter)
+                     reporters_of, signal_handled, wait_for, wait_for_reporter)
 from libmemleak import preload_path
 
 
@@ -25,16 +25,6 @@ def _copies_of(exe, but):
             except OSError:
                 continue
     return found
-
-
-def _back_in_read(pid):
-    """No signal pending, and the program blocked in read() again: its
-    handler has run to its end (a reporter it starts is started by then)."""
-    with open(f"/proc/{pid}/status") as f:
-        pending = [line.split()[1] for line in f if line.startswith(("SigPnd", "ShdPnd"))]
-    with open(f"/proc/{pid}/syscall") as f:
-        call = f.read().split()
-    return all(int(p, 16) == 0 for p in pending) and call[:1] == ["0"]
 
 
 def test_a_reporter_slow_to_start_is_not_started_twice(tmp_path):
@@ -62,7 +52,7 @@ def test_a_reporter_slow_to_start_is_not_started_twice(tmp_path):
         for _ in range(4):
             time.sleep(1)  # (time passing is the point here)
             t.proc.send_signal(signal.SIGUSR1)
-            wait_for(lambda: _back_in_read(t.pid), "the signal handled")
+            wait_for(lambda: signal_handled(t.pid), "the signal handled")
         starting = _copies_of(os.path.realpath(prog), t.pid)
         assert len(starting) == 1, "a second reporter was started beside the first"
     finally:
