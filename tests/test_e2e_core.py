@@ -10,7 +10,8 @@ import time
 import pytest
 
 from helpers import (Traced, add_reports, by_site, child_pids_with_reports, compile_program,
-                     env_for, report_path, reports_of, wait_for_file, wait_for_reporter)
+                     env_for, report_path, reports_of, signal_handled, wait_for, wait_for_file,
+                     wait_for_reporter)
 from libmemleak import PACKAGE_DIR
 from libmemleak.files import memlog
 
@@ -235,7 +236,7 @@ def test_program_own_sigusr1_handler_wins(workdir):
     t = Traced([prog, "own-handler"], workdir)
     t.expect("blocked")
     t.proc.send_signal(signal.SIGUSR1)
-    time.sleep(0.5)
+    wait_for(lambda: signal_handled(t.pid), "the signal handled")
     t.resume()
     assert t.finish() == 0
     assert t.stdout.endswith("own handler ran\n")

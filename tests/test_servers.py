@@ -5,12 +5,11 @@ without a signal (`libmemleak snapshot`)."""
 import os
 import signal
 import subprocess
-import time
 
 import pytest
 
-from helpers import (Traced, by_site, cli, compile_program, reports_of, wait_for_file, wait_for_reporter,
-                     wait_for_reports)
+from helpers import (Traced, by_site, cli, compile_program, gone, kill_and_wait, reporters_of, reports_of,
+                     segment_header, wait_for, wait_for_file, wait_for_reporter, wait_for_reports)
 from libmemleak.files import memlog
 
 
@@ -60,7 +59,7 @@ def test_reports_name_the_report_signal_and_the_hint_uses_it(workdir):
 def test_snapshot_of_what_is_not_traced_is_one_line(workdir):
     sleeper = subprocess.Popen(["sleep", "30"])
     zombie = subprocess.Popen(["true"])
-    time.sleep(0.3)  # exited, not yet waited for
+    wait_for(lambda: gone(zombie.pid), "true exited")  # (not waited for: a zombie)
     try:
         for pid, words in ((sleeper.pid, "is not traced"), (2 ** 22 + 7, "no process"),
                            (zombie.pid, "has exited")):
@@ -120,15 +119,16 @@ def test_a_worker_killed_with_a_request_pending_ends_with_a_death_report(workdir
     keeper = wait_for_reporter(t.pid)
     os.kill(keeper, signal.SIGSTOP)
     try:
-        os.kill(worker, signal.SIGUSR1)
-        time.sleep(0.3)  # its handler posts the request and tells the (stopped) keeper
-        os.kill(worker, signal.SIGKILL)
-        time.sleep(0.2)
+        with segment_header(worker) as h:
+            asked = h.request_seq
+            os.kill(worker, signal.SIGUSR1)
+            wait_for(lambda: h.request_seq != asked, "the worker's request posted")  # (the keeper is stopped)
+        kill_and_wait(worker)
     finally:
         os.kill(keeper, signal.SIGCONT)
     wait_for_file(os.path.join(str(workdir), f"dropuid-{worker}-1.memlog"))
     assert t.finish() == 100  # the parent saw its worker killed
-    time.sleep(0.5)
+    wait_for(lambda: not reporters_of(t.pid), "the keeper gone: no report may follow")
     [report] = reports_of(str(workdir), "dropuid", worker)
     assert report.header["reason"] == "death"
     assert by_site(report)["site_worker"] == (777, 1)
