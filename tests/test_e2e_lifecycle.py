@@ -388,29 +388,14 @@ def test_a_reporter_killed_between_its_report_and_done_leaves_the_request_finish
     in the segment itself, as the dead reporter leaves it: the reasons
     taken, the report written or not.  Written: only done_seq is posted, no
     report; not written: that report is written, with its reason."""
-    from libmemleak.daemon.report_reasons import REASON_FIELDS
-    from libmemleak.live.client import open_segment
     prog = compile_program("blocked.c")
     t = Traced([prog], workdir)
     t.expect("blocked")
     t.signal_report(1)
-    segment, fd = open_segment(t.pid)
-    try:
-        h = segment.header
-        signal_reason = 1 + [name for name, _, _ in REASON_FIELDS].index("signal")
-        h.signal_requests += 1
-        h.seen_signal = h.signal_requests            # taken by the reporter that "died"
-        h.answering_reason = signal_reason
-        h.answering_seq = h.report_seq if written else h.report_seq + 1
-        h.request_seq += 1
+    with segment_header(t.pid) as h:
+        _taken_by_a_dead_reporter(h, "signal", written)
         os.kill(wait_for_reporter(t.pid), signal.SIGKILL)  # its successor finds the request
-        deadline = time.monotonic() + 60
-        while h.done_seq != h.request_seq and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert h.done_seq == h.request_seq
-    finally:
-        segment.close()
-        os.close(fd)
+        wait_for(lambda: h.done_seq == h.request_seq, "the successor posting done_seq")
     if not written:
         report = memlog.read(wait_for_file(report_path(workdir, t.prog, t.pid, 2)))
         assert report.header["reason"] == "signal"
@@ -422,35 +407,37 @@ def test_a_reporter_killed_between_its_report_and_done_leaves_the_request_finish
     assert len(reports_of(str(workdir), t.prog, t.pid)) == (3 if not written else 2)
 
 
+def _taken_by_a_dead_reporter(h, reason, written):
+    """The header as a reporter leaves it that took a request of `reason`
+    and died -- after writing its report, or before."""
+    from libmemleak.daemon.report_reasons import REASON_FIELDS
+    names = [name for name, _, _ in REASON_FIELDS]
+    _, asked, seen = REASON_FIELDS[names.index(reason)]
+    setattr(h, asked, getattr(h, asked) + 1)
+    setattr(h, seen, getattr(h, asked))
+    h.answering_reason = 1 + names.index(reason)
+    h.answering_seq = h.report_seq if written else h.report_seq + 1
+    h.request_seq += 1
+
+
 def test_a_reporter_killed_after_writing_the_exit_report_leaves_it_the_last(workdir):
     """(#64 item 7) The exit report taken and written, the reporter killed
     before it posted done_seq: its successor posts it -- and went on
     watching, so when the program then ended it wrote a second final
     report, "reason: death", after the exit one.  The state the dead
     reporter leaves is made in the segment itself, as in the test above."""
-    from libmemleak.daemon.report_reasons import REASON_FIELDS
-    from libmemleak.live.client import open_segment
     prog = compile_program("blocked.c")
     t = Traced([prog], workdir)
     t.expect("blocked")
     t.signal_report(1)
-    segment, fd = open_segment(t.pid)
-    try:
-        h = segment.header
-        h.exit_requests += 1
-        h.seen_exit = h.exit_requests                # taken, and report 1 stands for it
-        h.answering_reason = 1 + [name for name, _, _ in REASON_FIELDS].index("exit")
-        h.answering_seq = h.report_seq
-        h.request_seq += 1
+    with segment_header(t.pid) as h:
+        _taken_by_a_dead_reporter(h, "exit", written=True)  # (report 1 stands for it)
         kill_and_wait(wait_for_reporter(t.pid))
         wait_for(lambda: h.done_seq == h.request_seq, "the successor posting done_seq")
         wait_for(lambda: h.final_done, "the successor taking the written exit report as the last")
         t.proc.kill()                                 # (as the program, released, exits)
         t.finish()
         wait_for(lambda: not reporters_of(t.pid), "the reporters leaving")
-    finally:
-        segment.close()
-        os.close(fd)
     assert [r.header["reason"] for r in reports_of(str(workdir), t.prog, t.pid)] == ["signal"]
 
 
