@@ -41,8 +41,8 @@ class HeapProfiles:
         # Python service rebuilt each stack's Python frames every time (8 s
         # a scrape; Parca's and Pyroscope's timeouts are ~10 s).
         self.key_frames = {}
-        # What one frame token shows (its frames, and its kind for
-        # merged_order), shared by the keys that have it.
+        # What one frame token shows (_token_frames), by its number: shared
+        # by the keys that have it.
         self.token_frames = {}
         self.tables = Tables()  # the profiles' tables, kept across scrapes (pprof.Tables)
 
@@ -87,33 +87,40 @@ class HeapProfiles:
         return made[0]
 
     def _frames_of(self, kid):
-        (_, pairs), modules = self.keys.key(kid)
         each, kinds, build_ids, final = [], [], {}, True  # per frame token: its frames, and its kind
-        for pair, module in zip(pairs, modules):
-            if module is not None and module.path.endswith("/" + SELF_LIBRARY):
-                continue
-            shown = self.token_frames.get(pair)
+        known = self.token_frames
+        for token in self.keys.tokens(kid):
+            shown = known.get(token)
             if shown is None:
-                shown = self._token_frames(pair[1], module)
-                if shown[0][0].function is None and module is None:
-                    final = False  # a JIT's code its perf map does not name yet: looked up again
+                shown = self._token_frames(token)
+                if shown[3]:
+                    known[token] = shown
                 else:
-                    self.token_frames[pair] = shown
+                    final = False  # a JIT's code its perf map does not name yet: looked up again
+            if shown[0] is None:
+                continue  # (our own library's frames are left out, as reports leave them)
             each.append(shown[0])
             kinds.append(shown[1])
-            if module is not None and module.build_id:
-                build_ids[module.path] = module.build_id
+            if shown[2]:
+                build_ids[shown[2][0]] = shown[2][1]
         if "py" in kinds or "py-entry" in kinds:
             each = [each[i] for i in merged_order(kinds)]
         return tuple(f for fs in each for f in fs), build_ids, final
 
-    def _token_frames(self, offset, module):
-        """(frames, kind) of one frame token: a Python frame, a JIT's (no
-        module: the perf map names it) or a native one."""
+    def _token_frames(self, token):
+        """(frames or None to leave it out, kind, (module path, build id) or
+        None, final) of one frame token: a Python frame, a JIT's (no module:
+        the perf map names it) or a native one.  Not final: a JIT's frame
+        its perf map does not name yet."""
+        module, _address, (_path, offset) = self.keys.frames[token]
         if type(offset) is PyFrame:
-            return [as_frame(offset)], kind_of(offset)
+            return [as_frame(offset)], kind_of(offset), None, True
         if module is None:
             found = self.perf_map.frame_at(offset)
-            return [Frame(found[0], self.perf_map.shown, found[1]) if found else Frame(None, None, offset)], None
+            return ([Frame(found[0], self.perf_map.shown, found[1]) if found else Frame(None, None, offset)],
+                    None, None, found is not None)
+        if module.path.endswith("/" + SELF_LIBRARY):
+            return None, None, None, True
         frames = self.symbolizer.frames_for(module, module.base + offset)
-        return frames, "eval" if is_eval_loop(frames) else None
+        return (frames, "eval" if is_eval_loop(frames) else None,
+                (module.path, module.build_id) if module.build_id else None, True)
