@@ -91,6 +91,8 @@ class TextStore:
         if len(self._out) < want:
             self._out = zeros(want, "i")
         out = self._out
+        if 2 * (self.ntexts + n) > len(self.texts) // 2:  # (a million keys: one rebuild, not twelve)
+            self._more_texts(2 * (self.ntexts + n) * 2)
         while at < n:
             def fill(store, bind):
                 return lib.mlk_rc_key_texts(keys.words.struct(bind), bind("int64_t[]", key_ids), at, n,
@@ -117,14 +119,17 @@ class TextStore:
             self.ntexts = store.ntexts
             return (got, store.out_used) if out is not None else got
 
-    def _more_texts(self):
-        """Twice the texts table's slots, refilled."""
-        size = len(self.texts)
-        while True:
+    def _more_texts(self, at_least=0):
+        """Twice the texts table's slots (or more, to at_least words),
+        refilled."""
+        size = len(self.texts) * 2
+        while size < at_least:
             size *= 2
+        while True:
             self.texts = zeros(size, "Q")
             if self._with_store(lambda store, bind: lib.mlk_rc_texts_rebuild(store)):
                 return
+            size *= 2
 
     def line_text(self, line_id):
         """The text of one line id (a frame's lines, newline-separated)."""
