@@ -45,6 +45,10 @@ def take_life():
         pass
 
 
+if os.environ.get("MEMLEAK_STANDBY_PIPE"):  # a standby started anew (daemon/standby.py): no life to take
+    from libmemleak.daemon.standby import serve_started_anew  # noqa: E402
+    sys.exit(serve_started_anew(SEGMENT_FD, 4, os.path.abspath(__file__)))
+
 take_life()
 try:
     from libmemleak.daemon.reporter_main import main  # noqa: E402

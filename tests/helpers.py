@@ -321,6 +321,16 @@ def children_of(pid):
     return found
 
 
+def kill_reporter_and_standby(reporter):
+    """SIGKILL a reporter and its standby, leaving nobody to write the
+    program's final report (stopped first: it starts a standby again when
+    its own dies)."""
+    os.kill(reporter, signal.SIGSTOP)
+    for standby in children_of(reporter):
+        kill_and_wait(standby)
+    kill_and_wait(reporter)
+
+
 def wait_for_reporter(traced_pid, timeout=10.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

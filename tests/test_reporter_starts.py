@@ -8,9 +8,11 @@ import shutil
 import signal
 import time
 
-from helpers import (Traced, children_of, cli, compile_program, env_for, gone, kill_and_wait, report_path,
-                     reporters_of, signal_handled, wait_for, wait_for_reporter)
+from helpers import (Traced, children_of, cli, compile_program, env_for, gone, kill_and_wait,
+                     kill_reporter_and_standby, report_path, reporters_of, signal_handled, wait_for, wait_for_file,
+                     wait_for_reporter)
 from libmemleak import preload_path
+from libmemleak.files import memlog
 
 
 def _copies_of(exe, but):
@@ -74,9 +76,7 @@ def test_a_process_gone_without_its_final_report_is_said_so(tmp_path):
     out = cli("report", str(tmp_path))
     assert "still running at the last report" in out.stdout and "gone since" not in out.stdout
     reporter = wait_for_reporter(t.pid)
-    for standby in children_of(reporter):
-        kill_and_wait(standby)
-    kill_and_wait(reporter)
+    kill_reporter_and_standby(reporter)
     t.proc.kill()
     t.finish()
     wait_for(lambda: not reporters_of(t.pid), "no reporter left")
@@ -118,3 +118,33 @@ def test_a_report_whose_baseline_was_being_committed_is_not_written_again(tmp_pa
     assert "report 3: report 2's reporter was killed" in out.stdout, out.stdout
     t.resume()
     assert t.finish() == 0
+
+
+def _holds_pidfd_at(pid, fd):
+    try:
+        return os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:[pidfd]"
+    except OSError:
+        return False
+
+
+def test_a_standby_killed_alone_is_replaced(tmp_path):
+    """(#64 item 7) The reporter's standby killed, then the reporter, then
+    the program (-9): with nobody left, the final report was lost.  The
+    reporter now starts a standby again when its own dies, which takes
+    over when the reporter is killed in turn, and writes the death report."""
+    prog = compile_program("blocked.c")
+    t = Traced([prog], tmp_path)
+    t.expect("blocked")
+    t.signal_report(1)
+    reporter = wait_for_reporter(t.pid)
+    (first,) = children_of(reporter)
+    kill_and_wait(first)
+    wait_for(lambda: [c for c in children_of(reporter) if c != first and not gone(c)], "a new standby")
+    (second,) = [c for c in children_of(reporter) if c != first and not gone(c)]
+    wait_for(lambda: _holds_pidfd_at(second, 9), "the new standby holding the program")  # (waiting on its pipe)
+    kill_and_wait(reporter)
+    wait_for(lambda: reporters_of(t.pid) not in ([], [reporter]), "the new standby taking over")
+    t.proc.kill()
+    t.finish()
+    last = memlog.read(wait_for_file(report_path(tmp_path, t.prog, t.pid, 2)))
+    assert last.header["reason"] == "death" and last.header["live-bytes"] == "4242"

@@ -8,8 +8,8 @@ import os
 import signal
 import subprocess
 
-from helpers import (CLI_ENV, children_of, cli, cli_argv, compile_program, kill_and_wait, reports_of, wait_for,
-                     wait_for_reporter)
+from helpers import (CLI_ENV, children_of, cli, cli_argv, compile_program, kill_reporter_and_standby, reports_of,
+                     wait_for, wait_for_reporter)
 
 
 def _final(tmp_path):
@@ -72,9 +72,7 @@ def test_a_program_whose_reporters_were_killed_before_it_is_said_to_have_no_fina
     os.kill(pid, signal.SIGUSR1)
     wait_for(lambda: any(n.endswith("-1.memlog") for n in os.listdir(tmp_path)), "the report USR1 asked for")
     reporter = wait_for_reporter(pid)
-    for standby in children_of(reporter):
-        kill_and_wait(standby)
-    kill_and_wait(reporter)
+    kill_reporter_and_standby(reporter)
     os.kill(pid, signal.SIGKILL)
     assert p.wait(timeout=120) == -signal.SIGKILL
     err = p.stderr.read()

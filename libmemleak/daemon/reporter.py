@@ -83,7 +83,7 @@ class Reporter:
     by all of them."""
 
     def __init__(self, segment, directory, segment_fd=SEGMENT_FD, pidfd=PIDFD, symbolizer=None,
-                 name=None, pid=None, keeper=None):
+                 name=None, pid=None, keeper=None, standby=None):
         self.seg = segment
         self.h = segment.header
         # Where reports go and what they are called, fixed before the program
@@ -138,6 +138,7 @@ class Reporter:
         self.recorder = Recorder.of(self)  # the event log (record=), or None
         self.handover = commit_record(self.h)  # what the next report says of one cut short, or None
         self.keeper = keeper     # the root's first reporter's keeper (reporter_main), or None
+        self.standby = standby   # its standby (standby.Standby: replaced if killed), or None
         self.announce_later = False  # the exit's summary waits for the descendants' reports
 
     # -- the loop -----------------------------------------------------------
@@ -151,6 +152,8 @@ class Reporter:
         drain = lambda r: r.drain()  # noqa: E731
         try:
             while True:
+                if self.standby is not None:
+                    self.standby.check(self.say_once)
                 self.record(drain)
                 if h.settle_asked != h.settle_done:
                     self.settle_before_exec()

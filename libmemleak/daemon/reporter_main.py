@@ -50,16 +50,16 @@ def main():
     directory, name = started_with()
     directory = directory or root_directory(segment)
     # Before any thread: a killed reporter must not take the last report along.
-    done = standby.start(SEGMENT_FD, PIDFD if _is_open(PIDFD) else None,
-                         os.path.join(PACKAGE_DIR, "_reporter_main.py"), segment.header)
+    stand_by = standby.start(SEGMENT_FD, PIDFD if _is_open(PIDFD) else None,
+                             os.path.join(PACKAGE_DIR, "_reporter_main.py"), segment.header)
     # The root's first reporter keeps its descendants.
     keeper = Keeper.inherited(say, directory, segment.header)
     if keeper is not None:
         keeper.start()
     try:
-        return _run_reporter(segment, directory, name, keeper)
+        return _run_reporter(segment, directory, name, keeper, stand_by)
     finally:
-        done()
+        stand_by.done()
         # The program is gone (or another image runs): hold none of its
         # descriptors from here on.  Its stderr may be a pipe someone reads
         # to its end (`prog 2>&1 | tee`, a build tool); a keeper still
@@ -86,21 +86,21 @@ def _let_go_of_stderr():
     os.close(null)
 
 
-def _run_reporter(segment, directory, name, keeper):
+def _run_reporter(segment, directory, name, keeper, stand_by):
     from libmemleak.daemon import remote
     server = remote.serve_if_asked(segment, say, directory, name)
     try:
-        return _run(segment, directory, name, keeper)
+        return _run(segment, directory, name, keeper, stand_by)
     finally:
         if server is not None:
             server.close()
 
 
-def _run(segment, directory, name, keeper):
+def _run(segment, directory, name, keeper, stand_by):
     profile = os.environ.get("MEMLEAK_PROFILE_REPORTER")  # a file for cProfile stats
     if not profile:
         try:
-            return Reporter(segment, directory, name=name, keeper=keeper).run()
+            return Reporter(segment, directory, name=name, keeper=keeper, standby=stand_by).run()
         except Exception as e:  # noqa: BLE001 -- one line on the program's stderr, never a traceback
             if os.environ.get("MEMLEAK_DEBUG"):
                 raise
@@ -110,6 +110,6 @@ def _run(segment, directory, name, keeper):
     import cProfile
     profiler = cProfile.Profile()
     try:
-        return profiler.runcall(Reporter(segment, directory, name=name, keeper=keeper).run)
+        return profiler.runcall(Reporter(segment, directory, name=name, keeper=keeper, standby=stand_by).run)
     finally:
         profiler.dump_stats(f"{profile}.{os.getpid()}")

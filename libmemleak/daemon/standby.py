@@ -14,7 +14,12 @@ The standby is nobody's child to wait for: it is the reporter's child, and
 the reporter's parent is init or a subreaper above the program, never the
 program itself (native/hook/spawn.c).  It holds the program's stderr only as
 /dev/null: a pipe the program's stderr feeds (`prog 2>&1 | tee`) must end
-when the reporter lets go of it."""
+when the reporter lets go of it.
+
+A standby killed alone is replaced: the reporter looks at each wake-up
+(Standby.check) and starts another -- a new Python process this time
+(_reporter_main.py with MEMLEAK_STANDBY_PIPE set), as the reporter has
+threads by then and a fork of it would not be safe to run Python in."""
 
 import os
 import sys
@@ -22,21 +27,73 @@ import sys
 PIDFD_PARKED = 9      # where the standby keeps the program's pidfd (4 in a reporter:
                       # tools find reporters by their fd 4)
 MAX_TAKEOVERS = 16    # reporter starts after which a standby lets the program be (a crash loop)
+MAX_REPLACED = 16     # standbys a reporter starts again after one was killed
+PIPE_ENV = "MEMLEAK_STANDBY_PIPE"  # a standby started anew: its pipe's descriptor
 DONE = b"d"
 
 
+class Standby:
+    """The reporter's side of its standby: say done, or replace it."""
+
+    def __init__(self, pid, w, segment_fd, pidfd, main_script):
+        self.pid, self.w = pid, w
+        self.segment_fd, self.pidfd, self.main_script = segment_fd, pidfd, main_script
+        self.replaced = 0
+
+    def done(self):
+        """The reporter's work is done: the standby exits."""
+        if self.w is not None:
+            try:
+                os.write(self.w, DONE)
+                os.close(self.w)
+            except OSError:
+                pass
+            self.w = None
+
+    def check(self, say):
+        """Start another standby if this one has died (killed alone)."""
+        if self.pid is None:
+            return
+        try:
+            gone = os.waitpid(self.pid, os.WNOHANG)[0] == self.pid
+        except ChildProcessError:
+            gone = True
+        if not gone:
+            return
+        self.pid = None
+        try:
+            os.close(self.w)
+        except OSError:
+            pass
+        self.w = None
+        if self.replaced >= MAX_REPLACED:
+            return
+        self.replaced += 1
+        try:
+            r, w = os.pipe()
+            os.set_inheritable(r, True)
+            env = dict(os.environ, **{PIPE_ENV: str(r)})
+            self.pid = os.posix_spawn(sys.executable, [sys.executable, "-E", "-B", self.main_script,
+                                                       *sys.argv[1:]], env)
+            os.close(r)
+            self.w = w
+        except OSError as e:
+            say(f"the reporter's standby was killed and cannot be started again ({e.strerror}): "
+                "if the reporter is killed too, the program's last report is lost")
+
+
 def start(segment_fd, pidfd, main_script, header):
-    """Fork the standby; returns what the reporter calls when its work is
-    done (the standby then exits).  `header`: the segment's header (cffi),
-    through which the standby claims the reporter's place."""
+    """Fork the standby; returns its Standby (done() when the reporter's
+    work is done: the standby then exits).  `header`: the segment's header
+    (cffi), through which the standby claims the reporter's place."""
     try:
         r, w = os.pipe()
         pid = os.fork()
     except OSError:
-        return lambda: None  # no standby: as before, the program starts the next reporter
+        return Standby(None, None, segment_fd, pidfd, main_script)  # none: the program starts the next reporter
     if pid:
         os.close(r)
-        return lambda: _say_done(w)
+        return Standby(pid, w, segment_fd, pidfd, main_script)
     try:
         os.close(w)
         _stand_by(r, segment_fd, pidfd, main_script, header)
@@ -44,12 +101,25 @@ def start(segment_fd, pidfd, main_script, header):
         os._exit(0)
 
 
-def _say_done(w):
+def serve_started_anew(segment_fd, pidfd, main_script):
+    """A standby started anew by its reporter (Standby.check): the
+    pipe is in the environment; the segment and pidfd at their places."""
+    from libmemleak.daemon.segment import Segment
+    r = int(os.environ.pop(PIPE_ENV))
     try:
-        os.write(w, DONE)
-        os.close(w)
+        segment = Segment.from_fd(segment_fd)
+    except Exception:  # noqa: BLE001 -- no standby then; the program starts the next reporter
+        return 0
+    _stand_by(r, segment_fd, pidfd if _is_open(pidfd) else None, main_script, segment.header)
+    return 0
+
+
+def _is_open(fd):
+    try:
+        os.fstat(fd)
+        return True
     except OSError:
-        pass
+        return False
 
 
 def _stand_by(r, segment_fd, pidfd, main_script, header):
