@@ -12,8 +12,10 @@ Our own library's frames are left out, as reports leave them; JIT frames
 are named from the process's perf map."""
 
 import gzip
+from array import array
 from collections import defaultdict
 
+from libmemleak.daemon import report_core
 from libmemleak.daemon.diff import FrameResolver, estimate
 from libmemleak.daemon.stack_keys import KeyTable
 from libmemleak.daemon.header_parts import SELF_LIBRARY
@@ -25,6 +27,9 @@ from libmemleak.symbols.perfmap import PerfMap
 TYPES = [("alloc_objects", "count"), ("alloc_space", "bytes"), ("inuse_objects", "count"),
          ("inuse_space", "bytes")]
 DEFAULT_TYPE = {"heap": "inuse_space", "allocs": "alloc_space"}
+# Go's level (gzip.DefaultCompression): Python's own default, 9, took 4.9 s
+# of a 131k-stack profile (6.3 MB) for 519 KB; 6 takes 0.25 s for 610 KB.
+GZIP_LEVEL = 6
 
 
 class HeapProfiles:
@@ -52,11 +57,17 @@ class HeapProfiles:
         if self.resolver is None or self.resolver.modules != tuple(snap.modules):
             self.resolver = FrameResolver(snap.modules, self.keys)
         apart = set(snap.custom) | {pos for pos, _ in snap.resources}  # not memory, or inside memory counted
+        resolver = self.resolver
+        if report_core.positions_are_ids(snap.ids):  # stacks new here keyed in C, as a report keys them
+            resolver.cover(len(snap.ids))
+            new = array("q", [i for i in snap.ids if resolver.key_of[i] < 0])
+            if new:
+                resolver.key_many(snap.stacks, new, resolver.key_of)
         sums = defaultdict(lambda: [0, 0, 0, 0])
         for pos, sid in enumerate(snap.ids):
             if pos in apart or (not snap.live_blocks[pos] and not snap.alloc_count[pos]):
                 continue
-            kid = self.resolver.key_id(snap.stacks, sid)
+            kid = resolver.key_id(snap.stacks, sid)
             row = sums[kid]
             row[0] += snap.alloc_count[pos]
             row[1] += snap.alloc_bytes[pos]
@@ -72,7 +83,7 @@ class HeapProfiles:
             frames = self.frames_of(kid, build_ids)
             samples.append((frames, [alloc_n, alloc_b, max(0, live_n), max(0, live_b)]))
         data = encode_samples(samples, TYPES, DEFAULT_TYPE[which], build_ids, rate or 1, tables=self.tables)
-        return gzip.compress(data, mtime=0)
+        return gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
 
     def frames_of(self, kid, build_ids):
         """The key's frames, Python frames where the evaluation loop's
