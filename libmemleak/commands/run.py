@@ -12,7 +12,7 @@ import sys
 from libmemleak import preload_path
 from libmemleak.commands import EXIT_CANNOT_RUN, EXIT_NOT_FOUND, fail
 from libmemleak.daemon.procfs import namespace_tag
-from libmemleak.files.report_names import REPORT_NAME, report_names
+from libmemleak.files.report_names import REPORT_NAME
 from libmemleak.sizes import byte_size
 from libmemleak.tracing import config_value, traced_environment
 
@@ -164,16 +164,23 @@ def announce(argv, config, wait_for_mtrace):
         print(f"libmemleak: {line}", file=sys.stderr, flush=True)
 
 
-def _reports_of(directory, program, pid):
-    """The paths of the reports of the program `run` started (by the names
-    announce() gives them), oldest first."""
+def _reports_of(directory, pid):
+    """The paths of the reports of the process `run` started, by its pid
+    (whatever image wrote them: an exec changes the name), oldest first."""
     ns = namespace_tag()
     try:
-        names = report_names(directory, os.path.basename(program), pid, ns)
+        names = os.listdir(directory)
     except OSError:
         return []
-    seqs = {n: int(m["seq"]) for n in names if (m := REPORT_NAME.match(n))}
-    return [os.path.join(directory, n) for n in sorted(seqs, key=seqs.get)]
+    found = []
+    for name in names:
+        m = REPORT_NAME.match(name)
+        if m and int(m["pid"]) == pid and (int(m["ns"]) if m["ns"] else None) == ns:
+            try:
+                found.append((os.stat(os.path.join(directory, name)).st_mtime_ns, int(m["seq"]), name))
+            except OSError:
+                continue
+    return [os.path.join(directory, name) for _, _, name in sorted(found)]
 
 
 def cmd_run(args):
@@ -217,5 +224,5 @@ def cmd_run(args):
         from libmemleak.commands.run_wait import run_waiting
         timeout = config_value(config, "exit_timeout", "60")
         return run_waiting(start, argv, int(timeout) if timeout.isdigit() else 60,
-                           lambda pid: _reports_of(report_dir_of(config), argv[0], pid))
+                           lambda pid: _reports_of(report_dir_of(config), pid))
     return start()
