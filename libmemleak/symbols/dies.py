@@ -13,8 +13,19 @@ Input is hostile: any malformed byte sequence raises DieError (or IndexError
 from a read past the end), which callers turn into "no answer"."""
 
 import bisect
-import struct
 from array import array
+
+from libmemleak.symbols.dwarf_forms import (  # noqa: F401 -- (AT_*, unit_offsets...: read as dies.X)
+    AT_MIPS_linkage_name, AT_abstract_origin, AT_addr_base, AT_call_file, AT_call_line, AT_comp_dir,
+    AT_high_pc, AT_high_pc_offset, AT_linkage_name, AT_low_pc, AT_name, AT_ranges, AT_rnglists_base,
+    AT_sibling, AT_specification, AT_stmt_list, AT_str_offsets_base, DieError, F_GNU_addr_index,
+    F_GNU_ref_alt, F_GNU_str_index, F_GNU_strp_alt, F_addr, F_addrx, F_addrx1, F_addrx2, F_addrx3,
+    F_addrx4, F_block, F_block1, F_block2, F_block4, F_data1, F_data16, F_data2, F_data4, F_data8,
+    F_exprloc, F_flag, F_flag_present, F_implicit_const, F_indirect, F_line_strp, F_loclistx, F_ref1,
+    F_ref2, F_ref4, F_ref8, F_ref_addr, F_ref_sig8, F_ref_sup4, F_ref_sup8, F_ref_udata, F_rnglistx,
+    F_sdata, F_sec_offset, F_string, F_strp, F_strp_sup, F_strx, F_strx1, F_strx2, F_strx3, F_strx4,
+    F_udata, WANTED, U16, U32, U64, parse_abbrevs, skip_size, cstring, parse_aranges, sleb, uleb,
+    unit_offsets)
 
 # Tags
 TAG_class_type, TAG_lexical_block, TAG_compile_unit = 0x02, 0x0b, 0x11
@@ -25,71 +36,6 @@ TAG_subprogram, TAG_namespace, TAG_partial_unit = 0x2e, 0x39, 0x3c
 _SCOPE_TAGS = frozenset((TAG_compile_unit, TAG_partial_unit, TAG_subprogram, TAG_namespace,
                          TAG_class_type, TAG_structure_type, TAG_union_type,
                          TAG_inlined_subroutine, TAG_lexical_block))
-
-# Attributes
-AT_sibling, AT_name, AT_stmt_list, AT_low_pc, AT_high_pc = 0x01, 0x03, 0x10, 0x11, 0x12
-AT_comp_dir, AT_abstract_origin, AT_specification, AT_ranges = 0x1b, 0x31, 0x47, 0x55
-AT_call_file, AT_call_line, AT_linkage_name = 0x58, 0x59, 0x6e
-AT_str_offsets_base, AT_addr_base, AT_rnglists_base = 0x72, 0x73, 0x74
-AT_MIPS_linkage_name = 0x2007
-WANTED = frozenset((AT_sibling, AT_name, AT_low_pc, AT_high_pc, AT_abstract_origin,
-                    AT_specification, AT_ranges, AT_call_file, AT_call_line, AT_linkage_name,
-                    AT_MIPS_linkage_name, AT_comp_dir, AT_stmt_list, AT_str_offsets_base,
-                    AT_addr_base, AT_rnglists_base))
-# A high_pc of a constant form is an offset from low_pc (DWARF 4+); kept apart.
-AT_high_pc_offset = -AT_high_pc
-
-# Forms
-F_addr, F_block2, F_block4, F_data2, F_data4, F_data8 = 0x01, 0x03, 0x04, 0x05, 0x06, 0x07
-F_string, F_block, F_block1, F_data1, F_flag, F_sdata = 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d
-F_strp, F_udata, F_ref_addr, F_ref1, F_ref2, F_ref4 = 0x0e, 0x0f, 0x10, 0x11, 0x12, 0x13
-F_ref8, F_ref_udata, F_indirect, F_sec_offset, F_exprloc = 0x14, 0x15, 0x16, 0x17, 0x18
-F_flag_present, F_strx, F_addrx, F_ref_sup4, F_strp_sup = 0x19, 0x1a, 0x1b, 0x1c, 0x1d
-F_data16, F_line_strp, F_ref_sig8, F_implicit_const = 0x1e, 0x1f, 0x20, 0x21
-F_loclistx, F_rnglistx, F_ref_sup8 = 0x22, 0x23, 0x24
-F_strx1, F_strx2, F_strx3, F_strx4 = 0x25, 0x26, 0x27, 0x28
-F_addrx1, F_addrx2, F_addrx3, F_addrx4 = 0x29, 0x2a, 0x2b, 0x2c
-F_GNU_addr_index, F_GNU_str_index, F_GNU_ref_alt, F_GNU_strp_alt = 0x1f01, 0x1f02, 0x1f20, 0x1f21
-
-_CONSTANT_FORMS = frozenset((F_data1, F_data2, F_data4, F_data8, F_sdata, F_udata,
-                             F_implicit_const))
-_U16, _U32, _U64 = struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<Q")
-
-
-class DieError(Exception):
-    """The DWARF is malformed."""
-
-
-def uleb(data, pos):
-    b = data[pos]
-    if b < 0x80:
-        return b, pos + 1
-    result, shift = b & 0x7f, 7
-    while True:
-        pos += 1
-        b = data[pos]
-        result |= (b & 0x7f) << shift
-        if b < 0x80:
-            return result, pos + 1
-        shift += 7
-        if shift > 70:
-            raise DieError("LEB128 number too long")
-
-
-def sleb(data, pos):
-    result, shift = 0, 0
-    while True:
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7f) << shift
-        shift += 7
-        if b < 0x80:
-            if b & 0x40:
-                result -= 1 << shift
-            return result, pos
-        if shift > 70:
-            raise DieError("LEB128 number too long")
-
 
 class Sections:
     """The raw bytes of the DWARF sections one reader needs (missing ones empty)."""
@@ -124,13 +70,6 @@ class Die:
         self.parent = parent          # offset of the parent DIE, or None if not known
 
 
-def cstring(data, pos):
-    end = data.find(b"\0", pos)
-    if end < 0:
-        raise DieError("unterminated string")
-    return data[pos:end].decode("utf-8", "replace")
-
-
 class Unit:
     """One compile unit: its header, abbreviations and the bases its
     indexed forms (DWARF 5 strx/addrx/rnglistx) are relative to."""
@@ -139,11 +78,11 @@ class Unit:
         self.sec = sections
         self.offset = offset
         info = sections.info
-        length = _U32.unpack_from(info, offset)[0]
+        length = U32.unpack_from(info, offset)[0]
         pos = offset + 4
         self.offset_size = 4
         if length == 0xffffffff:
-            length = _U64.unpack_from(info, pos)[0]
+            length = U64.unpack_from(info, pos)[0]
             pos += 8
             self.offset_size = 8
         elif length >= 0xfffffff0:
@@ -151,7 +90,7 @@ class Unit:
         self.end = pos + length
         if self.end > len(info):
             raise DieError("unit runs past the end of .debug_info")
-        self.version = _U16.unpack_from(info, pos)[0]
+        self.version = U16.unpack_from(info, pos)[0]
         pos += 2
         if not 2 <= self.version <= 5:
             raise DieError(f"DWARF version {self.version}")
@@ -172,7 +111,7 @@ class Unit:
             raise DieError(f"address size {self.address_size}")
         self.ref_addr_size = self.address_size if self.version == 2 else self.offset_size
         self.first_die = pos
-        self.abbrevs = _parse_abbrevs(sections.abbrev, abbrev_off, self)
+        self.abbrevs = parse_abbrevs(sections.abbrev, abbrev_off, self)
         self.str_offsets_base = 8 if self.offset_size == 4 else 16
         self.addr_base = 8
         self.rnglists_base = None
@@ -189,7 +128,7 @@ class Unit:
         self.top = self.die(self.first_die)
 
     def _offset(self, data, pos):
-        return (_U32 if self.offset_size == 4 else _U64).unpack_from(data, pos)[0]
+        return (U32 if self.offset_size == 4 else U64).unpack_from(data, pos)[0]
 
     # -- indexed values (DWARF 5) ------------------------------------------
 
@@ -200,7 +139,7 @@ class Unit:
 
     def addr_index(self, index):
         pos = self.addr_base + index * self.address_size
-        return (_U32 if self.address_size == 4 else _U64).unpack_from(self.sec.addr, pos)[0]
+        return (U32 if self.address_size == 4 else U64).unpack_from(self.sec.addr, pos)[0]
 
     # -- DIEs --------------------------------------------------------------
 
@@ -248,21 +187,21 @@ class Unit:
             sec = self.sec.str if form == F_strp else self.sec.line_str
             return cstring(sec, off), pos + self.offset_size
         if form == F_ref4:
-            return self.offset + _U32.unpack_from(info, pos)[0], pos + 4
+            return self.offset + U32.unpack_from(info, pos)[0], pos + 4
         if form == F_addr:
             if self.address_size == 8:
-                return _U64.unpack_from(info, pos)[0], pos + 8
-            return _U32.unpack_from(info, pos)[0], pos + 4
+                return U64.unpack_from(info, pos)[0], pos + 8
+            return U32.unpack_from(info, pos)[0], pos + 4
         if form == F_data1 or form == F_flag or form == F_ref1:
             v = info[pos]
             return (self.offset + v if form == F_ref1 else v), pos + 1
         if form == F_data2 or form == F_ref2:
-            v = _U16.unpack_from(info, pos)[0]
+            v = U16.unpack_from(info, pos)[0]
             return (self.offset + v if form == F_ref2 else v), pos + 2
         if form == F_data4:
-            return _U32.unpack_from(info, pos)[0], pos + 4
+            return U32.unpack_from(info, pos)[0], pos + 4
         if form == F_data8 or form == F_ref8:
-            v = _U64.unpack_from(info, pos)[0]
+            v = U64.unpack_from(info, pos)[0]
             return (self.offset + v if form == F_ref8 else v), pos + 8
         if form == F_udata or form == F_ref_udata:
             v, pos = uleb(info, pos)
@@ -282,7 +221,7 @@ class Unit:
             return self._offset(info, pos), pos + self.offset_size
         if form == F_ref_addr:
             n = self.ref_addr_size
-            return (_U32 if n == 4 else _U64).unpack_from(info, pos)[0], pos + n
+            return (U32 if n == 4 else U64).unpack_from(info, pos)[0], pos + n
         if F_strx1 <= form <= F_strx4 or form in (F_strx, F_GNU_str_index):
             index, pos = self._index(info, pos, form, F_strx1)
             return self.str_index(index), pos
@@ -300,7 +239,7 @@ class Unit:
             if real == F_implicit_const:
                 raise DieError("implicit_const through indirect")
             return self._value(info, pos, real, const)
-        size = _skip_size(form, self, info, pos)
+        size = skip_size(form, self, info, pos)
         return None, pos + size
 
     @staticmethod
@@ -431,7 +370,7 @@ class Unit:
 
     def _ranges_v4(self, pos, base):
         data, out = self.sec.ranges, []
-        fmt = _U64 if self.address_size == 8 else _U32
+        fmt = U64 if self.address_size == 8 else U32
         n = self.address_size
         all_ones = (1 << (8 * n)) - 1
         for _ in range(100_000):
@@ -448,7 +387,7 @@ class Unit:
 
     def _rnglist(self, pos, base):
         data, out = self.sec.rnglists, []
-        fmt = _U64 if self.address_size == 8 else _U32
+        fmt = U64 if self.address_size == 8 else U32
         n = self.address_size
         for _ in range(100_000):
             kind = data[pos]
@@ -488,144 +427,3 @@ class Unit:
         raise DieError("range list too long")
 
 
-_FIXED = {F_data1: 1, F_ref1: 1, F_flag: 1, F_strx1: 1, F_addrx1: 1,
-          F_data2: 2, F_ref2: 2, F_strx2: 2, F_addrx2: 2, F_strx3: 3, F_addrx3: 3,
-          F_data4: 4, F_ref4: 4, F_strx4: 4, F_addrx4: 4, F_ref_sup4: 4,
-          F_data8: 8, F_ref8: 8, F_ref_sig8: 8, F_ref_sup8: 8, F_data16: 16,
-          F_flag_present: 0, F_implicit_const: 0}
-
-
-def _fixed_size(form, unit):
-    """Bytes an attribute of `form` takes, when that does not depend on its content."""
-    if form in _FIXED:
-        return _FIXED[form]
-    if form == F_addr:
-        return unit.address_size
-    if form in (F_strp, F_line_strp, F_sec_offset, F_strp_sup, F_GNU_ref_alt, F_GNU_strp_alt):
-        return unit.offset_size
-    if form == F_ref_addr:
-        return unit.ref_addr_size
-    return None
-
-
-def _skip_size(form, unit, info, pos):
-    """Bytes taken by a variable-size attribute nobody asked for."""
-    fixed = _fixed_size(form, unit)
-    if fixed is not None:
-        return fixed
-    if form in (F_udata, F_sdata, F_ref_udata, F_strx, F_addrx, F_loclistx, F_rnglistx,
-                F_GNU_addr_index, F_GNU_str_index):
-        return uleb(info, pos)[1] - pos
-    if form == F_string:
-        end = info.find(b"\0", pos)
-        if end < 0:
-            raise DieError("unterminated string")
-        return end + 1 - pos
-    if form in (F_block, F_exprloc):
-        n, p = uleb(info, pos)
-        return p - pos + n
-    if form == F_block1:
-        return 1 + info[pos]
-    if form == F_block2:
-        return 2 + _U16.unpack_from(info, pos)[0]
-    if form == F_block4:
-        return 4 + _U32.unpack_from(info, pos)[0]
-    raise DieError(f"unknown attribute form 0x{form:x}")
-
-
-_abbrev_cache = {}
-
-
-def _parse_abbrevs(data, offset, unit):
-    """code -> (tag, has_children, steps); a step is an int (bytes to skip)
-    or (attribute, form, implicit constant) to decode."""
-    key = (id(data), offset, unit.address_size, unit.offset_size, unit.version)
-    hit = _abbrev_cache.get(key)
-    if hit is not None and hit[0] is data:
-        return hit[1]
-    table = {}
-    pos = offset
-    while True:
-        code, pos = uleb(data, pos)
-        if code == 0:
-            break
-        tag, pos = uleb(data, pos)
-        has_children = bool(data[pos])
-        pos += 1
-        steps = []
-        while True:
-            at, pos = uleb(data, pos)
-            form, pos = uleb(data, pos)
-            const = None
-            if form == F_implicit_const:
-                const, pos = sleb(data, pos)
-            if at == 0 and form == 0:
-                break
-            fixed = _fixed_size(form, unit)
-            if at == AT_high_pc and form in _CONSTANT_FORMS:
-                at = AT_high_pc_offset
-            elif at not in WANTED and fixed is not None:
-                if steps and steps[-1].__class__ is int:
-                    steps[-1] += fixed
-                elif fixed:
-                    steps.append(fixed)
-                continue
-            steps.append((at, form, const))
-        table[code] = (tag, has_children, tuple(steps))
-        if len(table) > 1_000_000:
-            raise DieError("abbreviation table too long")
-    if len(_abbrev_cache) > 4096:
-        _abbrev_cache.clear()
-    _abbrev_cache[key] = (data, table)
-    return table
-
-
-def unit_offsets(info):
-    """Offsets of every unit in .debug_info (headers only, cheap)."""
-    out, pos = [], 0
-    while pos + 4 <= len(info):
-        out.append(pos)
-        length = _U32.unpack_from(info, pos)[0]
-        if length == 0xffffffff:
-            length = _U64.unpack_from(info, pos + 4)[0] + 8
-        elif length >= 0xfffffff0:
-            break
-        pos += 4 + length
-    return out
-
-
-def parse_aranges(data):
-    """.debug_aranges -> sorted [(lo, hi, unit offset)]."""
-    out, pos = [], 0
-    while pos + 4 <= len(data):
-        start = pos
-        length = _U32.unpack_from(data, pos)[0]
-        pos += 4
-        offset_size = 4
-        if length == 0xffffffff:
-            length = _U64.unpack_from(data, pos)[0]
-            pos += 8
-            offset_size = 8
-        end = pos + length
-        if length == 0 or end > len(data):
-            break
-        pos += 2  # version
-        cu = (_U32 if offset_size == 4 else _U64).unpack_from(data, pos)[0]
-        pos += offset_size
-        addr_size, seg_size = data[pos], data[pos + 1]
-        pos += 2
-        if addr_size not in (4, 8) or seg_size:
-            pos = end
-            continue
-        tuple_size = 2 * addr_size
-        pos = start + ((pos - start + tuple_size - 1) // tuple_size) * tuple_size
-        fmt = struct.Struct("<QQ" if addr_size == 8 else "<II")
-        n = (end - pos) // tuple_size
-        for lo, size in fmt.iter_unpack(data[pos:pos + n * tuple_size]):
-            if lo == 0 and size == 0:
-                break
-            if size:
-                out.append((lo, lo + size, cu))
-        pos = end
-    out.sort()
-    return out
