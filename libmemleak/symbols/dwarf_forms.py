@@ -36,7 +36,7 @@ _CONSTANT_FORMS = frozenset((F_data1, F_data2, F_data4, F_data8, F_sdata, F_udat
 U16, U32, U64 = struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<Q")
 
 
-class DieError(Exception):
+class DieError(ValueError):
     """The DWARF is malformed."""
 
 

@@ -12,6 +12,8 @@ a row with file number END."""
 
 from array import array
 
+from libmemleak.symbols.dwarf_forms import uleb
+
 END = -1
 
 DW_LNS_copy, DW_LNS_advance_pc, DW_LNS_advance_line, DW_LNS_set_file = 1, 2, 3, 4
@@ -49,15 +51,7 @@ def decode_rows(data, header, address_size=8):
             add_file(file)
             add_line(line)
         elif op == 0:  # extended
-            n = 0
-            shift = 0
-            while True:
-                b = data[pos]
-                pos += 1
-                n |= (b & 0x7f) << shift
-                shift += 7
-                if b < 0x80:
-                    break
+            n, pos = uleb(data, pos)
             sub = data[pos]
             if sub == DW_LNE_end_sequence:
                 add_addr(address)
@@ -74,6 +68,9 @@ def decode_rows(data, header, address_size=8):
             add_file(file)
             add_line(line)
         elif op == DW_LNS_advance_pc or op == DW_LNS_set_file or op == DW_LNS_advance_line:
+            # (LEB128 read inline, not by a call to dwarf_forms.uleb/sleb:
+            # these opcodes come with most rows, and this loop is the
+            # largest single cost of a cold symbolization)
             v = 0
             shift = 0
             while True:
