@@ -45,9 +45,11 @@ def take_life():
         pass
 
 
-if os.environ.get("MEMLEAK_STANDBY_PIPE"):  # a standby started anew (daemon/standby.py): no life to take
-    from libmemleak.daemon.standby import serve_started_anew  # noqa: E402
-    sys.exit(serve_started_anew(SEGMENT_FD, 4, os.path.abspath(__file__)))
+if "MEMLEAK_STANDBY_PIPE" in os.environ:  # a standby started anew (daemon/standby.py): no life to take
+    from libmemleak.daemon.standby import serve_started_anew, started_anew  # noqa: E402
+    pipe = started_anew()
+    if pipe is not None:
+        sys.exit(serve_started_anew(pipe, SEGMENT_FD, 4, os.path.abspath(__file__)))
 
 take_life()
 try:

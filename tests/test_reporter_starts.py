@@ -8,7 +8,7 @@ import shutil
 import signal
 import time
 
-from helpers import (Traced, children_of, cli, compile_program, env_for, gone, kill_and_wait,
+from helpers import (Traced, by_site, children_of, cli, compile_program, env_for, gone, kill_and_wait,
                      kill_reporter_and_standby, report_path, reporters_of, signal_handled, wait_for, wait_for_file,
                      wait_for_reporter)
 from libmemleak import preload_path
@@ -148,3 +148,17 @@ def test_a_standby_killed_alone_is_replaced(tmp_path):
     t.finish()
     last = memlog.read(wait_for_file(report_path(tmp_path, t.prog, t.pid, 2)))
     assert last.header["reason"] == "death" and last.header["live-bytes"] == "4242"
+
+
+def test_a_program_cannot_make_its_reporter_a_standby(tmp_path):
+    """The variable that tells a standby started anew from a reporter
+    (MEMLEAK_STANDBY_PIPE) is the reporter's own: set in the program's
+    environment, it is not passed on, and a value that is no pipe is not
+    believed -- the program's reports come as ever, without a traceback."""
+    prog = compile_program("blocked.c")
+    t = Traced([prog], tmp_path, env=env_for(None, {"MEMLEAK_STANDBY_PIPE": "0"}))
+    t.expect("blocked")
+    assert by_site(t.signal_report(1))["site_blocked"] == (4242, 1)
+    t.resume()
+    assert t.finish() == 0
+    assert "Traceback" not in t.stderr and "libmemleak" not in t.stderr, t.stderr

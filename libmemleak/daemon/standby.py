@@ -22,6 +22,7 @@ A standby killed alone is replaced: the reporter looks at each wake-up
 threads by then and a fork of it would not be safe to run Python in."""
 
 import os
+import stat
 import sys
 
 PIDFD_PARKED = 9      # where the standby keeps the program's pidfd (4 in a reporter:
@@ -35,9 +36,8 @@ DONE = b"d"
 class Standby:
     """The reporter's side of its standby: say done, or replace it."""
 
-    def __init__(self, pid, w, segment_fd, pidfd, main_script):
-        self.pid, self.w = pid, w
-        self.segment_fd, self.pidfd, self.main_script = segment_fd, pidfd, main_script
+    def __init__(self, pid, w, main_script):
+        self.pid, self.w, self.main_script = pid, w, main_script
         self.replaced = 0
 
     def done(self):
@@ -71,15 +71,22 @@ class Standby:
         self.replaced += 1
         try:
             r, w = os.pipe()
+        except OSError as e:
+            say(f"the reporter's standby was killed and cannot be started again ({e.strerror}): "
+                "if the reporter is killed too, the program's last report is lost")
+            return
+        try:
             os.set_inheritable(r, True)
             env = dict(os.environ, **{PIPE_ENV: str(r)})
             self.pid = os.posix_spawn(sys.executable, [sys.executable, "-E", "-B", self.main_script,
                                                        *sys.argv[1:]], env)
-            os.close(r)
             self.w = w
         except OSError as e:
+            os.close(w)
             say(f"the reporter's standby was killed and cannot be started again ({e.strerror}): "
                 "if the reporter is killed too, the program's last report is lost")
+        finally:
+            os.close(r)
 
 
 def start(segment_fd, pidfd, main_script, header):
@@ -90,10 +97,10 @@ def start(segment_fd, pidfd, main_script, header):
         r, w = os.pipe()
         pid = os.fork()
     except OSError:
-        return Standby(None, None, segment_fd, pidfd, main_script)  # none: the program starts the next reporter
+        return Standby(None, None, main_script)  # none: the program starts the next reporter
     if pid:
         os.close(r)
-        return Standby(pid, w, segment_fd, pidfd, main_script)
+        return Standby(pid, w, main_script)
     try:
         os.close(w)
         _stand_by(r, segment_fd, pidfd, main_script, header)
@@ -101,11 +108,23 @@ def start(segment_fd, pidfd, main_script, header):
         os._exit(0)
 
 
-def serve_started_anew(segment_fd, pidfd, main_script):
-    """A standby started anew by its reporter (Standby.check): the
-    pipe is in the environment; the segment and pidfd at their places."""
+def started_anew():
+    """The pipe of a standby started anew by its reporter (Standby.check),
+    or None: this is a reporter.  (The hook library starts reporters
+    without PIPE_ENV in their environment; a value that is no pipe of ours
+    is not believed.)"""
+    text = os.environ.pop(PIPE_ENV, "")
+    try:
+        r = int(text)
+        return r if r > 2 and stat.S_ISFIFO(os.fstat(r).st_mode) else None
+    except (ValueError, OSError):
+        return None
+
+
+def serve_started_anew(r, segment_fd, pidfd, main_script):
+    """A standby started anew by its reporter: its pipe `r`; the segment
+    and pidfd at their places."""
     from libmemleak.daemon.segment import Segment
-    r = int(os.environ.pop(PIPE_ENV))
     try:
         segment = Segment.from_fd(segment_fd)
     except Exception:  # noqa: BLE001 -- no standby then; the program starts the next reporter

@@ -13,7 +13,7 @@ table learnt once) and dropped when its pid ends or is reused (its start
 time in /proc/PID/stat differs).
 
 Requests are served side by side (server.py): one thread at a time reads
-a process's segment (Process.reading), and while a profile of it is made
+a process's segment (Process.begin, end), and while a profile of it is made
 -- seconds, for a big Python service's first -- /metrics says what its
 last sample said rather than wait."""
 

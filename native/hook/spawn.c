@@ -104,7 +104,8 @@ void mlk_spawn_prepare(void)
     spawn_envp = (char **)mem;
     size_t k = 0;
     for (char **e = environ; e && *e; e++)
-        if (strncmp(*e, "MEMLEAK_REPORTER=", 17) != 0 && strncmp(*e, "LD_PRELOAD=", 11) != 0)
+        if (strncmp(*e, "MEMLEAK_REPORTER=", 17) != 0 && strncmp(*e, "LD_PRELOAD=", 11) != 0 &&
+            strncmp(*e, "MEMLEAK_STANDBY_PIPE=", 21) != 0) /* (daemon/standby.py's, never the program's) */
             spawn_envp[k++] = *e;
     spawn_envp[k++] = "MEMLEAK_REPORTER=1";
     spawn_envp[k] = NULL;
