@@ -97,6 +97,18 @@ class FrameResolver:
                 self._remember(address, self.keys.token(sole, address))
         return key_stacks(self.keys, self.addrs, columns, ids, key_of)
 
+    def key_ids(self, stacks, ids):
+        """key_of[i] for every stack id of `ids` (array('q') of ids that are
+        ok): those new here keyed in C (key_many), the rest in Python."""
+        if not ids:
+            return
+        self.cover(max(ids) + 1)
+        key_of = self.key_of
+        new = array("q", [i for i in ids if key_of[i] < 0])
+        if new:
+            for i in self.key_many(stacks, new, key_of):
+                self.key_id(stacks, i)
+
     def cover(self, n):
         """Make key_of long enough for stack ids below n."""
         report_core.extend_to(self.key_of, n)

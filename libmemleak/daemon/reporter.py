@@ -240,16 +240,12 @@ class Reporter:
         while self.warm_next < end:
             if time.monotonic() > stop:
                 return True
-            # A batch at a time, keyed in C and named in one call: one key a
-            # call was ~180 us of binding buffers for C each (a million
-            # stacks' warm-up: minutes).
+            # A batch at a time, keyed in C and named in one call: each call
+            # binds the stores' buffers for C, which cost more than a key.
             first, self.warm_next = self.warm_next, min(end, self.warm_next + WARM_BATCH)
             ids = array("q", [i for i in range(first, self.warm_next) if seg.stack_ok(i)])
-            resolver.cover(self.warm_next)
-            for i in resolver.key_many(seg.stacks, ids, resolver.key_of):
-                resolver.key_id(seg.stacks, i)
-            new = {resolver.key_of[i] for i in ids} - {-1}
-            new = [k for k in new if not self.texts.has(k)]
+            resolver.key_ids(seg.stacks, ids)
+            new = [k for k in {resolver.key_of[i] for i in ids} if not self.texts.has(k)]
             if new:
                 self.frame_lines.symbolize_keys(new)
         settle_memory()

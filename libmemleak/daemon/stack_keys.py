@@ -116,8 +116,8 @@ class WordTable:
 
     def reserve(self, runs, words):
         """Room for `runs` more runs of `words` words in all, made at once:
-        a million new keys grown into an eighth at a time was 60 copies
-        and rehashes (1.2 s of a first report's 5)."""
+        a million new keys grown into an eighth at a time were tens of
+        copies and rehashes (docs/performance.rst)."""
         if self.used + words > len(self.pool):
             self.pool.frombytes(bytes(4 * (self.used + words - len(self.pool))))
         if self.count + runs > len(self.start):

@@ -15,21 +15,17 @@ import gzip
 from array import array
 from collections import defaultdict
 
-from libmemleak.daemon import report_core
 from libmemleak.daemon.diff import FrameResolver, estimate
 from libmemleak.daemon.stack_keys import KeyTable
 from libmemleak.daemon.header_parts import SELF_LIBRARY
 from libmemleak.daemon.python_code import PyFrame, as_frame, is_eval_loop, kind_of, merged_order
-from libmemleak.outputs.pprof import Tables, encode_samples
+from libmemleak.outputs.pprof import GZIP_LEVEL, Tables, encode_samples
 from libmemleak.symbols import Frame
 from libmemleak.symbols.perfmap import PerfMap
 
 TYPES = [("alloc_objects", "count"), ("alloc_space", "bytes"), ("inuse_objects", "count"),
          ("inuse_space", "bytes")]
 DEFAULT_TYPE = {"heap": "inuse_space", "allocs": "alloc_space"}
-# Go's level (gzip.DefaultCompression): Python's own default, 9, took 4.9 s
-# of a 131k-stack profile (6.3 MB) for 519 KB; 6 takes 0.25 s for 610 KB.
-GZIP_LEVEL = 6
 
 
 class HeapProfiles:
@@ -42,9 +38,8 @@ class HeapProfiles:
         self.perf_map = PerfMap(pid, segment.header.pid)
         # A key's frames and the build ids they name, made once: a key id
         # stands for the same frames for the table's life (as a reporter's
-        # texts do).  Scraping a
-        # Python service rebuilt each stack's Python frames every time (8 s
-        # a scrape; Parca's and Pyroscope's timeouts are ~10 s).
+        # texts do), and a scrape must not rebuild each stack's Python
+        # frames (scrapers give up after ~10 s).
         self.key_frames = {}
         # What one frame token shows (_token_frames), by its number: shared
         # by the keys that have it.
@@ -58,11 +53,7 @@ class HeapProfiles:
             self.resolver = FrameResolver(snap.modules, self.keys)
         apart = set(snap.custom) | {pos for pos, _ in snap.resources}  # not memory, or inside memory counted
         resolver = self.resolver
-        if report_core.positions_are_ids(snap.ids):  # stacks new here keyed in C, as a report keys them
-            resolver.cover(len(snap.ids))
-            new = array("q", [i for i in snap.ids if resolver.key_of[i] < 0])
-            if new:
-                resolver.key_many(snap.stacks, new, resolver.key_of)
+        resolver.key_ids(snap.stacks, array("q", snap.ids))  # (new ones in C, as a report keys them)
         sums = defaultdict(lambda: [0, 0, 0, 0])
         for pos, sid in enumerate(snap.ids):
             if pos in apart or (not snap.live_blocks[pos] and not snap.alloc_count[pos]):

@@ -49,6 +49,11 @@ def _packed(number, values):
     return _field_bytes(number, b"".join(_varint(v) for v in values)) if values else b""
 
 
+# Go's level (gzip.DefaultCompression): Python's default, 9, spends many
+# times as long on a big profile for little less (docs/performance.rst).
+GZIP_LEVEL = 6
+
+
 class Tables:
     """A profile's strings, mappings, functions and locations, each made
     once -- and kept from one profile to the next where the same frames
@@ -209,6 +214,6 @@ def sampling_period(analyses):
 
 
 def write(out, analyses, problems):
-    data = gzip.compress(encode(analyses), compresslevel=6, mtime=0)  # (Go's level; 9 is 20x slower)
+    data = gzip.compress(encode(analyses), compresslevel=GZIP_LEVEL, mtime=0)
     target = getattr(out, "buffer", out)
     target.write(data)

@@ -205,13 +205,21 @@ static void arm_lazy_spawn(void)
  * starts it now -- a descendant's starts lazily, by then inside -- and
  * waits until it holds its life mutex (before, its liveness is asked of
  * /proc, which the sandbox refuses too).  None is started from here on. */
+/* The lazy start taken off; 0 if another thread took it first. */
+static int disarm_lazy_spawn(void)
+{
+    if (!__atomic_exchange_n(&mlk_lazy_spawn_at, 0, __ATOMIC_RELAXED))
+        return 0;
+    mlk_fast_off_set(MLK_FAST_LAZY_SPAWN, 0);
+    return 1;
+}
+
 void mlk_before_sandbox(void)
 {
     if (!mlk_seg || inert || mlk_seg->pid != mlk_getpid() || mlk_spawn_confined())
         return;
     if (mlk_collecting_or_paused() && !mlk_reporter_alive()) {
-        __atomic_exchange_n(&mlk_lazy_spawn_at, 0, __ATOMIC_RELAXED);
-        mlk_fast_off_set(MLK_FAST_LAZY_SPAWN, 0);
+        disarm_lazy_spawn();
         mlk_spawn_reporter();
     }
     mlk_wait_reporter_life(5000);
@@ -220,9 +228,8 @@ void mlk_before_sandbox(void)
 
 void mlk_lazy_spawn(void)
 {
-    if (!__atomic_exchange_n(&mlk_lazy_spawn_at, 0, __ATOMIC_RELAXED))
+    if (!disarm_lazy_spawn())
         return; /* another thread got here first */
-    mlk_fast_off_set(MLK_FAST_LAZY_SPAWN, 0);
     if (mlk_seg && mlk_seg->pid == mlk_getpid() && !mlk_reporter_alive())
         mlk_spawn_reporter();
 }
