@@ -57,7 +57,10 @@ class Standby:
         try:
             gone = os.waitpid(self.pid, os.WNOHANG)[0] == self.pid
         except ChildProcessError:
-            gone = True
+            # Not ours to wait for: SIGCHLD ignored, which a reporter inherits
+            # from a program that ignores it.  Whether it lives is not known:
+            # it is not replaced (else one more standby at every wake-up).
+            gone = False
         if not gone:
             return
         self.pid = None
