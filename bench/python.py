@@ -70,7 +70,9 @@ def main():
     base = None
     for name, argv, extra in runs:
         env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "MEMLEAK_CONFIG", "PYTHONMALLOC")}
-        env.update(extra)
+        # (str hashes fixed: with a random seed each run's dicts differ,
+        # and so do its instructions -- by 1-3% between runs)
+        env.update(extra, PYTHONHASHSEED="0")
         m = measure(argv, None, env)
         base = base or m["Ir"]
         print(f"{name:31} Ir {m['Ir'] / 1e6:9.1f}M  est {m['est'] / 1e6:9.1f}M  {m['Ir'] / base:6.2f}x bare (Ir)",

@@ -6,6 +6,7 @@ tests (a venv's, pyenv's).  `report` must name the Python lines as the
 first frames of user code, the C line first for the extension's leak,
 with the planted bytes exact."""
 
+import glob
 import json
 import shutil
 import os
@@ -93,18 +94,39 @@ def own(frames):
             if f["module"] == "python" or "leakmod" in (f["module"] or "")]
 
 
+def other_python(minor):
+    """A CPython 3.`minor` of this machine (Debian's, pyenv's, or named
+    by MEMLEAK_TEST_PYTHON3_`minor`), or None."""
+    named = os.environ.get(f"MEMLEAK_TEST_PYTHON3_{minor}")
+    found = [named] if named else [f"/usr/bin/python3.{minor}",
+                                    *sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/3.{minor}.*/bin/"
+                                                                         f"python3.{minor}"))),
+                                    shutil.which(f"python3.{minor}")]
+    # (one that runs: pyenv's shims are on PATH for versions not installed too)
+    return next((p for p in found if p and os.access(p, os.X_OK)
+                 and subprocess.run([p, "-c", ""], capture_output=True).returncode == 0), None)
+
+
+def python_param(minor):
+    found = other_python(minor)
+    return pytest.param(found or f"python3.{minor}", id=f"python3.{minor}",
+                        marks=pytest.mark.skipif(found is None, reason=f"no CPython 3.{minor} here"))
+
+
 PYTHONS = [
     pytest.param(sys.executable, id="this-python"),
     pytest.param(SYSTEM_PYTHON, id="system-python",
                  marks=pytest.mark.skipif(not os.path.exists(SYSTEM_PYTHON), reason="no Debian python3.11")),
+    python_param(12),
+    python_param(13),
 ]
 
 
 @pytest.mark.parametrize("attach", [False, True], ids=["run", "attach"])
 @pytest.mark.parametrize("python", PYTHONS)
 def test_python_lines_are_the_first_frames_of_user_code(tmp_path, python, attach):
-    if sysconfig.get_config_var("VERSION") != "3.11" and python == sys.executable:
-        pytest.skip("the frames read are CPython 3.11's")
+    if sysconfig.get_config_var("VERSION") not in ("3.11", "3.12", "3.13") and python == sys.executable:
+        pytest.skip("the frames read are CPython 3.11's to 3.13's")
     snapshots = serve(tmp_path, python, attach)
     leak_line = line_of(EXTENSION, "LEAK")
     calls_c, py_leak = line_of(SERVICE, "CALLS-C"), line_of(SERVICE, "PYTHON-LEAK")
@@ -182,30 +204,43 @@ def test_the_layout_read_is_the_interpreters_own(tmp_path, python):
     assert subprocess.run([str(out)]).returncode == 0
 
 
+# Run by the interpreter under test: per code object of a few modules of
+# its standard library, its location table and the line of each
+# instruction as CPython itself gives it (co_positions).
+LINES_OF = """
+import base64, json, sys
+import dis  # (a big module with every form of location entry)
 def all_codes(code):
     yield code
     for const in code.co_consts:
         if hasattr(const, "co_linetable"):
             yield from all_codes(const)
+out = []
+for name in ("dis", "json.decoder", "argparse", "asyncio.base_events"):
+    module = __import__(name, fromlist=["_"])
+    with open(module.__file__, encoding="utf-8") as f:
+        top = compile(f.read(), module.__file__, "exec")
+    for code in all_codes(top):
+        out.append([code.co_qualname, code.co_firstlineno, base64.b64encode(code.co_linetable).decode(),
+                    [line or 0 for line, *_ in code.co_positions()]])
+json.dump(out, sys.stdout)
+"""
 
 
-@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="the location table read is CPython 3.11's")
-def test_lines_are_the_interpreters_own():
+@pytest.mark.parametrize("python", PYTHONS)
+def test_lines_are_the_interpreters_own(python):
     """The reporter's reading of the location table (python_code.line_at)
     gives, for every instruction of every function of a few modules of
-    the standard library, the line CPython itself gives (co_positions)."""
-    import dis  # noqa: F401 (a big module with every form of location entry)
+    the interpreter's standard library, the line CPython itself gives."""
+    import base64
     from libmemleak.daemon.python_code import CodeInfo, line_at
+    got = subprocess.run([python, "-c", LINES_OF], capture_output=True, text=True, check=True, timeout=300)
     checked = 0
-    for name in ("dis", "json.decoder", "argparse", "asyncio.base_events"):
-        module = __import__(name, fromlist=["_"])
-        with open(module.__file__, encoding="utf-8") as f:
-            top = compile(f.read(), module.__file__, "exec")
-        for code in all_codes(top):
-            info = CodeInfo(code.co_qualname, code.co_filename, code.co_firstlineno, code.co_linetable)
-            for index, (line, *_) in enumerate(code.co_positions()):
-                assert line_at(info, index) == (line or 0), (code.co_qualname, index)
-                checked += 1
+    for qualname, firstlineno, table, lines in json.loads(got.stdout):
+        info = CodeInfo(qualname, "", firstlineno, base64.b64decode(table))
+        for index, line in enumerate(lines):
+            assert line_at(info, index) == line, (qualname, index)
+            checked += 1
     assert checked > 40000
 
 
@@ -358,21 +393,32 @@ def test_a_deep_python_stack_keeps_its_frames(tmp_path):
 
 
 DEBUG_PYTHON = "/usr/bin/python3.11d"
+UNREAD = [
+    pytest.param(DEBUG_PYTHON, id="debug-build",
+                 marks=pytest.mark.skipif(not os.path.exists(DEBUG_PYTHON), reason="no Debian python3.11-dbg")),
+    pytest.param(other_python(10) or "python3.10", id="python3.10",
+                 marks=pytest.mark.skipif(other_python(10) is None, reason="no CPython 3.10 here")),
+]
 
 
-@pytest.mark.skipif(not os.path.exists(DEBUG_PYTHON), reason="no Debian python3.11-dbg")
-def test_a_debug_build_is_said_not_read(tmp_path):
-    """A debug build lays its objects out otherwise than the layout checked:
-    its frames are not read -- never guessed -- and the run and every report
-    say so; the program runs as it would."""
-    out = cli("run", "-q", DEBUG_PYTHON, "-c", "x = [bytearray(1000) for i in range(10)]; print('ok')",
+@pytest.mark.parametrize("python", UNREAD)
+def test_a_layout_not_checked_is_said_not_read(tmp_path, python):
+    """A debug build lays its objects out otherwise than the layouts
+    checked, and 3.10 has its own: their frames are not read -- never
+    guessed -- and the run and every report say so; the program runs as
+    it would."""
+    version = subprocess.run([python, "-c", "import platform; print(platform.python_version())"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    out = cli("run", "-q", python, "-c", "x = [bytearray(1000) for i in range(10)]; print('ok')",
               cwd=tmp_path)
     assert (out.returncode, out.stdout) == (0, "ok\n"), out.stderr
-    assert "Python 3.11: its frames are not read" in out.stderr, out.stderr
+    minor = ".".join(version.split(".")[:2])
+    assert f"Python {minor}: its frames are not read" in out.stderr, out.stderr
     [name] = os.listdir(tmp_path)
     report = memlog.read(os.path.join(tmp_path, name))
-    assert report.header["python"] == ("CPython 3.11.2: frames not read (libmemleak reads the frames of CPython "
-                                       "3.11's release builds): stacks stop at the interpreter"), report.header
+    assert report.header["python"] == (f"CPython {version}: frames not read (libmemleak reads the frames of "
+                                       "CPython 3.11's to 3.13's release builds): stacks stop at the interpreter"), \
+        report.header
     assert not any(f.module == "python" for e in report.entries for f in e.frames)
 
 

@@ -35,7 +35,7 @@ class CodeInfo(NamedTuple):
     name: str
     file: str
     firstline: int
-    table: bytes     # co_linetable (3.11's location table)
+    table: bytes     # co_linetable (the location table of 3.11 to 3.13)
 
 
 class Interpreter(NamedTuple):
@@ -116,8 +116,8 @@ def _svarint(table, i):
 
 def line_at(info, index):
     """The line of instruction `index` (in code units) by the code's
-    location table, CPython 3.11's format (Objects/locations.md): entries of
-    a first byte (bit 7 set; the form in bits 3-6, the instructions it
+    location table, the format of CPython 3.11 to 3.13 (Objects/locations.md):
+    entries of a first byte (bit 7 set; the form in bits 3-6, the instructions it
     covers less one in bits 0-2) and the form's bytes.  0 where none is
     known; the function's first line before its first instruction."""
     if index == NO_INSTRUCTION:
@@ -126,7 +126,7 @@ def line_at(info, index):
     while i < len(table):
         first = table[i]
         if not first & 128:
-            return 0  # not an entry's first byte: a table cut short or not 3.11's
+            return 0  # not an entry's first byte: a table cut short or of another format
         form, length = first >> 3 & 15, (first & 7) + 1
         i += 1
         here = line

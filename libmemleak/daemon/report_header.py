@@ -171,7 +171,7 @@ def python_lines(python):
     if python.interpreter.frames_read:
         text = f"CPython {version}: frames read"
     else:
-        text = (f"CPython {version}: frames not read (libmemleak reads the frames of CPython 3.11's "
+        text = (f"CPython {version}: frames not read (libmemleak reads the frames of CPython 3.11's to 3.13's "
                 "release builds): stacks stop at the interpreter")
     words = PYMALLOC_WORDS.get(python.interpreter.pymalloc)
     return [("python", f"{text}; {words}" if words else text)]

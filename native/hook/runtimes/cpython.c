@@ -19,16 +19,15 @@
  * first time a new stack names it, while it is alive on this thread's
  * chain.  Lines are worked out by the reporter, from the line table.
  *
- * The layout read is CPython 3.11's, checked against its own headers by
- * tests/test_python_frames.py.  Another version's frames are not read --
- * never guessed -- and every report says so (MLK_PY_FRAMES_NOT_READ). */
+ * The layouts read are CPython 3.11's, 3.12's and 3.13's (cpython_layout.h),
+ * each checked against its own headers by tests/test_python_frames.py.
+ * Another version's frames are not read -- never guessed -- and every
+ * report says so (MLK_PY_FRAMES_NOT_READ). */
 #define _GNU_SOURCE
-#include <link.h>
 #include <pthread.h>
 #include <string.h>
 
 #include "../mlk.h"
-#include "../route/got.h"
 #include "cpython.h"
 #include "cpython_layout.h"
 
@@ -42,6 +41,10 @@ int mlk_py_reading;                       /* frames are read: current_stack asks
 static int py_seen;                       /* the interpreter was looked for and found */
 static void *(*this_thread_state)(void);  /* PyGILState_GetThisThreadState */
 static const char *runtime;               /* &_PyRuntime */
+static const char *code_type;             /* &PyCode_Type */
+static const struct py_layout *layout;    /* the interpreter's (cpython_layout.h) */
+
+#define INLINE static inline __attribute__((always_inline))
 
 static inline const char *ptr_at(const char *base, int off) { return *(const char *const *)(base + off); }
 
@@ -59,9 +62,9 @@ static inline uint64_t str_hash(const char *s)
  * size, so a new code object can sit where the dead one did with its name
  * and line table where the dead one's were.  (Not the instructions: the
  * interpreter rewrites them as it specializes.) */
-static inline uint64_t fingerprint(const char *code)
+INLINE uint64_t fingerprint(const struct py_layout *L, const char *code)
 {
-    const char *table = ptr_at(code, CODE_LINETABLE);
+    const char *table = ptr_at(code, L->code_linetable);
     uint64_t head = 0, len = table ? (uint64_t)*(const int64_t *)(table + BYTES_SIZE) : 0;
     /* (Its first 8 bytes in one load, whatever its length: a bytes object
      * of n bytes takes BYTES_DATA + n + 1 bytes, which pymalloc rounds up
@@ -74,9 +77,9 @@ static inline uint64_t fingerprint(const char *code)
         __builtin_memcpy(&word, table + BYTES_DATA, 8);
         head = len >= 8 ? word : word & ((1ull << (8 * len)) - 1);
     }
-    uint64_t x = str_hash(ptr_at(code, CODE_QUALNAME)) * 0x9e3779b97f4a7c15ull ^
-                 str_hash(ptr_at(code, CODE_FILENAME)) * 0xc2b2ae3d27d4eb4full ^
-                 (head + len) * 0x165667b19e3779f9ull ^ (uint64_t)*(const int *)(code + CODE_FIRSTLINENO);
+    uint64_t x = str_hash(ptr_at(code, L->code_qualname)) * 0x9e3779b97f4a7c15ull ^
+                 str_hash(ptr_at(code, L->code_filename)) * 0xc2b2ae3d27d4eb4full ^
+                 (head + len) * 0x165667b19e3779f9ull ^ (uint64_t)*(const int *)(code + L->code_firstlineno);
     return (x ^ x >> 29 ^ x >> 47) & 0xffffff;
 }
 
@@ -117,7 +120,7 @@ struct walk_memo {
     uint32_t native, id, unload_epoch;
     uint16_t kind, frames; /* frames: how many it walked */
     uint32_t cut;          /* more frames followed them */
-    uintptr_t frame[MEMO_FRAMES], at[MEMO_FRAMES]; /* at: the instruction pointer | is_entry */
+    uintptr_t frame[MEMO_FRAMES], at[MEMO_FRAMES]; /* at: the instruction pointer | entry (step) */
 };
 
 struct py_thread {
@@ -148,59 +151,121 @@ static struct py_thread *py_of_thread(void)
     return thread_py = t;
 }
 
-static inline uint64_t fingerprint_of(struct py_thread *t, const char *code, uint64_t deaths)
+INLINE uint64_t fingerprint_of(const struct py_layout *L, struct py_thread *t, const char *code, uint64_t deaths)
 {
     if (!t)
-        return fingerprint(code);
+        return fingerprint(L, code);
     unsigned i = (unsigned)((uint64_t)code >> 4 ^ (uint64_t)code >> 12) & ((1u << PRINTS_BITS) - 1);
     if (t->prints.slot[i].code == (uint64_t)code && t->prints.slot[i].print_epoch >> 24 == deaths)
         return t->prints.slot[i].print_epoch & 0xffffff;
-    uint64_t print = fingerprint(code);
+    uint64_t print = fingerprint(L, code);
     t->prints.slot[i].code = (uint64_t)code;
     t->prints.slot[i].print_epoch = print | deaths << 24;
     return print;
 }
 
-static inline uintptr_t at_of(const char *frame)
+/* 3.12 on: the evaluation loop links a shim frame of its own (on the C
+ * stack, running no code of the program's) in front of each run's first
+ * frame; skipped (a few at most in a row: more are not believed). */
+#define SHIMS_MAX 4
+INLINE const char *past_shims(const struct py_layout *L, const char *frame, uintptr_t *entry)
 {
-    return (uintptr_t)ptr_at(frame, FRAME_PREV_INSTR) | (*(const uint8_t *)(frame + FRAME_IS_ENTRY) != 0);
+    if (L->frame_owner < 0)
+        return frame;
+    for (int k = 0; frame && *(frame + L->frame_owner) == PY_OWNED_BY_CSTACK && k < SHIMS_MAX; k++) {
+        *entry = 1;
+        frame = ptr_at(frame, L->frame_previous);
+    }
+    return frame;
+}
+
+/* One frame of the walk: its instruction pointer | 1 where it is the
+ * first of its run of the evaluation loop (3.11 marks it; 3.12 on, a shim
+ * follows it) at *at, and the next frame out. */
+INLINE const char *step(const struct py_layout *L, const char *frame, uintptr_t *at)
+{
+    uintptr_t entry = L->frame_is_entry >= 0 ? *(const uint8_t *)(frame + L->frame_is_entry) != 0 : 0;
+    const char *next = past_shims(L, ptr_at(frame, L->frame_previous), &entry);
+    *at = (uintptr_t)ptr_at(frame, L->frame_instr) | entry;
+    return next;
 }
 
 /* The stack of walk memo m, if this walk from `frame` is its. */
-static uint32_t memo_holds(const struct walk_memo *m, const char *frame, uint32_t native, int kind,
-                           uint32_t unload_epoch, uint64_t deaths)
+INLINE uint32_t memo_holds(const struct py_layout *L, const struct walk_memo *m, const char *frame,
+                           uint32_t native, int kind, uint32_t unload_epoch, uint64_t deaths)
 {
     if (m->deaths != deaths || m->native != native || m->kind != kind || m->unload_epoch != unload_epoch)
         return MLK_NO_STACK;
     int k = 0;
-    for (; frame && k < m->frames; k++, frame = ptr_at(frame, FRAME_PREVIOUS))
-        if ((uintptr_t)frame != m->frame[k] || at_of(frame) != m->at[k])
+    for (; frame && k < m->frames; k++) {
+        uintptr_t at;
+        const char *next = step(L, frame, &at);
+        if ((uintptr_t)frame != m->frame[k] || at != m->at[k])
             return MLK_NO_STACK;
+        frame = next;
+    }
     return k == m->frames && (frame != NULL) == (m->cut != 0) ? m->id : MLK_NO_STACK;
 }
 
 /* The calling thread's innermost frame, or NULL: no interpreter on this
  * thread, or one finalizing (its thread states are being freed). */
-static const char *innermost_frame(const char **state)
+INLINE const char *innermost_frame(const struct py_layout *L, const char **state)
 {
     const char *ts = *state = this_thread_state();
-    if (!ts || __atomic_load_n((const void *const *)(runtime + RUNTIME_FINALIZING), __ATOMIC_RELAXED))
+    if (!ts || __atomic_load_n((const void *const *)(runtime + L->runtime_finalizing), __ATOMIC_RELAXED))
         return NULL;
     /* The state is this thread's own (it is one the interpreter gave this
      * thread, not a stale one). */
-    if (*(const unsigned long *)(ts + TSTATE_THREAD_ID) != (unsigned long)pthread_self())
+    if (*(const unsigned long *)(ts + L->tstate_thread_id) != (unsigned long)pthread_self())
         return NULL;
-    const char *cframe = ptr_at(ts, TSTATE_CFRAME);
-    return cframe ? ptr_at(cframe, CFRAME_CURRENT) : NULL;
+    const char *holder = L->tstate_cframe >= 0 ? ptr_at(ts, L->tstate_cframe) : ts;
+    uintptr_t entry;
+    return holder ? past_shims(L, ptr_at(holder, L->current_frame), &entry) : NULL;
 }
 
 static void check_routing(const char *ts);
 static int routing_checked;
 
-uint32_t mlk_py_stack(uint32_t native, int kind, uint32_t unload_epoch)
+/* A Python stack's words (shm_layout.h) from `frame` out, at most
+ * MEMO_FRAMES frames (*cut: more followed), each noted in memo m if any:
+ * how many words. */
+INLINE int stack_words(const struct py_layout *L, const char *frame, uint32_t native, struct py_thread *t,
+                       uint64_t deaths, struct walk_memo *m, uint64_t *words, int *frames, int *cut)
+{
+    int n = 0, k = 0;
+    words[n++] = (uint64_t)MLK_PY_TAG_NATIVE << MLK_PY_TAG_SHIFT | native;
+    while (frame) {
+        if (k == MEMO_FRAMES) {
+            *cut = 1; /* the outer frames: the report says the stack was cut */
+            break;
+        }
+        uintptr_t at;
+        const char *code = ptr_at(frame, L->frame_code), *next = step(L, frame, &at);
+        if (m) {
+            m->frame[k] = (uintptr_t)frame;
+            m->at[k] = at;
+        }
+        k++, frame = next;
+        /* (3.13: a frame runs a code object, or None -- no code: skipped.) */
+        if (L->tstate_cframe < 0 && (!code || ptr_at(code, OBJECT_TYPE) != code_type))
+            continue;
+        const char *ip = (const char *)(at & ~(uintptr_t)1), *first = code + L->code_instructions;
+        /* Before its first instruction (a frame being set up: making its
+         * cells, say) it has no line: its function's first is shown. */
+        uint64_t index = ip >= first ? (uint64_t)(ip - first) / 2 : MLK_PY_NO_INSTRUCTION;
+        words[n++] = (uint64_t)MLK_PY_TAG_CODE << MLK_PY_TAG_SHIFT | (uint64_t)(at & 1) << MLK_PY_ENTRY_SHIFT |
+                     (uint64_t)code;
+        words[n++] = (uint64_t)MLK_PY_TAG_WHERE << MLK_PY_TAG_SHIFT |
+                     fingerprint_of(L, t, code, deaths) << 32 | (index & 0xffffffffu);
+    }
+    *frames = k;
+    return n;
+}
+
+INLINE uint32_t py_stack(const struct py_layout *L, uint32_t native, int kind, uint32_t unload_epoch)
 {
     const char *ts;
-    const char *frame = innermost_frame(&ts);
+    const char *frame = innermost_frame(L, &ts);
     if (!frame)
         return native;
     if (MLK_UNLIKELY(!routing_checked))
@@ -209,35 +274,18 @@ uint32_t mlk_py_stack(uint32_t native, int kind, uint32_t unload_epoch)
     uint64_t deaths = __atomic_load_n(&code_deaths, __ATOMIC_ACQUIRE) & ((1ull << 40) - 1);
     struct walk_memo *m = NULL;
     if (t) {
-        uint64_t key = ((uint64_t)frame ^ at_of(frame) * 0x9e3779b97f4a7c15ull) + native;
+        uintptr_t at;
+        step(L, frame, &at);
+        uint64_t key = ((uint64_t)frame ^ at * 0x9e3779b97f4a7c15ull) + native;
         m = &t->memo[(key ^ key >> 29) & (MEMO_WAYS - 1)];
-        uint32_t id = memo_holds(m, frame, native, kind, unload_epoch, deaths);
+        uint32_t id = memo_holds(L, m, frame, native, kind, unload_epoch, deaths);
         if (id != MLK_NO_STACK)
             return id;
         m->deaths = 0; /* (being rewritten: a signal handler's allocation meanwhile finds nothing) */
     }
     uint64_t words[MLK_PY_MAX_WORDS];
-    int n = 0, k = 0, cut = 0;
-    words[n++] = (uint64_t)MLK_PY_TAG_NATIVE << MLK_PY_TAG_SHIFT | native;
-    for (; frame; frame = ptr_at(frame, FRAME_PREVIOUS), k++) {
-        if (k == MEMO_FRAMES) {
-            cut = 1; /* the outer frames: the report says the stack was cut */
-            break;
-        }
-        const char *code = ptr_at(frame, FRAME_CODE);
-        const char *at = ptr_at(frame, FRAME_PREV_INSTR), *first = code + CODE_INSTRUCTIONS;
-        /* Before its first instruction (a frame being set up: making its
-         * cells, say) it has no line: its function's first is shown. */
-        uint64_t index = at >= first ? (uint64_t)(at - first) / 2 : MLK_PY_NO_INSTRUCTION;
-        uint64_t entry = *(const uint8_t *)(frame + FRAME_IS_ENTRY) != 0;
-        words[n++] = (uint64_t)MLK_PY_TAG_CODE << MLK_PY_TAG_SHIFT | entry << MLK_PY_ENTRY_SHIFT | (uint64_t)code;
-        words[n++] = (uint64_t)MLK_PY_TAG_WHERE << MLK_PY_TAG_SHIFT | fingerprint_of(t, code, deaths) << 32 |
-                     (index & 0xffffffffu);
-        if (m) {
-            m->frame[k] = (uintptr_t)frame;
-            m->at[k] = (uintptr_t)at | entry;
-        }
-    }
+    int k, cut = 0;
+    int n = stack_words(L, frame, native, t, deaths, m, words, &k, &cut);
     uint32_t id = mlk_stack_intern(words, n, kind, unload_epoch, cut);
     if (id == MLK_NO_STACK)
         return native; /* (full table: the native stack still counts it) */
@@ -247,6 +295,22 @@ uint32_t mlk_py_stack(uint32_t native, int kind, uint32_t unload_epoch)
         m->deaths = deaths;
     }
     return id;
+}
+
+/* One walk per layout, its offsets constants (the walk is the hot part of
+ * a Python allocation). */
+static int layout_index; /* 0: 3.11, 1: 3.12, 2: 3.13 */
+
+uint32_t mlk_py_stack(uint32_t native, int kind, uint32_t unload_epoch)
+{
+    switch (layout_index) {
+    case 0:
+        return py_stack(&PY_LAYOUT_311, native, kind, unload_epoch);
+    case 1:
+        return py_stack(&PY_LAYOUT_312, native, kind, unload_epoch);
+    default:
+        return py_stack(&PY_LAYOUT_313, native, kind, unload_epoch);
+    }
 }
 
 /* ---- records: each code object described once ------------------------- */
@@ -287,7 +351,7 @@ static size_t str_bytes(const char *s, size_t max, const char **data, unsigned *
     unsigned size = state >> 2 & 7;
     if (!(state & 32) || (size != 1 && size != 2 && size != 4))
         return 0; /* not compact: not read */
-    *data = s + ((state & 64) ? STR_ASCII_DATA : STR_COMPACT_DATA);
+    *data = s + ((state & 64) ? layout->str_ascii_data : layout->str_compact_data);
     *char_size = size;
     int64_t chars = *(const int64_t *)(s + STR_LENGTH);
     return (size_t)(chars < 0 ? 0 : (uint64_t)chars > max ? max : (uint64_t)chars) * size;
@@ -313,7 +377,7 @@ struct description {
 static void fill_description(uint64_t *words, const void *arg)
 {
     const struct description *d = arg;
-    uint64_t firstline = (uint32_t)*(const int *)(d->code + CODE_FIRSTLINENO);
+    uint64_t firstline = (uint32_t)*(const int *)(d->code + layout->code_firstlineno);
     words[0] = (uint64_t)d->code;
     words[1] = d->print | firstline << 32;
     words[2] = d->name_len | (uint64_t)d->name_size << 16;
@@ -327,9 +391,9 @@ static void fill_description(uint64_t *words, const void *arg)
 static void describe(const char *code, uint64_t print)
 {
     struct description d = {.code = code, .print = print, .name = "", .file = ""};
-    d.name_len = str_bytes(ptr_at(code, CODE_QUALNAME), NAME_MAX_CHARS, &d.name, &d.name_size);
-    d.file_len = str_bytes(ptr_at(code, CODE_FILENAME), FILE_MAX_CHARS, &d.file, &d.file_size);
-    const char *bytes = ptr_at(code, CODE_LINETABLE);
+    d.name_len = str_bytes(ptr_at(code, layout->code_qualname), NAME_MAX_CHARS, &d.name, &d.name_size);
+    d.file_len = str_bytes(ptr_at(code, layout->code_filename), FILE_MAX_CHARS, &d.file, &d.file_size);
+    const char *bytes = ptr_at(code, layout->code_linetable);
     int64_t table_len = bytes ? *(const int64_t *)(bytes + BYTES_SIZE) : 0;
     d.table_len = (size_t)(table_len < 0 ? 0 : table_len > LINETABLE_MAX ? LINETABLE_MAX : table_len);
     d.table = bytes ? bytes + BYTES_DATA : NULL;
@@ -353,57 +417,13 @@ void mlk_py_describe_codes(const uint64_t *words, int n)
 
 /* ---- finding the interpreter ------------------------------------------- */
 
-struct symbol_ask {
-    const char *name;
-    uintptr_t at;
-};
-
-static int symbol_in(struct dl_phdr_info *info, size_t size, void *arg)
-{
-    struct symbol_ask *ask = arg;
-    uintptr_t at = mlk_module_symbol(info, ask->name);
-    if (at > 1) /* (1: a module without a GNU hash table, not asked) */
-        ask->at = at;
-    return ask->at != 0;
-}
-
-/* A symbol of the first module that defines it, by the modules' symbol
- * tables -- not dlsym, whose failure (most programs are no Python) leaves
- * a message in a block it mallocs, from inside our hook: not recorded,
- * then freed by the program, an "unknown free" in every report. */
-void *mlk_py_symbol(const char *name)
-{
-    struct symbol_ask ask = {name, 0};
-    dl_iterate_phdr(symbol_in, &ask);
-    return (void *)ask.at;
-}
-
-static unsigned long interpreter_version(void)
-{
-    const unsigned long *v = mlk_py_symbol("Py_Version"); /* 3.11 and later */
-    if (v)
-        return *v;
-    const char *(*get)(void) = (const char *(*)(void))mlk_py_symbol("Py_GetVersion");
-    if (!get)
-        return 0;
-    const char *s = get(); /* "3.10.12 (main, ...": its major and minor */
-    unsigned long major = 0, minor = 0;
-    for (; *s >= '0' && *s <= '9'; s++)
-        major = major * 10 + (unsigned long)(*s - '0');
-    if (*s == '.')
-        for (s++; *s >= '0' && *s <= '9'; s++)
-            minor = minor * 10 + (unsigned long)(*s - '0');
-    return major << 24 | minor << 16;
-}
-
 /* PyCode_Type's tp_dealloc wrapped (a static type: its slot is plain
  * data, and a dealloc under way reads the old pointer or the new, either
  * of which works).  Without the key that gives a thread's fingerprints
  * back, none are kept. */
-static void watch_code_deaths(void)
+static void watch_code_deaths(char *type)
 {
-    char *type = mlk_py_symbol("PyCode_Type");
-    if (!type || pthread_key_create(&thread_py_key, thread_py_release) != 0)
+    if (pthread_key_create(&thread_py_key, thread_py_release) != 0)
         return;
     void (**slot)(void *) = (void (**)(void *))(type + TYPE_DEALLOC);
     void (*was)(void *) = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
@@ -411,6 +431,19 @@ static void watch_code_deaths(void)
         return;
     code_dealloc = was;
     __atomic_store_n(slot, code_dealloc_counted, __ATOMIC_RELEASE);
+}
+
+/* Does the thread of state ts hold the GIL?  (3.11: the runtime names
+ * its holder; 3.12 on, the interpreter's GIL its last holder, and whether
+ * it is held.) */
+static int holds_gil(const struct py_layout *L, const char *ts)
+{
+    if (L->runtime_gil_holder >= 0)
+        return __atomic_load_n((const char *const *)(runtime + L->runtime_gil_holder), __ATOMIC_ACQUIRE) == ts;
+    const char *interp = ptr_at(ts, L->tstate_interp);
+    const char *gil = interp ? ptr_at(interp, L->interp_gil) : NULL;
+    return gil && __atomic_load_n((const int *)(gil + L->gil_locked), __ATOMIC_ACQUIRE) &&
+           __atomic_load_n((const char *const *)(gil + L->gil_last_holder), __ATOMIC_ACQUIRE) == ts;
 }
 
 static void copy_words(uint64_t *at, const void *words) { memcpy(at, words, 4 * sizeof *at); }
@@ -435,16 +468,17 @@ void mlk_py_find_interpreter(void)
     if (__atomic_load_n(&py_seen, __ATOMIC_ACQUIRE) || !mlk_seg)
         return;
     void *eval = mlk_py_symbol("_PyEval_EvalFrameDefault");
-    unsigned long version = eval ? interpreter_version() : 0;
+    unsigned long version = eval ? mlk_py_version() : 0;
     if (!version || __atomic_exchange_n(&py_seen, 1, __ATOMIC_ACQ_REL))
         return;
     /* (A debug build -- reference counting's totals kept, objects linked
      * in a list -- lays objects out otherwise: not the layout checked.) */
-    int readable = version >= READ_VERSION_MIN && version < READ_VERSION_END && !mlk_py_symbol("_Py_RefTotal") &&
-                   !mlk_py_symbol("_Py_ForgetReference");
-    void *(*state)(void) = (void *(*)(void))mlk_py_symbol("PyGILState_GetThisThreadState");
     const char *rt = mlk_py_symbol("_PyRuntime");
-    readable = readable && state && rt;
+    int index = mlk_py_layout_of(version, rt);
+    void *(*state)(void) = (void *(*)(void))mlk_py_symbol("PyGILState_GetThisThreadState");
+    const char *type = mlk_py_symbol("PyCode_Type");
+    int readable = index >= 0 && !mlk_py_symbol("_Py_RefTotal") && !mlk_py_symbol("_Py_ForgetReference") &&
+                   state && rt && type;
     found_version = version, found_eval = eval;
     frames_status = readable ? MLK_PY_FRAMES_READ : MLK_PY_FRAMES_NOT_READ;
     /* (Routed only where frames are read: the first Python stack checks
@@ -458,14 +492,17 @@ void mlk_py_find_interpreter(void)
             *p++ = (char)('0' + minor / 10);
         *p++ = (char)('0' + minor % 10);
         *p = 0;
-        mlk_warn("Python ", v, ": its frames are not read (libmemleak reads CPython 3.11's, release "
-                               "builds); stacks stop at the interpreter, and every report says so");
+        mlk_warn("Python ", v, ": its frames are not read (libmemleak reads CPython 3.11's, 3.12's and "
+                               "3.13's, release builds); stacks stop at the interpreter, and every report says so");
         return;
     }
+    layout_index = index;
+    layout = mlk_py_layouts[index];
     described = mlk_map_anon(sizeof *described << DESCRIBED_BITS);
-    watch_code_deaths();
     this_thread_state = state;
     runtime = rt;
+    code_type = type;
+    watch_code_deaths((char *)type);
     mlk_fast_off_set(MLK_FAST_PYTHON, 1); /* every allocation's stack takes the whole way, here */
     __atomic_store_n(&mlk_py_reading, 1, __ATOMIC_RELEASE);
 }
@@ -478,7 +515,7 @@ void mlk_py_find_interpreter(void)
 static void check_routing(const char *ts)
 {
     if (pymalloc_status == MLK_PYMALLOC_RUNNING) {
-        if (__atomic_load_n((const char *const *)(runtime + RUNTIME_GIL_HOLDER), __ATOMIC_ACQUIRE) != ts)
+        if (!holds_gil(layout, ts))
             return; /* (not this thread: the next allocation asks again) */
         routing_checked = 1;
         pymalloc_status = mlk_pymalloc_route_running();
