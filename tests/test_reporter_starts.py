@@ -120,6 +120,37 @@ def test_a_report_whose_baseline_was_being_committed_is_not_written_again(tmp_pa
     assert t.finish() == 0
 
 
+def test_a_report_killed_before_its_file_was_in_place_is_written(tmp_path):
+    """(#64 item 7) committing_seq was said after the report's file was
+    renamed into place: a reporter killed between the two left report 1
+    on disk and no word of it, and its successor counted that report's
+    bytes again in the next (a death report of "+4242" after a report of
+    "+4242", 1 run in 60 of the lifecycle test under load).  Now it is
+    said just before the rename -- and a successor that finds it said but
+    the file not in place (killed before the rename) writes that report,
+    all it held, under its seq: no seq is skipped.  The dead reporter's
+    state is made in the segment: report 2 said, its file never renamed."""
+    from libmemleak.live.client import open_segment
+    prog = compile_program("blocked.c")
+    t = Traced([prog], tmp_path)
+    t.expect("blocked")
+    t.signal_report(1)
+    segment, fd = open_segment(t.pid)
+    try:
+        segment.header.committing_seq = 2
+        kill_and_wait(wait_for_reporter(t.pid))
+        wait_for(lambda: reporters_of(t.pid), "a successor")
+    finally:
+        segment.close()
+        os.close(fd)
+    second = t.signal_report(2)
+    assert "handover" not in second.header, second.header
+    assert second.header["reason"] == "signal"
+    t.resume()
+    assert t.finish() == 0
+    assert [r.header["seq"] for r in t.reports()] == ["1", "2", "3"]
+
+
 def _holds_pidfd_at(pid, fd):
     try:
         return os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:[pidfd]"

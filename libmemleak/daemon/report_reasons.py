@@ -64,15 +64,16 @@ def final_written(h):
     return written_reason(h) in FINAL_REASONS
 
 
-def commit_record(h):
+def commit_record(h, in_place):
     """A reporter killed while it committed a report's baseline (its file
     in place): that seq is taken -- written again, the file would lose
     what the stacks committed already count -- and the next report may
     count again what the others changed in it: what its header says, or
-    None.  (Killed before: the report is written again under the same
-    name, with all it held.)"""
+    None.  (Killed before -- committing_seq is said just before the file
+    is renamed into place, so `in_place(seq)` tells --: the report is
+    written again under the same name, with all it held.)"""
     cut, h.committing_seq = h.committing_seq, 0
-    if cut != (h.report_seq + 1) & 0xffffffff:
+    if cut != (h.report_seq + 1) & 0xffffffff or not in_place(cut):
         return None
     h.report_seq = cut  # (a request it answered is then seen written: take_reason)
     return (f"report {cut}'s reporter was killed as it committed that report's baseline: "

@@ -34,7 +34,7 @@ from libmemleak.daemon.stack_table import StackTable, stack_table_wanted
 from libmemleak.daemon.procfs import namespace_tag, process_start
 from libmemleak.daemon.trust import pid_of_pidfd
 from libmemleak.files.memlog import Frame, render, write_report
-from libmemleak.files.report_names import report_name, safe_label
+from libmemleak.files.report_names import report_in_place, report_name, safe_label
 from libmemleak.symbols import Symbolizer
 from libmemleak.symbols.perfmap import PerfMap
 
@@ -136,7 +136,9 @@ class Reporter:
         self.frame_lines = FrameLines(self.keys, self.texts, self.symbolizer, self.symbolize, self.kind_value,
                                       lambda: PerfMap(self.pid, self.h.pid))
         self.recorder = Recorder.of(self)  # the event log (record=), or None
-        self.handover = commit_record(self.h)  # what the next report says of one cut short, or None
+        # what the next report says of one cut short, or None
+        self.handover = commit_record(self.h, lambda seq: report_in_place(self.directory, self.name, self.pid,
+                                                                          seq, self.ns_tag))
         self.keeper = keeper     # the root's first reporter's keeper (reporter_main), or None
         self.standby = standby   # its standby (standby.Standby: replaced if killed), or None
         self.announce_later = False  # the exit's summary waits for the descendants' reports
@@ -447,10 +449,17 @@ class Reporter:
                 body = texts.render(deltas.rows, since_seq=scan.bucket_seq if scan else None,
                                     depth=snap.depth, kind_words=self.resource_words(), table=self.table)
                 defined = self.table.render(deltas.rows, texts) if self.table else None
+                # The file may be in place from its rename on: its seq is
+                # taken then, though the baseline is not committed yet (a
+                # successor says so, and never writes this seq again:
+                # commit_record()).
+                committing = lambda: setattr(self.h, "committing_seq", seq)  # noqa: E731
                 try:
                     path = write_report(where, report_name(self.name, self.pid, seq, label, self.ns_tag),
-                                        itertools.chain([header], body, [misuse_text], defined or ()))
+                                        itertools.chain([header], body, [misuse_text], defined or ()),
+                                        before_rename=committing)
                 except BaseException:
+                    self.h.committing_seq = 0
                     if self.table:
                         self.table.failed()
                     raise
@@ -462,10 +471,6 @@ class Reporter:
                 texts.end_temporary()
         finally:
             self.symbolizer.deadline = None
-        # The file is in place: from here its seq is taken, though the
-        # baseline is not all committed yet (a successor says so, and never
-        # writes this seq again: commit_record()).
-        self.h.committing_seq = seq
         self.seg.commit_baseline(snap)
         self.h.report_seq = seq
         self.h.committing_seq = 0

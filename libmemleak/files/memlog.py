@@ -154,12 +154,14 @@ def render(header, entries):
     return "".join(render_chunks(header, entries))
 
 
-def write_report(directory, name, text):
+def write_report(directory, name, text, before_rename=None):
     """Write `text` (a string, or an iterable of strings or bytes written in turn)
     as directory/name, complete or not at all: under a fresh
     temporary name (owner-only, exclusive create, no symlink followed), then
     renamed into place.  rename() replaces a symlink planted at `name`
-    without following it, so no other file can be written through it."""
+    without following it, so no other file can be written through it.
+    `before_rename`: called just before the rename (the reporter says the
+    report may be in place from then on)."""
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         tmp = f".{name}.{secrets.token_hex(6)}.tmp"
@@ -178,6 +180,8 @@ def write_report(directory, name, text):
             raise
         os.close(fd)
         try:
+            if before_rename is not None:
+                before_rename()
             os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except OSError:
             _unlink_quietly(tmp, dir_fd)

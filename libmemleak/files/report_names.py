@@ -52,6 +52,15 @@ def report_names(directory, prog, pid, ns=None):
     return sorted(n for n in os.listdir(directory) if n.startswith(prefix) and n.endswith(".memlog"))
 
 
+def report_in_place(directory, prog, pid, seq, ns=None):
+    """Whether report `seq` of a process is in `directory` (whatever its label)."""
+    try:
+        names = report_names(directory, prog, pid, ns)
+    except OSError:
+        return False
+    return any((m := REPORT_NAME.match(n)) and int(m.group("seq")) == seq for n in names)
+
+
 # A report's file name (docs/memlog.md, "File names").
 REPORT_NAME = re.compile(r"^(?P<prog>.+)-(?P<pid>\d+)(?:@(?P<ns>\d+))?-(?P<seq>\d+)"
                          r"(?:-(?P<label>[A-Za-z_][A-Za-z0-9._+@=,%~]*))?\.memlog$")
