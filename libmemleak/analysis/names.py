@@ -59,7 +59,12 @@ LIBRARY_NAMESPACES = ("std::", "__gnu_cxx::", "__cxxabiv1::", "void std::", "__g
                       # Rust's (frames without line information: a release build's std).
                       # Not a bare "core::": a C++ program may have a namespace of that name.
                       "alloc::", "<alloc::", "<core::", "<std::", "hashbrown::", "<hashbrown::",
-                      "__rust_alloc", "__rust_realloc", "__rust_dealloc", "__rdl_", "__rg_")
+                      "__rust_alloc", "__rust_realloc", "__rust_dealloc", "__rdl_", "__rg_",
+                      # Go's runtime and cgo's glue: its C wrappers (_cgo_<hash>_Cfunc_f),
+                      # runtime/cgo's C (x_cgo_mmap...).  ("runtime." is no C or C++ name.)
+                      "runtime.", "_cgo_", "x_cgo_")
+# cgo's Go stub of each C function: PKG._Cfunc_f (.abi0)
+GO_CGO_STUB = "._Cfunc_"
 
 
 def is_library(module):
@@ -93,7 +98,8 @@ def is_own_code(frame, executable=None, python=False):
     if frame.file and frame.file.startswith(SYSTEM_SOURCES):
         return False
     name = frame.function or ""
-    return not name.startswith(LIBRARY_NAMESPACES) and "/include/c++/" not in (frame.file or "")
+    return (not name.startswith(LIBRARY_NAMESPACES) and "/include/c++/" not in (frame.file or "")
+            and GO_CGO_STUB not in name)
 
 
 def shown_frames(frames, executable=None, keep=4, layer=None):

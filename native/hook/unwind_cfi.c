@@ -7,6 +7,7 @@
 #include <unwind.h>
 
 #include "unwind_cfi.h"
+#include "runtimes/go.h"
 
 /* ---- libgcc ---------------------------------------------------------------- */
 
@@ -28,6 +29,14 @@ static _Unwind_Reason_Code collect_one(struct _Unwind_Context *ctx, void *arg)
         return _URC_NO_REASON; /* our own hook frames: not the program's */
     if (c->n >= c->max) {
         c->truncated = 1;
+        return _URC_END_OF_STACK;
+    }
+    if (!before_insn && MLK_UNLIKELY(mlk_go_switch_at(ip, NULL))) {
+        /* A cgo call's C code ends here: on into the Go code that called
+         * it, from this frame's sp (the C callee's CFA) and rbp. */
+        c->ips[c->n++] = ip;
+        c->n += mlk_go_frames(ip, (uint64_t)_Unwind_GetCFA(ctx), (uint64_t)_Unwind_GetGR(ctx, 6), c->ips + c->n,
+                              c->max - c->n, &c->truncated);
         return _URC_END_OF_STACK;
     }
     /* A signal frame's IP is the interrupted instruction itself, not a
@@ -448,8 +457,12 @@ int mlk_compute_rule(uint64_t pc, struct rule_state *st)
 {
     int no_info;
     const uint8_t *fde = find_fde(pc, &no_info);
-    if (!fde)
+    if (!fde) {
+        /* (A cgo call's switch back to Go: libgcc's turn, runtimes/go.c.) */
+        if (no_info && mlk_go_switch_at(pc + 1, NULL))
+            return RULE_UNKNOWN;
         return no_info ? RULE_NO_INFO : RULE_END; /* (libgcc would stop here) */
+    }
     uint32_t len, cie_off;
     memcpy(&len, fde, 4);
     if (len == 0 || len == 0xffffffff)
@@ -463,7 +476,7 @@ int mlk_compute_rule(uint64_t pc, struct rule_state *st)
     if (!read_encoded(&p, cie.fde_enc, &start) || !read_encoded(&p, cie.fde_enc & 0x0f, &range))
         return RULE_UNKNOWN;
     if (pc < start || pc >= start + range)
-        return RULE_NO_INFO; /* between the functions the table covers */
+        return mlk_go_switch_at(pc + 1, NULL) ? RULE_UNKNOWN : RULE_NO_INFO; /* between the functions the table covers */
     if (cie.has_z)
         p += uleb(&p);
     struct rule_state initial = {REG_RSP, 8, 0, 0, 1, -8, 0};
