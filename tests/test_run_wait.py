@@ -25,6 +25,7 @@ def test_a_program_killed_by_sigkill_has_its_report_when_run_returns(tmp_path):
     assert r.returncode == -signal.SIGKILL and r.stdout == "ready\n", r.stderr
     last = _final(tmp_path)[-1]  # no waiting here: it is there
     assert last.header["reason"] == "death"
+    assert last.header.get("killed-by") == "SIGKILL"  # (no handler ran: its zombie says so)
     assert sum(e.bytes for e in last.entries if any(f.function == "site_waited" for f in e.frames)) == 3000
 
 
@@ -34,6 +35,21 @@ def test_the_exit_status_is_the_programs(tmp_path):
     assert r.returncode == 3 and r.stdout == "ready\n", r.stderr
     assert _final(tmp_path)[-1].header["reason"] == "exit"
     assert "libmemleak: wrote" in r.stderr  # the reporter's end line came before run returned
+
+
+def test_an_exit_past_the_exit_handlers_is_an_exit(tmp_path):
+    """(#60) A program that leaves by exit_group past libc -- as a Go
+    program does -- runs no exit handler of ours: its report was written
+    after it was gone and said "death" for a clean exit.
+    `run --wait` keeps the ended program unreaped until its reporters are
+    done, and the reporter reads from it how it ended: "exit", status 3."""
+    prog = compile_program("waited.c")
+    r = cli("run", "-q", "--wait", prog, "exit_group", "3", cwd=tmp_path)
+    assert r.returncode == 3 and r.stdout == "ready\n", r.stderr
+    last = _final(tmp_path)[-1]
+    assert last.header["reason"] == "exit", last.header
+    assert last.header["exit-status"].startswith("3 (no exit handler"), last.header
+    assert sum(e.bytes for e in last.entries if any(f.function == "site_waited" for f in e.frames)) == 3000
 
 
 def test_signals_sent_to_run_reach_the_program(tmp_path):

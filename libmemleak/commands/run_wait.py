@@ -54,7 +54,8 @@ def run_waiting(start, argv, exit_timeout_s, reports_at):
         finally:
             os._exit(code if isinstance(code, int) else 127)
     status = _until_it_ends(pid, watched)
-    _until_reporters_end(exit_timeout_s, watched, [os.fsencode(a) for a in argv])
+    _until_reporters_end(exit_timeout_s, watched, [os.fsencode(a) for a in argv], pid)
+    _reap(pid)
     _say_if_final_lost(reports_at(pid))
     return _leave_as(status)
 
@@ -78,7 +79,10 @@ def _say_if_final_lost(paths):
 
 
 def _until_it_ends(pid, watched):
-    """The program's wait status, forwarding signals until then."""
+    """The program's wait status, forwarding signals until then.  The
+    program is left a zombie, not reaped, until its reporters are done:
+    its reporter reads from the zombie how it ended (an exit without our
+    exit hook -- a Go program's -- is then "exit", not "death")."""
     while True:
         info = signal.sigwaitinfo(watched)
         if info.si_signo != signal.SIGCHLD:
@@ -88,21 +92,29 @@ def _until_it_ends(pid, watched):
                 except ProcessLookupError:
                     pass
             continue
-        for child, status in _reaped():
-            if child == pid:
-                return status
+        _reap_all_but(pid)
+        ended = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        if ended is not None and ended.si_pid == pid:
+            if ended.si_code == os.CLD_EXITED:
+                return ended.si_status << 8
+            return ended.si_status | (0x80 if ended.si_code == os.CLD_DUMPED else 0)
 
 
-def _reaped():
-    """(pid, status) of every child that has ended (reparented orphans too)."""
-    while True:
-        try:
-            child, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if child == 0:
-            return
-        yield child, status
+def _reap_all_but(pid):
+    """Every child that has ended (reparented orphans too), but `pid`."""
+    for child in _children():
+        if child != pid:
+            try:
+                os.waitpid(child, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
+def _reap(pid):
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
 
 
 # A reporter is a grandchild of the program's (native/hook/spawn.c), ours
@@ -112,18 +124,20 @@ def _reaped():
 EXEC_GRACE_S = 2.0
 
 
-def _until_reporters_end(timeout_s, watched, program_argv):
+def _until_reporters_end(timeout_s, watched, program_argv, program):
     """Waits until the reporters now our children (the program's, ours
     from their start) have written the final reports of the processes
     that ended.  Other children (a daemon the program left, and its
-    reporter) are not waited for."""
+    reporter) are not waited for; the program itself (a zombie) is not
+    reaped."""
     start = time.monotonic()
     deadline, first_seen = start + timeout_s, {}
     while True:
-        for _ in _reaped():
-            pass
+        _reap_all_but(program)
         now, waiting = time.monotonic(), False
         for child in _children():
+            if child == program:
+                continue
             argv = _argv(child)
             if _is_reporter(argv):
                 waiting = waiting or _still_writing(child)

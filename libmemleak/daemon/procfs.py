@@ -98,6 +98,23 @@ def process_start(pid):
     return f"{boot}/{ticks}"
 
 
+def how_it_ended(pid, start):
+    """How the process `pid` (started at `start`: process_start) ended, read
+    from its zombie while its parent has not reaped it yet (`run --wait`
+    keeps it until the final report is on disk): ("exit", status),
+    ("signal", number), or None -- not a zombie (reaped, or not ended), or
+    another process by that pid now (by `start`; None: not checked here)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+        state, ticks, code = fields[0], int(fields[19]), int(fields[49])
+    except (OSError, ValueError, IndexError):
+        return None
+    if state != b"Z" or (start is not None and not start.endswith(f"/{ticks}")):
+        return None
+    return ("signal", code & 0x7f) if code & 0x7f else ("exit", code >> 8 & 0xff)
+
+
 def still_running(start, pid, pid_ns):
     """Whether the process a report names by `start` (process_start) and
     `pid` (in pid namespace tag `pid_ns`, None for the host's) runs now:

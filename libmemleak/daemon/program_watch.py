@@ -3,9 +3,10 @@ image, or blocked the report signal in every thread?"""
 
 import os
 import select
+import signal
 import time
 
-from libmemleak.daemon.procfs import proc_dir
+from libmemleak.daemon.procfs import how_it_ended, proc_dir
 
 EXEC_CHECK_SECONDS = 1.0
 
@@ -17,10 +18,12 @@ class ProgramWatch:
         self.pid = pid
         self.inode = segment_inode
         self.poll = None
+        self.pidfd = None
         try:
             os.fstat(pidfd)
             self.poll = select.poll()
             self.poll.register(pidfd, select.POLLIN)
+            self.pidfd = pidfd
         except OSError:
             pass
         self._next_exec_check = 0.0
@@ -35,6 +38,23 @@ class ProgramWatch:
             return state in (b"Z", b"X")
         except (OSError, IndexError):
             return True
+
+    def how_it_ended(self, start):
+        """How the program ended, read from its zombie (procfs.how_it_ended),
+        or None.  Its pidfd tells that the zombie read was the program
+        even where its start was not read (it died first): a pid is not
+        reused before its process is reaped, and the pidfd says whether
+        it is, after the read."""
+        ended = how_it_ended(self.pid, start)
+        if ended is None or start is not None:
+            return ended
+        if self.pidfd is None:
+            return None
+        try:
+            signal.pidfd_send_signal(self.pidfd, 0)
+        except OSError:
+            return None
+        return ended
 
     def signal_blocked_pending(self, signal_number):
         """True, once per occurrence, when `signal_number` has been pending

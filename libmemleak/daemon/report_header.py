@@ -42,6 +42,7 @@ def header_lines(rep, snap, sums, seq, reason, scan=None, touched=None, label=""
         ("time", when.isoformat(timespec="milliseconds")),
         ("reason", reason),
         *([("killed-by", signal_name(rep.h.dying_signal))] if reason == "death" and rep.h.dying_signal else []),
+        *_ended_lines(rep.ended if reason in ("exit", "death") else None),
     ]
     if label:
         lines.append(("label", label))
@@ -159,6 +160,18 @@ PYMALLOC_WORDS = {
     CONST["MLK_PYMALLOC_NO_INTERFACE"]: "objects not routed (no PyMem_SetAllocator found): pymalloc's are "
                                         "seen as its 1 MiB arenas",
 }
+
+
+def _ended_lines(ended):
+    """A process gone without our exit hook, as its zombie said
+    (Reporter.death_reason): its exit status, or the signal that killed it."""
+    if ended is None:
+        return []
+    how, number = ended
+    if how == "exit":
+        return [("exit-status", f"{number} (no exit handler of libmemleak's ran: an exit_group past libc's "
+                                "exit, as a Go program's or _exit)")]
+    return [("killed-by", signal_name(number))]
 
 
 def python_lines(python):

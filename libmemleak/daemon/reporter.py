@@ -142,6 +142,7 @@ class Reporter:
         self.keeper = keeper     # the root's first reporter's keeper (reporter_main), or None
         self.standby = standby   # its standby (standby.Standby: replaced if killed), or None
         self.announce_later = False  # the exit's summary waits for the descendants' reports
+        self.ended = None  # how the process ended, where its zombie said (death_reason)
 
     # -- the loop -----------------------------------------------------------
 
@@ -345,11 +346,19 @@ class Reporter:
             request = h.request_seq
             reason = self.reason()
             if reason is not None or not final_written(self.h):  # else: done, only not posted
-                self.report(reason if reason in FINAL_REASONS else "death")
+                self.report(reason if reason in FINAL_REASONS else self.death_reason())
             h.done_seq = request
             futex_wake(self.seg.field_address("done_seq"))
         elif h.collecting:
-            self.report("death")
+            self.report(self.death_reason())
+
+    def death_reason(self):
+        """"exit" for a process that exited although no exit hook of ours
+        ran (a Go program's exit_group) -- where its zombie says so
+        (ProgramWatch.how_it_ended) --, else "death"."""
+        if not self.h.dying_signal:
+            self.ended = self.watch.how_it_ended(self.process_start)
+        return "exit" if self.ended and self.ended[0] == "exit" else "death"
 
     # -- one report ---------------------------------------------------------
 

@@ -31,7 +31,7 @@ static _Unwind_Reason_Code collect_one(struct _Unwind_Context *ctx, void *arg)
         c->truncated = 1;
         return _URC_END_OF_STACK;
     }
-    if (!before_insn && MLK_UNLIKELY(mlk_go_switch_at(ip, NULL))) {
+    if (!before_insn && MLK_UNLIKELY(mlk_go_switch_known(ip))) {
         /* A cgo call's C code ends here: on into the Go code that called
          * it, from this frame's sp (the C callee's CFA) and rbp. */
         c->ips[c->n++] = ip;

@@ -39,6 +39,42 @@
 
 #define SWITCH_BYTES 14
 
+/* The switches found so far (a program has one: asmcgocall's), so that a
+ * libgcc walk -- every frame of one asks -- knows them by one compare;
+ * more than fit are looked at again each time. */
+#define KNOWN_MAX 4
+static uint64_t known[KNOWN_MAX];
+static int known_full;
+
+static void note_known(uint64_t ra)
+{
+    for (int i = 0; i < KNOWN_MAX; i++) {
+        uint64_t was = __atomic_load_n(&known[i], __ATOMIC_RELAXED);
+        if (was == ra)
+            return;
+        if (!was && __atomic_compare_exchange_n(&known[i], &was, ra, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            return;
+        if (was == ra)
+            return;
+    }
+    __atomic_store_n(&known_full, 1, __ATOMIC_RELAXED);
+}
+
+int mlk_go_switch_known(uint64_t ra)
+{
+    for (int i = 0; i < KNOWN_MAX; i++) {
+        uint64_t k = __atomic_load_n(&known[i], __ATOMIC_RELAXED);
+        if (k == ra)
+            return 1;
+        if (!k)
+            break;
+    }
+    /* (The rules' walk finds a switch before libgcc is asked; told to use
+     * libgcc alone, or with more switches than kept, every frame is looked at.) */
+    return (__atomic_load_n(&known_full, __ATOMIC_RELAXED) || mlk_unwind_mode != MLK_UNWIND_FAST) &&
+           mlk_go_switch_at(ra, NULL);
+}
+
 /* The three instructions of the switch back at return address ra, if they
  * are there: their offsets. */
 int mlk_go_switch_at(uint64_t ra, struct mlk_go_switch *sw)
@@ -65,6 +101,7 @@ int mlk_go_switch_at(uint64_t ra, struct mlk_go_switch *sw)
         return 0;
     if (sw)
         *sw = (struct mlk_go_switch){g, hi, depth};
+    note_known(ra);
     return 1;
 }
 
@@ -104,6 +141,7 @@ int mlk_go_frames(uint64_t ra, uint64_t sp, uint64_t bp, uint64_t *ips, int max,
 #else
 
 int mlk_go_switch_at(uint64_t ra, struct mlk_go_switch *sw) { return 0; }
+int mlk_go_switch_known(uint64_t ra) { return 0; }
 int mlk_go_frames(uint64_t ra, uint64_t sp, uint64_t bp, uint64_t *ips, int max, int *truncated) { return 0; }
 
 #endif
