@@ -43,6 +43,7 @@
 #include "control.h"
 #include "resources/resources.h"
 #include "route/route.h"
+#include "trailers.h"
 
 volatile int mlk_collecting;
 volatile int mlk_ever_collected;

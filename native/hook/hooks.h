@@ -17,6 +17,7 @@
 #include <sys/types.h>
 
 #include "mlk.h"
+#include "trailers.h"
 
 #define EXPORT __attribute__((visibility("default")))
 

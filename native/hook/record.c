@@ -7,6 +7,7 @@
 
 #include "mlk.h"
 #include "usdt.h"
+#include "trailers.h"
 
 static int warned_stacks, warned_blocks;
 #define UNKNOWN_FREES_WARN 1000

@@ -43,6 +43,7 @@
 #include <time.h>
 
 #include "control.h"
+#include "trailers.h"
 
 #define TRAILER_STACK_BITS MLK_TRAILER_STACK_BITS /* the format: trailer_format.h */
 #define UNCOUNTED MLK_TRAILER_UNCOUNTED
