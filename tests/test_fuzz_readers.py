@@ -210,3 +210,37 @@ def test_a_truncated_report_is_called_truncated(real_reports, tmp_path):
     (tmp_path / "whole" / name).write_bytes(whole)
     r = cli("report", tmp_path / "whole")
     assert "truncated" not in r.stderr, r.stderr
+
+
+def test_a_commit_journal_is_believed_only_whole_ours_and_of_its_seq(tmp_path):
+    """A report directory's commit journal (daemon/commit_journal.py) is
+    read by a successor reporter: a planted, cut, resized, symlinked or
+    mutated one is not believed (None), and never read without bound."""
+    import random
+    import struct
+    from array import array
+    from libmemleak.daemon import commit_journal as cj
+    records = array("q", [0, 4242, 1, 1, 3, 100, 2, 5])
+    assert cj.write(str(tmp_path), "prog", 7, None, 2, records)
+    [name] = os.listdir(tmp_path)
+    path = tmp_path / name
+    good = path.read_bytes()
+    assert cj.read(str(tmp_path), "prog", 7, None, 2, 10) == records
+    assert cj.read(str(tmp_path), "prog", 7, None, 3, 10) is None      # another seq's
+    assert cj.read(str(tmp_path), "prog", 7, None, 2, 1) is None       # more records than stacks
+    path.write_bytes(good[:-1])
+    assert cj.read(str(tmp_path), "prog", 7, None, 2, 10) is None      # cut
+    path.write_bytes(struct.pack("<8sQQ", cj.MAGIC, 2, 1 << 60))
+    assert cj.read(str(tmp_path), "prog", 7, None, 2, 1 << 62) is None  # a count its size does not hold
+    rng = random.Random(48)
+    for _ in range(300):
+        data = bytearray(good)
+        for _ in range(rng.randint(1, 4)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        path.write_bytes(bytes(data[:rng.randint(0, len(data))]))
+        got = cj.read(str(tmp_path), "prog", 7, None, 2, 10)
+        assert got is None or len(got) % 4 == 0
+    path.unlink()
+    (tmp_path / "elsewhere").write_bytes(good)
+    os.symlink(tmp_path / "elsewhere", path)
+    assert cj.read(str(tmp_path), "prog", 7, None, 2, 10) is None      # never through a link

@@ -10,7 +10,7 @@ import time
 
 from helpers import (Traced, by_site, children_of, cli, compile_program, env_for, gone, kill_and_wait,
                      kill_reporter_and_standby, report_path, reporters_of, signal_handled, wait_for, wait_for_file,
-                     wait_for_reporter)
+                     wait_for_reporter, wait_until_idle)
 from libmemleak import preload_path
 from libmemleak.files import memlog
 
@@ -116,6 +116,46 @@ def test_a_report_whose_baseline_was_being_committed_is_not_written_again(tmp_pa
         assert copy.read() == original.read()                      # not written again
     out = cli("report", str(tmp_path))
     assert "report 3: report 2's reporter was killed" in out.stdout, out.stdout
+    t.resume()
+    assert t.finish() == 0
+
+
+def test_a_commit_cut_short_is_finished_from_its_journal(tmp_path):
+    """(#64 item 7) "The standby must never repeat a report's deltas": a
+    reporter killed after report 1's file was in place, before its
+    baseline was committed into the stacks, left its successor no way to
+    tell which stacks the report had counted -- report 2 counted the
+    4242 bytes again ("may count again part of what report 1 counted").
+    The reporter now writes the commit down before the rename
+    (daemon/commit_journal.py) and the successor finishes it: report 2
+    says +0, and no hand-over.  The dead reporter's state is made here:
+    report 1's file in place, its journal written from the segment's own
+    snapshot, committing_seq said, nothing committed."""
+    from libmemleak.daemon.commit_journal import ReportPlace
+    from libmemleak.live.client import open_segment
+    prog = compile_program("blocked.c")
+    t = Traced([prog], tmp_path)
+    t.expect("blocked")
+    reporter = wait_for_reporter(t.pid)
+    wait_until_idle(reporter)  # up, its standby forked (nothing asked of it yet: no report 1)
+    segment, fd = open_segment(t.pid)
+    try:
+        snap = segment.take_snapshot()
+        assert sum(snap.live_bytes) - sum(snap.reported_bytes) >= 4242  # nothing reported yet
+        place = ReportPlace(segment, str(tmp_path), snap.name, t.pid, None)
+        assert place.journal(1, snap)
+        with open(report_path(tmp_path, t.prog, t.pid, 1), "w") as f:
+            f.write("# libmemleak: 0.1.0\n# seq: 1\n# reason: signal\n")
+        segment.header.committing_seq = 1
+        kill_and_wait(reporter)
+        wait_for(lambda: segment.header.report_seq == 1, "the successor finishing report 1's commit")
+    finally:
+        segment.close()
+        os.close(fd)
+    second = t.signal_report(2)
+    assert "handover" not in second.header, second.header
+    assert (second.header["live-bytes"], second.header["change-bytes"]) == ("4242", "+0"), second.header
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".commit")]  # the journal gone
     t.resume()
     assert t.finish() == 0
 

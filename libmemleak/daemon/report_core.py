@@ -75,6 +75,8 @@ int mlk_scan_heap(const struct mlk_world *, uint64_t, uint64_t, uint64_t, uint64
                   const struct mlk_scan_stacks *, int64_t *, int64_t, int64_t *, char *, int);
 void mlk_rc_commit(struct mlk_stack *, int64_t, const int64_t *, const int64_t *,
                    const int64_t *, const int64_t *, const int64_t *, const int64_t *);
+int64_t mlk_rc_commit_records(int64_t, const int64_t *, const int64_t *, const int64_t *, const int64_t *,
+                              const int64_t *, const int64_t *, const int64_t *, int64_t *, int64_t);
 """)
 try:
     lib = reporter_library(ffi)
@@ -150,6 +152,24 @@ def commit(stacks_ptr, live_bytes, live_blocks, reported_bytes, reported_blocks,
     lib.mlk_rc_commit(stacks_ptr, len(live_bytes), _q(live_bytes), _q(live_blocks),
                       _q(reported_bytes), _q(reported_blocks), _q(alloc_count),
                       _q(reported_allocs))
+
+
+def commit_records(ids, live_bytes, live_blocks, reported_bytes, reported_blocks, alloc_count,
+                   reported_allocs):
+    """What commit() writes, for a snapshot's positions: array('q') of
+    records (id, live bytes, blocks, allocations), one per position whose
+    baseline moves."""
+    n = len(live_bytes)
+    id_words = ffi.NULL if positions_are_ids(ids) else _q(_as_q(ids))
+    cols = [_q(c) for c in (live_bytes, live_blocks, reported_bytes, reported_blocks, alloc_count,
+                            reported_allocs)]
+    cap = 1024
+    while True:
+        out = zeros(4 * cap)
+        found = lib.mlk_rc_commit_records(n, id_words, *cols, _q(out), cap)
+        if found <= cap:
+            return out[:4 * found]
+        cap = found
 
 
 class Changes:

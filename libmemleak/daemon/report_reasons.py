@@ -64,17 +64,25 @@ def final_written(h):
     return written_reason(h) in FINAL_REASONS
 
 
-def commit_record(h, in_place):
+def commit_record(h, place):
     """A reporter killed while it committed a report's baseline (its file
     in place): that seq is taken -- written again, the file would lose
-    what the stacks committed already count -- and the next report may
-    count again what the others changed in it: what its header says, or
-    None.  (Killed before -- committing_seq is said just before the file
-    is renamed into place, so `in_place(seq)` tells --: the report is
-    written again under the same name, with all it held.)"""
+    what the stacks committed already count.  The commit is finished from
+    the journal the reporter wrote before the rename (place.finish:
+    commit_journal.py); where there is none, the next report may count
+    again what the others changed in it: what its header says, or None.
+    (Killed before the rename -- committing_seq is said just before it,
+    so place.in_place tells --: the report is written again under the
+    same name, with all it held.)"""
     cut, h.committing_seq = h.committing_seq, 0
-    if cut != (h.report_seq + 1) & 0xffffffff or not in_place(cut):
+    if cut != (h.report_seq + 1) & 0xffffffff:
         return None
+    if not place.in_place(cut):
+        place.done(cut)
+        return None
+    finished = place.finish(cut)
     h.report_seq = cut  # (a request it answered is then seen written: take_reason)
+    if finished:
+        return None
     return (f"report {cut}'s reporter was killed as it committed that report's baseline: "
             f"this report may count again part of what report {cut} counted")

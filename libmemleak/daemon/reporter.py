@@ -25,6 +25,7 @@ from libmemleak.daemon.frame_lines import FrameLines
 from libmemleak.daemon.report_header import header_lines
 from libmemleak.daemon.report_reasons import (ENDS_REPORTER, FINAL_REASONS, commit_record, final_written,
                                               take_reason, written_reason)
+from libmemleak.daemon.commit_journal import ReportPlace
 from libmemleak.daemon.program_watch import ProgramWatch
 from libmemleak.daemon.recorder import DRAIN_SECONDS, Recorder
 from libmemleak.daemon.text_store import CUT_KIND, TextStore
@@ -34,7 +35,7 @@ from libmemleak.daemon.stack_table import StackTable, stack_table_wanted
 from libmemleak.daemon.procfs import namespace_tag, process_start
 from libmemleak.daemon.trust import pid_of_pidfd
 from libmemleak.files.memlog import Frame, render, write_report
-from libmemleak.files.report_names import report_in_place, report_name, safe_label
+from libmemleak.files.report_names import report_name, safe_label
 from libmemleak.symbols import Symbolizer
 from libmemleak.symbols.perfmap import PerfMap
 
@@ -136,9 +137,8 @@ class Reporter:
         self.frame_lines = FrameLines(self.keys, self.texts, self.symbolizer, self.symbolize, self.kind_value,
                                       lambda: PerfMap(self.pid, self.h.pid))
         self.recorder = Recorder.of(self)  # the event log (record=), or None
-        # what the next report says of one cut short, or None
-        self.handover = commit_record(self.h, lambda seq: report_in_place(self.directory, self.name, self.pid,
-                                                                          seq, self.ns_tag))
+        self.place = ReportPlace(self.seg, self.directory, self.name, self.pid, self.ns_tag)
+        self.handover = commit_record(self.h, self.place)  # what the next report says of one cut short, or None
         self.keeper = keeper     # the root's first reporter's keeper (reporter_main), or None
         self.standby = standby   # its standby (standby.Standby: replaced if killed), or None
         self.announce_later = False  # the exit's summary waits for the descendants' reports
@@ -460,15 +460,18 @@ class Reporter:
                 defined = self.table.render(deltas.rows, texts) if self.table else None
                 # The file may be in place from its rename on: its seq is
                 # taken then, though the baseline is not committed yet (a
-                # successor says so, and never writes this seq again:
-                # commit_record()).
-                committing = lambda: setattr(self.h, "committing_seq", seq)  # noqa: E731
+                # successor finishes the commit from its journal, and never
+                # writes this seq again: commit_record()).
+                def committing():
+                    self.place.journal(seq, snap)
+                    self.h.committing_seq = seq
                 try:
                     path = write_report(where, report_name(self.name, self.pid, seq, label, self.ns_tag),
                                         itertools.chain([header], body, [misuse_text], defined or ()),
                                         before_rename=committing)
                 except BaseException:
                     self.h.committing_seq = 0
+                    self.place.done(seq)
                     if self.table:
                         self.table.failed()
                     raise
@@ -483,6 +486,7 @@ class Reporter:
         self.seg.commit_baseline(snap)
         self.h.report_seq = seq
         self.h.committing_seq = 0
+        self.place.done(seq)
         self.handover = None
         misuse.commit(self.h, misused)
         self.seg.set_last_report(path)  # for memleak_report, which says it

@@ -581,6 +581,18 @@ class Segment:
             if a != ra:
                 words[i * _W + _W_REP_ALLOCS] = a
 
+    def recommit(self, records):
+        """A commit_journal's records, committed (a killed reporter's commit
+        finished); False, nothing written, if one names no stack."""
+        n = min(self.header.stacks_used, self._geometry.stacks_cap)
+        if any(not 0 <= records[i] < n for i in range(0, len(records), 4)):
+            return False
+        words = self._stack_words
+        for i in range(0, len(records), 4):
+            at = records[i] * _W
+            words[at + _W_REP_BYTES], words[at + _W_REP_BLOCKS], words[at + _W_REP_ALLOCS] = records[i + 1:i + 4]
+        return True
+
     def event_pool(self):
         """The event pool (record=): (page headers, as a cffi array; the
         pages' data, a memoryview), or None -- also when the header places

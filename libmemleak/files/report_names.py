@@ -52,6 +52,11 @@ def report_names(directory, prog, pid, ns=None):
     return sorted(n for n in os.listdir(directory) if n.startswith(prefix) and n.endswith(".memlog"))
 
 
+def commit_journal_name(prog, pid, seq, ns=None):
+    """The hidden file of report `seq`'s baseline commit (daemon/commit_journal.py)."""
+    return f".{safe_name(prog)}-{_pid_part(pid, ns)}-{int(seq)}.commit"
+
+
 def report_in_place(directory, prog, pid, seq, ns=None):
     """Whether report `seq` of a process is in `directory` (whatever its label)."""
     try:

@@ -510,6 +510,34 @@ EXPORT void mlk_rc_commit(struct mlk_stack *stacks, int64_t n, const int64_t *li
     }
 }
 
+/* What mlk_rc_commit will write, as records of 4 words (the stack's id --
+ * ids[i], or i where ids is NULL --, its live bytes, blocks and
+ * allocations), at most cap of them in out: how many there are.  Written
+ * to a file before the report is put in place, so that a reporter killed
+ * in the middle of the commit leaves its successor what to finish
+ * (libmemleak/daemon/commit_journal.py). */
+EXPORT int64_t mlk_rc_commit_records(int64_t n, const int64_t *ids, const int64_t *live_bytes,
+                                     const int64_t *live_blocks, const int64_t *reported_bytes,
+                                     const int64_t *reported_blocks, const int64_t *alloc_count,
+                                     const int64_t *reported_allocs, int64_t *out, int64_t cap)
+{
+    int64_t found = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (alloc_count[i] == reported_allocs[i] && live_bytes[i] == reported_bytes[i] &&
+            live_blocks[i] == reported_blocks[i])
+            continue;
+        if (found < cap) {
+            int64_t *r = out + 4 * found;
+            r[0] = ids ? ids[i] : i;
+            r[1] = live_bytes[i];
+            r[2] = live_blocks[i];
+            r[3] = alloc_count[i];
+        }
+        found++;
+    }
+    return found;
+}
+
 /* A report request from outside the program (`libmemleak snapshot`):
  * counted with the same atomic increments the program's own requests use,
  * so that none is lost when both ask at once.  Returns the request's
