@@ -221,7 +221,7 @@ def test_a_commit_journal_is_believed_only_whole_ours_and_of_its_seq(tmp_path):
     from array import array
     from libmemleak.daemon import commit_journal as cj
     records = array("q", [0, 4242, 1, 1, 3, 100, 2, 5])
-    assert cj.write(str(tmp_path), "prog", 7, None, 2, records)
+    assert cj.write(str(tmp_path), "prog", 7, None, 2, lambda fd: os.write(fd, records.tobytes()) // 32)
     [name] = os.listdir(tmp_path)
     path = tmp_path / name
     good = path.read_bytes()

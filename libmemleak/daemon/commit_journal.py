@@ -28,10 +28,11 @@ HEAD = struct.Struct("<8sQQ")  # magic, seq, records
 RECORD_WORDS = 4               # id, live bytes, live blocks, allocations
 
 
-def write(directory, prog, pid, ns, seq, records):
-    """Write the records (array('q'), RECORD_WORDS words each) for report
-    `seq`; False if it could not be (the successor then says the report
-    may be counted again, as without it)."""
+def write(directory, prog, pid, ns, seq, put_records):
+    """Write report `seq`'s journal: its head, then the records
+    put_records(fd) writes (their count, or -1); False if it could not be
+    (the successor then says the report may be counted again, as without
+    one)."""
     path = os.path.join(directory, commit_journal_name(prog, pid, seq, ns))
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
@@ -43,10 +44,10 @@ def write(directory, prog, pid, ns, seq, records):
     except OSError:
         return False
     try:
-        data = memoryview(HEAD.pack(MAGIC, seq, len(records) // RECORD_WORDS) + records.tobytes())
-        while data:
-            data = data[os.write(fd, data):]
-        return True
+        os.lseek(fd, HEAD.size, os.SEEK_SET)
+        n = put_records(fd)
+        # (the head last: a journal cut short by a kill reads as none)
+        return n >= 0 and os.pwrite(fd, HEAD.pack(MAGIC, seq, n), 0) == HEAD.size
     except OSError:
         return False
     finally:
@@ -99,9 +100,9 @@ class ReportPlace:
     def journal(self, seq, snap):
         """Before report `seq`'s rename: its commit written down."""
         from libmemleak.daemon import report_core
-        records = report_core.commit_records(snap.ids, snap.live_bytes, snap.live_blocks, snap.reported_bytes,
-                                             snap.reported_blocks, snap.alloc_count, snap.reported_allocs)
-        return write(*self.where, seq, records)
+        return write(*self.where, seq, lambda fd: report_core.write_commit_records(
+            fd, snap.ids, snap.live_bytes, snap.live_blocks, snap.reported_bytes, snap.reported_blocks,
+            snap.alloc_count, snap.reported_allocs))
 
     def finish(self, seq):
         """A killed reporter's commit of report `seq`, finished from its

@@ -75,8 +75,8 @@ int mlk_scan_heap(const struct mlk_world *, uint64_t, uint64_t, uint64_t, uint64
                   const struct mlk_scan_stacks *, int64_t *, int64_t, int64_t *, char *, int);
 void mlk_rc_commit(struct mlk_stack *, int64_t, const int64_t *, const int64_t *,
                    const int64_t *, const int64_t *, const int64_t *, const int64_t *);
-int64_t mlk_rc_commit_records(int64_t, const int64_t *, const int64_t *, const int64_t *, const int64_t *,
-                              const int64_t *, const int64_t *, const int64_t *, int64_t *, int64_t);
+int64_t mlk_rc_commit_records(int, int64_t, const int64_t *, const int64_t *, const int64_t *, const int64_t *,
+                              const int64_t *, const int64_t *, const int64_t *);
 """)
 try:
     lib = reporter_library(ffi)
@@ -154,22 +154,15 @@ def commit(stacks_ptr, live_bytes, live_blocks, reported_bytes, reported_blocks,
                       _q(reported_allocs))
 
 
-def commit_records(ids, live_bytes, live_blocks, reported_bytes, reported_blocks, alloc_count,
-                   reported_allocs):
-    """What commit() writes, for a snapshot's positions: array('q') of
+def write_commit_records(fd, ids, live_bytes, live_blocks, reported_bytes, reported_blocks, alloc_count,
+                         reported_allocs):
+    """What commit() writes, for a snapshot's positions, written to fd as
     records (id, live bytes, blocks, allocations), one per position whose
-    baseline moves."""
-    n = len(live_bytes)
+    baseline moves: how many, or -1 (a write failed)."""
     id_words = ffi.NULL if positions_are_ids(ids) else _q(_as_q(ids))
     cols = [_q(c) for c in (live_bytes, live_blocks, reported_bytes, reported_blocks, alloc_count,
                             reported_allocs)]
-    cap = 1024
-    while True:
-        out = zeros(4 * cap)
-        found = lib.mlk_rc_commit_records(n, id_words, *cols, _q(out), cap)
-        if found <= cap:
-            return out[:4 * found]
-        cap = found
+    return lib.mlk_rc_commit_records(fd, len(live_bytes), id_words, *cols)
 
 
 class Changes:

@@ -14,7 +14,9 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../shm_layout.h"
 #include "report_core.h"
@@ -512,30 +514,47 @@ EXPORT void mlk_rc_commit(struct mlk_stack *stacks, int64_t n, const int64_t *li
 
 /* What mlk_rc_commit will write, as records of 4 words (the stack's id --
  * ids[i], or i where ids is NULL --, its live bytes, blocks and
- * allocations), at most cap of them in out: how many there are.  Written
- * to a file before the report is put in place, so that a reporter killed
- * in the middle of the commit leaves its successor what to finish
- * (libmemleak/daemon/commit_journal.py). */
-EXPORT int64_t mlk_rc_commit_records(int64_t n, const int64_t *ids, const int64_t *live_bytes,
+ * allocations), written to fd as they are found, through a small buffer:
+ * how many, or -1 (a write failed).  Written before the report is put in
+ * place, so that a reporter killed in the middle of the commit leaves its
+ * successor what to finish (libmemleak/daemon/commit_journal.py). */
+static int write_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w, len -= (size_t)w;
+    }
+    return 0;
+}
+
+EXPORT int64_t mlk_rc_commit_records(int fd, int64_t n, const int64_t *ids, const int64_t *live_bytes,
                                      const int64_t *live_blocks, const int64_t *reported_bytes,
                                      const int64_t *reported_blocks, const int64_t *alloc_count,
-                                     const int64_t *reported_allocs, int64_t *out, int64_t cap)
+                                     const int64_t *reported_allocs)
 {
-    int64_t found = 0;
+    int64_t buf[4 * 2048], found = 0;
+    size_t used = 0;
     for (int64_t i = 0; i < n; i++) {
         if (alloc_count[i] == reported_allocs[i] && live_bytes[i] == reported_bytes[i] &&
             live_blocks[i] == reported_blocks[i])
             continue;
-        if (found < cap) {
-            int64_t *r = out + 4 * found;
-            r[0] = ids ? ids[i] : i;
-            r[1] = live_bytes[i];
-            r[2] = live_blocks[i];
-            r[3] = alloc_count[i];
+        if (used == sizeof buf / sizeof *buf) {
+            if (write_all(fd, buf, sizeof buf) != 0)
+                return -1;
+            used = 0;
         }
+        buf[used++] = ids ? ids[i] : i;
+        buf[used++] = live_bytes[i];
+        buf[used++] = live_blocks[i];
+        buf[used++] = alloc_count[i];
         found++;
     }
-    return found;
+    return used && write_all(fd, buf, used * sizeof *buf) != 0 ? -1 : found;
 }
 
 /* A report request from outside the program (`libmemleak snapshot`):
