@@ -17,10 +17,10 @@ count says, for the seq asked, every id below the segment's stack count
 (Segment.recommit)."""
 
 import os
-import stat
 import struct
 from array import array
 
+from libmemleak.files.owned import read_owned
 from libmemleak.files.report_names import commit_journal_name, report_in_place
 
 MAGIC = b"MLKCJ\x00\x01\x00"
@@ -58,24 +58,16 @@ def read(directory, prog, pid, ns, seq, max_records):
     """The records written for report `seq`, or None (none, not ours, not
     of that seq, or not whole)."""
     path = os.path.join(directory, commit_journal_name(prog, pid, seq, ns))
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
+    got = read_owned(path, os.geteuid(), HEAD.size + max_records * RECORD_WORDS * 8)
+    data = got[1] if got else b""
+    if len(data) < HEAD.size:
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size < HEAD.size:
-            return None
-        magic, got_seq, n = HEAD.unpack(os.pread(fd, HEAD.size, 0))
-        if magic != MAGIC or got_seq != seq or n > max_records or st.st_size != HEAD.size + n * RECORD_WORDS * 8:
-            return None
-        records = array("q")
-        records.frombytes(os.pread(fd, n * RECORD_WORDS * 8, HEAD.size))
-        return records if len(records) == n * RECORD_WORDS else None
-    except OSError:
+    magic, got_seq, n = HEAD.unpack_from(data)
+    if magic != MAGIC or got_seq != seq or n > max_records or len(data) != HEAD.size + n * RECORD_WORDS * 8:
         return None
-    finally:
-        os.close(fd)
+    records = array("q")
+    records.frombytes(data[HEAD.size:])
+    return records
 
 
 def remove(directory, prog, pid, ns, seq):
