@@ -1,7 +1,7 @@
 """diff_snapshot on hand-made snapshots: pure, no process."""
 
 from libmemleak.daemon.diff import diff_snapshot, totals
-from libmemleak.daemon.segment import Module, Snapshot, Stack
+from libmemleak.daemon.segment_types import Module, Snapshot, Stack
 
 EXE = Module(0, "/bin/prog", base=0x1000, lo=0x1000, hi=0x9000, load_epoch=1, unload_epoch=0, build_id="")
 PLUGIN_OLD = Module(1, "/lib/a.so", base=0x100000, lo=0x100000, hi=0x108000, load_epoch=2,

@@ -4,7 +4,7 @@ import os
 import subprocess
 
 from helpers import compile_program
-from libmemleak.daemon.segment import Module
+from libmemleak.daemon.segment_types import Module
 from libmemleak.symbols import Symbolizer
 from libmemleak.symbols.demangle import demangle
 from libmemleak.symbols.elf import ElfIndex

@@ -99,8 +99,7 @@ class ReportPlace:
     def finish(self, seq):
         """A killed reporter's commit of report `seq`, finished from its
         journal: True, or False where there is none to finish it by."""
-        n = min(self.seg.header.stacks_used, 1 << 32)
-        records = read(*self.where, seq, n)
+        records = read(*self.where, seq, self.seg.stacks_in_use())
         done = records is not None and self.seg.recommit(records)
         self.done(seq)
         return done

@@ -8,7 +8,6 @@ import os
 import time
 from array import array
 
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from libmemleak.daemon import python_code, report_core
@@ -17,6 +16,7 @@ from libmemleak.daemon.procfs import namespace_tag
 from libmemleak.daemon.stack_keys import Bound
 from libmemleak.files.memlog import resource_name
 from libmemleak.daemon.segment_header import program_name
+from libmemleak.daemon.segment_types import Module, Snapshot, Stack
 from libmemleak.files.report_names import report_name
 
 KIND_NAMES = {CONST["MLK_KIND_MALLOC"]: "malloc", CONST["MLK_KIND_NEW"]: "new",
@@ -60,70 +60,6 @@ class Geometry(NamedTuple):
 
 class SegmentError(Exception):
     """The segment is not a libmemleak segment, or is damaged."""
-
-
-@dataclass(frozen=True)
-class Module:
-    index: int
-    path: str
-    base: int
-    lo: int
-    hi: int
-    load_epoch: int
-    unload_epoch: int
-    build_id: str
-
-    def valid_at(self, epoch):
-        return self.load_epoch <= epoch and (self.unload_epoch == 0 or self.unload_epoch > epoch)
-
-
-class Stack(NamedTuple):
-    """One distinct backtrace: immutable once the program publishes it.
-    (A named tuple: built by the thousand per report, it must be cheap.)"""
-    id: int
-    kind: str
-    frames: tuple
-    map_epoch: int
-    cut: bool = False   # its backtrace was cut at the configured depth
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    pid: int
-    parent_pid: int
-    exe: str
-    name: str               # as invoked (argv[0]'s last part): what reports are named after
-    report_dir: str
-    taken_ns: int
-    start_time_ns: int
-    depth: int
-    collecting: bool
-    health: dict
-    modules: tuple
-    stacks: object          # id -> Stack (a mapping), for every id in `ids`
-    ids: object             # ready stacks, in id order (a sequence)
-    live_bytes: object      # sequences of ints, per position in `ids`
-    live_blocks: list
-    alloc_count: list
-    alloc_bytes: list
-    reported_bytes: list    # the baseline: what the previous report covered
-    reported_blocks: list
-    corrupt_stacks: int = 0
-    notes: list = field(default_factory=list)
-    sample_bytes: int = 0   # sampling mode: mean bytes between samples; 0 = exact
-    tracking: str = "table"  # how live blocks are tracked: "table" or "trailers"
-    reported_allocs: object = None  # allocations made as of the previous report, per position
-    last_report_ns: int = 0  # when the previous report's snapshot was taken (0: none)
-    attached_ns: int = 0     # when `libmemleak attach` started collection (0: started with it)
-    custom: tuple = ()       # positions of the program's own blocks' stacks (kind custom): their
-                             # bytes lie inside other stacks' blocks, so totals leave them out
-    resources: tuple = ()    # (position, kind name) of the stacks of resources other than memory
-                             # (file descriptors: "fd"): counts and weights, not bytes -- apart
-    resource_names: tuple = ()  # every resource kind named in the process, by index
-    fds_tracked: bool = True
-    fds_before: int = 0      # descriptors (3 and up) open when collection started: in no entry
-    live_slack: object = None  # per position: bytes reserved beyond the blocks' sizes (trailers only)
-    slack_floor: int = 0     # the allocator's smallest usable size, when known (glibc: 24)
 
 
 # Kinds _fill has nothing to note of (not custom blocks, resources or
@@ -402,7 +338,7 @@ class Segment:
                 self._pending.discard(i)
                 self._fill(i, st, self._stack_words[base + _W_FRAMES],
                            self._stack_words[base + _W_EPOCHS], frames_used, max_depth)
-        n = min(h.stacks_used, self._geometry.stacks_cap)
+        n = self.stacks_in_use()
         first = self._next_id
         if first >= n:
             return
@@ -581,10 +517,15 @@ class Segment:
             if a != ra:
                 words[i * _W + _W_REP_ALLOCS] = a
 
+    def stacks_in_use(self):
+        """Stacks the table holds, bounded by its capacity (the header's
+        count is the program's to write)."""
+        return min(self.header.stacks_used, self._geometry.stacks_cap)
+
     def recommit(self, records):
         """A commit_journal's records, committed (a killed reporter's commit
         finished); False, nothing written, if one names no stack."""
-        n = min(self.header.stacks_used, self._geometry.stacks_cap)
+        n = self.stacks_in_use()
         if any(not 0 <= records[i] < n for i in range(0, len(records), 4)):
             return False
         words = self._stack_words
