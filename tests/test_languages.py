@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from helpers import CLI_ENV, PROGRAMS, cli, compile_program, reports_of
+from helpers import CLI_ENV, PROGRAMS, cli, cli_argv, compile_program, reports_of
 from libmemleak.files import memlog
 
 RUSTC = shutil.which("rustc")
@@ -176,3 +176,37 @@ def test_jit_compiled_frames_are_named_from_the_runtimes_perf_map(tmp_path):
 def test_a_perf_map_of_another_user_is_not_believed(tmp_path):
     entry, _ = jit_run(tmp_path, "foreign")
     assert entry.frames[1].function is None and entry.frames[1].module is None, entry.frames[1]
+
+
+NODE = shutil.which("node")
+
+
+@pytest.mark.skipif(not NODE, reason="needs Debian's nodejs")
+def test_a_node_scripts_native_growth_names_its_javascript_function(tmp_path):
+    """#60: Node's stacks stopped in V8's entry trampolines: the walk by
+    frame pointers would not step to a return address in memory no
+    loaded object holds -- where V8's compiled JavaScript lies.  Now one
+    in executable memory (/proc/self/maps) is followed, and named from the
+    perf map Node writes: every Buffer jsleak.js keeps is counted, exact,
+    at stacks through handleRequest."""
+    script = os.path.join(PROGRAMS, "jsleak.js")
+    p = subprocess.Popen(cli_argv("run", "-q", NODE, "--perf-basic-prof", "--interpreted-frames-native-stack",
+                                  script), cwd=tmp_path, env=CLI_ENV, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "done 4000\n", p.stderr.read() if p.poll() is not None else ""
+        out = cli("snapshot", p.pid, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        snapshot = memlog.read(out.stdout.strip())
+    finally:
+        p.stdin.close()
+        p.wait(timeout=120)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"/tmp/perf-{p.pid}.map")
+    named = 0
+    for e in snapshot.entries:
+        frames = [(f.function or "", f.module or "") for f in e.frames]
+        if any("NodeArrayBufferAllocator::AllocateUninitialized" in f for f, _ in frames[:3]) and \
+                any("handleRequest" in f and f"perf-{p.pid}.map" in m for f, m in frames):
+            named += e.bytes
+    assert named == 20 * sum(50000 + i % 7 for i in range(200)), named

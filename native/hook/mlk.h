@@ -136,6 +136,7 @@ MLK_HIDDEN void mlk_fmt_u64(char *buf, uint64_t v);  /* buf >= 21 bytes */
  * usable inside a hook.  -1 when the file cannot be read (no /proc in a
  * sandbox), 0 when fn never stopped it. */
 MLK_HIDDEN int mlk_each_mapping(int (*fn)(uint64_t lo, uint64_t hi, void *arg), void *arg);
+MLK_HIDDEN int mlk_each_exec_mapping(int (*fn)(uint64_t lo, uint64_t hi, void *arg), void *arg); /* x only */
 
 /* A spinlock that never sleeps in the kernel: held for a few instructions. */
 typedef struct { volatile int held; } mlk_lock_t;

@@ -171,7 +171,20 @@ static uint64_t parse_hex(const char **p, const char *end)
     return v;
 }
 
+static int each_mapping(int (*fn)(uint64_t lo, uint64_t hi, void *arg), void *arg, int exec_only);
+
 int mlk_each_mapping(int (*fn)(uint64_t lo, uint64_t hi, void *arg), void *arg)
+{
+    return each_mapping(fn, arg, 0);
+}
+
+int mlk_each_exec_mapping(int (*fn)(uint64_t lo, uint64_t hi, void *arg), void *arg)
+{
+    return each_mapping(fn, arg, 1);
+}
+
+/* (exec_only: the mappings whose permissions say x, "r-xp") */
+static int each_mapping(int (*fn)(uint64_t lo, uint64_t hi, void *arg), void *arg, int exec_only)
 {
     long fd = mlk_syscall6(SYS_openat, -100 /* AT_FDCWD */, (long)"/proc/self/maps", 0 /* O_RDONLY */, 0, 0, 0);
     if (fd < 0)
@@ -190,7 +203,8 @@ int mlk_each_mapping(int (*fn)(uint64_t lo, uint64_t hi, void *arg), void *arg)
             uint64_t lo = parse_hex(&p, nl);
             p++;
             uint64_t hi = parse_hex(&p, nl);
-            stopped = fn(lo, hi, arg);
+            if (!exec_only || (nl - p > 4 && p[3] == 'x'))
+                stopped = fn(lo, hi, arg);
         }
         have = (size_t)(end - line);
         memmove(buf, line, have);

@@ -36,6 +36,7 @@
 #include <pthread.h>
 #include <sys/resource.h>
 
+#include "control.h"
 #include "hooks.h"
 #include "unwind_cfi.h"
 
@@ -100,6 +101,67 @@ uint64_t mlk_fp_stack_end(uint64_t sp)
     return stack_end(sp);
 }
 
+/* ---- JIT-compiled code: executable memory no loaded object holds --------
+ * A runtime's JIT (V8, the JVM) compiles into anonymous executable memory
+ * and keeps frame pointers there: a return address into it is believed
+ * where /proc/self/maps says it is executable.  The ranges are kept here,
+ * read again (raw calls) on a miss -- at most once per JIT_REREAD misses
+ * after the first few, so that a garbage word read as a return address
+ * does not make every walk read the maps.  A seqlock: a walk reading the
+ * ranges while another thread rewrites them misses (the frame ends it). */
+#define JIT_RANGES 128
+#define JIT_REREAD 4096
+static struct {
+    uint64_t lo, hi;
+} jit[JIT_RANGES];
+static unsigned jit_n, jit_seq, jit_misses, jit_reads;
+static int jit_busy;
+
+static int note_exec(uint64_t lo, uint64_t hi, void *arg)
+{
+    unsigned *n = arg;
+    if (mlk_in_loaded_object(lo))
+        return 0; /* (a library's or the executable's text: not JIT code) */
+    __atomic_store_n(&jit[*n].lo, lo, __ATOMIC_RELAXED);
+    __atomic_store_n(&jit[*n].hi, hi, __ATOMIC_RELAXED);
+    return ++*n == JIT_RANGES;
+}
+
+static int in_jit_ranges(uint64_t ip)
+{
+    unsigned seq = __atomic_load_n(&jit_seq, __ATOMIC_ACQUIRE);
+    if (seq & 1)
+        return 0;
+    int found = 0;
+    for (unsigned i = 0, n = __atomic_load_n(&jit_n, __ATOMIC_RELAXED); i < n && i < JIT_RANGES; i++)
+        if (ip >= __atomic_load_n(&jit[i].lo, __ATOMIC_RELAXED) && ip < __atomic_load_n(&jit[i].hi, __ATOMIC_RELAXED))
+            found = 1;
+    return found && __atomic_load_n(&jit_seq, __ATOMIC_ACQUIRE) == seq;
+}
+
+static int in_jit_code(uint64_t ip)
+{
+    if (in_jit_ranges(ip))
+        return 1;
+    /* (Not in a process that confined itself -- a seccomp sandbox --: a
+     * read of /proc there is a call its policy may not allow.) */
+    if (mlk_spawn_confined())
+        return 0;
+    unsigned misses = __atomic_add_fetch(&jit_misses, 1, __ATOMIC_RELAXED);
+    if ((__atomic_load_n(&jit_reads, __ATOMIC_RELAXED) >= 8 && misses < JIT_REREAD) ||
+        __atomic_exchange_n(&jit_busy, 1, __ATOMIC_ACQUIRE))
+        return 0;
+    __atomic_store_n(&jit_misses, 0, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&jit_reads, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&jit_seq, 1, __ATOMIC_ACQ_REL); /* odd: being written */
+    unsigned n = 0;
+    mlk_each_exec_mapping(note_exec, &n);
+    __atomic_store_n(&jit_n, n, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&jit_seq, 1, __ATOMIC_ACQ_REL);
+    __atomic_store_n(&jit_busy, 0, __ATOMIC_RELEASE);
+    return in_jit_ranges(ip);
+}
+
 int mlk_fp_step(uint64_t sp, uint64_t bp, uint64_t *ra, uint64_t *caller_bp)
 {
     uint64_t end = stack_end(sp);
@@ -107,7 +169,7 @@ int mlk_fp_step(uint64_t sp, uint64_t bp, uint64_t *ra, uint64_t *caller_bp)
         return 0;
     const uint64_t *frame = (const uint64_t *)bp;
     uint64_t next_bp = frame[0], next_ip = frame[1];
-    if (next_ip < 4096 || !mlk_in_loaded_object(next_ip))
+    if (next_ip < 4096 || (!mlk_in_loaded_object(next_ip) && !in_jit_code(next_ip)))
         return 0;
     *ra = next_ip;
     *caller_bp = next_bp;
