@@ -37,9 +37,12 @@ short workload by as much as a small change to the hot path does
 (sqlite3: 1.200x-1.207x for one build, with only the environment's size
 changed), so every workload but cc1 is measured at LAYOUTS layouts --
 the environment padded by LAYOUT_PADS bytes, which moves the stack's
-start -- and the run with the median estimate counts; its line gives the
-spread (--layouts 1: one run each, as before).  cc1 runs once (a minute
-and a half a run).
+start, and a small library of HEAP_PADS KiB preloaded first, which moves
+every mapping after it (the heap's, the tracer's tables: where a routed
+allocator's blocks land moved tcmalloc-static's count by up to 6% between
+placements, docs/performance.rst) -- and the run with the median estimate
+counts; its line gives the spread (--layouts 1: one run each, as before).
+cc1 runs once (a minute and a half a run).
 
 Each run writes its counts to a fresh directory; the file of the traced
 program is the one named by its pid (libmemleak's reporter is a child
@@ -68,6 +71,7 @@ CHURN_PAIRS = 200000  # malloc/free pairs per thread (2 threads) of bench/progra
 LAST_LEVEL = "524288,8,64"
 LAYOUTS = 3
 LAYOUT_PADS = (0, 1088, 2240)  # bytes added to the environment: the stack starts that much lower
+HEAP_PADS = (0, 68, 136)       # KiB of a library preloaded first: every mapping after it that much further
 
 
 TCMALLOC_STATIC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.a"
@@ -150,14 +154,27 @@ def measure(argv, stdin_path, env):
     return {"Ir": t["Ir"], "L1": l1, "LL": ll, "est": t["Ir"] + 10 * l1 + 40 * ll}
 
 
+def heap_pad(kib):
+    """A library of `kib` KiB of data, built once into bench/out: preloaded
+    first, it moves the mappings made after it."""
+    lib = os.path.join(HERE, "out", f"heap_pad_{kib}.so")
+    if not os.path.exists(lib):
+        os.makedirs(os.path.dirname(lib), exist_ok=True)
+        subprocess.run(["cc", "-shared", "-fPIC", "-x", "c", "-", "-o", lib], check=True,
+                       input=f"char mlk_bench_heap_pad[{kib} * 1024] = {{1}};\n", text=True)
+    return lib
+
+
 def measure_layouts(argv, stdin_path, env, layouts):
     """measure() at `layouts` layouts: the run with the median estimate,
     with "spread" = (lowest est, highest est)."""
     runs = []
-    for pad in LAYOUT_PADS[:layouts]:
+    for pad, kib in list(zip(LAYOUT_PADS, HEAP_PADS))[:layouts]:
         e = dict(env)
         if pad:
             e["MLK_BENCH_LAYOUT"] = "x" * pad
+        if kib:
+            e["LD_PRELOAD"] = " ".join(filter(None, [heap_pad(kib), e.get("LD_PRELOAD")]))
         runs.append(measure(argv, stdin_path, e))
     runs.sort(key=lambda m: m["est"])
     mid = dict(runs[len(runs) // 2])
