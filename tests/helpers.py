@@ -217,10 +217,10 @@ class Traced:
         self.proc.stdin.write(b"\n")
         self.proc.stdin.flush()
 
-    def signal_report(self, seq, sig=signal.SIGUSR1):
+    def signal_report(self, seq, sig=signal.SIGUSR1, timeout=REPORT_TIMEOUT):
         """Send the report signal and wait for report `seq`."""
         self.proc.send_signal(sig)
-        return memlog.read(wait_for_file(report_path(self.cwd, self.prog, self.pid, seq)))
+        return memlog.read(wait_for_file(report_path(self.cwd, self.prog, self.pid, seq), timeout))
 
     def reports_at(self, *checkpoints):
         """At each checkpoint in turn: take a signal report, then let the

@@ -14,6 +14,11 @@ from helpers import (Traced, by_site, children_of, cli, compile_program, env_for
 from libmemleak import preload_path
 from libmemleak.files import memlog
 
+# A successor's first report: a cold start -- its Python, then every frame
+# symbolized anew -- which a loaded machine stretched past 20 s once (the
+# fresh clone's suite beside a test loop and two busy loops).
+SUCCESSOR_TIMEOUT = 120
+
 
 def _copies_of(exe, but):
     """Pids running `exe` other than `but`: a reporter's process between
@@ -110,7 +115,7 @@ def test_a_report_whose_baseline_was_being_committed_is_not_written_again(tmp_pa
     finally:
         segment.close()
         os.close(fd)
-    third = t.signal_report(3)
+    third = t.signal_report(3, timeout=SUCCESSOR_TIMEOUT)
     assert "report 2's reporter was killed as it committed" in third.header["handover"]
     with open(report_path(tmp_path, t.prog, t.pid, 2)) as copy, open(first) as original:
         assert copy.read() == original.read()                      # not written again
@@ -152,7 +157,7 @@ def test_a_commit_cut_short_is_finished_from_its_journal(tmp_path):
     finally:
         segment.close()
         os.close(fd)
-    second = t.signal_report(2)
+    second = t.signal_report(2, timeout=SUCCESSOR_TIMEOUT)
     assert "handover" not in second.header, second.header
     assert (second.header["live-bytes"], second.header["change-bytes"]) == ("4242", "+0"), second.header
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".commit")]  # the journal gone
@@ -183,7 +188,7 @@ def test_a_report_killed_before_its_file_was_in_place_is_written(tmp_path):
     finally:
         segment.close()
         os.close(fd)
-    second = t.signal_report(2)
+    second = t.signal_report(2, timeout=SUCCESSOR_TIMEOUT)
     assert "handover" not in second.header, second.header
     assert second.header["reason"] == "signal"
     t.resume()
