@@ -31,11 +31,12 @@ static _Unwind_Reason_Code collect_one(struct _Unwind_Context *ctx, void *arg)
         c->truncated = 1;
         return _URC_END_OF_STACK;
     }
-    if (!before_insn && MLK_UNLIKELY(mlk_go_switch_known(ip))) {
+    struct mlk_go_switch sw;
+    if (!before_insn && MLK_UNLIKELY(mlk_go_switch_known(ip, &sw))) {
         /* A cgo call's C code ends here: on into the Go code that called
          * it, from this frame's sp (the C callee's CFA) and rbp. */
         c->ips[c->n++] = ip;
-        c->n += mlk_go_frames(ip, (uint64_t)_Unwind_GetCFA(ctx), (uint64_t)_Unwind_GetGR(ctx, 6), c->ips + c->n,
+        c->n += mlk_go_frames(&sw, (uint64_t)_Unwind_GetCFA(ctx), (uint64_t)_Unwind_GetGR(ctx, 6), c->ips + c->n,
                               c->max - c->n, &c->truncated);
         return _URC_END_OF_STACK;
     }

@@ -133,9 +133,9 @@ static int in_jit_ranges(uint64_t ip)
     if (seq & 1)
         return 0;
     int found = 0;
-    for (unsigned i = 0, n = __atomic_load_n(&jit_n, __ATOMIC_RELAXED); i < n && i < JIT_RANGES; i++)
-        if (ip >= __atomic_load_n(&jit[i].lo, __ATOMIC_RELAXED) && ip < __atomic_load_n(&jit[i].hi, __ATOMIC_RELAXED))
-            found = 1;
+    for (unsigned i = 0, n = __atomic_load_n(&jit_n, __ATOMIC_RELAXED); !found && i < n && i < JIT_RANGES; i++)
+        found = ip >= __atomic_load_n(&jit[i].lo, __ATOMIC_RELAXED) &&
+                ip < __atomic_load_n(&jit[i].hi, __ATOMIC_RELAXED);
     return found && __atomic_load_n(&jit_seq, __ATOMIC_ACQUIRE) == seq;
 }
 

@@ -60,19 +60,38 @@ static void note_known(uint64_t ra)
     __atomic_store_n(&known_full, 1, __ATOMIC_RELAXED);
 }
 
-int mlk_go_switch_known(uint64_t ra)
+/* The switch's offsets from its instructions at ra (whose bytes are known
+ * to be mapped), or 0: they are not the switch. */
+static int decode(uint64_t ra, struct mlk_go_switch *sw)
+{
+    const unsigned char *p = (const unsigned char *)ra;
+    static const unsigned char load_g[] = {0x48, 0x8b, 0x7c, 0x24};   /* mov rdi, [rsp + disp8] */
+    static const unsigned char load_hi[] = {0x48, 0x8b, 0x77};        /* mov rsi, [rdi + disp8] */
+    static const unsigned char sub_depth[] = {0x48, 0x2b, 0x74, 0x24}; /* sub rsi, [rsp + disp8] */
+    if (memcmp(p, load_g, 4) != 0 || memcmp(p + 5, load_hi, 3) != 0 || memcmp(p + 9, sub_depth, 4) != 0)
+        return 0;
+    int g = p[4], hi = p[8], depth = p[13];
+    /* (Offsets as asmcgocall has them: positive, 8-aligned; .lo below .hi.) */
+    if (g >= 128 || depth >= 128 || hi >= 128 || hi < 8 || (g | hi | depth) & 7)
+        return 0;
+    if (sw)
+        *sw = (struct mlk_go_switch){g, hi, depth};
+    return 1;
+}
+
+int mlk_go_switch_known(uint64_t ra, struct mlk_go_switch *sw)
 {
     for (int i = 0; i < KNOWN_MAX; i++) {
         uint64_t k = __atomic_load_n(&known[i], __ATOMIC_RELAXED);
         if (k == ra)
-            return 1;
+            return decode(ra, sw); /* (its bytes were found mapped when it was noted) */
         if (!k)
             break;
     }
     /* (The rules' walk finds a switch before libgcc is asked; told to use
      * libgcc alone, or with more switches than kept, every frame is looked at.) */
     return (__atomic_load_n(&known_full, __ATOMIC_RELAXED) || mlk_unwind_mode != MLK_UNWIND_FAST) &&
-           mlk_go_switch_at(ra, NULL);
+           mlk_go_switch_at(ra, sw);
 }
 
 /* The three instructions of the switch back at return address ra, if they
@@ -89,35 +108,25 @@ int mlk_go_switch_at(uint64_t ra, struct mlk_go_switch *sw)
         if (mincore((void *)(page + 4096), 1, &in_core) != 0)
             return 0;
     }
-    const unsigned char *p = (const unsigned char *)ra;
-    static const unsigned char load_g[] = {0x48, 0x8b, 0x7c, 0x24};   /* mov rdi, [rsp + disp8] */
-    static const unsigned char load_hi[] = {0x48, 0x8b, 0x77};        /* mov rsi, [rdi + disp8] */
-    static const unsigned char sub_depth[] = {0x48, 0x2b, 0x74, 0x24}; /* sub rsi, [rsp + disp8] */
-    if (memcmp(p, load_g, 4) != 0 || memcmp(p + 5, load_hi, 3) != 0 || memcmp(p + 9, sub_depth, 4) != 0)
+    if (!decode(ra, sw))
         return 0;
-    int g = p[4], hi = p[8], depth = p[13];
-    /* (Offsets as asmcgocall has them: positive, 8-aligned; .lo below .hi.) */
-    if (g >= 128 || depth >= 128 || hi >= 128 || hi < 8 || (g | hi | depth) & 7)
-        return 0;
-    if (sw)
-        *sw = (struct mlk_go_switch){g, hi, depth};
     note_known(ra);
     return 1;
 }
 
-/* The Go frames above a switch at return address ra, whose frame's sp and
+/* The Go frames above a switch (sw: its offsets), whose frame's sp and
  * rbp are given (as the C frames below left them): written to ips, at most
  * max of them; how many.  *truncated when more followed. */
-int mlk_go_frames(uint64_t ra, uint64_t sp, uint64_t bp, uint64_t *ips, int max, int *truncated)
+int mlk_go_frames(const struct mlk_go_switch *sw, uint64_t sp, uint64_t bp, uint64_t *ips, int max,
+                  int *truncated)
 {
-    struct mlk_go_switch sw;
-    if (max <= 0 || !mlk_go_switch_at(ra, &sw) || (sp & 7))
+    if (max <= 0 || (sp & 7))
         return 0;
-    const char *g = *(const char *const *)(sp + (uint64_t)sw.g);
+    const char *g = *(const char *const *)(sp + (uint64_t)sw->g);
     if (!g || ((uint64_t)g & 7))
         return 0;
-    uint64_t hi = *(const uint64_t *)(g + sw.hi), lo = *(const uint64_t *)(g + sw.hi - 8);
-    uint64_t depth = *(const uint64_t *)(sp + (uint64_t)sw.depth), at = hi - depth;
+    uint64_t hi = *(const uint64_t *)(g + sw->hi), lo = *(const uint64_t *)(g + sw->hi - 8);
+    uint64_t depth = *(const uint64_t *)(sp + (uint64_t)sw->depth), at = hi - depth;
     if (lo >= hi || (at & 7) || at < lo || at > hi - 8 || hi - lo > (1ull << 30))
         return 0;
     int n = 0;
@@ -141,7 +150,11 @@ int mlk_go_frames(uint64_t ra, uint64_t sp, uint64_t bp, uint64_t *ips, int max,
 #else
 
 int mlk_go_switch_at(uint64_t ra, struct mlk_go_switch *sw) { return 0; }
-int mlk_go_switch_known(uint64_t ra) { return 0; }
-int mlk_go_frames(uint64_t ra, uint64_t sp, uint64_t bp, uint64_t *ips, int max, int *truncated) { return 0; }
+int mlk_go_switch_known(uint64_t ra, struct mlk_go_switch *sw) { return 0; }
+int mlk_go_frames(const struct mlk_go_switch *sw, uint64_t sp, uint64_t bp, uint64_t *ips, int max,
+                  int *truncated)
+{
+    return 0;
+}
 
 #endif

@@ -17,10 +17,11 @@ struct mlk_go_switch {
  * goroutine's stack (its instructions there)?  Its offsets, if sw. */
 MLK_HIDDEN int mlk_go_switch_at(uint64_t ra, struct mlk_go_switch *sw);
 /* The same, for a frame of a libgcc walk: known switches by one compare
- * (the rules' walk has met each before it asks libgcc). */
-MLK_HIDDEN int mlk_go_switch_known(uint64_t ra);
+ * (the rules' walk has met each before it asks libgcc); its offsets in sw. */
+MLK_HIDDEN int mlk_go_switch_known(uint64_t ra, struct mlk_go_switch *sw);
 /* The Go frames above that switch, from the state (sp, rbp) of its frame:
  * how many were written to ips (at most max; *truncated: more followed). */
-MLK_HIDDEN int mlk_go_frames(uint64_t ra, uint64_t sp, uint64_t bp, uint64_t *ips, int max, int *truncated);
+MLK_HIDDEN int mlk_go_frames(const struct mlk_go_switch *sw, uint64_t sp, uint64_t bp, uint64_t *ips, int max,
+                             int *truncated);
 
 #endif
