@@ -20,6 +20,7 @@ import os
 import struct
 from array import array
 
+from libmemleak.daemon import report_core
 from libmemleak.files.owned import read_owned
 from libmemleak.files.report_names import commit_journal_name, report_in_place
 
@@ -91,7 +92,6 @@ class ReportPlace:
 
     def journal(self, seq, snap):
         """Before report `seq`'s rename: its commit written down."""
-        from libmemleak.daemon import report_core
         return write(*self.where, seq, lambda fd: report_core.write_commit_records(
             fd, snap.ids, snap.live_bytes, snap.live_blocks, snap.reported_bytes, snap.reported_blocks,
             snap.alloc_count, snap.reported_allocs))
