@@ -8,6 +8,12 @@ sys.path.insert(0, HERE)
 
 
 def pytest_sessionstart(session):
+    # The reporters' answer cache (symbols/answer_cache.py) in a directory
+    # of this run's own: the suite neither writes into the user's
+    # ~/.cache nor starts from what an earlier run left there.
+    import tempfile
+    os.environ["XDG_CACHE_HOME"] = session.config._libmemleak_cache = \
+        tempfile.mkdtemp(prefix="libmemleak-tests-cache-")
     # Running from a source tree without an installed build: compile the
     # hook library in place, so the tests exercise the current sources.
     from libmemleak import PACKAGE_DIR, preload_path
@@ -26,3 +32,10 @@ def pytest_sessionstart(session):
 @pytest.fixture
 def workdir(tmp_path):
     return tmp_path
+
+
+def pytest_sessionfinish(session):
+    cache = getattr(session.config, "_libmemleak_cache", None)
+    if cache:
+        import shutil
+        shutil.rmtree(cache, ignore_errors=True)

@@ -244,3 +244,48 @@ def test_a_commit_journal_is_believed_only_whole_ours_and_of_its_seq(tmp_path):
     (tmp_path / "elsewhere").write_bytes(good)
     os.symlink(tmp_path / "elsewhere", path)
     assert cj.read(str(tmp_path), "prog", 7, None, 2, 10) is None      # never through a link
+
+
+def test_an_answer_cache_file_is_believed_only_line_by_line_ours_and_bounded(tmp_path):
+    """The symbolizer's answer cache (symbols/answer_cache.py) lies where
+    any program of the user can write: each line is checked, a mutated one
+    is passed over, a linked or foreign file is not read, a huge one not
+    at all."""
+    import json
+    import random
+    from libmemleak.symbols import answer_cache as ac
+    cache = ac.AnswerCache(str(tmp_path / "cache"))
+    prog = compile_program("blocked.c")
+    shelf = cache.shelf(prog, "", None)
+    rows = (("f", "/src/a.c", 12, True), ("main", "/src/a.c", 30, False))
+    shelf.put(0x1234, rows)
+    shelf.put(0x99, ((None, None, None, False),))
+    shelf.flush()
+    path = tmp_path / "cache" / shelf.name
+    good = path.read_bytes()
+    assert cache.shelf(prog, "", None).get(0x1234) == rows
+    rng = random.Random(49)
+    for _ in range(300):
+        data = bytearray(good)
+        for _ in range(rng.randint(1, 6)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        path.write_bytes(bytes(data[:rng.randint(0, len(data))]))
+        got = cache.shelf(prog, "", None).get(0x1234)
+        assert got is None or (len(got) == 2 and all(len(r) == 4 for r in got))
+    for bad in ([1], [-1, [["f", None, 1, False]]], [1, []], [1, [["f", None, -3, False]]],
+                [1, [["f", None, 1, 0]]], [1, [[{"a": 1}, None, 1, False]]], [1, [["x" * 5000, None, 1, False]]],
+                [1, [["f", None, 1, False]] * 65], "[" * 100000):
+        path.write_text(bad if type(bad) is str else json.dumps(bad) + "\n")
+        assert cache.shelf(prog, "", None).get(1) is None
+    path.write_bytes(good)
+    os.chmod(path, 0o600)
+    os.chown(path, 65534, 65534)                                          # another user's
+    assert cache.shelf(prog, "", None).get(0x1234) is None
+    path.unlink()
+    (tmp_path / "elsewhere").write_bytes(good)
+    os.symlink(tmp_path / "elsewhere", path)
+    assert cache.shelf(prog, "", None).get(0x1234) is None                # never through a link
+    path.unlink()
+    with open(path, "wb") as f:
+        f.truncate(ac.MAX_FILE_BYTES + 1)
+    assert cache.shelf(prog, "", None).get(0x1234) is None                # never past the bound

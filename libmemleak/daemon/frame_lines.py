@@ -74,6 +74,7 @@ class FrameLines:
                 texts.set_key(key_id, items, self.kind_value(self.keys.kind(key_id), self.keys.cut(key_id)))
             else:
                 partial.append((key_id, items))
+        self.symbolizer.save()  # a successor starts from these (symbols/answer_cache.py)
         return partial
 
     def line_of(self, token):

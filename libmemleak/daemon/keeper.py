@@ -35,6 +35,7 @@ from libmemleak.files.memlog import header_text
 from libmemleak.daemon.segment import Segment, SegmentError
 from libmemleak.daemon.segment_header import header_fields, header_string, program_name_of
 from libmemleak.symbols import Symbolizer
+from libmemleak.symbols.answer_cache import AnswerCache
 from libmemleak.daemon.trust import kernel_name, pid_of_pidfd, vouched_directory
 
 KEEPER_FD = 5                 # where the hook library puts the listening socket
@@ -104,7 +105,7 @@ class Keeper:
         self.flushes_lock = threading.Lock()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.poller.register(self.wake_r, select.POLLIN)
-        self.symbolizer = Symbolizer()  # shared: descendants run the same binaries
+        self.symbolizer = Symbolizer(cache=AnswerCache.default())  # shared: descendants run the same binaries
         self._warned = set()
         self.profile = os.environ.get("MEMLEAK_PROFILE_REPORTER")  # as for the reporter
         self.profiler = None

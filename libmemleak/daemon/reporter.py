@@ -37,6 +37,7 @@ from libmemleak.daemon.trust import pid_of_pidfd
 from libmemleak.files.memlog import Frame, render, write_report
 from libmemleak.files.report_names import report_name, safe_label
 from libmemleak.symbols import Symbolizer
+from libmemleak.symbols.answer_cache import AnswerCache
 from libmemleak.symbols.perfmap import PerfMap
 
 SEGMENT_FD, PIDFD = 3, 4
@@ -99,7 +100,7 @@ class Reporter:
         # Our pids are a pid namespace's own (a container's, unshare's):
         # the reports' names say which, or pid 1 of two of them collide.
         self.ns_tag = namespace_tag()
-        self.symbolizer = symbolizer or Symbolizer()
+        self.symbolizer = symbolizer or Symbolizer(cache=AnswerCache.default())
         self.warned = set()
         self.budget = _float_env("MEMLEAK_SYMBOL_BUDGET", DEFAULT_SYMBOL_BUDGET)
         self.keys = KeyTable()   # stack key -> key id, for the reporter's lifetime

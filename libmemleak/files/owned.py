@@ -8,13 +8,13 @@ import os
 import stat
 
 
-def read_owned(path, owner, limit, unchanged=None):
-    """(key, data) of the file at `path` if it is a regular file of uid
-    `owner` no larger than `limit`; key is (size, mtime) -- when it equals
-    `unchanged` the file is not read again and data is None.  None when it
-    is not to be read."""
+def read_owned(path, owner, limit, unchanged=None, dir_fd=None):
+    """(key, data) of the file at `path` (relative to `dir_fd` if given) if
+    it is a regular file of uid `owner` no larger than `limit`; key is
+    (size, mtime) -- when it equals `unchanged` the file is not read again
+    and data is None.  None when it is not to be read."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
     except OSError:
         return None
     try:

@@ -30,6 +30,7 @@ from libmemleak.fleet.heap import HeapProfiles
 from libmemleak.fleet.suspects import Suspects
 from libmemleak.live.client import LiveError, open_segment
 from libmemleak.symbols import Symbolizer
+from libmemleak.symbols.answer_cache import AnswerCache
 
 MAX_PROCESSES = 4096  # a bound on what one exporter holds open
 RELOOK_SECONDS = 10.0  # a process found untraced is looked at again after this
@@ -131,7 +132,7 @@ class Processes:
         # gets its segment late (an exec into a traced program keeps its
         # start time; MEMLEAK_CONFIG without mtraceinit waits for mtrace()).
         self.not_traced = {}
-        self.symbolizer = Symbolizer()  # shared: processes run the same binaries
+        self.symbolizer = Symbolizer(cache=AnswerCache.default())  # shared: processes run the same binaries
 
     def profile(self, pid, which):
         """Process pid's gzipped pprof profile `which` ("heap", "allocs"), or
@@ -142,7 +143,9 @@ class Processes:
         if proc is None or not proc.begin():
             return None
         try:
-            return proc.heap.profile(which)
+            made = proc.heap.profile(which)
+            self.symbolizer.save()
+            return made
         except Exception as e:  # noqa: BLE001 -- as in samples()
             with self.lock:
                 self._drop(pid, proc)

@@ -20,31 +20,61 @@ class Frame:
     inlined: bool = False
 
 
-class _ModuleSymbols:
-    """Symbol tables and, where found, DWARF of one module (built lazily)."""
+_NOT_LOOKED = object()
 
-    def __init__(self, path, build_id, debug_dirs):
+
+class _ModuleSymbols:
+    """Symbol tables and, where found, DWARF of one module (each built
+    lazily: answers found in the answer cache need neither)."""
+
+    def __init__(self, path, build_id, debug_dirs, cache):
         self.path = path
-        self.elf = ElfIndex(path)
+        self._elf = None
         self._build_id = build_id
         self._debug_dirs = debug_dirs
         self._dwarf = None
-        self.debug_file = None
+        self._debug_file = _NOT_LOOKED
+        self._cache = cache
+        self._shelf = _NOT_LOOKED
+
+    @property
+    def elf(self):
+        if self._elf is None:
+            self._elf = ElfIndex(self.path)
+        return self._elf
+
+    @property
+    def debug_file(self):
+        if self._debug_file is _NOT_LOOKED:
+            self._debug_file = None  # one attempt per module, even if it raises
+            self._debug_file = find_debug_file(self.path, self._build_id or None, self._debug_dirs)
+        return self._debug_file
 
     @property
     def dwarf(self):
         if self._dwarf is None:
             self._dwarf = False  # one attempt per module, even if it raises
-            self.debug_file = find_debug_file(self.path, self._build_id or None, self._debug_dirs)
             self._dwarf = DwarfIndex(self.debug_file) if self.debug_file else False
         return self._dwarf
+
+    @property
+    def shelf(self):
+        """This module's answers kept on disk (symbols/answer_cache.py), or None."""
+        if self._shelf is _NOT_LOOKED:
+            self._shelf = None
+            if self._cache is not None:
+                self._shelf = self._cache.shelf(self.path, self._build_id, self.debug_file)
+        return self._shelf
 
 
 class Symbolizer:
     """Caches one index per module and one answer per return address."""
 
-    def __init__(self, debug_dirs=None):
+    def __init__(self, debug_dirs=None, cache=None):
+        """cache: an AnswerCache (symbols/answer_cache.py) whose answers are
+        taken as this symbolizer's own, and which keeps its new ones."""
         self._modules = {}
+        self._cache = cache
         self._frames = {}
         self._debug_dirs = debug_dirs
         # After this time.monotonic() value, answer from symbol tables only
@@ -57,8 +87,14 @@ class Symbolizer:
         key = (path, build_id)
         m = self._modules.get(key)
         if m is None:
-            m = self._modules[key] = _ModuleSymbols(path, build_id, self._debug_dirs)
+            m = self._modules[key] = _ModuleSymbols(path, build_id, self._debug_dirs, self._cache)
         return m
+
+    def save(self):
+        """Write the answers found since the last save to the answer cache."""
+        for m in self._modules.values():
+            if m._shelf not in (None, _NOT_LOOKED):
+                m._shelf.flush()
 
     def frames_for(self, module, address):
         """Frames (innermost first) for one return address in `module`
@@ -73,18 +109,34 @@ class Symbolizer:
         if module is None:
             result = (Frame(None, None, address),)
         else:
-            late = self.deadline is not None and time.monotonic() > self.deadline
-            try:
-                result = self._lookup(module, address - module.base, use_dwarf=not late)
-            except Exception as e:  # noqa: BLE001 -- hostile files must not cost the report
-                # The readers catch what malformed input is known to raise;
-                # anything else still leaves the frame as module+offset.
-                self._internal_errors.setdefault(module.path, f"{type(e).__name__}: {e}")
-                result = (Frame(None, module.path, address - module.base),)
-            if late:
+            result = self._answer(module, address - module.base)
+            if type(result) is list:  # an answer of symbol tables only, past the deadline
                 self.skipped += 1
-                return result
+                return tuple(result)
         self._frames[key] = result
+        return result
+
+    def _answer(self, module, offset):
+        """The frames at `offset` in `module`: a tuple (to keep), or a list
+        (an answer of symbol tables only, past the deadline: not to keep)."""
+        syms = self.module(module.path, module.build_id)
+        shelf = syms.shelf
+        rows = shelf.get(offset) if shelf is not None else None
+        if rows is not None:
+            return tuple(Frame(f, module.path, offset, file, line, inlined)
+                         for f, file, line, inlined in rows)
+        late = self.deadline is not None and time.monotonic() > self.deadline
+        try:
+            result = self._lookup(module, offset, use_dwarf=not late)
+        except Exception as e:  # noqa: BLE001 -- hostile files must not cost the report
+            # The readers catch what malformed input is known to raise;
+            # anything else still leaves the frame as module+offset.
+            self._internal_errors.setdefault(module.path, f"{type(e).__name__}: {e}")
+            return (Frame(None, module.path, offset),)
+        if late:
+            return list(result)
+        if shelf is not None and not syms.elf.error:  # (an unreadable file is said at each start)
+            shelf.put(offset, tuple((f.function, f.file, f.line, f.inlined) for f in result))
         return result
 
     def _lookup(self, module, offset, use_dwarf=True):
@@ -113,5 +165,5 @@ class Symbolizer:
 
     def problems(self):
         """One line per ELF file that could not be read."""
-        out = [f"{m.path}: {m.elf.error}" for m in self._modules.values() if m.elf.error]
+        out = [f"{m.path}: {m._elf.error}" for m in self._modules.values() if m._elf and m._elf.error]
         return out + [f"{path}: {error}" for path, error in self._internal_errors.items()]
