@@ -31,6 +31,7 @@ class FrameLines:
         self.token_line = array("i")
         self.python_token = bytearray()  # frame token -> 1: a Python frame or the evaluation loop's
         self.python_kinds = {}  # frame token -> "py"/"py-entry" (a Python frame) or "eval" (the loop's)
+        texts.derive_from(keys, self.token_line)  # add_keys's keys are runs of token_line
 
     def known(self, token):
         """The line id of a token already named, else None."""

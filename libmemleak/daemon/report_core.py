@@ -21,11 +21,13 @@ ffi.include(layout_ffi)
 ffi.cdef("""
 struct mlk_rc_row { int64_t key, pos, bytes, blocks, live_bytes, live_blocks, samples, allocs,
                     scan_at, touched, touched_changed, slack; };
+struct mlk_rc_derive { const int32_t *words; const int64_t *start; const int32_t *len; int64_t nkeys;
+                       const int32_t *token_line; int64_t ntokens; };
 struct mlk_rc_texts { const char *arena; const int64_t *line_off; const int32_t *pool;
                       const int64_t *key_first; const int32_t *key_lines; const int8_t *key_kind;
                       int64_t keys; const int32_t *since_seq; int32_t depth; const char *kind_text;
                       int32_t table; int64_t inline_rows, permanent_pool, permanent_lines;
-                      const int64_t *scans; };
+                      const int64_t *scans; const struct mlk_rc_derive *derive; };
 struct mlk_rc_table { int32_t *key_mark; int64_t nkeys; int32_t *line_mark; int64_t nlines;
                       int32_t stamp, scope_first; };
 int64_t mlk_rc_table_render(struct mlk_rc_table *, const struct mlk_rc_row *, int64_t, int64_t,

@@ -22,9 +22,9 @@ void mlk_rc_keys_rehash(struct mlk_rc_keys *);
 int mlk_rc_addr_put(struct mlk_rc_addrs *, uint64_t, int32_t);
 int64_t mlk_rc_addr_misses(struct mlk_rc_addrs *, const uint64_t *, int64_t, const int64_t *, const int64_t *,
                            const uint8_t *, const int64_t *, int64_t, int64_t, uint64_t *, int64_t, int64_t *);
-struct mlk_rc_store { const int32_t *pool; int32_t *out; int64_t out_used, out_room, base; int64_t *key_first;
-                      int32_t *key_lines; int8_t *key_kind; int64_t *canon; int64_t keys; uint64_t *texts;
-                      int64_t ntexts_slots, ntexts; };
+struct mlk_rc_store { const int32_t *pool; int64_t *key_first; int32_t *key_lines; int8_t *key_kind;
+                      int64_t *canon; int64_t keys; uint64_t *texts; int64_t ntexts_slots, ntexts;
+                      const struct mlk_rc_derive *derive; };
 int64_t mlk_rc_key_texts(const struct mlk_rc_keys *, const int64_t *, int64_t, int64_t, const int32_t *,
                          const uint8_t *, int64_t, const int8_t *, int64_t, struct mlk_rc_store *,
                          int64_t *, int64_t, int64_t *);

@@ -9,13 +9,18 @@ from libmemleak.daemon.report_core import _q, chunks, extend_to, ffi, lib, zeros
 from libmemleak.daemon.stack_keys import Bound
 
 CUT_KIND = 0x40  # in TextStore.key_kind: entries say cut=DEPTH (report_core.c)
+NO_TEXT, DERIVED = -1, -2  # key_first: MLK_RC_NO_TEXT, MLK_RC_DERIVED (report_core.h)
 KIND_TEXT_KINDS, KIND_TEXT_WIDTH = 64, 48  # mlk_rc_texts.kind_text (report_core.c)
 
 
 class TextStore:
     """The frame lines of each stack key, as C reads them to write entries:
     each distinct line (the frames of one return address) stored once as
-    bytes, each key a run of line ids.  4 bytes per frame per key.
+    bytes, each key a run of line ids: made from its frame tokens when read
+    (DERIVED: a key whose every frame was named once for all -- nearly
+    every key; report_core.h), or stored, 4 bytes per frame, for a key
+    with a frame named for it alone (merged Python frames, a
+    symbolization cut short).
 
     Texts added between begin_temporary() and end_temporary() (frames whose
     symbolization was cut short by the time budget) are dropped at the end,
@@ -38,7 +43,13 @@ class TextStore:
         self.texts = zeros(2 * 1024, "Q")
         self.ntexts = 0
         self._line_of_text = {}   # text -> line id, so equal lines get one id
-        self._out = zeros(0, "i")  # add_keys's buffer for C's line ids
+        self._keys = self._token_line = None  # where DERIVED runs come from (derive_from)
+
+    def derive_from(self, keys, token_line):
+        """Keys given text by add_keys are runs of their tokens' lines:
+        `keys` (the KeyTable) and `token_line` (FrameLines') are read for
+        them from now on."""
+        self._keys, self._token_line = keys, token_line
 
     def grow_keys(self, nkeys):
         extend_to(self.key_first, nkeys)
@@ -62,7 +73,7 @@ class TextStore:
         return line_id
 
     def has(self, key_id):
-        return key_id < len(self.key_first) and self.key_first[key_id] >= 0
+        return key_id < len(self.key_first) and self.key_first[key_id] != NO_TEXT
 
     def set_key(self, key_id, line_ids, kind=0):
         """The frame lines of a key, and its allocator family (MLK_KIND_*)."""
@@ -81,16 +92,10 @@ class TextStore:
         """set_key, in C, for the keys `key_ids` (array('q')) whose every
         frame token has a line in token_line and none is Python's to merge
         (python_token); kind_byte: a key's kind code -> its key_kind.
-        Returns the key ids left for set_key."""
+        Returns the key ids left for set_key.  (keys and token_line are
+        those of derive_from.)"""
         self.grow_keys(keys.nkeys)
         n, left, nleft, at = len(key_ids), zeros(len(key_ids)), ffi.new("int64_t *"), 0
-        # (warm-up asks for a few keys at a time; an empty out[] must take
-        # the longest key: KEY_WORDS_MAX, stack_keys.c.  One buffer for every
-        # call: made anew, zeroing it was a third of the warm-up's time.)
-        want = min(1 << 20, max(8192, 64 * n))
-        if len(self._out) < want:
-            self._out = zeros(want, "i")
-        out = self._out
         if 2 * (self.ntexts + n) > len(self.texts) // 2:  # (a million keys: one rebuild, not twelve)
             self._more_texts(2 * (self.ntexts + n) * 2)
         while at < n:
@@ -99,25 +104,32 @@ class TextStore:
                                             bind("int32_t[]", token_line), bind("uint8_t[]", python_token),
                                             min(len(token_line), len(python_token)), bind("int8_t[]", kind_byte),
                                             len(kind_byte), store, bind("int64_t[]", left), n, nleft)
-            at, used = self._with_store(fill, out)
-            self.pool.extend(out[:used])
+            at = self._with_store(fill)
             if at < n and 2 * (self.ntexts + 1) > len(self.texts) // 2:
                 self._more_texts()
         return left[:nleft[0]]
 
-    def _with_store(self, call, out=None):
-        """call(the store as C sees it, bind)'s answer (with out[]'s words
-        used, when out is given); the texts table's count kept."""
+    def _derive(self, bind):
+        """Where derived runs come from, as C reads it (NULL: none yet)."""
+        if self._keys is None:
+            return ffi.NULL
+        words = self._keys.words
+        return ffi.new("struct mlk_rc_derive *", [
+            bind("int32_t[]", words.pool), bind("int64_t[]", words.start), bind("int32_t[]", words.len),
+            words.count, bind("int32_t[]", self._token_line), len(self._token_line)])
+
+    def _with_store(self, call):
+        """call(the store as C sees it, bind)'s answer; the texts table's
+        count kept."""
         with Bound() as bind:
-            o = bind("int32_t[]", out) if out is not None else ffi.NULL
+            derive = self._derive(bind)
             store = ffi.new("struct mlk_rc_store *", [
-                bind("int32_t[]", self.pool), o, 0, len(out) if out is not None else 0, len(self.pool),
-                bind("int64_t[]", self.key_first), bind("int32_t[]", self.key_lines), bind("int8_t[]", self.key_kind),
-                bind("int64_t[]", self.canon), len(self.key_first), bind("uint64_t[]", self.texts),
-                len(self.texts) // 2, self.ntexts])
+                bind("int32_t[]", self.pool), bind("int64_t[]", self.key_first), bind("int32_t[]", self.key_lines),
+                bind("int8_t[]", self.key_kind), bind("int64_t[]", self.canon), len(self.key_first),
+                bind("uint64_t[]", self.texts), len(self.texts) // 2, self.ntexts, derive])
             got = call(store, bind)
             self.ntexts = store.ntexts
-            return (got, store.out_used) if out is not None else got
+            return got
 
     def _more_texts(self, at_least=0):
         """Twice the texts table's slots (or more, to at_least words),
@@ -136,11 +148,18 @@ class TextStore:
         text = bytes(self.arena[self.line_off[line_id]:self.line_off[line_id + 1]])
         return text.decode("utf-8", "surrogateescape").rstrip("\n")
 
+    def line_ids(self, key_id):
+        """The line ids of a key that has text."""
+        first = self.key_first[key_id]
+        if first == DERIVED:
+            line_of = self._token_line
+            return [line_of[t] for t in self._keys.tokens(key_id) if line_of[t] != -1]
+        return self.pool[first:first + self.key_lines[key_id]]
+
     def key_text(self, key_id):
         """The frame lines of a key that has them, one string each."""
-        first, n = self.key_first[key_id], self.key_lines[key_id]
         lines = []
-        for line_id in self.pool[first:first + n]:
+        for line_id in self.line_ids(key_id):
             text = bytes(self.arena[self.line_off[line_id]:self.line_off[line_id + 1]])
             lines += text.decode("utf-8", "surrogateescape").rstrip("\n").split("\n") if text else []
         return lines
@@ -154,7 +173,7 @@ class TextStore:
         del self.line_off[lines:]
         del self.pool[pool:]
         for key_id in self._temporary_keys:
-            self.key_first[key_id] = -1
+            self.key_first[key_id] = NO_TEXT
         self._temporary_keys, self._mark = [], None
 
     def permanent_lines(self):
@@ -201,11 +220,14 @@ class TextStore:
         pool = self._mark[2] if self._mark is not None else len(self.pool)
         if scans is not None:
             mine.append(ffi.from_buffer("int64_t[]", scans))
+        scan_words = mine[7] if scans is not None else ffi.NULL
+        derive = self._derive(lambda ctype, a: mine.append(ffi.from_buffer(ctype, a)) or mine[-1])
         texts = ffi.new("struct mlk_rc_texts *", mine[:6] + [len(self.key_first), seqs, depth, mine[6],
                                                              table is not None, INLINE_ENTRIES, pool,
-                                                             self.permanent_lines(),
-                                                             mine[7] if scans is not None else ffi.NULL])
+                                                             self.permanent_lines(), scan_words, derive])
         keep += mine
+        if derive != ffi.NULL:
+            keep.append(derive)  # (C holds it through texts: it must live as long)
         return texts
 
 

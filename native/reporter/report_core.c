@@ -302,7 +302,7 @@ EXPORT int64_t mlk_rc_merge_same_text(struct mlk_rc_row *rows, int64_t n, const 
     return kept;
 }
 
-/* Keys of rows[0..nrows) that have no text yet (key_first < 0, or beyond
+/* Keys of rows[0..nrows) that have no text yet (MLK_RC_NO_TEXT, or beyond
  * its nkeys entries): the reporter symbolizes those.  Returns how many; writes at most cap. */
 EXPORT int64_t mlk_rc_textless(const struct mlk_rc_row *rows, int64_t nrows,
                                const int64_t *key_first, int64_t nkeys, int64_t *out, int64_t cap)
@@ -310,7 +310,7 @@ EXPORT int64_t mlk_rc_textless(const struct mlk_rc_row *rows, int64_t nrows,
     int64_t found = 0;
     for (int64_t r = 0; r < nrows; r++) {
         int64_t key = rows[r].key;
-        if (key >= 0 && (key >= nkeys || key_first[key] < 0)) {
+        if (key >= 0 && (key >= nkeys || key_first[key] == MLK_RC_NO_TEXT)) {
             if (found < cap)
                 out[found] = rows[r].key;
             found++;
@@ -364,18 +364,19 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
                              const struct mlk_rc_texts *t, char *out, int64_t cap, int64_t *next)
 {
     int64_t len = 0, r = from;
+    int32_t buf[MLK_RC_LINES_MAX];
     for (; r < to; r++) {
         const struct mlk_rc_row *row = &rows[r];
-        int64_t first = row->key >= 0 && row->key < t->keys ? t->key_first[row->key] : -1;
-        int64_t node = mlk_rc_in_table(t, row->key) ? row->key + 1 : 0;
-        int32_t lines = first < 0 || (node > 0 && r >= t->inline_rows) ? 0 : t->key_lines[row->key];
+        int32_t lines = 0;
+        const int32_t *ids = mlk_rc_text_of(t, row->key, buf, &lines);
+        int64_t node = mlk_rc_in_table(t, row->key, ids, lines) ? row->key + 1 : 0;
+        if (!ids || (node > 0 && r >= t->inline_rows))
+            lines = 0;
         int64_t need = 144 + 240 + 240 + 64 + KIND_TEXT_WIDTH; /* five signed numbers, the kind, "cut=", "touched=", "samples=", "allocs=", "slack=",
                                          * four categories' "name=bytes/blocks", "since=" with
                                          * eight "seq:blocks", "stack=", a newline */
-        for (int32_t k = 0; k < lines; k++) {
-            int32_t l = t->pool[first + k];
-            need += t->line_off[l + 1] - t->line_off[l];
-        }
+        for (int32_t k = 0; k < lines; k++)
+            need += t->line_off[ids[k] + 1] - t->line_off[ids[k]];
         if (len + need > cap) {
             if (r == from)
                 len = -need;
@@ -453,9 +454,8 @@ EXPORT int64_t mlk_rc_render(const struct mlk_rc_row *rows, int64_t from, int64_
         }
         *p++ = '\n';
         for (int32_t k = 0; k < lines; k++) {
-            int32_t l = t->pool[first + k];
-            int64_t size = t->line_off[l + 1] - t->line_off[l];
-            memcpy(p, t->arena + t->line_off[l], (size_t)size);
+            int64_t size = t->line_off[ids[k] + 1] - t->line_off[ids[k]];
+            memcpy(p, t->arena + t->line_off[ids[k]], (size_t)size);
             p += size;
         }
         len = p - out;

@@ -32,9 +32,60 @@ struct mlk_rc_row {
  * earlier scan, mlk_rc_texts.since_seq). */
 #define MLK_RC_SCAN_WORDS 16
 
-/* Where the frame text of each key is: key k's lines are the line ids
- * pool[key_first[k] .. key_first[k] + key_lines[k]); line l is the bytes
- * arena[line_off[l] .. line_off[l + 1]), ending in a newline. */
+/* A key's text is a run of line ids; line l is the bytes arena[line_off[l]
+ * .. line_off[l + 1]), ending in a newline.  key_first[k] says where key k's
+ * run is: at pool[key_first[k] .. + key_lines[k]) (stored: a key with a
+ * frame Python named for this key alone -- merged Python frames, a
+ * symbolization cut short); MLK_RC_DERIVED: made from the key's own words
+ * when read -- each frame token's line id (token_line), our own frames'
+ * (-1) left out -- which is what a stored run of such a key would hold, so
+ * a million keys do not keep their 49 frames twice (~200 MB); MLK_RC_NO_TEXT:
+ * none yet. */
+#define MLK_RC_NO_TEXT (-1)
+#define MLK_RC_DERIVED (-2)
+#define MLK_RC_LINES_MAX 4096 /* frames of a key at most (stack_keys.c KEY_WORDS_MAX) */
+
+/* What derived runs are made from: the key table (stack_keys.c struct
+ * mlk_rc_keys: kind code, then frame tokens) and each token's line id. */
+struct mlk_rc_derive {
+    const int32_t *words;
+    const int64_t *start;
+    const int32_t *len;
+    int64_t nkeys;
+    const int32_t *token_line;
+    int64_t ntokens;
+};
+
+/* Key `key`'s line ids: a pointer into `pool`, or into buf
+ * (MLK_RC_LINES_MAX entries) for a derived run; *n of them.  NULL: the key
+ * has no text (or a derived run cannot be made: a frame not named). */
+static inline const int32_t *mlk_rc_key_line_ids(const int32_t *pool, const int64_t *key_first,
+                                                 const int32_t *key_lines, int64_t keys,
+                                                 const struct mlk_rc_derive *d, int64_t key, int32_t *buf,
+                                                 int32_t *n)
+{
+    if (key < 0 || key >= keys)
+        return NULL;
+    int64_t first = key_first[key];
+    if (first >= 0) {
+        *n = key_lines[key];
+        return pool + first;
+    }
+    if (first != MLK_RC_DERIVED || !d || key >= d->nkeys || d->len[key] < 1 || d->len[key] > MLK_RC_LINES_MAX + 1)
+        return NULL;
+    const int32_t *w = d->words + d->start[key];
+    int32_t got = 0;
+    for (int32_t i = 1; i < d->len[key]; i++) {
+        int32_t l = w[i] >= 0 && w[i] < d->ntokens ? d->token_line[w[i]] : -2;
+        if (l >= 0)
+            buf[got++] = l;
+        else if (l != -1)
+            return NULL;
+    }
+    *n = got;
+    return buf;
+}
+
 struct mlk_rc_texts {
     const char *arena;
     const int64_t *line_off;
@@ -60,16 +111,22 @@ struct mlk_rc_texts {
     int64_t permanent_pool;
     int64_t permanent_lines;
     const int64_t *scans;   /* the rows' scan words (mlk_rc_row.scan_at), or NULL */
+    const struct mlk_rc_derive *derive; /* derived runs' source, or NULL (none derived) */
 };
 
-/* Whether key `key` is in the stack table (see above). */
-static inline int mlk_rc_in_table(const struct mlk_rc_texts *t, int64_t key)
+/* Key `key`'s line ids (mlk_rc_key_line_ids), *n of them, or NULL. */
+static inline const int32_t *mlk_rc_text_of(const struct mlk_rc_texts *t, int64_t key, int32_t *buf, int32_t *n)
 {
-    if (!t->table || key < 0 || key >= t->keys || t->key_first[key] < 0 || t->key_lines[key] <= 0 ||
-        t->key_first[key] + t->key_lines[key] > t->permanent_pool)
+    return mlk_rc_key_line_ids(t->pool, t->key_first, t->key_lines, t->keys, t->derive, key, buf, n);
+}
+
+/* Whether key `key`, whose line ids are lines[0..n) (NULL: no text), is in
+ * the stack table (see above): a derived run outlives any report. */
+static inline int mlk_rc_in_table(const struct mlk_rc_texts *t, int64_t key, const int32_t *lines, int32_t n)
+{
+    if (!t->table || !lines || n <= 0 || (t->key_first[key] >= 0 && t->key_first[key] + n > t->permanent_pool))
         return 0;
-    const int32_t *lines = t->pool + t->key_first[key];
-    for (int32_t k = 0; k < t->key_lines[key]; k++)
+    for (int32_t k = 0; k < n; k++)
         if (lines[k] < 0 || lines[k] >= t->permanent_lines)
             return 0;
     return 1;

@@ -16,6 +16,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "report_core.h"
+
 #define EXPORT __attribute__((visibility("default")))
 
 /* Distinct keys: the words of each (kind code, then tokens) in one pool. */
@@ -116,6 +118,7 @@ EXPORT int mlk_rc_addr_put(struct mlk_rc_addrs *a, uint64_t addr, int32_t token)
 }
 
 #define KEY_WORDS_MAX 4096
+_Static_assert(KEY_WORDS_MAX == MLK_RC_LINES_MAX, "a key's frames are a text's lines");
 #define KIND_VALUES (1 << 17) /* a stack's kind column: MLK_KIND_* | 1 << 16 if cut */
 
 /* Key the stacks at positions[from..n) (stack ids) whose every address
@@ -192,11 +195,9 @@ EXPORT int64_t mlk_rc_addr_misses(struct mlk_rc_addrs *a, const uint64_t *frames
 
 /* The text store's side of mlk_rc_key_texts (text_store.py's TextStore). */
 struct mlk_rc_store {
-    const int32_t *pool;   /* the store's line ids so far */
-    int32_t *out;          /* line ids of the keys given text now, appended to the pool after */
-    int64_t out_used, out_room;
-    int64_t base;          /* the pool's length before them (where out[0] will be) */
-    int64_t *key_first;    /* key id -> its first line id's place in pool (then out) */
+    const int32_t *pool;   /* the store's stored runs of line ids */
+    int64_t *key_first;    /* key id -> its run's place in pool, MLK_RC_DERIVED or MLK_RC_NO_TEXT
+                            * (report_core.h) */
     int32_t *key_lines;
     int8_t *key_kind;
     int64_t *canon;        /* key id -> the first key with its text (-1: itself) */
@@ -207,12 +208,13 @@ struct mlk_rc_store {
     uint64_t *texts;
     int64_t ntexts_slots;  /* a power of two, at least twice ntexts */
     int64_t ntexts;
+    const struct mlk_rc_derive *derive; /* where derived runs come from */
 };
 
-static const int32_t *lines_of(const struct mlk_rc_store *s, int64_t key)
+/* Key's line ids (*n), in pool or made in buf; NULL: no text. */
+static const int32_t *lines_of(const struct mlk_rc_store *s, int64_t key, int32_t *buf, int32_t *n)
 {
-    int64_t first = s->key_first[key];
-    return first >= s->base ? s->out + (first - s->base) : s->pool + first;
+    return mlk_rc_key_line_ids(s->pool, s->key_first, s->key_lines, s->keys, s->derive, key, buf, n);
 }
 
 static uint64_t text_hash(int8_t kind, const int32_t *lines, int32_t n)
@@ -227,8 +229,12 @@ static uint64_t text_hash(int8_t kind, const int32_t *lines, int32_t n)
  * out).  0: the table needs room (the caller doubles it and re-puts). */
 static int set_canon(struct mlk_rc_store *s, int64_t key)
 {
-    int32_t n = s->key_lines[key];
-    const int32_t *lines = lines_of(s, key);
+    int32_t mine[MLK_RC_LINES_MAX], theirs[MLK_RC_LINES_MAX], n = 0, m = 0;
+    const int32_t *lines = lines_of(s, key, mine, &n);
+    if (!lines) { /* (a derived run of a frame not named: never, as add_keys checks) */
+        s->canon[key] = -1;
+        return 1;
+    }
     uint64_t h = text_hash(s->key_kind[key], lines, n), mask = (uint64_t)s->ntexts_slots - 1;
     for (uint64_t i = h & mask;; i = (i + 1) & mask) {
         uint64_t *slot = &s->texts[2 * i];
@@ -242,14 +248,16 @@ static int set_canon(struct mlk_rc_store *s, int64_t key)
             return 1;
         }
         int64_t other = (int64_t)slot[1] - 1;
-        if (other >= s->keys || s->key_first[other] < 0) { /* (no text now: never, but never read) */
+        const int32_t *others = other < s->keys && other != key && slot[0] == h ? lines_of(s, other, theirs, &m)
+                                                                                 : NULL;
+        if (other >= s->keys || s->key_first[other] == MLK_RC_NO_TEXT) { /* (no text now: never, but never read) */
             slot[0] = h;
             slot[1] = (uint64_t)key + 1;
             s->canon[key] = -1;
             return 1;
         }
-        if (slot[0] == h && other != key && s->key_kind[other] == s->key_kind[key] &&
-            s->key_lines[other] == n && !memcmp(lines_of(s, other), lines, (size_t)n * sizeof *lines)) {
+        if (others && s->key_kind[other] == s->key_kind[key] && m == n &&
+            !memcmp(others, lines, (size_t)n * sizeof *lines)) {
             s->canon[key] = other;
             return 1;
         }
@@ -271,16 +279,16 @@ EXPORT int mlk_rc_text_canon(struct mlk_rc_store *s, int64_t key)
  * line (token_line[token] >= 0; -1: a frame of our own, left out; -2: not
  * symbolized yet, or any other value: Python's to judge) and none is a
  * Python frame or the evaluation loop's (python_token: they are merged,
- * in Python): their line ids into out[], their kind (kind_byte[the key's
- * kind code]) and canon.  The others are added to left[] (*nleft, at most
- * cap).  Returns n when done, or the index of the key that found no room
- * (out[] or the texts table full): the caller makes room and calls again. */
+ * in Python): a derived run (MLK_RC_DERIVED: nothing stored), their kind
+ * (kind_byte[the key's kind code]) and canon.  The others are added to
+ * left[] (*nleft, at most cap).  Returns n when done, or the index of the
+ * key that found no room (the texts table full): the caller makes room and
+ * calls again. */
 EXPORT int64_t mlk_rc_key_texts(const struct mlk_rc_keys *k, const int64_t *key_ids, int64_t from, int64_t n,
                                 const int32_t *token_line, const uint8_t *python_token, int64_t ntokens,
                                 const int8_t *kind_byte, int64_t nkinds, struct mlk_rc_store *s, int64_t *left,
                                 int64_t cap, int64_t *nleft)
 {
-    int32_t w[KEY_WORDS_MAX];
     for (int64_t p = from; p < n; p++) {
         int64_t key = key_ids[p];
         int ok = key >= 0 && key < k->nkeys && key < s->keys && k->len[key] >= 1 &&
@@ -292,7 +300,7 @@ EXPORT int64_t mlk_rc_key_texts(const struct mlk_rc_keys *k, const int64_t *key_
             int32_t t = words[i];
             int32_t l = t >= 0 && t < ntokens && !python_token[t] ? token_line[t] : -2;
             if (l >= 0)
-                w[lines++] = l;
+                lines++;
             else if (l != -1)
                 ok = 0;
         }
@@ -302,13 +310,11 @@ EXPORT int64_t mlk_rc_key_texts(const struct mlk_rc_keys *k, const int64_t *key_
             ++*nleft;
             continue;
         }
-        if (s->out_used + lines > s->out_room || 2 * (s->ntexts + 1) > s->ntexts_slots)
+        if (2 * (s->ntexts + 1) > s->ntexts_slots)
             return p;
-        memcpy(s->out + s->out_used, w, (size_t)lines * sizeof *w);
-        s->key_first[key] = s->base + s->out_used;
+        s->key_first[key] = MLK_RC_DERIVED;
         s->key_lines[key] = lines;
         s->key_kind[key] = kind_byte[words[0]];
-        s->out_used += lines;
         set_canon(s, key); /* (room checked above) */
     }
     return n;
@@ -344,7 +350,7 @@ EXPORT int mlk_rc_texts_rebuild(struct mlk_rc_store *s)
 {
     s->ntexts = 0;
     for (int64_t key = 0; key < s->keys; key++)
-        if (s->key_first[key] >= 0 && s->canon[key] == -1 && !set_canon(s, key))
+        if (s->key_first[key] != MLK_RC_NO_TEXT && s->canon[key] == -1 && !set_canon(s, key))
             return 0;
     return 1;
 }

@@ -53,12 +53,13 @@ EXPORT int64_t mlk_rc_table_render(struct mlk_rc_table *t, const struct mlk_rc_r
                                    int64_t to, const struct mlk_rc_texts *x, char *out, int64_t cap, int64_t *next)
 {
     int64_t len = 0, r = from;
+    int32_t buf[MLK_RC_LINES_MAX];
     for (; r < to; r++) {
         int64_t key = rows[r].key;
-        if (!mlk_rc_in_table(x, key) || key >= t->nkeys || t->key_mark[key] >= t->scope_first)
+        int32_t count = 0;
+        const int32_t *lines = mlk_rc_text_of(x, key, buf, &count);
+        if (!mlk_rc_in_table(x, key, lines, count) || key >= t->nkeys || t->key_mark[key] >= t->scope_first)
             continue;
-        const int32_t *lines = x->pool + x->key_first[key];
-        int32_t count = x->key_lines[key];
         int64_t need = 3 * 21 + 8 + 21 * (int64_t)count;
         for (int32_t k = 0; k < count; k++)
             if (lines[k] >= t->nlines || t->line_mark[lines[k]] < t->scope_first)
