@@ -39,8 +39,9 @@ class TextStore:
         # before it); such keys are one entry (Rows.merge_same_text).
         self.canon = array("q")
         # The first key of each distinct text (kind, line ids), as C finds
-        # it (stack_keys.c mlk_rc_store.texts): a slot is a hash and key + 1.
-        self.texts = zeros(2 * 1024, "Q")
+        # it (stack_keys.c mlk_rc_store.texts): a slot is a word, half a
+        # hash and key + 1.
+        self.texts = zeros(1024, "Q")
         self.ntexts = 0
         self._line_of_text = {}   # text -> line id, so equal lines get one id
         self._keys = self._token_line = None  # where DERIVED runs come from (derive_from)
@@ -96,8 +97,8 @@ class TextStore:
         those of derive_from.)"""
         self.grow_keys(keys.nkeys)
         n, left, nleft, at = len(key_ids), zeros(len(key_ids)), ffi.new("int64_t *"), 0
-        if 2 * (self.ntexts + n) > len(self.texts) // 2:  # (a million keys: one rebuild, not twelve)
-            self._more_texts(2 * (self.ntexts + n) * 2)
+        if 2 * (self.ntexts + n) > len(self.texts):  # (a million keys: one rebuild, not twelve)
+            self._more_texts(2 * (self.ntexts + n))
         while at < n:
             def fill(store, bind):
                 return lib.mlk_rc_key_texts(keys.words.struct(bind), bind("int64_t[]", key_ids), at, n,
@@ -105,7 +106,7 @@ class TextStore:
                                             min(len(token_line), len(python_token)), bind("int8_t[]", kind_byte),
                                             len(kind_byte), store, bind("int64_t[]", left), n, nleft)
             at = self._with_store(fill)
-            if at < n and 2 * (self.ntexts + 1) > len(self.texts) // 2:
+            if at < n and 2 * (self.ntexts + 1) > len(self.texts):
                 self._more_texts()
         return left[:nleft[0]]
 
@@ -126,13 +127,13 @@ class TextStore:
             store = ffi.new("struct mlk_rc_store *", [
                 bind("int32_t[]", self.pool), bind("int64_t[]", self.key_first), bind("int32_t[]", self.key_lines),
                 bind("int8_t[]", self.key_kind), bind("int64_t[]", self.canon), len(self.key_first),
-                bind("uint64_t[]", self.texts), len(self.texts) // 2, self.ntexts, derive])
+                bind("uint64_t[]", self.texts), len(self.texts), self.ntexts, derive])
             got = call(store, bind)
             self.ntexts = store.ntexts
             return got
 
     def _more_texts(self, at_least=0):
-        """Twice the texts table's slots (or more, to at_least words),
+        """Twice the texts table's slots (or more, to at_least slots: a word each),
         refilled."""
         size = len(self.texts) * 2
         while size < at_least:

@@ -203,8 +203,9 @@ struct mlk_rc_store {
     int64_t *canon;        /* key id -> the first key with its text (-1: itself) */
     int64_t keys;          /* entries of the four above */
     /* The first key of each distinct text (kind and line ids): open
-     * addressing, two words a slot -- the text's hash and key id + 1 (0:
-     * empty) -- so that texts are compared where they are, not copied. */
+     * addressing, a word a slot -- the text hash's high half over key id +
+     * 1 (0: empty; a million keys' table is 32 MiB, not 64) -- so that
+     * texts are compared where they are, not copied. */
     uint64_t *texts;
     int64_t ntexts_slots;  /* a power of two, at least twice ntexts */
     int64_t ntexts;
@@ -236,23 +237,26 @@ static int set_canon(struct mlk_rc_store *s, int64_t key)
         return 1;
     }
     uint64_t h = text_hash(s->key_kind[key], lines, n), mask = (uint64_t)s->ntexts_slots - 1;
+    if (key + 1 > 0xffffffffll) { /* (4G keys: not merged by text) */
+        s->canon[key] = -1;
+        return 1;
+    }
+    uint64_t tag = h & ~0xffffffffull, mine_word = tag | (uint64_t)(key + 1);
     for (uint64_t i = h & mask;; i = (i + 1) & mask) {
-        uint64_t *slot = &s->texts[2 * i];
-        if (!slot[1]) {
+        uint64_t *slot = &s->texts[i];
+        if (!*slot) {
             if (2 * (s->ntexts + 1) > s->ntexts_slots)
                 return 0;
-            slot[0] = h;
-            slot[1] = (uint64_t)key + 1;
+            *slot = mine_word;
             s->ntexts++;
             s->canon[key] = -1;
             return 1;
         }
-        int64_t other = (int64_t)slot[1] - 1;
-        const int32_t *others = other < s->keys && other != key && slot[0] == h ? lines_of(s, other, theirs, &m)
-                                                                                 : NULL;
+        int64_t other = (int64_t)(*slot & 0xffffffffull) - 1;
+        const int32_t *others = other < s->keys && other != key && (*slot & ~0xffffffffull) == tag
+                                    ? lines_of(s, other, theirs, &m) : NULL;
         if (other >= s->keys || s->key_first[other] == MLK_RC_NO_TEXT) { /* (no text now: never, but never read) */
-            slot[0] = h;
-            slot[1] = (uint64_t)key + 1;
+            *slot = mine_word;
             s->canon[key] = -1;
             return 1;
         }
