@@ -43,7 +43,8 @@ from libmemleak.symbols.perfmap import PerfMap
 SEGMENT_FD, PIDFD = 3, 4
 POLL_SECONDS = 0.2
 WARM_SLICE_SECONDS = 0.05   # idle symbolization per wake-up, so requests wait little
-WARM_BATCH = 64             # stacks keyed and named at a time while idle
+WARM_BATCH = 64             # stacks keyed and named at a time while idle, at first:
+WARM_BATCH_MAX = 4096       # doubled up to this while a batch takes < WARM_SLICE_SECONDS / 8
 DEFAULT_SYMBOL_BUDGET = 15.0
 MAX_EXIT_TIMEOUT = 86400  # seconds: the most exit_timeout= takes (a segment may say anything)
 
@@ -106,6 +107,7 @@ class Reporter:
         self.keys = KeyTable()   # stack key -> key id, for the reporter's lifetime
         self.resolver = FrameResolver((), self.keys)  # address -> module, stack id -> key id
         self.warm_next = 0       # the first stack id idle warm-up has not looked at
+        self.warm_batch = WARM_BATCH  # stacks it looks at a time (warm())
         # The frame lines of each key id, once fully symbolized: each frame's
         # lines stored once (frame_lines.py), a key as a run of line ids.  C
         # writes entries from it.
@@ -242,16 +244,26 @@ class Reporter:
         stop = time.monotonic() + WARM_SLICE_SECONDS
         resolver = self.resolver
         while self.warm_next < end:
-            if time.monotonic() > stop:
+            began = time.monotonic()
+            if began > stop:
                 return True
             # A batch at a time, keyed in C and named in one call: each call
             # binds the stores' buffers for C, which cost more than a key.
-            first, self.warm_next = self.warm_next, min(end, self.warm_next + WARM_BATCH)
+            # Batches grow while they are quick (stacks whose frames are all
+            # named: a program making 300,000 stacks a second outran batches
+            # of 64) and shrink when naming new frames makes them slow, so
+            # that a request waits at most about a slice.
+            first, self.warm_next = self.warm_next, min(end, self.warm_next + self.warm_batch)
             ids = array("q", [i for i in range(first, self.warm_next) if seg.stack_ok(i)])
             resolver.key_ids(seg.stacks, ids)
             new = [k for k in {resolver.key_of[i] for i in ids} if not self.texts.has(k)]
             if new:
                 self.frame_lines.symbolize_keys(new)
+            took = time.monotonic() - began
+            if took < WARM_SLICE_SECONDS / 8:
+                self.warm_batch = min(WARM_BATCH_MAX, 2 * self.warm_batch)
+            elif took > WARM_SLICE_SECONDS / 2:
+                self.warm_batch = max(WARM_BATCH, self.warm_batch // 2)
         settle_memory()
         return False
 

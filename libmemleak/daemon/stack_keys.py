@@ -100,13 +100,15 @@ class WordTable:
     def grow(self, words):
         """Room for one more run of `words` words (or more)."""
         if self.used + words > len(self.pool):
-            # an eighth again (a million keys' pool is ~210 MB: by halves, up
-            # to 100 MB more of zeros were written, so resident, and never
-            # used), zeros straight in: no temporary array (a large array
-            # grows in place: glibc's realloc moves its pages, not its bytes)
-            self.pool.frombytes(bytes(4 * max(len(self.pool) // 8, words, 1 << 16)))
+            # a sixteenth again (a million keys' pool is ~200 MB: by halves,
+            # up to 100 MB more of zeros were written, so resident, and never
+            # used; the idle warm-up keys them a batch at a time, so this is
+            # how the pool grows), zeros straight in: no temporary array (a
+            # large array grows in place: glibc's realloc moves its pages,
+            # not its bytes)
+            self.pool.frombytes(bytes(4 * max(len(self.pool) // 16, words, 1 << 16)))
         if self.count >= len(self.start):
-            more = len(self.start)
+            more = max(len(self.start) // 8, 4096)  # (an eighth again, as the pool)
             self.start.frombytes(bytes(8 * more))
             self.len.frombytes(bytes(4 * more))
         if 2 * (self.count + 1) > len(self.slots):
@@ -255,7 +257,11 @@ def key_stacks(keys, cache, columns, positions, key_of):
     every address is cached: key_of[id] := their key id.  Returns the ids
     left for Python.  columns: the segment's KeyColumns."""
     codes = array("i", [-1]) * KIND_VALUES
-    for value in set(columns.kind[i] for i in positions) if len(positions) < 64 else set(columns.kind):
+    # The kinds present: a warm-up batch's own (a set of the whole column
+    # is ~20 ms at a million stacks: at every 64-stack batch it was most
+    # of the warm-up's time, which then keyed a few thousand stacks before
+    # a first report instead of all of them).
+    for value in set(columns.kind[i] for i in positions) if len(positions) <= 4096 else set(columns.kind):
         if 0 <= value < KIND_VALUES:
             codes[value] = keys.kind_code(columns.kind_name(value & 0xffff), bool(value >> 16))
     n = len(positions)
