@@ -12,14 +12,17 @@ of fields ("allocs=+3 kind=new" recurs across stacks and reports)."""
 from dataclasses import dataclass, field
 
 from libmemleak.analysis import lost
+from libmemleak.files.stack_tables import stack_identity
 
 
 def _key(entry, kind):
     """A stack's identity across reports: its allocator family or resource
     kind (the entry's kind= or resource= field), and what a report prints
     of it."""
+    if entry.identity is not None:
+        return (kind, entry.identity)
     if entry.frames_text is not None:
-        return (kind, entry.frames_text)
+        return (kind, stack_identity(entry.frames_text))
     return (kind, *((f.function, f.module, f.file, f.line, f.inlined) for f in entry.frames))
 
 
@@ -134,7 +137,7 @@ class StackFold:
                     facts = said[extra] = _said(extra)
             else:
                 facts = _NOTHING
-            key = (facts[0], entry.frames_text) if entry.frames_text is not None else _key(entry, facts[0])
+            key = (facts[0], entry.identity) if entry.identity is not None else _key(entry, facts[0])
             t = by_key.get(key)
             if t is None:
                 t = by_key[key] = Trend(key, entry.frames, [0] * n, [0] * n)

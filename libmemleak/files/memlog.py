@@ -30,6 +30,10 @@ class Entry:
     frames: list                    # of Frame (read back: module/file may be None)
     extra: tuple = ()               # the fields after the counts (allocs=+3, kind=new, ...)
     frames_text: str | None = None  # the frame lines already rendered (a writer's cache)
+    # What the frame lines are, in 16 bytes (stack_tables.stack_identity): a
+    # stack's identity for a fold of many reports, which then keeps no text
+    # per stack (5 KB at a deep Python stack's 40 lines).  None: not read.
+    identity: bytes | None = None
 
 
 @dataclass
@@ -242,6 +246,11 @@ def _parse_frame(text):
 # together they are the whole text unless something broke the grammar.
 _PIECES = re.compile(r"(#[^\n]*\n?)|([-+@][^\n]*)(\n?)((?:\t[^\n]*\n?)*)|(\n)")
 HEADS_KEPT = 1 << 16   # entry lines (less their stack=) remembered as read: "+32 +1 allocs=+1" recurs
+BLOCKS_KEPT_BYTES = 64 << 20  # entries' frame lines remembered as read; past this they are forgotten
+# A parse cache holding this key (True) makes entries without their text
+# (frames_text None; their identity and frames only): a reader that folds
+# each report as it is read keeps no text per stack (series.read_series).
+WITHOUT_TEXT = "entries without text"
 
 
 def _pieces(text):
@@ -274,6 +283,8 @@ def parse(text, source="<report>", cache=None, path=None, load=None):
     heads = cache.setdefault("entry heads", {})
     if len(heads) > HEADS_KEPT:
         heads.clear()
+    texts = not cache.get(WITHOUT_TEXT)
+    blocks = cache.setdefault("frame blocks", {})
     header, entries, misuse = {}, [], []
     # the stack table's lines; (entry index, stack, piece, head) of entries naming one
     definitions, named = [], []
@@ -306,8 +317,8 @@ def parse(text, source="<report>", cache=None, path=None, load=None):
             named.append((len(entries), stack, piece, head))
             entries.append(None)
             continue
-        known = cache.get(block) or _frames_known(block, cache)
-        entries.append(Entry(head[0], head[1], known[0], head[2], known[1]))
+        known = blocks.get(block) or _frames_known(block, cache)
+        entries.append(Entry(head[0], head[1], known[0], head[2], known[1] if texts else None, known[2]))
     if broken is not None:
         line = text.count("\n", 0, broken) + 1
         bad = text[broken:text.find("\n", broken) if "\n" in text[broken:] else len(text)]
@@ -321,14 +332,22 @@ def parse(text, source="<report>", cache=None, path=None, load=None):
 
 
 def _frames_known(block, cache):
-    """(frames, text) of an entry's frame lines: one tuple of frames and
-    one text per distinct stack, shared by every entry that prints it (the
-    text is also the stack's identity for the analysis: a string hashes
-    once)."""
-    known = cache.get(block)
+    """(frames, text, identity) of an entry's frame lines: one tuple of
+    frames, one text and one identity per distinct stack, shared by every
+    entry that prints it -- while the blocks remembered are fewer than
+    BLOCKS_KEPT_BYTES (then they are forgotten and read again: a fold's
+    memory follows the distinct stacks, not their texts)."""
+    blocks = cache.setdefault("frame blocks", {})
+    known = blocks.get(block)
     if known is None:
-        known = cache[block] = (tuple(_frame_of(line[1:], cache) for line in block.split("\n") if line),
-                                block.rstrip("\n"))
+        kept = cache.get("frame block bytes", 0)
+        if kept > BLOCKS_KEPT_BYTES:
+            blocks.clear()
+            kept = 0
+        text = block.rstrip("\n")
+        known = blocks[block] = (tuple(_frame_of(line[1:], cache) for line in block.split("\n") if line),
+                                 text, stack_tables.stack_identity(text))
+        cache["frame block bytes"] = kept + 2 * len(block)
     return known
 
 
@@ -402,7 +421,7 @@ def _name_stacks(entries, named, definitions, header, source, cache, path, load,
                                                "stack-table-from")
         where = (os.path.dirname(path or source), report_names.run_name(path or source))
         scope = stack_tables.scope_of(first, seq, cache.setdefault("stack tables", {}), where,
-                                      lambda: _siblings(path, load), frames_of)
+                                      lambda: _siblings(path, load), frames_of, not cache.get(WITHOUT_TEXT))
         whole = bool(mine) and mine[-1][0] == "end"
         scope.add(seq, mine)
         lost, known = 0, scope.stacks
@@ -414,8 +433,8 @@ def _name_stacks(entries, named, definitions, header, source, cache, path, load,
                 except stack_tables.Unresolved:
                     if whole and not scope.missing:
                         raise  # a table that names what it never defines: not ours
-                    got, lost = ((), ""), lost + 1
-            entries[index] = Entry(head[0], head[1], got[0], head[2], got[1])
+                    got, lost = ((), "", None), lost + 1
+            entries[index] = Entry(head[0], head[1], got[0], head[2], got[1], got[2])
         at = None
         if not whole:
             return f"its stack table ends early ({lost} entries' stacks are not there)"

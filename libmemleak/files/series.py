@@ -156,6 +156,8 @@ def read_series(paths, progress=None, fold=None):
         if found is not None:
             members.setdefault(found[0], []).append((found[1], path))
     by_process, frames = {}, {}  # frames: frame text -> parsed frames, shared by every file read
+    if fold is not None:
+        frames[memlog.WITHOUT_TEXT] = True  # the fold keys stacks by identity: no text kept per stack
     total, done = sum(map(len, members.values())), 0
     for key, found in members.items():
         program, pid, executable, ns = key

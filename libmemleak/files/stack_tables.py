@@ -15,8 +15,10 @@ Everything here is the traced program's word: ids are bounded, a stack
 that loops or runs past CHAIN_MAX frames, an id defined twice differently
 or named and never defined is one StackTableError, never a hang."""
 
+import hashlib
 import itertools
 import re
+from array import array
 
 CHAIN_MAX = 4096          # frames of one stack: a loop in a hostile table stops here
 _ID = r"\d{1,18}"
@@ -26,6 +28,12 @@ DEFINITION = re.compile(rf"@(?:f (?P<frame>{_ID})|s (?P<node>{_ID}) (?P<parent>{
 # report of the run, read for its table only).
 _DEFINITIONS = re.compile(r"^@[^\n]*\n(?:\t[^\n]*\n?)*", re.M)
 _TABLE_FROM = re.compile(r"^# stack-table-from: *(\d{1,18}) *$", re.M)
+
+
+def stack_identity(text):
+    """A stack's frame lines in 16 bytes (BLAKE2b): what a fold of many
+    reports keys a stack by, keeping no text for it."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogateescape"), digest_size=16).digest()
 
 
 class StackTableError(ValueError):
@@ -41,10 +49,12 @@ class Unresolved(StackTableError):
 class Scope:
     """The definitions of one run of reports sharing a table: frames
     (id -> (frames, text)) and stacks (id -> (frame ids, parent id)), the
-    seqs whose definitions are in, and the stacks resolved so far."""
+    seqs whose definitions are in, and the stacks resolved so far (their
+    text only when keep_text: a fold keeps none)."""
 
-    def __init__(self, first_seq):
+    def __init__(self, first_seq, keep_text=True):
         self.first_seq = first_seq
+        self.keep_text = keep_text
         self.frames = {}
         self.nodes = {}
         self.seqs = set()
@@ -67,9 +77,9 @@ class Scope:
         self.seqs.add(seq)
 
     def stack(self, named):
-        """(frames, text) of the stack an entry names as stack=`named`: its
-        frames innermost first, and their lines as an entry would list
-        them.  (Remembered in self.stacks by `named`: a reader looks there
+        """(frames, text or None, identity) of the stack an entry names as
+        stack=`named`: its frames innermost first, and their lines as an
+        entry would list them (None: not kept).  (Remembered in self.stacks by `named`: a reader looks there
         first, this runs once a stack.)"""
         known = self.stacks.get(named)
         if known is not None:
@@ -94,8 +104,9 @@ class Scope:
             if part is None:
                 raise Unresolved(f"frame {ident} of stack {node} is not defined")
             parts.append(part)
+        text = "\n".join(p[1] for p in parts if p[1])
         known = self.stacks[named] = (tuple(itertools.chain.from_iterable(p[0] for p in parts)),
-                                     "\n".join(p[1] for p in parts if p[1]))
+                                      text if self.keep_text else None, stack_identity(text))
         return known
 
 
@@ -115,7 +126,7 @@ def definition(head, lines, frames_of):
     node, parent = int(m["node"]), int(m["parent"])
     if node == 0:
         raise StackTableError("stack 0 is defined (0 means none)")
-    return "s", node, (tuple(map(int, m["frames"].split())), parent)
+    return "s", node, (array("q", map(int, m["frames"].split())), parent)  # (no int object a frame)
 
 
 def definitions_in(text, frames_of):
@@ -138,17 +149,18 @@ def table_from(header, seq):
     return int(text)
 
 
-def scope_of(first, seq, scopes, where, siblings, frames_of):
+def scope_of(first, seq, scopes, where, siblings, frames_of, keep_text=True):
     """The Scope of a report (seq) whose table began at report `first`,
     with the definitions of every report of the run before it.  scopes: a
     dict kept across the files read (where: what tells processes apart --
     the directory and name); siblings(): {k: load} for the reports of the
     same process found, load() giving report k's text or None.  Reports of
     the run that are not there are counted missing, never looked for one
-    by one (a forged seq of 10^12 must cost nothing)."""
+    by one (a forged seq of 10^12 must cost nothing).  keep_text: as
+    Scope's."""
     scope = scopes.get((where, first))
     if scope is None:
-        scope = scopes[(where, first)] = Scope(first)
+        scope = scopes[(where, first)] = Scope(first, keep_text)
     if sum(first <= k < seq for k in scope.seqs) < seq - first:  # (else all there: nothing to look for)
         found = siblings()
         for k in sorted(k for k in found if first <= k < seq and k not in scope.seqs):

@@ -39,8 +39,8 @@ class Suspects:
         owner = owner_of(self.pid)
         if owner is None:
             return ()
-        frames, problems, series = {}, [], None
-        fold = StackFold(last_seq)  # (each report folded as read: no entries kept)
+        frames, problems, series = {memlog.WITHOUT_TEXT: True}, [], None
+        fold = StackFold(last_seq)  # (each report folded as read: no entries kept, nor their text)
         for seq in range(1, last_seq + 1):
             found = None
             for path in self.segment.report_paths(seq):

@@ -2,8 +2,12 @@
 .memlog files (docs/report-json.md)."""
 
 import json
+import secrets
 
 from libmemleak.analysis import mappings, memory
+
+
+_TOKEN = secrets.token_hex(16)
 
 
 def frame_dict(f):
@@ -52,7 +56,10 @@ def resource_dict(t, rank=None):
     return d
 
 
-def document(analyses, problems):
+def document(analyses, problems, stacks=None):
+    """The document as dicts; stacks(trends): what stands for a process's
+    "stacks" (default: their dicts)."""
+    stacks = stacks or (lambda trends: [trend_dict(t) for t in trends])
     return {"processes": [{
         "program": a.series.program, "executable": a.series.executable, "pid": a.series.pid,
         "reports": len(a.series.reports), "complete": a.series.complete,
@@ -66,7 +73,7 @@ def document(analyses, problems):
             "report": a.scan_seq, "pause_ms": a.scan.pause_ms, "threads": a.scan.threads,
             **{name.replace("-", "_"): {"bytes": b, "blocks": k} for name, (b, k) in a.scan.totals.items()}},
         "suspects": [trend_dict(t, i) for i, t in enumerate(a.suspects, 1)],
-        "stacks": [trend_dict(t) for t in a.trends],
+        "stacks": stacks(a.trends),
         "fds_tracked": not a.fds_untracked,
         "fds_before_collection": a.fds_before,
         "resources": {name: {
@@ -117,5 +124,42 @@ def misuse_dict(m):
 
 
 def write(out, analyses, problems):
-    json.dump(document(analyses, problems), out, indent=1)
+    """The document, as json.dump(indent=1) writes it -- byte for byte --
+    with each process's "stacks" written a stack at a time: a document of
+    93,000 deep Python stacks (736 MB) was 1.1 GB of dicts before its first
+    byte, now one stack's."""
+    lazy = {}
+    doc = document(analyses, problems, lambda trends: _placeholder(lazy, trends))
+    text = json.dumps(doc, indent=1)
+    for marker, trends in lazy.items():
+        head, found, text = text.partition(json.dumps(marker))
+        out.write(head)
+        if not found:  # (never: every placeholder is in the document)
+            continue
+        _write_list(out, (trend_dict(t) for t in trends), _indent_of(head))
+    out.write(text)
     out.write("\n")
+
+
+def _placeholder(lazy, trends):
+    """A string that stands for the list of `trends`' dicts until written."""
+    marker = f"\x00stacks {len(lazy)} {_TOKEN}\x00"  # (no field read from a file holds it)
+    lazy[marker] = trends
+    return marker
+
+
+def _indent_of(head):
+    """The indentation of the line `head` ends in (the list's key's)."""
+    line = head.rpartition("\n")[2]
+    return len(line) - len(line.lstrip(" "))
+
+
+def _write_list(out, items, depth):
+    """A JSON list of `items` as json.dump(indent=1) writes it at a key
+    indented by `depth`."""
+    pad = "\n" + " " * (depth + 1)
+    first = True
+    for item in items:
+        out.write(("[" if first else ",") + pad + json.dumps(item, indent=1).replace("\n", pad))
+        first = False
+    out.write("[]" if first else "\n" + " " * depth + "]")
