@@ -279,13 +279,21 @@ def parse(text, source="<report>", cache=None, path=None, load=None):
     frame text to frames.  path: where the text was read (its stack
     table's earlier reports are its siblings); load(path): their text, or
     None (read() reads them as it reads this one)."""
+    header, entries, misuse, table_cut = _parse_part(text, source, cache, path, load)
+    return Report(header, entries, misuse, table_cut or _cut_short(text, header, entries))
+
+
+def _parse_part(text, source, cache, path, load, line0=0, header=None):
+    """(header, entries, misuse, why its table looks cut short) of `text`:
+    a whole report, or a part of one that begins at an entry, line0 lines
+    into the file (read_file), whose header was read already (`header`)."""
     cache = {} if cache is None else cache
     heads = cache.setdefault("entry heads", {})
     if len(heads) > HEADS_KEPT:
         heads.clear()
     texts = not cache.get(WITHOUT_TEXT)
     blocks = cache.setdefault("frame blocks", {})
-    header, entries, misuse = {}, [], []
+    header, entries, misuse = {} if header is None else header, [], []
     # the stack table's lines; (entry index, stack, piece, head) of entries naming one
     definitions, named = [], []
     pieces, broken = _pieces(text)
@@ -307,7 +315,7 @@ def parse(text, source="<report>", cache=None, path=None, load=None):
             line, stack = first, None
         head = heads.get(line)
         if head is None:
-            head = heads[line] = _entry_head(line, source, lambda: _line_of(text, pieces, piece))
+            head = heads[line] = _entry_head(line, source, lambda: line0 + _line_of(text, pieces, piece))
         if head[3] is not None:  # a misuse entry, or a stack= the fast way above did not take
             if head[3] is True:
                 misuse.append(_misuse_of(head[2], _frames_known(block, cache)[0]))
@@ -320,7 +328,7 @@ def parse(text, source="<report>", cache=None, path=None, load=None):
         known = blocks.get(block) or _frames_known(block, cache)
         entries.append(Entry(head[0], head[1], known[0], head[2], known[1] if texts else None, known[2]))
     if broken is not None:
-        line = text.count("\n", 0, broken) + 1
+        line = line0 + text.count("\n", 0, broken) + 1
         bad = text[broken:text.find("\n", broken) if "\n" in text[broken:] else len(text)]
         if bad.startswith("\t"):
             raise MemlogError(f"{source}:{line}: frame line before any entry")
@@ -328,7 +336,7 @@ def parse(text, source="<report>", cache=None, path=None, load=None):
     table_cut = ""
     if definitions or named:
         table_cut = _name_stacks(entries, named, definitions, header, source, cache, path, load, text, pieces)
-    return Report(header, entries, misuse, table_cut or _cut_short(text, header, entries))
+    return header, entries, misuse, table_cut
 
 
 def _frames_known(block, cache):
@@ -569,7 +577,46 @@ def printable_field(value, limit):
 
 
 def read(path, cache=None):
-    return parse_bytes(_read_report(path, lambda f: f.read()), printable(path), cache, path)
+    return _read_report(path, lambda f: read_file(f, printable(path), cache, path))
+
+
+PART_BYTES = 16 << 20  # a report read for a fold is parsed this much at a time (read_file)
+
+
+def read_file(f, name, cache=None, path=None):
+    """The Report in the open file `f`.  For a fold (cache holds
+    WITHOUT_TEXT) a report without a stack table is parsed PART_BYTES at a
+    time, cut where an entry begins: its entries keep no text, so a 477 MB
+    report of deep stacks costs the reader a part's memory, not the file's
+    three times over (bytes, text, pieces).  A report with a stack table
+    is read whole (its entries are resolved at its end)."""
+    first = f.read(PART_BYTES)
+    if len(first) < PART_BYTES or not (cache or {}).get(WITHOUT_TEXT) or _has_table(first):
+        return parse_bytes(first + f.read(), name, cache, path)
+    header, entries, misuse, lines, rest, text = None, [], [], 0, first, ""
+    while True:
+        more = f.read(PART_BYTES)
+        data = rest + more
+        cut = max(data.rfind(b"\n+"), data.rfind(b"\n-")) + 1 if more else len(data)
+        if cut <= 0:  # (one entry longer than a part: read on)
+            rest = data
+            continue
+        text, rest = file_text(data[:cut]), data[cut:]
+        del data
+        got = _parse_part(text, name, cache, path, None, lines, header)
+        header = got[0]
+        entries += got[1]
+        misuse += got[2]
+        lines += text.count("\n")
+        if not more:
+            return Report(header, entries, misuse, _cut_short(text, header, entries))
+
+
+def _has_table(start):
+    """Whether a report's first bytes say it has a stack table (or cannot
+    tell: its header is longer than they are)."""
+    end = re.search(rb"(?:^|\n)[^#\n]", start)
+    return end is None or b"# stack-table-from:" in start[:end.start()]
 
 
 def _read_report(path, take):
