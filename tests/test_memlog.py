@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from libmemleak.files import memlog
+from libmemleak.files import memlog, memlog_write
 from libmemleak.files.memlog import Entry, MemlogError
 from libmemleak.symbols import Frame
 
@@ -31,7 +31,7 @@ def test_reads_the_original_mtrace_format():
 def test_render_writes_signs_tabs_and_optional_fields():
     frames = [Frame("grab", "/bin/x", 0x10, "pool.cc", 42), Frame("inner", "/bin/x", 0x20, "a.h", 7, True),
               Frame(None, "/lib/libfoo.so", 0x1a2b), Frame(None, None, 0x7f0000001000)]
-    text = memlog.render([("pid", 12), ("reason", "signal")],
+    text = memlog_write.render([("pid", 12), ("reason", "signal")],
                          [Entry(100, 2, frames), Entry(-8, -1, frames[:1])])
     assert text == ("# pid: 12\n# reason: signal\n"
                     "+100 +2\n\tgrab\t(/bin/x)\tpool.cc:42\n\tinner [inlined]\t(/bin/x)\ta.h:7\n"
@@ -48,7 +48,7 @@ def test_render_writes_signs_tabs_and_optional_fields():
 
 
 def test_zero_is_written_with_a_sign():
-    assert memlog.render([], [Entry(0, 3, [])]) == "+0 +3\n"
+    assert memlog_write.render([], [Entry(0, 3, [])]) == "+0 +3\n"
 
 
 def test_unknown_extra_fields_and_header_lines_are_tolerated():
@@ -85,7 +85,7 @@ def test_write_report_is_atomic_owner_only_and_ignores_planted_symlinks(tmp_path
     victim = tmp_path / "victim"
     victim.write_text("precious")
     (tmp_path / "p-1-1.memlog").symlink_to(victim)
-    path = memlog.write_report(str(tmp_path), "p-1-1.memlog", "+1 +1\n")
+    path = memlog_write.write_report(str(tmp_path), "p-1-1.memlog", "+1 +1\n")
     assert victim.read_text() == "precious"          # not written through the link
     assert not os.path.islink(path)
     assert open(path).read() == "+1 +1\n"
@@ -95,7 +95,7 @@ def test_write_report_is_atomic_owner_only_and_ignores_planted_symlinks(tmp_path
 
 def test_write_report_into_a_missing_directory_raises_oserror(tmp_path):
     with pytest.raises(OSError):
-        memlog.write_report(str(tmp_path / "nope"), "x.memlog", "")
+        memlog_write.write_report(str(tmp_path / "nope"), "x.memlog", "")
 
 
 def test_a_report_too_large_is_refused_before_it_is_read(tmp_path):

@@ -809,7 +809,8 @@ def test_churn_that_keeps_nothing_is_not_a_suspect_however_its_level_falls(tmp_p
     reports about half the time (slowleaks' churn thread rose in 4 of 7
     intervals under load and was called a leak).  A slow leak hidden in
     the same churn rises in every interval and still is one."""
-    from libmemleak.files.memlog import Entry, render
+    from libmemleak.files.memlog import Entry
+    from libmemleak.files.memlog_write import render
     from libmemleak.symbols import Frame
 
     def frames(site):

@@ -5,7 +5,8 @@ from array import array
 
 from libmemleak.daemon import report_core
 from libmemleak.daemon.layout import CONST, ffi
-from libmemleak.files.memlog import Entry, render
+from libmemleak.files.memlog import Entry
+from libmemleak.files.memlog_write import render
 from libmemleak.daemon.report_core import Changes
 from libmemleak.daemon.text_store import TextStore
 

@@ -16,7 +16,8 @@ import os
 import sys
 
 from libmemleak.commands import EXIT_BAD_INPUT
-from libmemleak.files.memlog import MemlogError, read as read_memlog, render, write_report
+from libmemleak.files.memlog import MemlogError, read as read_memlog
+from libmemleak.files.memlog_write import render, write_report
 from libmemleak.daemon.segment_types import Module
 from libmemleak.files.report_names import REPORT_NAME
 from libmemleak.symbols import Frame, Symbolizer

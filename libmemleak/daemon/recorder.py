@@ -22,7 +22,7 @@ from libmemleak.daemon.futex import futex_wake
 from libmemleak.daemon.layout import CONST
 from libmemleak.files.event_pack import Packer
 from libmemleak.files.events import MAGIC, VERSION, StackNamer, evts_chunk, json_chunk
-from libmemleak.files.memlog import write_report
+from libmemleak.files.memlog_write import write_report
 
 FREE, FILLING, FULL = (CONST["MLK_EVENT_PAGE_FREE"], CONST["MLK_EVENT_PAGE_FILLING"],
                        CONST["MLK_EVENT_PAGE_FULL"])

@@ -34,7 +34,8 @@ from libmemleak.daemon.segment import RESOURCE_BASE
 from libmemleak.daemon.stack_table import StackTable, stack_table_wanted
 from libmemleak.daemon.procfs import namespace_tag, process_start
 from libmemleak.daemon.trust import pid_of_pidfd
-from libmemleak.files.memlog import Frame, render, write_report
+from libmemleak.files.memlog import Frame
+from libmemleak.files.memlog_write import render, write_report
 from libmemleak.files.report_names import report_name, safe_label
 from libmemleak.symbols import Symbolizer
 from libmemleak.symbols.answer_cache import AnswerCache
