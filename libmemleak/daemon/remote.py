@@ -39,6 +39,7 @@ import threading
 import time
 
 from libmemleak import __version__
+from libmemleak.daemon.trust import fallback_directory
 from libmemleak.files.report_names import report_names
 
 SECRET_BYTES = 32
@@ -149,7 +150,6 @@ class _Lines:
 # -- the server: a thread of the root's reporter ----------------------------------
 
 def secret_path(pid):
-    from libmemleak.daemon.reporter import fallback_directory
     return os.path.join(fallback_directory(), f"remote-{pid}.secret")
 
 

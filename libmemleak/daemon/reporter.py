@@ -13,8 +13,6 @@ import gc
 import itertools
 from array import array
 import os
-import stat
-import tempfile
 import time
 
 from libmemleak.analysis.names import frame_text
@@ -33,7 +31,7 @@ from libmemleak.daemon.futex import futex_wait, futex_wake
 from libmemleak.daemon.segment import RESOURCE_BASE
 from libmemleak.daemon.stack_table import StackTable, stack_table_wanted
 from libmemleak.daemon.procfs import namespace_tag, process_start
-from libmemleak.daemon.trust import pid_of_pidfd
+from libmemleak.daemon.trust import fallback_directory, pid_of_pidfd
 from libmemleak.files.memlog import Frame
 from libmemleak.files.memlog_write import render, write_report
 from libmemleak.files.report_names import report_name, safe_label
@@ -573,27 +571,6 @@ class Reporter:
         if reason != "call":
             return ""
         return safe_label(self.seg.api_label())
-
-def fallback_directory():
-    """Where a final report goes when its directory refuses it:
-    /tmp/libmemleak-UID, owner-only, made here if missing; if that name is
-    taken by anything else (another user's directory, a symlink), a fresh
-    private directory."""
-    path = f"/tmp/libmemleak-{os.geteuid()}"
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    except OSError:
-        return tempfile.mkdtemp(prefix="libmemleak-")
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return tempfile.mkdtemp(prefix="libmemleak-")
-    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077:
-        return path
-    return tempfile.mkdtemp(prefix="libmemleak-")
-
 
 def written_summary(paths):
     """One line: which report files this process's reporter wrote."""

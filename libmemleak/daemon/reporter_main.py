@@ -10,9 +10,9 @@ import sys
 from libmemleak import PACKAGE_DIR
 from libmemleak.daemon import standby
 from libmemleak.daemon.keeper import Keeper
-from libmemleak.daemon.reporter import PIDFD, SEGMENT_FD, Reporter, fallback_directory, say
+from libmemleak.daemon.reporter import PIDFD, SEGMENT_FD, Reporter, say
 from libmemleak.daemon.segment import Segment, SegmentError
-from libmemleak.daemon.trust import pid_of_pidfd, vouched_directory
+from libmemleak.daemon.trust import fallback_directory, pid_of_pidfd, vouched_directory
 from libmemleak.files.memlog import header_text
 from libmemleak.files.report_names import safe_name
 

@@ -12,6 +12,8 @@ the process was still trusted.  Names are made safe separately
 (report_names.safe_name)."""
 
 import os
+import stat
+import tempfile
 
 from libmemleak.files.report_names import safe_name
 
@@ -77,3 +79,24 @@ def namespace_pids(pid):
     """Every pid `pid` has, from this /proc's namespace inwards (NSpid of
     /proc/PID/status): {pid} for a process in no namespace of its own."""
     return set(_numbers(f"/proc/{int(pid)}/status", b"NSpid")) | {int(pid)}
+
+
+def fallback_directory():
+    """Where a final report goes when its directory refuses it:
+    /tmp/libmemleak-UID, owner-only, made here if missing; if that name is
+    taken by anything else (another user's directory, a symlink), a fresh
+    private directory."""
+    path = f"/tmp/libmemleak-{os.geteuid()}"
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return tempfile.mkdtemp(prefix="libmemleak-")
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return tempfile.mkdtemp(prefix="libmemleak-")
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077:
+        return path
+    return tempfile.mkdtemp(prefix="libmemleak-")
