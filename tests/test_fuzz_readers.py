@@ -212,11 +212,22 @@ def test_a_truncated_report_is_called_truncated(real_reports, tmp_path):
     assert "truncated" not in r.stderr, r.stderr
 
 
+def mutations(good, seed, most, count=300):
+    """`count` copies of `good` with 1 to `most` bytes changed, each cut
+    at a random length."""
+    import random
+    rng = random.Random(seed)
+    for _ in range(count):
+        data = bytearray(good)
+        for _ in range(rng.randint(1, most)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        yield bytes(data[:rng.randint(0, len(data))])
+
+
 def test_a_commit_journal_is_believed_only_whole_ours_and_of_its_seq(tmp_path):
     """A report directory's commit journal (daemon/commit_journal.py) is
     read by a successor reporter: a planted, cut, resized, symlinked or
     mutated one is not believed (None), and never read without bound."""
-    import random
     import struct
     from array import array
     from libmemleak.daemon import commit_journal as cj
@@ -232,12 +243,8 @@ def test_a_commit_journal_is_believed_only_whole_ours_and_of_its_seq(tmp_path):
     assert cj.read(str(tmp_path), "prog", 7, None, 2, 10) is None      # cut
     path.write_bytes(struct.pack("<8sQQ", cj.MAGIC, 2, 1 << 60))
     assert cj.read(str(tmp_path), "prog", 7, None, 2, 1 << 62) is None  # a count its size does not hold
-    rng = random.Random(48)
-    for _ in range(300):
-        data = bytearray(good)
-        for _ in range(rng.randint(1, 4)):
-            data[rng.randrange(len(data))] = rng.randrange(256)
-        path.write_bytes(bytes(data[:rng.randint(0, len(data))]))
+    for data in mutations(good, seed=48, most=4):
+        path.write_bytes(data)
         got = cj.read(str(tmp_path), "prog", 7, None, 2, 10)
         assert got is None or len(got) % 4 == 0
     path.unlink()
@@ -252,7 +259,6 @@ def test_an_answer_cache_file_is_believed_only_line_by_line_ours_and_bounded(tmp
     is passed over, a linked or foreign file is not read, a huge one not
     at all."""
     import json
-    import random
     from libmemleak.symbols import answer_cache as ac
     cache = ac.AnswerCache(str(tmp_path / "cache"))
     prog = compile_program("blocked.c")
@@ -264,12 +270,8 @@ def test_an_answer_cache_file_is_believed_only_line_by_line_ours_and_bounded(tmp
     path = tmp_path / "cache" / shelf.name
     good = path.read_bytes()
     assert cache.shelf(prog, "", None).get(0x1234) == rows
-    rng = random.Random(49)
-    for _ in range(300):
-        data = bytearray(good)
-        for _ in range(rng.randint(1, 6)):
-            data[rng.randrange(len(data))] = rng.randrange(256)
-        path.write_bytes(bytes(data[:rng.randint(0, len(data))]))
+    for data in mutations(good, seed=49, most=6):
+        path.write_bytes(data)
         got = cache.shelf(prog, "", None).get(0x1234)
         assert got is None or (len(got) == 2 and all(len(r) == 4 for r in got))
     for bad in ([1], [-1, [["f", None, 1, False]]], [1, []], [1, [["f", None, -3, False]]],
