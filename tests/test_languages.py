@@ -190,7 +190,11 @@ def test_a_node_scripts_native_growth_names_its_javascript_function(tmp_path):
     perf map Node writes: every Buffer jsleak.js keeps is counted, exact,
     at stacks through its JavaScript -- handleRequest, or serve where the
     JIT has inlined handleRequest into it (as its optimizing tier does
-    once serve is hot: then no frame of handleRequest's own exists)."""
+    once serve is hot: then no frame of handleRequest's own exists).  (A
+    JIT frame whose code V8 replaced before the reporter read the map takes
+    the newer code's name -- docs/languages.md; its outer frames are still
+    the script's: every Buffer is at stacks through jsleak.js, nearly all
+    through its two functions.)"""
     script = os.path.join(PROGRAMS, "jsleak.js")
     p = subprocess.Popen(cli_argv("run", "-q", NODE, "--perf-basic-prof", "--interpreted-frames-native-stack",
                                   script), cwd=tmp_path, env=CLI_ENV, stdin=subprocess.PIPE,
@@ -205,13 +209,14 @@ def test_a_node_scripts_native_growth_names_its_javascript_function(tmp_path):
         p.wait(timeout=120)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(f"/tmp/perf-{p.pid}.map")
-    named, at_handler = 0, 0
+    named, at_function, at_handler = 0, 0, 0
     for e in snapshot.entries:
         frames = [(f.function or "", f.module or "") for f in e.frames]
         ours = [f for f, m in frames if f"perf-{p.pid}.map" in m and "jsleak.js" in f]
-        if any("NodeArrayBufferAllocator::AllocateUninitialized" in f for f, _ in frames[:3]) and \
-                ours and ("handleRequest" in ours[0] or "serve" in ours[0]):
+        if any("NodeArrayBufferAllocator::AllocateUninitialized" in f for f, _ in frames[:3]) and ours:
             named += e.bytes
+            at_function += e.bytes if "handleRequest" in ours[0] or "serve" in ours[0] else 0
             at_handler += e.bytes if "handleRequest" in ours[0] else 0
     assert named == 20 * sum(50000 + i % 7 for i in range(200)), named
+    assert at_function >= 0.9 * named, (at_function, named)
     assert at_handler > 0  # (before the JIT inlined it: its own frame)
