@@ -101,12 +101,18 @@ int mlk_request_report(uint32_t *reason_counter, int wait)
     /* A descendant the keeper holds has the keeper write the report, unless
      * a reporter of its own happens to run; if the keeper is gone, it
      * starts its own, as the root does. */
-    int by_keeper = 0;
-    if (keeper_holds_us && !mlk_reporter_alive()) {
+    /* No reporter now may also mean one that answered this very request and
+     * left (it sets done_seq before it clears reporter_pid): a thread held
+     * off the CPU between posting and looking -- a loaded machine, the exit
+     * request -- then started a second reporter, which found the program
+     * gone and wrote a stray PROG-PID-2.events (#64 item 7).  Looked at in
+     * that order: not alive, then not done. */
+    int by_keeper = 0, none = !mlk_reporter_alive() && !report_done(mine);
+    if (keeper_holds_us && none) {
         by_keeper = mlk_keeper_request();
         keeper_holds_us = by_keeper;
     }
-    if (!by_keeper)
+    if (!by_keeper && none)
         mlk_ensure_reporter();
     if (!wait)
         return 0;
