@@ -90,7 +90,7 @@ def regroup(trends, by, executable, layer=None):
     groups = {}
     # Each frame's (function, module, file, line) made once and shared by
     # every key that has it: a key of 40 frames is then 40 pointers, not 40
-    # new tuples (~4 KB a Python stack; 93,000 of them were 370 MB).
+    # new tuples (a deep Python stack's key was most of its memory).
     # (Keyed by the frame's value, which holds it: never by id(), which a
     # frame made for one trend and dropped would hand to the next.)
     parts, part_of = {}, lambda f: parts.get(f) or parts.setdefault(f, (f.function, f.module, f.file, f.line))

@@ -249,8 +249,8 @@ class Reporter:
             # A batch at a time, keyed in C and named in one call: each call
             # binds the stores' buffers for C, which cost more than a key.
             # Batches grow while they are quick (stacks whose frames are all
-            # named: a program making 300,000 stacks a second outran batches
-            # of 64) and shrink when naming new frames makes them slow, so
+            # named: a program making stacks fast outran batches of 64) and
+            # shrink when naming new frames makes them slow, so
             # that a request waits at most about a slice.
             first, self.warm_next = self.warm_next, min(end, self.warm_next + self.warm_batch)
             ids = array("q", [i for i in range(first, self.warm_next) if seg.stack_ok(i)])

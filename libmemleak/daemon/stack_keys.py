@@ -100,10 +100,10 @@ class WordTable:
     def grow(self, words):
         """Room for one more run of `words` words (or more)."""
         if self.used + words > len(self.pool):
-            # a sixteenth again (a million keys' pool is ~200 MB: by halves,
-            # up to 100 MB more of zeros were written, so resident, and never
-            # used; the idle warm-up keys them a batch at a time, so this is
-            # how the pool grows), zeros straight in: no temporary array (a
+            # a sixteenth again (by halves, up to half the pool more of zeros
+            # were written, so resident, and never used; the idle warm-up
+            # keys a batch at a time, so this is how the pool grows), zeros
+            # straight in: no temporary array (a
             # large array grows in place: glibc's realloc moves its pages,
             # not its bytes)
             self.pool.frombytes(bytes(4 * max(len(self.pool) // 16, words, 1 << 16)))
@@ -258,9 +258,8 @@ def key_stacks(keys, cache, columns, positions, key_of):
     left for Python.  columns: the segment's KeyColumns."""
     codes = array("i", [-1]) * KIND_VALUES
     # The kinds present: a warm-up batch's own (a set of the whole column
-    # is ~20 ms at a million stacks: at every 64-stack batch it was most
-    # of the warm-up's time, which then keyed a few thousand stacks before
-    # a first report instead of all of them).
+    # at every batch was most of the warm-up's time at a million stacks,
+    # which then fell far behind the program: docs/performance.rst).
     for value in set(columns.kind[i] for i in positions) if len(positions) <= 4096 else set(columns.kind):
         if 0 <= value < KIND_VALUES:
             codes[value] = keys.kind_code(columns.kind_name(value & 0xffff), bool(value >> 16))

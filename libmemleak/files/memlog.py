@@ -515,13 +515,16 @@ PART_BYTES = 16 << 20  # a report read for a fold is parsed this much at a time 
 def read_file(f, name, cache=None, path=None):
     """The Report in the open file `f`.  For a fold (cache holds
     WITHOUT_TEXT) a report without a stack table is parsed PART_BYTES at a
-    time, cut where an entry begins: its entries keep no text, so a 477 MB
+    time, cut where an entry begins: its entries keep no text, so a large
     report of deep stacks costs the reader a part's memory, not the file's
     three times over (bytes, text, pieces).  A report with a stack table
     is read whole (its entries are resolved at its end)."""
     first = f.read(PART_BYTES)
     if len(first) < PART_BYTES or not (cache or {}).get(WITHOUT_TEXT) or _has_table(first):
-        return parse_bytes(first + f.read(), name, cache, path)
+        if len(first) == PART_BYTES:  # (read again whole: first + the rest would be a second copy)
+            f.seek(0)
+            first = f.read()
+        return parse_bytes(first, name, cache, path)
     header, entries, misuse, lines, rest, text = None, [], [], 0, first, ""
     while True:
         more = f.read(PART_BYTES)

@@ -125,9 +125,9 @@ def misuse_dict(m):
 
 def write(out, analyses, problems):
     """The document, as json.dump(indent=1) writes it -- byte for byte --
-    with each process's "stacks" written a stack at a time: a document of
-    93,000 deep Python stacks (736 MB) was 1.1 GB of dicts before its first
-    byte, now one stack's."""
+    with each process's "stacks" written a stack at a time: the document's
+    dicts are never all in memory at once, only one stack's (figures:
+    docs/performance.rst)."""
     lazy = {}
     doc = document(analyses, problems, lambda trends: _placeholder(lazy, trends))
     text = json.dumps(doc, indent=1)

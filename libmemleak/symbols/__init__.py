@@ -66,6 +66,11 @@ class _ModuleSymbols:
                 self._shelf = self._cache.shelf(self.path, self._build_id, self.debug_file)
         return self._shelf
 
+    def save(self):
+        """Write this module's answers found since the last save."""
+        if self._shelf not in (None, _NOT_LOOKED):
+            self._shelf.flush()
+
 
 class Symbolizer:
     """Caches one index per module and one answer per return address."""
@@ -93,8 +98,7 @@ class Symbolizer:
     def save(self):
         """Write the answers found since the last save to the answer cache."""
         for m in self._modules.values():
-            if m._shelf not in (None, _NOT_LOOKED):
-                m._shelf.flush()
+            m.save()
 
     def frames_for(self, module, address):
         """Frames (innermost first) for one return address in `module`

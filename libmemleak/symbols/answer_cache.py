@@ -2,8 +2,8 @@
 reporter starting cold -- the standby taking over from a killed reporter
 while the program waits at its exit, the next run of the same program, the
 hundredth backend of a database -- names frames without reading DWARF again
-(a libpython built with -g: ~3 s of DWARF per cold report; a browser's
-libraries more).  As perf keeps symbols by build-id (~/.debug), this keeps
+(the cold report's largest cost on a binary built with -g:
+docs/performance.rst).  As perf keeps symbols by build-id (~/.debug), this keeps
 answers by what makes them: the module file (build-id, device, inode,
 size, mtime), where its debug information was found (that file's identity,
 or none: installing debug symbols later is a miss, not a stale answer), and

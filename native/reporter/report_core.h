@@ -39,7 +39,7 @@ struct mlk_rc_row {
  * symbolization cut short); MLK_RC_DERIVED: made from the key's own words
  * when read -- each frame token's line id (token_line), our own frames'
  * (-1) left out -- which is what a stored run of such a key would hold, so
- * a million keys do not keep their 49 frames twice (~200 MB); MLK_RC_NO_TEXT:
+ * a key's frames are not kept twice (docs/performance.rst); MLK_RC_NO_TEXT:
  * none yet. */
 #define MLK_RC_NO_TEXT (-1)
 #define MLK_RC_DERIVED (-2)
